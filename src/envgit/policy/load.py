@@ -1,0 +1,120 @@
+"""Reading envgit.yaml into the effective policy: the file's values merged over the defaults,
+each value remembering where it came from."""
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import defaults
+from .schema import PolicyError, validate
+
+POLICY_FILE = "envgit.yaml"
+
+
+@dataclass
+class Policy:
+    path: str                      # the file it was read from
+    sha256: str                    # of the file's bytes: recorded on every step
+    deny_read: list[str]
+    allow_read: list[str]
+    allow_write: list[str]
+    protect: list[str]
+    env_pass: list[str]
+    env_set: dict[str, str]
+    network_allow: list[str]
+    l7: dict[str, dict]
+    irreversible: list[dict]
+    shell: list[dict]
+    max_file_size: int
+    snapshot_exclude: list[str]
+    # dotted key (with [i] for list items) -> "default" or "envgit.yaml:LINE"
+    where: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def load_policy(path) -> Policy:
+    """The effective policy of the file at `path`; PolicyError names file, line, column and fix."""
+    import yaml
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise PolicyError(path, 0, 0, "no policy file; run `envgit init` to write the default one") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PolicyError(path, 0, 0, f"not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    try:
+        node = yaml.compose(text)
+    except yaml.MarkedYAMLError as e:
+        m = e.problem_mark or e.context_mark
+        raise PolicyError(path, m.line + 1 if m else 0, m.column + 1 if m else 0,
+                          f"not valid YAML: {e.problem or e.context}; check the indentation "
+                          "and quoting there") from None
+    if node is None:
+        raise PolicyError(path, 1, 1, "the file is empty; it needs at least 'version: 1' "
+                          "(`envgit init --force` writes the default policy)")
+    data, where = validate(node, path.name)
+    if data["version"] != 1:
+        raise PolicyError(path, int(where["version"].rsplit(":", 1)[1]), 1,
+                          f"version {data['version']} is not known to this envgit; use 'version: 1'")
+    return _merge(data, where, str(path), hashlib.sha256(raw).hexdigest())
+
+
+def _merge(data, where, path, sha) -> Policy:
+    fs, env, net, snap = (data.get(k, {}) for k in ("filesystem", "env", "network", "snapshot"))
+    prov: dict[str, str] = {}
+
+    def extend(key, base, extra):
+        out = []
+        for v in base:
+            if v not in out:
+                prov[f"{key}[{len(out)}]"] = "default"
+                out.append(v)
+        for i, v in enumerate(extra):
+            if v not in out:
+                prov[f"{key}[{len(out)}]"] = where[f"{key}[{i}]"]
+                out.append(v)
+        return out
+
+    def given(key, value, default):
+        prov[key] = where.get(key, "default")
+        return value if value is not None else default
+
+    pol = Policy(
+        path=path, sha256=sha,
+        deny_read=extend("filesystem.deny_read", defaults.DENY_READ, fs.get("deny_read", [])),
+        allow_read=extend("filesystem.allow_read", defaults.ALLOW_READ, fs.get("allow_read", [])),
+        allow_write=extend("filesystem.allow_write", defaults.ALLOW_WRITE, fs.get("allow_write", [])),
+        protect=extend("filesystem.protect", defaults.PROTECT, fs.get("protect", [])),
+        env_pass=extend("env.pass", defaults.ENV_PASS, env.get("pass", [])),
+        env_set=given("env.set", env.get("set"), {}),
+        network_allow=extend("network.allow", [], net.get("allow", [])),
+        l7=given("network.l7", net.get("l7"), {}),
+        irreversible=given("irreversible", data.get("irreversible"), defaults.IRREVERSIBLE),
+        shell=given("shell", data.get("shell"), []),
+        max_file_size=given("snapshot.max_file_size", snap.get("max_file_size"), defaults.MAX_FILE_SIZE),
+        snapshot_exclude=extend("snapshot.exclude", [], snap.get("exclude", [])),
+    )
+    pol.where = prov
+    return pol
+
+
+def render(pol: Policy) -> str:
+    """`envgit policy show`: every effective value beside where it came from."""
+    lines = [f"# effective policy of {pol.path} (sha256 {pol.sha256[:12]})"]
+    width = 44
+    for key, attr in [("filesystem.deny_read", "deny_read"), ("filesystem.allow_read", "allow_read"),
+                      ("filesystem.allow_write", "allow_write"), ("filesystem.protect", "protect"),
+                      ("env.pass", "env_pass"), ("network.allow", "network_allow"),
+                      ("snapshot.exclude", "snapshot_exclude")]:
+        lines.append(f"{key}:")
+        for i, v in enumerate(getattr(pol, attr)):
+            lines.append(f"  - {v:<{width}} # {pol.where[f'{key}[{i}]']}")
+    for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("irreversible", "irreversible"),
+                      ("shell", "shell"), ("snapshot.max_file_size", "max_file_size")]:
+        lines.append(f"{key}: {json.dumps(getattr(pol, attr))}  # {pol.where[key]}")
+    return "\n".join(lines) + "\n"

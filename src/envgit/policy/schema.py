@@ -1,0 +1,312 @@
+"""The envgit.yaml format, declared once: validation (with file:line:col errors) and the
+published JSON Schema both come from the declarations below.
+
+Validation walks the YAML *node* tree (yaml.compose), not the loaded data, so that every
+error can name the line and column of the offending key or value.
+"""
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .globs import GlobError, compile_glob
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used; str() is `file:line:col: message`."""
+
+    def __init__(self, path, line, col, message):
+        self.path, self.line, self.col, self.message = path, line, col, message
+        where = f"{path}:{line}:{col}" if line else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+# --- value types -------------------------------------------------------------------------
+
+@dataclass
+class Str:
+    doc: str = ""
+    check: Callable[[str], str | None] | None = None   # returns an error message or None
+    enum: tuple[str, ...] = ()
+
+    def json(self):
+        s = {"type": "string", "description": self.doc}
+        if self.enum:
+            s["enum"] = list(self.enum)
+        return s
+
+
+@dataclass
+class Int:
+    doc: str = ""
+    minimum: int = 0
+
+    def json(self):
+        return {"type": "integer", "minimum": self.minimum, "description": self.doc}
+
+
+@dataclass
+class Size:
+    """A byte count: an integer or a string like `256MiB`."""
+    doc: str = ""
+
+    def json(self):
+        return {"type": ["integer", "string"], "pattern": _SIZE_RE.pattern, "description": self.doc}
+
+
+@dataclass
+class List:
+    item: Any
+    doc: str = ""
+
+    def json(self):
+        return {"type": "array", "items": self.item.json(), "description": self.doc}
+
+
+@dataclass
+class Map:
+    fields: dict
+    doc: str = ""
+    required: tuple[str, ...] = ()
+
+    def json(self):
+        return {"type": "object", "description": self.doc, "additionalProperties": False,
+                "required": list(self.required),
+                "properties": {k: v.json() for k, v in self.fields.items()}}
+
+
+@dataclass
+class Dict:
+    """A mapping with free keys (host names) and typed values."""
+    key: Str
+    value: Any
+    doc: str = ""
+
+    def json(self):
+        return {"type": "object", "description": self.doc, "additionalProperties": self.value.json()}
+
+
+@dataclass
+class OneOf:
+    """A mapping told apart by which discriminating key it has (`preset:` vs `net:` …)."""
+    choices: dict            # discriminating key -> Map
+    doc: str = ""
+
+    def json(self):
+        return {"description": self.doc, "oneOf": [m.json() for m in self.choices.values()]}
+
+
+# --- checks ------------------------------------------------------------------------------
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|K|M|G|T)?\s*$", re.I)
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024**2, "mib": 1024**2,
+          "mb": 1000**2, "g": 1024**3, "gib": 1024**3, "gb": 1000**3, "t": 1024**4,
+          "tib": 1024**4, "tb": 1000**4}
+_HOST_RE = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:\d{1,5})?$")
+_IP6_RE = re.compile(r"^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE", "*")
+ACTIONS = ("deny", "ask", "allow")
+
+
+def parse_size(text) -> int:
+    if isinstance(text, int):
+        return text
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a size; write e.g. 256MiB")
+    return int(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+
+
+def check_glob(text):
+    try:
+        compile_glob(text.removeprefix("~/").lstrip("/") or "x")
+    except GlobError as e:
+        return f"bad glob {text!r}: {e}"
+    return None
+
+
+def check_host(text):
+    if _HOST_RE.match(text) or _IP6_RE.match(text):
+        port = text.rsplit(":", 1)[1] if text.count(":") == 1 or text.startswith("[") and "]:" in text else None
+        if port is not None and not 0 < int(port) < 65536:
+            return f"port {port} is out of range in {text!r}"
+        return None
+    return f"{text!r} is not a host: write 'example.com', 'example.com:443' or '*.example.com'"
+
+
+def check_env_name(text):
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*\*?$", text):
+        return None
+    return f"{text!r} is not an environment variable name (a trailing * is allowed: LC_*)"
+
+
+def check_path_glob(text):
+    if text.startswith("/") or text.startswith("~/") or text == "~":
+        return None if "**" not in text else f"'**' only works in project patterns, not in {text!r}"
+    return check_glob(text)
+
+
+# --- the format --------------------------------------------------------------------------
+
+NET_MATCH = Map({
+    "host": Str("host the rule applies to ('*.example.com' allowed)", check=check_host),
+    "method": Str("HTTP method, or '*'", enum=METHODS),
+    "path": Str("path glob; '*' stays within a segment, '**' crosses segments"),
+}, doc="which requests the rule matches", required=("host",))
+
+BODY_MATCH = Map({
+    "graphql": Str("the GraphQL operation type that matches", enum=("mutation", "subscription")),
+}, doc="match on the decoded request body")
+
+SCHEMA = Map({
+    "version": Int("format version; always 1", minimum=1),
+    "filesystem": Map({
+        "deny_read": List(Str(check=check_path_glob), doc=(
+            "paths that cannot be read inside the sandbox, added to the defaults: '~/x' and "
+            "'/x' are absolute, anything else is a project glob ('**/.env'); named groups: "
+            "browser-profiles, shell-history")),
+        "allow_read": List(Str(check=check_path_glob), doc=(
+            "re-allows paths a default deny would close, and makes extra host paths visible "
+            "(read-only) inside the sandbox")),
+        "allow_write": List(Str(check=check_path_glob), doc=(
+            "writable paths besides the per-session /tmp; '.' is the project")),
+        "protect": List(Str(check=check_path_glob), doc=(
+            "read-only paths inside the writable project, added to the defaults")),
+    }, doc="what the sandbox can read and write"),
+    "env": Map({
+        "pass": List(Str(check=check_env_name), doc=(
+            "variables passed into the sandbox (added to the defaults); a secret-looking name "
+            "(*_TOKEN, *_SECRET, *_KEY, *PASSWORD*) passes only when named exactly")),
+        "set": Dict(Str(check=check_env_name), Str(), doc="variables set inside the sandbox"),
+    }, doc="the sandbox's environment"),
+    "network": Map({
+        "allow": List(Str(check=check_host), doc="hosts reachable through the proxy"),
+        "l7": Dict(Str(check=check_host), Map({
+            "methods": List(Str(enum=METHODS)),
+            "paths": List(Str()),
+        }), doc="request-level rules per host; TLS is terminated for these hosts"),
+    }, doc="network reach (enforced by the proxy)"),
+    "irreversible": List(OneOf({
+        "preset": Map({
+            "preset": Str("a named rule set", enum=("default",)),
+            "action": Str("action for every rule of the preset", enum=ACTIONS),
+            "disable": List(Str(), doc="preset rule names to switch off"),
+        }, required=("preset",)),
+        "net": Map({
+            "name": Str("a name to cite the rule by"),
+            "net": NET_MATCH,
+            "body": BODY_MATCH,
+            "action": Str(enum=ACTIONS),
+        }, required=("net", "action")),
+        "rule": Map({
+            "rule": Str("the name of a preset rule"),
+            "action": Str(enum=ACTIONS),
+        }, required=("rule", "action")),
+    }, doc="an irreversible action: a preset, a request rule, or an override of a preset rule"),
+        doc="actions that cannot be taken back: deny, ask, or allow-and-mark"),
+    "shell": List(OneOf({
+        "deny": Map({"deny": List(Str()), "reason": Str()}, required=("deny",)),
+    }), doc="early refusal of matching command lines (a courtesy; the network rule enforces)"),
+    "snapshot": Map({
+        "max_file_size": Size("files larger than this are left out of snapshots (and said so)"),
+        "exclude": List(Str(check=check_glob), doc="project globs left out of snapshots"),
+    }, doc="what the snapshot after each step holds"),
+}, doc="envgit policy, version 1", required=("version",))
+
+
+def json_schema() -> dict:
+    s = SCHEMA.json()
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "envgit.yaml"
+    return s
+
+
+# --- validation over YAML nodes ----------------------------------------------------------
+
+def validate(node, path) -> tuple[dict, dict]:
+    """(data, where): the plain data, and dotted key -> 'file:line' for every value."""
+    where: dict[str, str] = {}
+    data = _check(SCHEMA, node, "", path, where)
+    return data, where
+
+
+def _err(path, node, msg):
+    m = node.start_mark
+    return PolicyError(path, m.line + 1, m.column + 1, msg)
+
+
+def _kind(node):
+    return type(node).__name__.replace("Node", "").lower()  # scalar / sequence / mapping
+
+
+def _check(spec, node, key, path, where):
+    import yaml  # the daemon and `policy` commands only; never on the hot path
+    where[key] = f"{path}:{node.start_mark.line + 1}"
+    label = key or "the policy"
+    if isinstance(spec, (Map, Dict, OneOf)):
+        if not isinstance(node, yaml.MappingNode):
+            raise _err(path, node, f"{label} must be a mapping (key: value), not a {_kind(node)}")
+        pairs = []
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                raise _err(path, k, f"keys in {label} must be plain words")
+            pairs.append((k, v))
+        seen = set()
+        for k, _ in pairs:
+            if k.value in seen:
+                raise _err(path, k, f"'{k.value}' appears twice in {label}; keep one")
+            seen.add(k.value)
+        if isinstance(spec, OneOf):
+            found = [k.value for k, _ in pairs if k.value in spec.choices]
+            if len(found) != 1:
+                kinds = ", ".join(f"'{c}:'" for c in spec.choices)
+                raise _err(path, node, f"each entry of {label} needs exactly one of {kinds}")
+            spec = spec.choices[found[0]]
+        if isinstance(spec, Dict):
+            out = {}
+            for k, v in pairs:
+                msg = spec.key.check(k.value) if spec.key.check else None
+                if msg:
+                    raise _err(path, k, msg)
+                out[k.value] = _check(spec.value, v, f"{key}.{k.value}", path, where)
+            return out
+        out = {}
+        for k, v in pairs:
+            if k.value not in spec.fields:
+                hint = difflib.get_close_matches(k.value, spec.fields, n=1)
+                fix = f"did you mean '{hint[0]}'?" if hint else \
+                    "known keys: " + ", ".join(spec.fields)
+                raise _err(path, k, f"unknown key '{k.value}' in {label}; {fix}")
+            out[k.value] = _check(spec.fields[k.value], v, f"{key}.{k.value}".lstrip("."), path, where)
+        missing = [r for r in spec.required if r not in out]
+        if missing:
+            raise _err(path, node, f"{label} is missing '{missing[0]}'")
+        return out
+    if isinstance(spec, List):
+        if not isinstance(node, yaml.SequenceNode):
+            raise _err(path, node, f"{label} must be a list ([a, b] or '- a' lines), not a {_kind(node)}")
+        return [_check(spec.item, v, f"{key}[{i}]", path, where) for i, v in enumerate(node.value)]
+    if not isinstance(node, yaml.ScalarNode):
+        raise _err(path, node, f"{label} must be a single value, not a {_kind(node)}")
+    value = yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" else node.value
+    if isinstance(spec, Int):
+        if not isinstance(value, int) or isinstance(value, bool) or value < spec.minimum:
+            raise _err(path, node, f"{label} must be a whole number >= {spec.minimum}, not {node.value!r}")
+        return value
+    if isinstance(spec, Size):
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            raise _err(path, node, f"{label}: {e}") from None
+    if not isinstance(value, str):
+        raise _err(path, node, f"{label} must be text; quote it: \"{node.value}\"")
+    if spec.enum and value not in spec.enum:
+        hint = difflib.get_close_matches(value, spec.enum, n=1)
+        fix = f"did you mean '{hint[0]}'?" if hint else "use one of: " + ", ".join(spec.enum)
+        raise _err(path, node, f"{label} is {value!r}; {fix}")
+    if spec.check:
+        msg = spec.check(value)
+        if msg:
+            raise _err(path, node, f"{label}: {msg}")
+    return value
