@@ -67,7 +67,10 @@ def resolve(policy, project: str, home: str) -> Rules:
     deny_abs, deny_rel = split(policy.deny_read)
     allow_abs, allow_rel = split(policy.allow_read)
     write_abs, _ = split(policy.allow_write)
-    protect_abs, _ = split(list(policy.protect) + ["envgit.yaml"])
+    # protect entries name project paths, even without a '/' (envgit.yaml itself)
+    protect_abs = tuple((x if x.startswith("/") else os.path.normpath(os.path.join(project, x)), e)
+                        for e in list(policy.protect) + ["envgit.yaml"]
+                        for x in expand_entry(e, home))
     return Rules(project, home, deny_abs, deny_rel, allow_abs, allow_rel, write_abs, protect_abs)
 
 

@@ -1,0 +1,61 @@
+"""The command line: argument parsing and rendering only.
+
+`envgit run` is dispatched before argparse is even imported: it is the hot path.
+Exit codes: the step's own for `run`; 0 ok, 1 failure, 2 usage or bad input for the rest.
+"""
+
+import sys
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        from .run import run
+        sys.exit(run(argv[1:]))
+    sys.exit(_porcelain(argv))
+
+
+def _porcelain(argv):
+    import argparse
+    from . import commands
+
+    p = argparse.ArgumentParser(prog="envgit", description="version control for the environment "
+                                "an AI coding agent works in")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    s = sub.add_parser("init", help="write envgit.yaml and .envgit/ in this directory")
+    s.add_argument("--force", action="store_true", help="overwrite an existing envgit.yaml")
+    sub.add_parser("run", help="run a command as one sandboxed, recorded step")
+
+    s = sub.add_parser("log", help="the step timeline")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--session")
+    s.add_argument("-n", type=int, help="only the last N steps")
+
+    s = sub.add_parser("show", help="one step whole")
+    s.add_argument("step", type=int)
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("doctor", help="what this machine is missing, with the fix for each")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("fsck", help="verify the journal chain (and the snapshot store)")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("policy", help="check, show or describe the policy")
+    psub = s.add_subparsers(dest="policy_cmd", metavar="ACTION", required=True)
+    psub.add_parser("check", help="validate envgit.yaml")
+    x = psub.add_parser("show", help="the effective policy, defaults merged, with sources")
+    x.add_argument("--json", action="store_true")
+    psub.add_parser("schema", help="the JSON Schema of envgit.yaml")
+
+    s = sub.add_parser("daemon", help="the session daemon (plumbing)")
+    dsub = s.add_subparsers(dest="daemon_cmd", metavar="ACTION", required=True)
+    dsub.add_parser("status")
+    dsub.add_parser("stop")
+
+    args = p.parse_args(argv)
+    if not args.cmd:
+        p.print_help()
+        return 2
+    return commands.dispatch(args)

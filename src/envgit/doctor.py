@@ -1,0 +1,85 @@
+"""`envgit doctor`: every piece envgit needs from this machine, with the fix when it is missing."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _apt(pkg):
+    return f"apt-get install -y {pkg}" if os.geteuid() == 0 else f"sudo apt-get install -y {pkg}"
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def run_checks() -> list[Check]:
+    out = []
+    v = sys.version_info
+    out.append(Check("python", v >= (3, 12), f"{sys.version.split()[0]} ({sys.executable})",
+                     "install Python >= 3.12 (apt-get install python3.12, or pyenv) and re-run dev/run"))
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        out.append(Check("bubblewrap", False, "bwrap not found on PATH", _apt("bubblewrap")))
+    else:
+        ver = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
+        m = re.search(r"(\d+)\.(\d+)", ver)
+        new_enough = bool(m) and (int(m.group(1)), int(m.group(2))) >= (0, 8)
+        out.append(Check("bubblewrap", new_enough, f"{ver} at {bwrap}",
+                         "envgit needs bubblewrap >= 0.8 (--disable-userns): " + _apt("bubblewrap")))
+        r = subprocess.run([bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/",
+                            "--dev", "/dev", "--proc", "/proc", "true"], capture_output=True, text=True)
+        out.append(Check("namespaces", r.returncode == 0,
+                         "bwrap can create user, pid, net, ipc, uts and cgroup namespaces"
+                         if r.returncode == 0 else f"bwrap failed: {r.stderr.strip()}",
+                         "see the user-namespace checks below"))
+    clone = _read("/proc/sys/kernel/unprivileged_userns_clone")
+    if clone is not None:
+        out.append(Check("kernel.unprivileged_userns_clone", clone == "1", clone,
+                         "sysctl -w kernel.unprivileged_userns_clone=1 (and persist it in /etc/sysctl.d/)"))
+    maxns = _read("/proc/sys/user/max_user_namespaces")
+    if maxns is not None:
+        out.append(Check("user.max_user_namespaces", maxns != "0", maxns,
+                         "sysctl -w user.max_user_namespaces=15000"))
+    aa = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+    if aa is not None:
+        out.append(Check("kernel.apparmor_restrict_unprivileged_userns", aa == "0" or os.geteuid() == 0, aa,
+                         "Ubuntu 24.04+: add an AppArmor profile allowing userns for bwrap, or "
+                         "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"))
+    for tool, pkg, why in (("socat", "socat", "the in-sandbox bridge to the proxy"),
+                           ("git", "git", "git itself")):
+        path = shutil.which(tool)
+        out.append(Check(tool, bool(path), path or f"not found ({why})", _apt(pkg)))
+    tiocsti = _read("/proc/sys/dev/tty/legacy_tiocsti")
+    if tiocsti is not None:
+        out.append(Check("dev.tty.legacy_tiocsti", True,
+                         f"{tiocsti}; envgit's seccomp filter refuses TIOCSTI either way", required=False))
+    state = _state_dir()
+    if state:
+        ok = os.access(state, os.W_OK)
+        out.append(Check("state dir", ok, state, f"make {state} writable by {os.getuid()}"))
+    return out
+
+
+def _state_dir():
+    from .paths import NoProject, find_project
+    try:
+        return find_project().state
+    except NoProject:
+        return None

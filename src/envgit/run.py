@@ -1,0 +1,143 @@
+"""`envgit run [--] CMD…`: the hot path. Standard library only (checked by a test with
+`python -X importtime`): the daemon decides, this process only execs bwrap and waits.
+
+stdin, stdout, stderr and the terminal are handed to the command as they are; Ctrl-C reaches
+it through the terminal's process group as it would without envgit; SIGTERM and SIGHUP sent
+to this process are passed on to the command; the exit status is the command's own.
+"""
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+from .daemon.client import DaemonError, connect
+from .paths import NoProject, find_project
+from .sandbox.seccomp import program
+
+
+def _fail(msg, code=2):
+    print(msg, file=sys.stderr)
+    return code
+
+
+def run(argv: list[str]) -> int:
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        return _fail("usage: envgit run [--] CMD [ARGS…]")
+    cwd = os.getcwd()
+    try:
+        project = find_project(cwd)
+    except NoProject as e:
+        return _fail(f"envgit: {e}")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return _fail("envgit: bubblewrap (bwrap) is not installed; run `envgit doctor` for the fix")
+    try:
+        conn = connect(project)
+        reply = conn.request({"op": "begin", "argv": argv, "cwd": os.path.realpath(cwd),
+                              "env": dict(os.environ), "pid": os.getpid(),
+                              "user": _user(), "session": os.environ.get("ENVGIT_SESSION"),
+                              "tool_call_id": os.environ.get("ENVGIT_TOOL_CALL_ID")})
+    except (DaemonError, OSError) as e:
+        return _fail(f"envgit: {e}", 1)
+    if "error" in reply:
+        return _fail(reply["error"], reply.get("exit", 1))
+    if "refused" in reply:
+        print(reply["refused"], file=sys.stderr)
+        return 126
+    step = reply["step"]
+    status, ms = _spawn_and_wait(bwrap, reply["bwrap"], reply["env"])
+    code, sig = _decode(status)
+    try:
+        conn.request({"op": "end", "step": step, "exit_code": code,
+                      "signal": signal.Signals(sig).name if sig else None, "duration_ms": ms})
+    except (DaemonError, OSError) as e:
+        print(f"envgit: step {step} could not be closed ({e}); it is recorded as interrupted",
+              file=sys.stderr)
+    if sig and sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)     # die the way the command died, as a shell expects
+        os.kill(os.getpid(), sig)
+    return code
+
+
+def _spawn_and_wait(bwrap, args, env):
+    prog = program()
+    fds = []
+    extra = []
+    if prog is not None:
+        fd = os.memfd_create("envgit-seccomp", 0)
+        os.write(fd, prog)
+        os.lseek(fd, 0, os.SEEK_SET)
+        fds.append(fd)
+        extra = ["--seccomp", str(fd)]
+    info_r, info_w = os.pipe()
+    fds.append(info_w)
+    extra += ["--info-fd", str(info_w)]
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    # Ctrl-C and Ctrl-\ go to the whole foreground process group, the command included:
+    # this process only waits and must outlive the command to record it.
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
+    pid_box = {}
+
+    def forward(signum, _frame):
+        _forward(info_r, pid_box, signum)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        old[s] = signal.signal(s, forward)
+    t0 = time.monotonic_ns()
+    pid = os.posix_spawn(bwrap, [args[0], *extra, *args[1:]], env)
+    pid_box["bwrap"] = pid
+    for fd in fds:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    ms = round((time.monotonic_ns() - t0) / 1e6, 3)
+    for s, h in old.items():
+        signal.signal(s, h)
+    os.close(info_r)
+    return status, ms
+
+
+def _forward(info_r, box, signum):
+    """Send `signum` to the command: the children of the sandbox's init (bwrap --info-fd)."""
+    if "init" not in box:
+        try:
+            os.set_blocking(info_r, False)
+            box["init"] = json.loads(os.read(info_r, 65536) or b"{}").get("child-pid")
+        except (OSError, ValueError):
+            box["init"] = None
+    init = box.get("init")
+    targets = []
+    if init:
+        try:
+            with open(f"/proc/{init}/task/{init}/children") as f:
+                targets = [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    for p in targets or [box["bwrap"]]:
+        try:
+            os.kill(p, signum)
+        except OSError:
+            pass
+
+
+def _decode(status):
+    """(exit code, signal number or 0). bwrap reports a command killed by signal N as 128+N."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return 128 + sig, sig
+    code = os.WEXITSTATUS(status)
+    if 128 < code < 128 + 32:
+        return code, code - 128
+    return code, 0
+
+
+def _user():
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return str(os.getuid())

@@ -1,0 +1,37 @@
+"""The bwrap command line for one step under a policy. Runs in the session daemon."""
+
+import os
+from dataclasses import dataclass
+
+from ..policy import resolve
+from ..policy.globs import has_magic
+from .environ import scrub
+from .projectscan import ProjectScan
+from .view import build_view
+
+NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+              "--unshare-cgroup-try", "--unshare-net", "--disable-userns"]
+
+
+@dataclass
+class Spec:
+    argv: list[str]          # bwrap … -- CMD (without --seccomp, added by the client)
+    env: dict[str, str]
+    masked: list[str]        # paths covered by a deny in this step's view
+    denied_literal: list[str]  # every absolute deny entry without a glob, present or not
+
+
+def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
+          session_tmp: str, scan: ProjectScan, step_env: dict) -> Spec:
+    home = os.path.normpath(host_env.get("HOME") or os.path.expanduser("~"))
+    rules = resolve(policy, project, home)
+    view = build_view(rules, state_dir, session_tmp, scan)
+    env = scrub(host_env, policy.env_pass, policy.env_set,
+                {"HOME": home, "TMPDIR": "/tmp", **step_env})
+    # As root bwrap keeps the capabilities of the new user namespace, and with them
+    # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.
+    caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
+    bw = ["bwrap", *NAMESPACES, *caps, "--die-with-parent", "--hostname", "envgit",
+          *view.args, "--chdir", cwd, "--", *argv]
+    literal = [p for p, _ in rules.deny_abs if not has_magic(p)]
+    return Spec(bw, env, view.masked, literal)
