@@ -135,6 +135,15 @@ def check_host(text):
     return f"{text!r} is not a host: write 'example.com', 'example.com:443' or '*.example.com'"
 
 
+def check_preset_rule(text):
+    from .network import PRESET_NAMES, preset_rule_name   # pure and light, but not needed earlier
+    if preset_rule_name(text):
+        return None
+    hint = difflib.get_close_matches(text.rsplit("/", 1)[-1], PRESET_NAMES, n=1)
+    fix = f"did you mean '{hint[0]}'?" if hint else "the preset's rules: " + ", ".join(PRESET_NAMES)
+    return f"{text!r} is not a rule of preset default; {fix}"
+
+
 def check_env_name(text):
     if re.match(r"^[A-Za-z_][A-Za-z0-9_]*\*?$", text):
         return None
@@ -191,7 +200,7 @@ SCHEMA = Map({
         "preset": Map({
             "preset": Str("a named rule set", enum=("default",)),
             "action": Str("action for every rule of the preset", enum=ACTIONS),
-            "disable": List(Str(), doc="preset rule names to switch off"),
+            "disable": List(Str(check=check_preset_rule), doc="preset rule names to switch off"),
         }, required=("preset",)),
         "net": Map({
             "name": Str("a name to cite the rule by"),
@@ -200,7 +209,7 @@ SCHEMA = Map({
             "action": Str(enum=ACTIONS),
         }, required=("net", "action")),
         "rule": Map({
-            "rule": Str("the name of a preset rule"),
+            "rule": Str("the name of a preset rule (git-push, npm-publish, …)", check=check_preset_rule),
             "action": Str(enum=ACTIONS),
         }, required=("rule", "action")),
     }, doc="an irreversible action: a preset, a request rule, or an override of a preset rule"),

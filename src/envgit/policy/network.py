@@ -1,0 +1,518 @@
+"""Network decisions, pure: which hosts a step may reach, which connections need TLS terminated
+to be judged, and what happens to each request. No I/O: the proxy (envgit.proxy) builds a
+`Request`, calls `decide_request`, and acts on the `Decision`.
+
+Host entries (`network.allow`, the keys of `network.l7`, `net.host` of a rule):
+  `host`         that host on the standard ports, 443 and 80 (plain HTTP gets the same rules)
+  `host:port`    that host on that port only
+  `*.domain`     any name under domain (at any depth), not domain itself; `*.domain:port` too
+Names compare case-insensitively, a trailing dot ignored. IP literals (also the legacy forms
+`127.1`, `2130706433`), `localhost`, and the cloud metadata names are reachable only when an
+entry names them exactly (no wildcard reaches them). Port 22 and the ssh-over-443 hosts are
+refused whatever the policy says: a push inside SSH cannot be inspected.
+
+Order of judgement for one request:
+  1. the request must go where its tunnel goes: Host, :authority, SNI and an absolute-form
+     target must agree with the CONNECT target (else an allowed tunnel reaches another host);
+  2. the host must be allowed (above);
+  3. the first irreversible rule matching decides, with its action: the user's `net:` rules
+     in file order, then the preset's rules in table order. An irreversible rule is the more
+     specific statement, so it wins over `l7` (an `ask` on POST /repos/*/*/issues works on a
+     host whose l7 allows only GET);
+  4. `network.l7[host]`: the method and path must be among those listed;
+  5. otherwise allowed.
+
+Irreversible matching errs towards matching: a rule matches if the path matches in any of its
+spellings (as sent, percent-decoded, dot-segments resolved, any case), if any of the method
+and its override headers (X-HTTP-Method-Override…) matches, and a body rule matches a body it
+cannot read. An l7 allow-list is checked against the normalised spelling and every method.
+"""
+
+import ipaddress
+import json
+import posixpath
+import re
+import socket
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Mapping
+from urllib.parse import unquote
+
+from . import graphql
+
+# --- requests and decisions --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    scheme: str                              # "http" | "https" (of the request, not the proxy)
+    host: str                                # where it goes: URL authority, Host, or CONNECT
+    port: int
+    method: str
+    path: str                                # as sent, without the query
+    query: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)   # lower-case names
+    body: bytes | None = None                # with Content-Encoding undone; None: none or unreadable
+    body_error: str = ""                     # why the body could not be decoded, if it could not
+    connect_host: str | None = None          # the CONNECT target, when inside a tunnel
+    connect_port: int | None = None
+    sni: str | None = None                   # TLS server name the client sent, if any
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str                              # "allow" | "deny" | "ask"
+    rule: str                                # citable: preset:default/git-push, network.allow, …
+    reason: str                              # one line, no newline (it goes into git's output)
+    irreversible: bool = False               # the request is an irreversible action
+    kind: str = ""                           # e.g. "git push"
+    intercept: bool = False                  # (CONNECT) terminate TLS to judge each request
+    hint: str = ""                           # what to do instead (for people and models)
+
+
+# --- the preset ----------------------------------------------------------------------------
+
+PRESET = "default"
+
+WRITES = "POST PUT PATCH DELETE"             # "any write" for REST APIs (OPTIONS is a preflight)
+
+# Forges and registries whose hosts the host-scoped rules below name.
+GITHUB_API = ("api.github.com", "uploads.github.com")
+GITLAB = ("gitlab.com", "gitlab.*")
+NPM = ("registry.npmjs.org", "registry.yarnpkg.com", "npm.pkg.github.com")
+PYPI_UPLOAD = ("upload.pypi.org", "test.pypi.org")
+HUGGINGFACE = ("huggingface.co", "hf.co")
+
+# Download hosts: no irreversible action is known on them, so the rules that apply to any
+# host (git push, OCI push, …) skip them, and they are tunnelled untouched (no TLS
+# termination; this is where bulk downloads happen). A user's own rule still applies.
+DOWNLOAD_HOSTS = (
+    "files.pythonhosted.org", "pypi.org", "static.crates.io", "index.crates.io",
+    "objects.githubusercontent.com", "raw.githubusercontent.com", "codeload.github.com",
+    "release-assets.githubusercontent.com", "pkg-containers.githubusercontent.com",
+    "media.githubusercontent.com", "production.cloudflare.docker.com", "proxy.golang.org",
+    "sum.golang.org", "storage.googleapis.com", "deb.debian.org", "security.debian.org",
+    "archive.ubuntu.com", "security.ubuntu.com", "ports.ubuntu.com", "dl-cdn.alpinelinux.org",
+    "nodejs.org", "repo.maven.apache.org", "repo1.maven.org", "cdn-lfs.huggingface.co",
+    "cdn-lfs.hf.co", "cdn-lfs-us-1.hf.co", "cas-bridge.xethub.hf.co",
+)
+
+# The default preset, as data. Fields: name (cited as preset:default/<name>), kind (what the
+# person reads), hosts (None: any host but DOWNLOAD_HOSTS), methods, paths (URL globs: `*`
+# within a segment, `**` across), not_paths, header (name, values) that must be present,
+# body (a predicate name from BODY_PREDICATES), hint.
+PRESET_RULES = [
+    dict(name="git-push", kind="git push", methods="POST", paths=["**/git-receive-pack"],
+         body="git-ref-updates",
+         hint="a push cannot be taken back; push from outside envgit, or set "
+              "'- rule: git-push' with 'action: ask' in envgit.yaml"),
+    dict(name="git-push-webdav", kind="git push (WebDAV)",
+         methods="PUT MKCOL MOVE COPY LOCK UNLOCK PROPPATCH DELETE",
+         paths=["**/objects/**", "**/refs/**", "**/info/refs"]),
+    dict(name="git-lfs-upload", kind="git lfs push", methods="POST",
+         paths=["**/info/lfs/objects/batch"], body="lfs-upload"),
+    dict(name="npm-dist-tag", kind="npm dist-tag", hosts=NPM, methods="PUT DELETE POST",
+         paths=["/-/package/**/dist-tags/**", "/-/package/**/dist-tags"]),
+    dict(name="npm-access", kind="npm access/owner/team change", hosts=NPM, methods=WRITES,
+         paths=["/-/package/**", "/-/org/**", "/-/team/**"]),
+    dict(name="npm-unpublish", kind="npm unpublish", hosts=NPM, methods="PUT DELETE",
+         paths=["/**/-rev/*"]),
+    dict(name="npm-deprecate", kind="npm deprecate", hosts=NPM, methods="PUT",
+         header=("npm-command", ("deprecate", "undeprecate"))),
+    dict(name="npm-publish", kind="npm publish", hosts=NPM, methods="PUT POST",
+         paths=["/*", "/@*/*", "/-/stage/package/**"], not_paths=["/-/user/**", "/-/v1/**"]),
+    # A private registry is any host: the npm client says what it is doing in a header.
+    dict(name="npm-client-write", kind="npm write", methods=WRITES,
+         header=("npm-command", ("publish", "unpublish", "dist-tag", "deprecate", "undeprecate",
+                                 "owner", "access", "team", "org", "star", "unstar", "hook"))),
+    dict(name="pypi-upload", kind="PyPI upload", methods="POST", body="pypi-upload"),
+    dict(name="pypi-legacy-upload", kind="PyPI upload", hosts=PYPI_UPLOAD, methods=WRITES),
+    dict(name="cargo-publish", kind="cargo publish", methods="PUT", paths=["/api/v1/crates/new"]),
+    dict(name="cargo-yank", kind="cargo yank", methods="DELETE PUT",
+         paths=["/api/v1/crates/*/*/yank", "/api/v1/crates/*/*/unyank"]),
+    dict(name="cargo-owners", kind="cargo owner change", methods="PUT DELETE",
+         paths=["/api/v1/crates/*/owners"]),
+    dict(name="oci-push", kind="image push", methods="POST PATCH PUT",
+         paths=["/v2/**/blobs/uploads", "/v2/**/blobs/uploads/**", "/v2/**/manifests/*"]),
+    dict(name="oci-delete", kind="image delete", methods="DELETE",
+         paths=["/v2/**/manifests/*", "/v2/**/blobs/*"]),
+    dict(name="github-graphql-mutation", kind="GitHub GraphQL mutation", hosts=("api.github.com",),
+         methods="POST GET", paths=["/graphql"], body="graphql-mutation"),
+    dict(name="github-rest-write", kind="GitHub API write", hosts=GITHUB_API, methods=WRITES,
+         not_paths=["/graphql"]),
+    dict(name="gitlab-graphql-mutation", kind="GitLab GraphQL mutation", hosts=GITLAB,
+         methods="POST GET", paths=["/api/graphql"], body="graphql-mutation"),
+    dict(name="gitlab-rest-write", kind="GitLab API write", hosts=GITLAB, methods=WRITES,
+         paths=["/api/v4/**"]),
+    dict(name="huggingface-repo-write", kind="Hugging Face repo write", hosts=HUGGINGFACE,
+         methods=WRITES,
+         paths=["/api/repos/create", "/api/repos/delete", "/api/repos/move",
+                "/api/*s/**/settings", "/api/*s/**/preupload/*", "/api/*s/**/commit/**",
+                "/api/*s/**/branch/**", "/api/*s/**/tag/**", "/api/*s/**/resource-group"]),
+]
+PRESET_NAMES = tuple(r["name"] for r in PRESET_RULES)
+
+
+def _git_ref_updates(req):
+    # git's 4-byte probe before a large push carries no ref update: it changes nothing.
+    return req.body != b"0000"
+
+
+def _pypi_upload(req):
+    # A byte search, not a multipart parser: whatever spelling the server's parser accepts,
+    # the field name and value are in the body (or the query).
+    hay = (req.body or b"") + req.query.encode()
+    return b":action" in hay and b"file_upload" in hay
+
+
+def _lfs_upload(req):
+    try:
+        return json.loads(req.body).get("operation") != "download"
+    except (TypeError, ValueError, AttributeError):
+        return True
+
+
+def _graphql(wanted):
+    def match(req):
+        kind = graphql.classify(req.body, req.headers.get("content-type", ""), req.query)
+        return kind in (wanted, "unknown")
+    return match
+
+
+BODY_PREDICATES = {
+    "git-ref-updates": _git_ref_updates,
+    "pypi-upload": _pypi_upload,
+    "lfs-upload": _lfs_upload,
+    "graphql-mutation": _graphql("mutation"),
+    "graphql-subscription": _graphql("subscription"),
+}
+
+
+def preset_rule_name(name: str) -> str | None:
+    """The preset rule `name` refers to (`git-push`, `default/git-push`,
+    `preset:default/git-push`), or None."""
+    short = name.removeprefix("preset:").removeprefix(PRESET + "/")
+    return short if short in PRESET_NAMES else None
+
+
+# --- hosts ---------------------------------------------------------------------------------
+
+SSH_OVER_443 = ("ssh.github.com", "altssh.gitlab.com", "altssh.bitbucket.org",
+                "ssh.dev.azure.com", "vs-ssh.visualstudio.com")
+METADATA_NAMES = ("metadata.google.internal", "metadata.goog", "metadata", "instance-data",
+                  "instance-data.ec2.internal", "metadata.azure.internal")
+METADATA_IPS = (ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254"),
+                ipaddress.ip_address("100.100.100.200"))
+SSH_HINT = ("use an https remote: git remote set-url origin https://HOST/OWNER/REPO.git")
+_LEGACY_V4 = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$")
+
+
+def norm_host(host: str) -> str:
+    return host.strip().strip("[]").rstrip(".").lower()
+
+
+def ip_literal(host: str):
+    """The address `host` spells, also in the legacy IPv4 forms a resolver accepts, or None."""
+    h = norm_host(host)
+    try:
+        return ipaddress.ip_address(h)
+    except ValueError:
+        pass
+    if _LEGACY_V4.match(h):
+        try:
+            return ipaddress.ip_address(socket.inet_aton(h))   # pure parsing, no lookup
+        except OSError:
+            return None
+    return None
+
+
+def is_special(host: str) -> str | None:
+    """Why `host` is reachable only when named exactly, or None for an ordinary name."""
+    h = norm_host(host)
+    ip = ip_literal(h)
+    if ip is not None:
+        if ip in METADATA_IPS or (ip.version == 6 and ip.ipv4_mapped in METADATA_IPS):
+            return "a cloud metadata address"
+        return "an IP address; name the host instead"
+    if h in METADATA_NAMES:
+        return "a cloud metadata name"
+    if h == "localhost" or h.endswith(".localhost"):
+        return "a loopback name"
+    return None
+
+
+def split_entry(entry: str) -> tuple[str, int | None]:
+    """`host`, `host:port`, `[v6]:port`, `*.domain` -> (normalised host pattern, port or None)."""
+    e = entry.strip()
+    if e.startswith("["):
+        host, _, rest = e[1:].partition("]")
+        return norm_host(host), int(rest[1:]) if rest.startswith(":") else None
+    if e.count(":") == 1:
+        host, port = e.split(":")
+        return norm_host(host), int(port)
+    return norm_host(e), None
+
+
+def host_matches(pattern: str, host: str) -> bool:
+    """`pattern` is a name, `*.domain` (names under domain) or a preset `name.*` (a name
+    starting with that label)."""
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])
+    if pattern.endswith(".*"):
+        return host.startswith(pattern[:-1])
+    if pattern == host:
+        return True
+    a, b = ip_literal(pattern), ip_literal(host)
+    return a is not None and a == b
+
+
+def entry_matches(entry: str, host: str, port: int, exact: bool = False) -> bool:
+    pat, eport = split_entry(entry)
+    if exact and pat.startswith("*."):
+        return False
+    return host_matches(pat, norm_host(host)) and (port in (80, 443) if eport is None else port == eport)
+
+
+def allowed_by(policy, host: str, port: int) -> str | None:
+    """The network.allow entry that lets `host:port` be reached, or None."""
+    exact = is_special(host) is not None
+    return next((e for e in policy.network_allow if entry_matches(e, host, port, exact)), None)
+
+
+def judge_host(policy, host: str, port: int) -> Decision:
+    h = norm_host(host)
+    if port == 22 or h in SSH_OVER_443:
+        return Decision("deny", "builtin:ssh", f"SSH to {h}:{port} is refused: what is pushed "
+                        "inside SSH cannot be inspected", hint=SSH_HINT)
+    special = is_special(h)
+    entry = allowed_by(policy, h, port)
+    if entry is None:
+        if special:
+            return Decision("deny", "builtin:special-address", f"{h} is {special}; it is "
+                            "reachable only when network.allow names it exactly",
+                            hint=f"add '{_hostport(h, port)}' to network.allow in envgit.yaml if "
+                                 "the step must reach it")
+        return Decision("deny", "network.allow", f"{_hostport(h, port)} is not in network.allow",
+                        hint=f"add '{_hostport(h, port)}' to network.allow in envgit.yaml "
+                             "(only a person outside the sandbox can)")
+    return Decision("allow", "network.allow", f"{_hostport(h, port)} is allowed by "
+                    f"network.allow entry {entry!r}")
+
+
+def _hostport(host, port):
+    host = f"[{host}]" if ":" in host else host
+    return host if port in (80, 443) else f"{host}:{port}"
+
+
+# --- compiled rules ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    kind: str
+    action: str
+    hosts: tuple | None          # entries; None: any host but DOWNLOAD_HOSTS
+    methods: frozenset | None
+    paths: tuple | None          # compiled URL globs
+    not_paths: tuple
+    header: tuple | None
+    body: str | None
+    hint: str
+
+    def applies_to_host(self, host: str, port: int) -> bool:
+        if self.hosts is None:
+            return norm_host(host) not in DOWNLOAD_HOSTS
+        return any(_rule_host(e, host, port) for e in self.hosts)
+
+    def matches(self, req: Request, methods: set, paths: set) -> bool:
+        if not self.applies_to_host(req.host, req.port):
+            return False
+        if self.methods is not None and not (methods & self.methods):
+            return False
+        if self.paths is not None and not any(rx.fullmatch(p) for rx in self.paths for p in paths):
+            return False
+        if self.not_paths and all(any(rx.fullmatch(p) for rx in self.not_paths) for p in paths):
+            return False
+        if self.header is not None:
+            name, values = self.header
+            if req.headers.get(name, "").strip().lower() not in values:
+                return False
+        if self.body is None:
+            return True
+        # A body that could not be decoded cannot be shown harmless.
+        return bool(req.body_error) or BODY_PREDICATES[self.body](req)
+
+
+def _rule_host(entry, host, port):
+    pat, eport = split_entry(entry)
+    return host_matches(pat, norm_host(host)) and (eport is None or eport == port)
+
+
+@lru_cache(maxsize=4096)
+def url_glob(pattern: str) -> re.Pattern:
+    """`*` within a path segment, `**` across segments, `?` one character; case-insensitive."""
+    out = []
+    for tok in re.split(r"(\*\*|\*|\?)", pattern):
+        out.append({"**": ".*", "*": "[^/]*", "?": "[^/]"}.get(tok, re.escape(tok)))
+    return re.compile("".join(out), re.I)
+
+
+def _methods(spec) -> frozenset | None:
+    if spec is None or spec == "*":
+        return None
+    return frozenset(m.upper() for m in (spec.split() if isinstance(spec, str) else spec))
+
+
+def _preset_rule(d, action) -> Rule:
+    return Rule(name=f"preset:{PRESET}/{d['name']}", kind=d["kind"], action=action,
+                hosts=d.get("hosts"), methods=_methods(d.get("methods")),
+                paths=tuple(url_glob(p) for p in d["paths"]) if "paths" in d else None,
+                not_paths=tuple(url_glob(p) for p in d.get("not_paths", ())),
+                header=d.get("header"), body=d.get("body"), hint=d.get("hint", ""))
+
+
+def _user_rule(i, entry) -> Rule:
+    net = entry["net"]
+    name = entry.get("name") or f"irreversible[{i}]"
+    method = net.get("method")
+    kind = entry.get("name") or " ".join(x for x in (method, net["host"] + net.get("path", "")) if x)
+    body = entry.get("body", {}).get("graphql")
+    return Rule(name=name, kind=kind, action=entry["action"], hosts=(net["host"],),
+                methods=_methods(method), paths=(url_glob(net["path"]),) if "path" in net else None,
+                not_paths=(), header=None, body=f"graphql-{body}" if body else None,
+                hint=f"change the action of {name} in envgit.yaml (only a person outside the "
+                     "sandbox can)")
+
+
+@lru_cache(maxsize=64)
+def _compile(irreversible_json: str) -> tuple[Rule, ...]:
+    entries = json.loads(irreversible_json)
+    user, overrides, preset_action, disabled = [], {}, None, set()
+    for i, e in enumerate(entries):
+        if "net" in e:
+            user.append(_user_rule(i, e))
+        elif "rule" in e:
+            name = preset_rule_name(e["rule"])
+            if name:
+                overrides[name] = e["action"]
+        elif e.get("preset") == PRESET:
+            preset_action = e.get("action", "deny")
+            disabled |= {preset_rule_name(n) for n in e.get("disable", ())}
+    preset = []
+    for d in PRESET_RULES:
+        # A `rule:` override brings its rule in even without `preset: default`.
+        action = overrides.get(d["name"], preset_action)
+        if action is not None and (d["name"] not in disabled or d["name"] in overrides):
+            preset.append(_preset_rule(d, action))
+    return tuple(user + preset)
+
+
+def rules_of(policy) -> tuple[Rule, ...]:
+    """The policy's irreversible rules in the order they are tried."""
+    return _compile(json.dumps(policy.irreversible, sort_keys=True))
+
+
+def _l7_entry(policy, host, port):
+    host = norm_host(host)
+    exact = [k for k in policy.l7 if not split_entry(k)[0].startswith("*.") and entry_matches(k, host, port)]
+    wild = [k for k in policy.l7 if split_entry(k)[0].startswith("*.") and entry_matches(k, host, port)]
+    # The most specific entry: host:port before host before the longest wildcard.
+    exact.sort(key=lambda k: split_entry(k)[1] is None)
+    wild.sort(key=lambda k: -len(k))
+    return (exact + wild or [None])[0]
+
+
+def needs_interception(policy, host: str, port: int, sni: str | None = None) -> bool:
+    """Must TLS to `host:port` be terminated, because a request-level rule can apply to it?
+    Also when the client's TLS server name is another host: terminated, its requests get a
+    readable denial (decide_request) instead of a tunnel to somewhere else."""
+    if sni and norm_host(sni) != norm_host(host):
+        return True
+    if _l7_entry(policy, host, port) is not None:
+        return True
+    return any(r.applies_to_host(host, port) for r in rules_of(policy))
+
+
+def judge_connect(policy, host: str, port: int) -> Decision:
+    """The CONNECT itself: may the tunnel open, and must its TLS be terminated?"""
+    d = judge_host(policy, host, port)
+    if d.action != "allow":
+        return d
+    return Decision("allow", d.rule, d.reason, intercept=needs_interception(policy, host, port))
+
+
+# --- requests ------------------------------------------------------------------------------
+
+_OVERRIDE_HEADERS = ("x-http-method-override", "x-http-method", "x-method-override")
+
+
+def _path_spellings(path: str) -> set[str]:
+    decoded = unquote(unquote(path))
+    resolved = posixpath.normpath(re.sub(r"/{2,}", "/", "/" + decoded.lstrip("/")))
+    out = {path, decoded, resolved, resolved.rstrip("/") or "/"}
+    return out | {p.lower() for p in out}
+
+
+def _authority(value: str, default_port: int) -> tuple[str, int]:
+    host, port = split_entry(value) if value else ("", None)
+    return host, port or default_port
+
+
+def _mismatch(req: Request) -> str | None:
+    """Why the request would not go where its tunnel (or its URL) says, or None."""
+    default = 443 if req.scheme == "https" else 80
+    target = (norm_host(req.host), req.port)
+    if req.connect_host is not None:
+        tunnel = (norm_host(req.connect_host), req.connect_port)
+        if target != tunnel:
+            return f"the request names {_hostport(*target)} inside a tunnel to {_hostport(*tunnel)}"
+    if req.sni and norm_host(req.sni) != target[0]:
+        return f"TLS server name {req.sni!r} is not {target[0]}"
+    for name in ("host", ":authority"):
+        if name in req.headers:
+            h = _authority(req.headers[name], default)
+            if (norm_host(h[0]), h[1]) != target:
+                return f"{name.lstrip(':').capitalize()} {req.headers[name]!r} is not {_hostport(*target)}"
+    return None
+
+
+def decide_request(policy, req: Request) -> Decision:
+    """What happens to one HTTP request (inside a tunnel or plain): see the module doc."""
+    why = _mismatch(req)
+    if why:
+        return Decision("deny", "builtin:authority-mismatch", why,
+                        hint="send each request to the host its connection was opened for")
+    d = judge_host(policy, req.host, req.port)
+    if d.action != "allow":
+        return d
+    methods = {req.method.upper()} | {req.headers[h].strip().upper() for h in _OVERRIDE_HEADERS
+                                      if h in req.headers}
+    paths = _path_spellings(req.path)
+    for rule in rules_of(policy):
+        if rule.matches(req, methods, paths):
+            return Decision(rule.action, rule.name, f"{rule.kind} is irreversible; rule {rule.name}",
+                            irreversible=True, kind=rule.kind, hint=rule.hint or _override_hint(rule))
+    key = _l7_entry(policy, req.host, req.port)
+    if key is not None:
+        spec = policy.l7[key]
+        allowed_methods = {m.upper() for m in spec.get("methods", ["*"])}
+        if "*" not in allowed_methods and not methods <= allowed_methods:
+            return Decision("deny", f"network.l7[{key}]", f"{req.method} is not among the methods "
+                            f"network.l7[{key}] allows ({', '.join(sorted(allowed_methods))})",
+                            hint=f"change network.l7 for {key} in envgit.yaml if the step needs it")
+        plain = posixpath.normpath(re.sub(r"/{2,}", "/", "/" + unquote(req.path).lstrip("/")))
+        if "paths" in spec and not any(url_glob(p).fullmatch(plain) and
+                                       url_glob(p).fullmatch(req.path) for p in spec["paths"]):
+            return Decision("deny", f"network.l7[{key}]", f"{req.path} is not among the paths "
+                            f"network.l7[{key}] allows",
+                            hint=f"change network.l7 for {key} in envgit.yaml if the step needs it")
+        return Decision("allow", f"network.l7[{key}]", f"{req.method} {req.path} is allowed by "
+                        f"network.l7[{key}]")
+    return d
+
+
+def _override_hint(rule: Rule) -> str:
+    short = rule.name.rsplit("/", 1)[-1]
+    return (f"this cannot be taken back; a person can change it in envgit.yaml with "
+            f"'- rule: {short}' and 'action: ask' (or 'allow')")
