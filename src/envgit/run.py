@@ -89,7 +89,9 @@ def _spawn_and_wait(bwrap, args, env):
     for s in (signal.SIGTERM, signal.SIGHUP):
         old[s] = signal.signal(s, forward)
     t0 = time.monotonic_ns()
-    pid = os.posix_spawn(bwrap, [args[0], *extra, *args[1:]], env)
+    # the command gets default dispositions back: an ignored SIGINT would survive exec
+    pid = os.posix_spawn(bwrap, [args[0], *extra, *args[1:]], env,
+                         setsigdef=(signal.SIGINT, signal.SIGQUIT))
     pid_box["bwrap"] = pid
     for fd in fds:
         os.close(fd)

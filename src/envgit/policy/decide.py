@@ -79,39 +79,51 @@ def _rx(pattern):
     return compile_glob(pattern.lstrip("/"))
 
 
-def abs_match(entry: str, path: str) -> bool:
-    """Does `path` lie at or under the absolute `entry` (which may hold a glob)?"""
-    if not has_magic(entry):
-        return path == entry or path.startswith(entry.rstrip("/") + "/")
-    rx = _rx(entry)
+def abs_match(entry: str, path: str) -> int:
+    """How deep the absolute `entry` (which may hold a glob) names `path` or an ancestor of it:
+    the number of path components of the match, 0 when it does not."""
     parts = path.lstrip("/").split("/")
-    return any(rx.match("/".join(parts[:n])) for n in range(1, len(parts) + 1))
+    if not has_magic(entry):
+        if path == entry or path.startswith(entry.rstrip("/") + "/"):
+            return entry.rstrip("/").count("/")
+        return 0
+    rx = _rx(entry)
+    return next((n for n in range(1, len(parts) + 1) if rx.match("/".join(parts[:n]))), 0)
 
 
-def rel_match(pattern: str, rel: str) -> bool:
-    """Does the project-relative `rel` lie at or under something `pattern` names?"""
+def rel_match(pattern: str, rel: str) -> int:
+    """The same for a project glob against the project-relative `rel`."""
     rx = _rx(pattern)
     parts = rel.split("/")
-    return any(rx.match("/".join(parts[:n])) for n in range(1, len(parts) + 1))
+    return next((n for n in range(1, len(parts) + 1) if rx.match("/".join(parts[:n]))), 0)
 
 
-def _first_abs(entries, path):
-    return next((source for entry, source in entries if abs_match(entry, path)), None)
-
-
-def _first_rel(entries, rel):
-    return next((source for entry, source in entries if rel_match(entry, rel)), None)
+def _deepest(rules, path, rel, abs_entries, rel_entries):
+    """(depth, entry) of the most specific entry naming `path`; depth counts from `/`."""
+    best = (0, None)
+    for entry, source in abs_entries:
+        d = abs_match(entry, path)
+        if d > best[0]:
+            best = (d, source)
+    if rel:
+        base = rules.project.count("/")
+        for entry, source in rel_entries:
+            d = rel_match(entry, rel)
+            if d and base + d > best[0]:
+                best = (base + d, source)
+    return best
 
 
 def is_denied(rules: Rules, path: str) -> str | None:
-    """The deny entry closing `path`, unless an allow_read entry re-opens it."""
+    """The deny entry closing `path`, unless an allow_read entry at least as specific (the
+    same path or one inside the denied one) re-opens it: allowing `~/.config` does not open
+    `~/.config/gh`, allowing `~/.ssh/known_hosts` does open that one file."""
     rel = _rel(rules.project, path)
-    hit = _first_abs(rules.deny_abs, path) or (rel and _first_rel(rules.deny_rel, rel))
+    depth, hit = _deepest(rules, path, rel, rules.deny_abs, rules.deny_rel)
     if not hit:
         return None
-    if _first_abs(rules.allow_abs, path) or (rel and _first_rel(rules.allow_rel, rel)):
-        return None
-    return hit
+    allow_depth, _ = _deepest(rules, path, rel, rules.allow_abs, rules.allow_rel)
+    return None if allow_depth >= depth else hit
 
 
 def _rel(project, path):

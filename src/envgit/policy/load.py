@@ -57,7 +57,7 @@ def load_policy(path) -> Policy:
     if node is None:
         raise PolicyError(path, 1, 1, "the file is empty; it needs at least 'version: 1' "
                           "(`envgit init --force` writes the default policy)")
-    data, where = validate(node, path.name)
+    data, where = validate(node, str(path))
     if data["version"] != 1:
         raise PolicyError(path, int(where["version"].rsplit(":", 1)[1]), 1,
                           f"version {data['version']} is not known to this envgit; use 'version: 1'")

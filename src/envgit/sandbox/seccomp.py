@@ -10,7 +10,7 @@ Nested user namespaces are refused by bwrap's own --disable-userns.
 """
 
 import errno
-import platform
+import os
 import struct
 
 _LD_W_ABS = 0x20      # BPF_LD | BPF_W | BPF_ABS
@@ -39,7 +39,7 @@ def _op(code, k, jt=0, jf=0):
 
 def program() -> bytes | None:
     """The filter for this machine, or None where the architecture is not known."""
-    arch = _ARCHES.get(platform.machine())
+    arch = _ARCHES.get(os.uname().machine)
     if arch is None:
         return None
     audit_arch, ioctl_nr, foreign = arch

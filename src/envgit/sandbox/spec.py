@@ -13,6 +13,11 @@ NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts
               "--unshare-cgroup-try", "--unshare-net", "--disable-userns"]
 
 
+# The home view is read-only: tools that cache there are pointed at the session's /tmp.
+CACHE_ENV = {"XDG_CACHE_HOME": "/tmp/.cache", "npm_config_cache": "/tmp/.npm",
+             "PIP_CACHE_DIR": "/tmp/.cache/pip"}
+
+
 @dataclass
 class Spec:
     argv: list[str]          # bwrap … -- CMD (without --seccomp, added by the client)
@@ -26,7 +31,7 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     home = os.path.normpath(host_env.get("HOME") or os.path.expanduser("~"))
     rules = resolve(policy, project, home)
     view = build_view(rules, state_dir, session_tmp, scan)
-    env = scrub(host_env, policy.env_pass, policy.env_set,
+    env = scrub(host_env, policy.env_pass, {**CACHE_ENV, **policy.env_set},
                 {"HOME": home, "TMPDIR": "/tmp", **step_env})
     # As root bwrap keeps the capabilities of the new user namespace, and with them
     # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.

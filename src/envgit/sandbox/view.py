@@ -5,7 +5,7 @@ The view is built from an allow-list, not by hiding things in a copy of `/`:
   /proc /dev                     fresh (pid namespace's own /proc, a minimal /dev)
   /run /var/tmp                  empty tmpfs: no host sockets (docker.sock, dbus, ssh-agent)
   /tmp                           the session's private tmp under .envgit/
-  $HOME                          an empty tmpfs, plus allow_read entries (toolchains) read-only
+  $HOME                          an empty read-only tmpfs, plus allow_read entries (toolchains)
   the project                    writable; envgit.yaml, .git/hooks, .git/config, the
                                  core.hooksPath dir and `protect` read-only; .envgit/ an empty
                                  read-only directory; denied files masked
@@ -47,7 +47,8 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
     a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run",
           "--dir", "/var", "--tmpfs", "/var/tmp", "--symlink", "../run", "/var/run",
           "--bind", session_tmp, "/tmp"]
-    if home and home != "/" and not _inside(home, "/tmp"):
+    has_home = home not in ("", "/") and project != home and not _inside(home, project)
+    if has_home:
         a += ["--tmpfs", home]
 
     # Extra read-only paths: toolchains in the home view, and any allow_read outside it.
@@ -59,6 +60,8 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         if os.path.exists(p) and p != project:
             a += ["--bind", p, p]
     a += ["--bind", project, project]
+    if has_home:
+        a += ["--remount-ro", home]      # the home view is read-only; caches go to /tmp
 
     # Read-only inside the writable project.
     for p in _protected(rules):

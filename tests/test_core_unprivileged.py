@@ -1,0 +1,81 @@
+"""The same sandbox run by an unprivileged user the test creates (bwrap without root)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import CANARY, ENVGIT, make_home
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                                reason="creating a test user needs root and useradd")
+
+
+def _open_path_to(path):
+    """Give others search permission on the directories above `path` that lack it (the
+    venv's Python may live under root's pyenv); returns what to restore."""
+    changed = []
+    d = os.path.dirname(os.path.realpath(path))
+    while d != "/":
+        mode = os.stat(d).st_mode & 0o7777
+        if not mode & 0o001:
+            os.chmod(d, mode | 0o001)
+            changed.append((d, mode))
+        d = os.path.dirname(d)
+    return changed
+
+
+@pytest.fixture
+def user():
+    name = "envgit-t" + uuid.uuid4().hex[:6]
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+    base = Path(tempfile.mkdtemp(prefix="envgit-unpriv-"))
+    os.chmod(base, 0o755)
+    home = make_home(base)
+    proj = home / "proj"
+    proj.mkdir()
+    subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
+    restore = _open_path_to(os.path.realpath(sys.executable)) + _open_path_to(ENVGIT)
+    try:
+        yield name, home, proj
+    finally:
+        subprocess.run(["runuser", "-u", name, "--", ENVGIT, "daemon", "stop"], cwd=proj,
+                       env={"PATH": os.environ["PATH"], "HOME": str(home)}, capture_output=True)
+        subprocess.run(["pkill", "-u", name], capture_output=True)
+        subprocess.run(["userdel", name], capture_output=True)
+        for d, mode in reversed(restore):
+            os.chmod(d, mode)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def as_user(user, *args, input=None):
+    name, home, proj = user
+    return subprocess.run(["runuser", "-u", name, "--", ENVGIT, *args], cwd=proj, input=input,
+                          env={"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8",
+                               "GITHUB_TOKEN": "ghp_unpriv", "ENVGIT_DAEMON_IDLE": "60"},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_unprivileged_user_sandbox(user):
+    assert as_user(user, "init").returncode == 0
+    r = as_user(user, "run", "--", "sh", "-c", "id -u; cat ~/.ssh/id_ed25519")
+    assert r.returncode != 0 and CANARY not in r.stdout + r.stderr
+    assert r.stdout.split()[0] != "0"
+    r = as_user(user, "run", "--", "sh", "-c", "echo hi > ok.txt && env")
+    assert r.returncode == 0 and "ghp_unpriv" not in r.stdout
+    assert (user[2] / "ok.txt").read_text() == "hi\n"
+    r = as_user(user, "run", "--", "sh", "-c", "echo x > envgit.yaml")
+    assert r.returncode != 0
+    (user[2] / ".env").write_text(CANARY)
+    subprocess.run(["chown", user[0], str(user[2] / ".env")], check=True)
+    r = as_user(user, "run", "--", "cat", ".env")
+    assert r.returncode != 0 and CANARY not in r.stdout
+    r = as_user(user, "run", "--", "unshare", "-U", "true")
+    assert r.returncode != 0
+    assert as_user(user, "fsck").returncode == 0
+    assert len(as_user(user, "log").stdout.splitlines()) == 5
