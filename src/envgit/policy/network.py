@@ -304,6 +304,24 @@ def _hostport(host, port):
     return host if port in (80, 443) else f"{host}:{port}"
 
 
+def judge_address(policy, host: str, port: int, address: str) -> Decision:
+    """The address a name resolved to, before connecting: an allowed name must not lead to a
+    loopback, link-local or metadata address unless network.allow names the host exactly.
+    (Private networks stay reachable: a company's git server has a 10.x address.)"""
+    ip = ip_literal(address)
+    if ip is None or is_special(host) or not (
+            ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or
+            ip in METADATA_IPS or (ip.version == 6 and ip.ipv4_mapped is not None and
+                                   not ip.ipv4_mapped.is_global)):
+        return Decision("allow", "network.allow", f"{host} resolved to {address}")
+    if any(entry_matches(e, host, port, exact=True) for e in policy.network_allow):
+        return Decision("allow", "network.allow", f"{host} resolved to {address}, named exactly")
+    return Decision("deny", "builtin:resolved-address",
+                    f"{host} resolved to {address}, a loopback/link-local/metadata address",
+                    hint=f"name '{_hostport(norm_host(host), port)}' exactly in network.allow "
+                         "if this is intended")
+
+
 # --- compiled rules ------------------------------------------------------------------------
 
 

@@ -1,0 +1,263 @@
+"""The mitmproxy addon: turns each connection and request into a question for the policy
+(envgit.policy.network), and carries out the answer. Nothing here decides: it authenticates
+the step, builds the Request, acts on the Decision, holds asks, and records.
+
+Event order for one client connection:
+  http_connect        CONNECT host:port -> judge_connect: 403/407, or tunnel/intercept
+  tls_clienthello     tunnelled hosts: passed through untouched (no TLS termination)
+  requestheaders      plain-HTTP proxy requests: the step from Proxy-Authorization
+  request             the whole (decoded) request -> decide_request: deny / ask / allow
+  server_connect(ed)  ENVGIT_RESOLVE names and DNS answers (judged by judge_address)
+  responseheaders     the response is streamed, counted on the way
+  response / error    the request's record
+  client_disconnected the tunnel's record (bytes counted at the socket)
+
+Request bodies are always buffered whole before `request` (mitmproxy's stream_large_bodies
+is left off: it would start streaming a chunked body upstream mid-way, before a body rule has
+seen it); responses are streamed.
+"""
+
+import asyncio
+import base64
+import binascii
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+
+from mitmproxy import http
+
+from ..policy import network
+from . import gitproto
+
+log = logging.getLogger("envgit.proxy")
+
+_SAFE_QUERY_KEYS = {"service"}               # git's service names are no secret
+_SNIFF = 1 << 20                              # receive-pack: the ref commands are at the start
+
+
+@dataclass
+class Conn:
+    """What the gate knows about one client connection."""
+    step: int | None = None
+    connect: tuple[str, int] | None = None   # the CONNECT target
+    tunnelled: bool = False
+    started: float = field(default_factory=time.time)
+    counter: object = None                    # gate.Counted: the socket's byte counts
+
+
+def redact_path(path: str) -> str:
+    """The path with query values replaced (tokens travel in queries)."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path
+    parts = []
+    for item in query.split("&"):
+        k, eq, v = item.partition("=")
+        parts.append(item if k in _SAFE_QUERY_KEYS or not eq else f"{k}=REDACTED")
+    return base + "?" + "&".join(parts)
+
+
+def _decoded_body(req: http.Request) -> tuple[bytes | None, str]:
+    if not req.raw_content:
+        return None, ""
+    try:
+        return req.get_content(strict=True), ""
+    except ValueError as e:
+        return None, f"cannot decode Content-Encoding {req.headers.get('content-encoding')!r}: {e}"
+
+
+def as_request(flow: http.HTTPFlow, conn: Conn | None) -> network.Request:
+    r = flow.request
+    headers = {k.lower(): v for k, v in r.headers.items(multi=False)}
+    if r.authority:                          # absolute-form target or HTTP/2 :authority
+        headers[":authority"] = r.authority
+    body, err = _decoded_body(r)
+    return network.Request(
+        scheme=r.scheme, host=r.host, port=r.port, method=r.method, path=r.path.partition("?")[0],
+        query=r.path.partition("?")[2], headers=headers, body=body, body_error=err,
+        connect_host=conn.connect[0] if conn and conn.connect else None,
+        connect_port=conn.connect[1] if conn and conn.connect else None,
+        sni=flow.client_conn.sni)
+
+
+def _denial_text(flow, d: network.Decision) -> str:
+    r = flow.request
+    what = f" ({d.kind})" if d.kind else ""
+    return (f"envgit: denied {r.method} {r.pretty_host}{redact_path(r.path)}{what} by rule "
+            f"{d.rule}\nenvgit: {d.reason}\n" + (f"envgit: {d.hint}\n" if d.hint else ""))
+
+
+def deny_response(flow: http.HTTPFlow, d: network.Decision) -> http.Response:
+    text = _denial_text(flow, d)
+    if d.rule.endswith("git-push") and flow.request.path.partition("?")[0].endswith("git-receive-pack"):
+        report = gitproto.rejection(flow.request.get_content(strict=False) or b"",
+                                    f"envgit: {d.reason}", text)
+        if report is not None:
+            return http.Response.make(200, report, {"Content-Type": gitproto.RESULT_TYPE,
+                                                    "Cache-Control": "no-cache",
+                                                    "X-Envgit-Rule": d.rule})
+    return http.Response.make(403, text, {"Content-Type": "text/plain; charset=utf-8",
+                                          "X-Envgit-Rule": d.rule})
+
+
+def _proxy_auth_required() -> http.Response:
+    return http.Response.make(
+        407, "envgit: this proxy needs the step's credentials (set by envgit run)\n",
+        {"Proxy-Authenticate": 'Basic realm="envgit"', "Content-Type": "text/plain"})
+
+
+class EnvgitAddon:
+    """One gate's event methods. `gate` supplies the policy, the steps, asks and records."""
+
+    def __init__(self, gate):
+        self.gate = gate
+        self.conns: dict[str, Conn] = {}
+
+    # --- connections ---------------------------------------------------------------------
+
+    def client_connected(self, client):
+        self.conns[client.id] = Conn(counter=self.gate.counter_for(client.peername))
+
+    def client_disconnected(self, client):
+        conn = self.conns.pop(client.id, None)
+        if conn and conn.tunnelled and conn.step is not None:
+            c = conn.counter
+            self.gate.emit(conn.step, {
+                "method": "CONNECT", "scheme": "https", "host": conn.connect[0],
+                "port": conn.connect[1], "path": "", "status": 200,
+                "bytes_up": getattr(c, "up", None), "bytes_down": getattr(c, "down", None),
+                "duration_ms": round((time.time() - conn.started) * 1000, 1),
+                "decision": "allow", "rule": "network.allow", "kind": "tunnel",
+                "irreversible": False, "intercepted": False, "started_at": conn.started})
+
+    def _authenticate(self, flow) -> int | None:
+        value = flow.request.headers.pop("proxy-authorization", "")
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            user, _, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return self.gate.step_of(user, password)
+
+    def http_connect(self, flow: http.HTTPFlow):
+        conn = self.conns.setdefault(flow.client_conn.id, Conn())
+        step = self._authenticate(flow)
+        if step is None:
+            flow.response = _proxy_auth_required()
+            return
+        host, port = flow.request.host, flow.request.port
+        d = network.judge_connect(self.gate.policy(), host, port)
+        conn.step, conn.connect, conn.started = step, (host, port), time.time()
+        if d.action != "allow":
+            flow.response = deny_response(flow, d)
+            self.gate.emit(step, self._record(flow, d, status=403, intercepted=False, duration_ms=0))
+
+    def tls_clienthello(self, data):
+        conn = self.conns.get(data.context.client.id)
+        if conn is None or conn.connect is None:
+            return
+        sni = data.client_hello.sni
+        if not network.needs_interception(self.gate.policy(), *conn.connect, sni=sni):
+            data.ignore_connection = True
+            conn.tunnelled = True
+
+    async def server_connect(self, data):
+        await self.gate.route(data.server)
+
+    def server_connected(self, data):
+        self.gate.unroute(data.server)
+
+    def server_connect_error(self, data):
+        self.gate.unroute(data.server)
+
+    # --- requests ------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow):
+        conn = self.conns.get(flow.client_conn.id)
+        if conn is not None and conn.connect is not None:
+            flow.request.headers.pop("proxy-authorization", None)   # never forwarded upstream
+            flow.metadata["envgit.step"] = conn.step
+            return
+        step = self._authenticate(flow)                  # plain HTTP: each request says
+        if step is None:
+            flow.response = _proxy_auth_required()
+            return
+        flow.metadata["envgit.step"] = step
+
+    async def request(self, flow: http.HTTPFlow):
+        if flow.response is not None:                    # answered already (407)
+            return
+        step = flow.metadata.get("envgit.step")
+        if not self.gate.step_open(step):
+            d = network.Decision("deny", "builtin:step-closed", f"step {step} has ended",
+                                 hint="each command runs as its own step; start it again")
+            flow.response = deny_response(flow, d)
+            return
+        started = time.time()
+        req = as_request(flow, self.conns.get(flow.client_conn.id))
+        d = network.decide_request(self.gate.policy(), req)
+        rec = self._record(flow, d, started_at=started)
+        flow.metadata["envgit.record"] = rec
+        if d.action == "ask":
+            question = self._question(step, flow, d)
+            answer, who, how, at = await self.gate.ask_once(step, question, d)
+            rec.update(answer=answer, answered_by=who, answered_how=how, answered_at=at)
+            if answer != "allow":
+                d = network.Decision("deny", d.rule, f"{d.reason}; not approved ({how})",
+                                     irreversible=True, kind=d.kind, hint=d.hint)
+        if d.action != "allow":
+            flow.response = deny_response(flow, d)
+            flow.metadata["envgit.answered"] = True
+        else:
+            rec["irreversible"] = d.irreversible
+        rec["bytes_up"] = len(flow.request.raw_content or b"")
+
+    def _question(self, step, flow, d) -> dict:
+        q = {k: v for k, v in self._record(flow, d).items()
+             if k in ("method", "scheme", "host", "port", "path", "rule", "kind", "reason")}
+        q["step"] = step
+        if d.kind == "git push":
+            updates, _ = gitproto.parse_commands((flow.request.get_content(strict=False) or b"")[:_SNIFF])
+            q["refs"] = [u.to_json() for u in updates]
+        return q
+
+    @staticmethod
+    def _record(flow, d, **extra) -> dict:
+        r = flow.request
+        return {"method": r.method, "scheme": r.scheme, "host": r.pretty_host, "port": r.port,
+                "path": redact_path(r.path), "status": None, "bytes_up": 0, "bytes_down": 0,
+                "duration_ms": None, "decision": d.action, "rule": d.rule, "kind": d.kind,
+                "reason": d.reason, "irreversible": False,
+                "intercepted": True, "started_at": time.time(), **extra}
+
+    def responseheaders(self, flow: http.HTTPFlow):
+        rec = flow.metadata.get("envgit.record")
+        if rec is None or flow.metadata.get("envgit.answered"):
+            return
+
+        def count(chunk: bytes) -> bytes:
+            rec["bytes_down"] += len(chunk)
+            return chunk
+        flow.response.stream = count
+
+    def response(self, flow: http.HTTPFlow):
+        self._finish(flow)
+
+    def error(self, flow: http.HTTPFlow):
+        self._finish(flow, error=flow.error.msg if flow.error else "error")
+
+    def _finish(self, flow, error=None):
+        rec = flow.metadata.pop("envgit.record", None)
+        if rec is None:
+            return
+        if flow.response is not None:
+            rec["status"] = flow.response.status_code
+            if not rec["bytes_down"] and flow.response.raw_content:
+                rec["bytes_down"] = len(flow.response.raw_content)   # answered by the gate
+        if error:
+            rec["error"] = error
+        rec["duration_ms"] = round((time.time() - rec["started_at"]) * 1000, 2)
+        self.gate.emit(flow.metadata.get("envgit.step"), rec)

@@ -1,0 +1,93 @@
+"""Certificates: the session CA the gate signs intercepted hosts' certificates with, the trust
+directory the sandbox sees in place of /etc/ssl/certs, and the roots the gate verifies
+upstream servers against.
+
+The CA is made by mitmproxy's own certificate store (in `state_dir/ca`, key files 0600 in a
+0700 directory); only its certificate ever leaves that directory.
+"""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+BASENAME = "mitmproxy"                       # mitmproxy's file names inside the CA directory
+SESSION_CA_NAME = "envgit-session-ca.pem"
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                  "/etc/ssl/cert.pem")
+BUNDLE_NAME = "ca-certificates.crt"          # the name Debian's tools and most clients look for
+
+
+def ca_dir(state_dir: Path) -> Path:
+    d = state_dir / "ca"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(d, 0o700)
+    return d
+
+
+def ca_cert_path(state_dir: Path) -> Path:
+    return state_dir / "ca" / f"{BASENAME}-ca-cert.pem"
+
+
+def system_bundle() -> Path | None:
+    for p in SYSTEM_BUNDLES:
+        if os.path.isfile(p):
+            return Path(p)
+    try:
+        import certifi
+        return Path(certifi.where())
+    except ImportError:
+        return None
+
+
+def upstream_bundle(state_dir: Path, extra: Path | None) -> Path:
+    """The roots upstream servers are verified against: the system's (not mitmproxy's certifi
+    copy, so a machine's own roots keep working) plus `extra` (a test server's CA)."""
+    out = state_dir / "upstream-ca.pem"
+    parts = []
+    base = system_bundle()
+    if base:
+        parts.append(base.read_bytes())
+    if extra:
+        parts.append(Path(extra).read_bytes())
+    out.write_bytes(b"\n".join(parts))
+    return out
+
+
+def trust_dir(state_dir: Path, system_certs: str = "/etc/ssl/certs") -> Path:
+    """A copy of `system_certs` (links kept as links) with the session CA added, the bundle
+    file extended by it, and the hash links regenerated: bind-mounted over /etc/ssl/certs in
+    the sandbox, so tunnelled hosts (real certificates) and intercepted ones (the session CA)
+    both verify there, and only there."""
+    src, out = Path(system_certs), state_dir / "trust" / "certs"
+    session = ca_cert_path(state_dir).read_bytes()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    bundle = b""
+    if src.is_dir():
+        for entry in os.scandir(src):
+            target = out / entry.name
+            if entry.name == BUNDLE_NAME:
+                bundle = Path(entry.path).read_bytes()
+            elif entry.is_symlink():
+                os.symlink(os.readlink(entry.path), target)
+            elif entry.is_file():
+                shutil.copyfile(entry.path, target)
+    if not bundle and (base := system_bundle()):
+        bundle = base.read_bytes()
+    (out / BUNDLE_NAME).write_bytes(bundle.rstrip(b"\n") + b"\n" + session)
+    (out / SESSION_CA_NAME).write_bytes(session)
+    _rehash(out)
+    return out
+
+
+def _rehash(d: Path) -> None:
+    # The <subject-hash>.0 links OpenSSL's directory lookup (CApath) uses.
+    for tool in (["openssl", "rehash", str(d)], ["c_rehash", str(d)]):
+        if shutil.which(tool[0]):
+            r = subprocess.run(tool, capture_output=True, timeout=60)
+            if r.returncode == 0:
+                return
+    raise RuntimeError("neither `openssl rehash` nor `c_rehash` is available to index "
+                       f"{d}; install openssl")

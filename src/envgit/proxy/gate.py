@@ -1,0 +1,282 @@
+"""The gate: mitmproxy embedded in the caller's asyncio loop, listening on a unix socket, with
+envgit's addon judging every connection and request by the policy.
+
+mitmproxy listens on TCP only, so the gate runs its own listeners (the unix socket, and a
+loopback TCP port for tests and benchmarks) and hands each accepted connection to a
+mitmproxy `ServerInstance.handle_stream`: the one semi-internal API used, hence the pin
+(mitmproxy==12.3.1). mitmproxy's own `Master.run()` is not used: it would install an eager
+task factory and an exception handler on the daemon's loop.
+"""
+
+import asyncio
+import hmac
+import itertools
+import logging
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from ..policy import network
+from . import ca
+from .addon import EnvgitAddon
+
+log = logging.getLogger("envgit.proxy")
+
+ASK_TIMEOUT = 120.0
+
+
+def resolve_from_env(environ=os.environ) -> dict[str, str]:
+    """ENVGIT_RESOLVE='name=127.0.0.1[,name2=::1]' (test-only; the daemon's own environment,
+    never the policy, never the sandbox's)."""
+    out = {}
+    for item in environ.get("ENVGIT_RESOLVE", "").split(","):
+        name, eq, addr = item.strip().partition("=")
+        if eq and name and addr:
+            out[network.norm_host(name)] = addr.strip()
+    return out
+
+
+def upstream_ca_from_env(environ=os.environ) -> Path | None:
+    """ENVGIT_UPSTREAM_CA=/path/ca.pem: an extra root for verifying upstream servers
+    (test-only: the local test servers' own CA), added to the system roots."""
+    p = environ.get("ENVGIT_UPSTREAM_CA")
+    return Path(p) if p else None
+
+
+class Counted:
+    """The client side of one connection, counting bytes each way: a tunnel has no
+    per-message hooks to count with. Everything else is the underlying stream's."""
+
+    def __init__(self, reader, writer, peername):
+        self._reader, self._writer, self._peer = reader, writer, peername
+        self.up = self.down = 0
+
+    async def read(self, n=-1):
+        data = await self._reader.read(n)
+        self.up += len(data)
+        return data
+
+    def write(self, data):
+        self.down += len(data)
+        self._writer.write(data)
+
+    def get_extra_info(self, name, default=None):
+        if name in ("peername", "sockname") and self._peer[0] == "unix":
+            return self._peer                      # mitmproxy wants (host, port) addresses
+        return self._writer.get_extra_info(name, default)
+
+    def __getattr__(self, name):
+        return getattr(self._writer, name)
+
+
+class Gate:
+    """The network gate of one session. See the package doc for the interface."""
+
+    def __init__(self, get_policy: Callable, state_dir: Path, resolve: dict[str, str],
+                 record: Callable[[int, dict], None],
+                 ask: Callable[[int, dict], Awaitable[tuple[str, str, str]]],
+                 *, upstream_ca: Path | None = None, ask_timeout: float = ASK_TIMEOUT):
+        self.policy = get_policy
+        self.state_dir = Path(state_dir)
+        self.resolve = {network.norm_host(k): v for k, v in resolve.items()}
+        self._record, self._ask = record, ask
+        self.upstream_ca, self.ask_timeout = upstream_ca, ask_timeout
+        self.addon = EnvgitAddon(self)
+        self.tcp_address: tuple[str, int] | None = None
+        self._creds: dict[str, tuple[str, int]] = {}      # user -> (password, step)
+        self._answers: dict[tuple, tuple] = {}            # effect -> (answer, who, how, at)
+        self._asking: dict[tuple, asyncio.Future] = {}
+        self._counters: dict[tuple, Counted] = {}
+        self._routes: dict[str, tuple[str, int]] = {}     # server id -> the name it was for
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._ids = itertools.count(1)
+        self.master = self._instance = None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.state_dir / "proxy.sock"
+
+    @property
+    def ca_cert_path(self) -> Path:
+        return ca.ca_cert_path(self.state_dir)
+
+    def ca_bundle_dir(self, system_certs: str = "/etc/ssl/certs") -> Path:
+        """A regenerated certs directory (system roots + session CA, rehashed) to bind over
+        /etc/ssl/certs in the sandbox; its bundle file is `<dir>/ca-certificates.crt`."""
+        return ca.trust_dir(self.state_dir, system_certs)
+
+    # --- life ----------------------------------------------------------------------------
+
+    async def start(self, tcp_port: int | None = None) -> None:
+        """Listen on state_dir/proxy.sock (0600); with `tcp_port` (0: any) also on 127.0.0.1,
+        address in `tcp_address` (tests, benchmarks)."""
+        from mitmproxy import options
+        from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
+        from mitmproxy.master import Master
+        from mitmproxy.proxy.mode_servers import ServerInstance
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        confdir = ca.ca_dir(self.state_dir)
+        opts = options.Options()
+        self.master = Master(opts, event_loop=asyncio.get_running_loop())
+        servers = proxyserver.Proxyserver()
+        self.master.addons.add(core.Core(), servers, next_layer.NextLayer(),
+                               tlsconfig.TlsConfig(), disable_h2c.DisableH2C(), self.addon)
+        opts.update(
+            mode=[],                          # mitmproxy listens on nothing; the gate does
+            confdir=str(confdir),
+            rawtcp=False,                     # else an SSH banner inside a tunnel gets through
+            connection_strategy="lazy",       # judge before connecting upstream
+            upstream_cert=False,              # never connect only to copy a certificate
+            validate_inbound_headers=True,    # request smuggling (CL+TE, bad chunking)
+            ssl_verify_upstream_trusted_ca=str(ca.upstream_bundle(self.state_dir, self.upstream_ca)),
+            ssl_insecure=False,
+            http2=True,
+            websocket=True,
+        )
+        await self.master.running()           # tlsconfig makes or loads the CA here
+        self._instance = ServerInstance.make("regular", servers)
+        sock = self.socket_path
+        sock.unlink(missing_ok=True)
+        old = os.umask(0o177)
+        try:
+            self._servers.append(await asyncio.start_unix_server(self._serve, path=str(sock)))
+        finally:
+            os.umask(old)
+        if tcp_port is not None:
+            srv = await asyncio.start_server(self._serve, "127.0.0.1", tcp_port)
+            self._servers.append(srv)
+            self.tcp_address = srv.sockets[0].getsockname()[:2]
+
+    async def stop(self) -> None:
+        for srv in self._servers:
+            srv.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+        self._servers.clear()
+        self.socket_path.unlink(missing_ok=True)
+        if self.master is not None:
+            await self.master.done()
+            self.master = None
+
+    async def _serve(self, reader, writer):
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        peer = tuple(peer[:2]) if isinstance(peer, tuple) and peer else ("unix", next(self._ids))
+        counted = Counted(reader, writer, peer)
+        self._counters[peer] = counted
+        try:
+            sock = writer.get_extra_info("socket")
+            if sock is not None and sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await self._instance.handle_stream(counted, counted)
+        finally:
+            self._counters.pop(peer, None)
+            self._tasks.discard(task)
+
+    def counter_for(self, peername) -> Counted | None:
+        return self._counters.get(tuple(peername[:2])) if peername else None
+
+    # --- steps ---------------------------------------------------------------------------
+
+    def open_step(self, step_id: int) -> str:
+        """The "user:password" a step's requests carry in Proxy-Authorization."""
+        user, password = f"step{step_id}", secrets.token_urlsafe(18)
+        self._creds[user] = (password, step_id)
+        return f"{user}:{password}"
+
+    def close_step(self, step_id: int) -> None:
+        self._creds.pop(f"step{step_id}", None)
+        for key in [k for k in self._answers if k[0] == step_id]:
+            del self._answers[key]
+
+    def step_of(self, user: str, password: str) -> int | None:
+        entry = self._creds.get(user)
+        if entry and hmac.compare_digest(entry[0].encode(), password.encode()):
+            return entry[1]
+        return None
+
+    def step_open(self, step_id) -> bool:
+        return step_id is not None and f"step{step_id}" in self._creds
+
+    def emit(self, step_id, rec: dict) -> None:
+        if step_id is None:
+            return
+        try:
+            self._record(step_id, rec)
+        except Exception:                         # a broken journal must not break the proxy
+            log.exception("recording a request of step %s failed", step_id)
+
+    # --- asks ----------------------------------------------------------------------------
+
+    async def ask_once(self, step: int, question: dict, d) -> tuple[str, str, str, float]:
+        """The person's answer about this effect (method, host, path) in this step: asked once,
+        remembered for the step; "allow-rule" widens it to the rule on this host. No answer
+        within ask_timeout is a deny."""
+        effect = (step, question["method"], question["host"], question["port"],
+                  question["path"].partition("?")[0])
+        wide = (step, "rule", d.rule, question["host"])
+        for key in (effect, wide):
+            if key in self._answers:
+                answer, who, how, at = self._answers[key]
+                return answer, who, f"{how}; given earlier in this step", at
+        if effect not in self._asking:
+            self._asking[effect] = asyncio.ensure_future(self._ask_person(step, question, effect, wide))
+        return await asyncio.shield(self._asking[effect])
+
+    async def _ask_person(self, step, question, effect, wide):
+        try:
+            answer, who, how = await asyncio.wait_for(self._ask(step, question), self.ask_timeout)
+        except TimeoutError:
+            answer, who, how = "deny", "timeout", f"no answer within {self.ask_timeout:g} s"
+        except Exception as e:
+            log.exception("asking about step %s failed", step)
+            answer, who, how = "deny", "error", f"the question could not be asked: {e}"
+        finally:
+            self._asking.pop(effect, None)
+        result = ("allow" if answer in ("allow", "allow-rule") else "deny", who, how, time.time())
+        self._answers[wide if answer == "allow-rule" else effect] = result
+        return result
+
+    # --- upstream ------------------------------------------------------------------------
+
+    async def route(self, server) -> None:
+        """Before mitmproxy connects upstream: ENVGIT_RESOLVE names go to their mapped
+        address; other names are resolved here and the address judged (a name of an allowed
+        host must not lead to a loopback or metadata address)."""
+        name, port = server.address[0], server.address[1]
+        host = network.norm_host(name)
+        if host in self.resolve:
+            addr = self.resolve[host]
+        elif network.ip_literal(host) is not None:
+            return
+        else:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as e:
+                server.error = f"cannot resolve {host}: {e}"
+                return
+            # IPv4 first: the sandbox's host often has no IPv6 route, and only one is tried.
+            infos.sort(key=lambda i: i[0] != socket.AF_INET)
+            addr = infos[0][4][0]
+            d = network.judge_address(self.policy(), host, port, addr)
+            if d.action != "allow":
+                server.error = f"envgit: {d.reason} (rule {d.rule})"
+                return
+        if server.sni is None:
+            server.sni = name                     # verify the certificate for the name
+        self._routes[server.id] = (name, port)
+        server.address = (addr, port)
+
+    def unroute(self, server) -> None:
+        # Back to the name: mitmproxy takes a tunnel's request host from server.address,
+        # and the policy judges names.
+        if server.id in self._routes:
+            server.address = self._routes.pop(server.id)
