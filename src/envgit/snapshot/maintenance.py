@@ -1,0 +1,153 @@
+"""fsck (verify everything) and gc (drop what no kept root reaches)."""
+
+import os
+
+import zstandard
+from blake3 import blake3
+
+from . import packs
+from .encoding import DIR, FILE, EXEC, decode_chunks, decode_tree
+from .ids import BLOB, CHUNKS, KIND_NAMES, TREE, CorruptObject, object_id
+from .objects import MissingObject, ObjectStore, StoreError
+from .packs import FLAG_ZSTD
+
+
+def fsck(objects: ObjectStore, root_ids: list[bytes]) -> list[str]:
+    """Human-readable problems; empty when every pack, object and given root is sound."""
+    problems = list(objects.index_problems)
+    for pack_id, entries in sorted(objects.pack_entries.items()):
+        problems += _check_pack(objects, pack_id, entries)
+    problems += _check_reachable(objects, root_ids)
+    return problems
+
+
+def _check_pack(objects: ObjectStore, pack_id: str, entries: list[tuple]) -> list[str]:
+    path = packs.pack_path(objects.packs_dir, pack_id, ".pack")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return [f"pack {pack_id}: cannot read ({e})"]
+    problems = []
+    if blake3(data).hexdigest() != pack_id:
+        problems.append(f"pack {pack_id}: its content does not match its name (the file is damaged)")
+    listed = {e[4]: e for e in entries}        # offset -> index entry
+    zd = zstandard.ZstdDecompressor()
+    try:
+        records = list(packs.scan_pack(data))
+    except ValueError as e:
+        return problems + [f"pack {pack_id}: {e}"]
+    for offset, oid, kind, flags, raw_len, stored in records:
+        entry = listed.pop(offset, None)
+        if entry is None or entry[:3] != (oid, kind, flags) or entry[5:] != (raw_len, len(stored)):
+            problems.append(f"pack {pack_id}: record at offset {offset} does not match the index")
+            continue
+        try:
+            raw = zd.decompress(stored, max_output_size=raw_len) if flags & FLAG_ZSTD else stored
+        except zstandard.ZstdError:
+            raw = b""
+        if len(raw) != raw_len or object_id(kind, raw) != oid:
+            problems.append(f"{KIND_NAMES.get(kind, kind)} {oid.hex()} in pack {pack_id} at offset "
+                            f"{offset}: content does not match its id (corrupt)")
+    for offset, entry in sorted(listed.items()):
+        problems.append(f"pack {pack_id}: the index lists {entry[0].hex()} at offset {offset}, the pack has no such record")
+    return problems
+
+
+def _check_reachable(objects: ObjectStore, root_ids: list[bytes]) -> list[str]:
+    problems = []
+    try:
+        mark(objects, root_ids, problems)
+    except StoreError as e:
+        problems.append(str(e))
+    return problems
+
+
+def mark(objects: ObjectStore, root_ids: list[bytes], problems: list | None = None) -> set[bytes]:
+    """Every id reachable from the roots. With `problems`, records what is missing or broken and
+    goes on; without, raises at the first."""
+    seen: set[bytes] = set()
+    todo = [(rid, TREE, "root") for rid in root_ids]
+    while todo:
+        oid, kind, where = todo.pop()
+        if oid in seen:
+            continue
+        seen.add(oid)
+        try:
+            if kind == BLOB:
+                if oid not in objects.index:
+                    raise MissingObject(f"blob {oid.hex()} is not in the store")
+                continue
+            data = objects.get(oid, kind)
+            if kind == TREE:
+                for e in decode_tree(data):
+                    name = os.fsdecode(e.name)
+                    path = f"{where}/{name}" if where != "root" else name
+                    if e.type == DIR:
+                        todo.append((e.oid, TREE, path))
+                    elif e.type in (FILE, EXEC):
+                        todo.append((e.oid, CHUNKS if e.chunked else BLOB, path))
+            else:
+                chunks = decode_chunks(data)
+                todo += [(cid, BLOB, where) for cid, _ in chunks]
+        except (CorruptObject, MissingObject) as e:
+            if problems is None:
+                raise
+            problems.append(f"{where}: {e}")
+    return seen
+
+
+def gc(objects: ObjectStore, keep_root_ids: list[bytes], progress=None) -> int:
+    """Drop every object no kept root reaches; returns the bytes freed. New packs holding the
+    survivors of partly-live packs are sealed before any old pack is removed."""
+    objects.flush()
+    live = mark(objects, keep_root_ids)      # raises if a kept root is damaged: delete nothing then
+    before = _store_bytes(objects)
+    pack_ids = sorted(objects.pack_entries)
+    doomed, writer = [], None
+    for n, pack_id in enumerate(pack_ids, 1):
+        entries = objects.pack_entries[pack_id]
+        keep = [e for e in entries if e[0] in live and objects.index[e[0]][0] == pack_id]
+        if len(keep) < len(entries):
+            doomed.append(pack_id)
+            for oid, *_ in keep:
+                objects.get(oid)                   # re-verify before copying
+                loc, stored = objects.read_record(oid)
+                if writer is None:
+                    writer = packs.PackWriter(objects.tmp_dir, objects.packs_dir)
+                writer.add(oid, loc[2], loc[3], loc[4], stored)
+                if writer.size >= packs.SEAL_AT:
+                    objects.add_pack(*writer.seal())
+                    writer = None
+        if progress:
+            progress(n, len(pack_ids))
+    if writer is not None:
+        objects.add_pack(*writer.seal())
+    for pack_id in doomed:
+        objects.forget_pack(pack_id)
+        for ext in (".idx", ".pack"):
+            try:
+                os.unlink(packs.pack_path(objects.packs_dir, pack_id, ext))
+            except FileNotFoundError:
+                pass
+    _drop_leftovers(objects)
+    return before - _store_bytes(objects)
+
+
+def _drop_leftovers(objects: ObjectStore) -> None:
+    """Packs that never got an index (a writer crashed between the renames) and temp files."""
+    for name in os.listdir(objects.tmp_dir):
+        os.unlink(os.path.join(objects.tmp_dir, name))
+    for sub in os.listdir(objects.packs_dir):
+        d = os.path.join(objects.packs_dir, sub)
+        for name in os.listdir(d):
+            if name.endswith(".pack") and name[:-5] not in objects.pack_entries:
+                os.unlink(os.path.join(d, name))
+
+
+def _store_bytes(objects: ObjectStore) -> int:
+    total = 0
+    for sub in os.listdir(objects.packs_dir):
+        d = os.path.join(objects.packs_dir, sub)
+        total += sum(os.stat(os.path.join(d, name)).st_size for name in os.listdir(d))
+    return total

@@ -1,0 +1,126 @@
+"""The public face of the snapshot store: snapshot, diff, read, restore, fsck, gc.
+
+Everything here speaks tree ids as hex strings; the store knows nothing about steps.
+"""
+
+import os
+import time
+
+from . import maintenance
+from .capture import Capture, Snapshot
+from .diff import Change, diff_trees, read_tree
+from .encoding import DIR, SYMLINK, decode_chunks
+from .filter import Filter
+from .ids import BLOB, CHUNKS
+from .objects import ObjectStore, StoreError
+from .restore import RestorePlan, apply_plan, make_plan
+from .statcache import StatCache
+
+
+class Store:
+    def __init__(self, path):
+        """Open (creating the layout if missing) the store at `path`, e.g. `.envgit/objects`."""
+        self.objects = ObjectStore(path)
+
+    def close(self) -> None:
+        self.objects.close()
+
+    # -- capture --------------------------------------------------------------------------
+    def snapshot(self, root, flt: Filter | None = None, cache: StatCache | None = None,
+                 watcher=None) -> Snapshot:
+        """Store the directory `root` as it is now; returns its tree id and what was left out.
+        With `cache`, unchanged files are not re-read (and the cache is saved if it has a path
+        and `cache.autosave`); with `watcher`, only directories with events are re-listed."""
+        started = time.perf_counter()
+        flt = flt or Filter()
+        cache = cache if cache is not None else StatCache()
+        if cache.filter_key != flt.key():    # memos hold left-out lists made by another filter
+            cache.trees.clear()
+            cache.filter_key = flt.key()
+        must_list = watcher.must_list() if watcher is not None else None
+        objects = self.objects
+        written = objects.written_objects, objects.written_bytes
+        capture = Capture(objects, flt, cache, must_list)
+        try:
+            tree_id = capture.root_tree(root)
+            objects.flush()
+        except BaseException:
+            objects.abort()
+            raise
+        if cache.autosave:
+            cache.save()
+        stats = dict(capture.stats, objects_written=objects.written_objects - written[0],
+                     bytes_written=objects.written_bytes - written[1], watcher=must_list is not None)
+        return Snapshot(tree_id.hex(), capture.left_out, (time.perf_counter() - started) * 1000, stats)
+
+    # -- reading --------------------------------------------------------------------------
+    def diff(self, tree_a: str | None, tree_b: str | None) -> list[Change]:
+        """Changes from tree_a to tree_b (None: the empty directory)."""
+        return diff_trees(self.objects, _raw(tree_a), _raw(tree_b))
+
+    def diff_worktree(self, tree_a: str | None, root, flt: Filter | None = None,
+                      cache: StatCache | None = None, watcher=None) -> list[Change]:
+        """Changes from tree_a to the directory as it is now (by snapshotting it)."""
+        return self.diff(tree_a, self.snapshot(root, flt, cache, watcher).tree_id)
+
+    def read_file(self, tree_id: str, path: bytes) -> bytes:
+        """The content of the file at `path` ("/"-separated bytes) in the tree; for a symlink,
+        its target. FileNotFoundError / IsADirectoryError like the file system would say."""
+        entries = read_tree(self.objects, _raw(tree_id))
+        parts = path.strip(b"/").split(b"/")
+        for n, name in enumerate(parts):
+            entry = next((e for e in entries if e.name == name), None)
+            if entry is None or (n < len(parts) - 1 and entry.type != DIR):
+                raise FileNotFoundError(f"{os.fsdecode(path)}: not in tree {tree_id}")
+            if n < len(parts) - 1:
+                entries = read_tree(self.objects, entry.oid)
+        if entry.type == DIR:
+            raise IsADirectoryError(f"{os.fsdecode(path)}: a directory in tree {tree_id}")
+        if entry.type == SYMLINK:
+            return entry.target
+        if entry.chunked:
+            return b"".join(self.objects.get(cid, BLOB) for cid, _ in
+                            decode_chunks(self.objects.get(entry.oid, CHUNKS)))
+        return self.objects.get(entry.oid, BLOB)
+
+    def cat(self, object_id: str) -> bytes:
+        """One object's bytes (a blob's content; a tree's or chunk index's encoding), verified."""
+        return self.objects.get(bytes.fromhex(object_id))
+
+    # -- restore --------------------------------------------------------------------------
+    def plan_restore(self, root, tree_id: str, flt: Filter | None = None,
+                     paths: list[bytes] | None = None, cache: StatCache | None = None,
+                     watcher=None) -> RestorePlan:
+        """What restoring `tree_id` into `root` would write, delete and keep. It snapshots the
+        directory first (that snapshot's id is `plan.current_tree_id`: the undo point)."""
+        flt = flt or Filter()
+        current = self.snapshot(root, flt, cache, watcher)
+        plan = make_plan(self.objects, bytes.fromhex(current.tree_id), current.left_out,
+                         bytes.fromhex(tree_id), flt, paths)
+        plan.current_tree_id = current.tree_id
+        return plan
+
+    def restore(self, root, plan: RestorePlan) -> None:
+        """Apply a plan. Refuses (RestoreRefused, nothing changed) if an object it needs is
+        missing or corrupt. Idempotent: after a crash, running it again finishes the job."""
+        apply_plan(self.objects, root, plan)
+
+    # -- maintenance ----------------------------------------------------------------------
+    def fsck(self, root_ids: list[str]) -> list[str]:
+        """Every object re-hashed; every tree and chunk index reachable from the roots present
+        and well-formed. Returns the problems found (empty: all good)."""
+        return maintenance.fsck(self.objects, [bytes.fromhex(r) for r in root_ids])
+
+    def gc(self, keep_root_ids: list[str], progress=None) -> int:
+        """Drop what no kept root reaches; `progress(done_packs, total_packs)`. Returns bytes
+        freed. Needs the store to itself (no snapshot running)."""
+        return maintenance.gc(self.objects, [bytes.fromhex(r) for r in keep_root_ids], progress)
+
+
+def _raw(tree_id: str | None) -> bytes | None:
+    if tree_id is None:
+        return None
+    try:
+        return bytes.fromhex(tree_id)
+    except ValueError:
+        raise StoreError(f"{tree_id!r} is not a tree id") from None
