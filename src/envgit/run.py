@@ -6,16 +6,26 @@ it through the terminal's process group as it would without envgit; SIGTERM and 
 to this process are passed on to the command; the exit status is the command's own.
 """
 
-import json
+import _signal as signal   # the builtin: `signal` would import enum, ~3 ms per step
 import os
-import shutil
-import signal
 import sys
 import time
 
 from .daemon.client import DaemonError, connect
 from .paths import NoProject, find_project
 from .sandbox.seccomp import program
+
+
+SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal)
+                if n.startswith("SIG") and not n.startswith("SIG_") and n not in ("SIGIOT", "SIGPOLL", "SIGCLD")}
+
+
+def _which(name):
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
 
 
 def _fail(msg, code=2):
@@ -33,14 +43,14 @@ def run(argv: list[str]) -> int:
         project = find_project(cwd)
     except NoProject as e:
         return _fail(f"envgit: {e}")
-    bwrap = shutil.which("bwrap")
+    bwrap = _which("bwrap")
     if bwrap is None:
         return _fail("envgit: bubblewrap (bwrap) is not installed; run `envgit doctor` for the fix")
     try:
         conn = connect(project)
         reply = conn.request({"op": "begin", "argv": argv, "cwd": os.path.realpath(cwd),
                               "env": dict(os.environ), "pid": os.getpid(),
-                              "user": _user(), "session": os.environ.get("ENVGIT_SESSION"),
+                              "uid": os.getuid(), "session": os.environ.get("ENVGIT_SESSION"),
                               "tool_call_id": os.environ.get("ENVGIT_TOOL_CALL_ID")})
     except (DaemonError, OSError) as e:
         return _fail(f"envgit: {e}", 1)
@@ -54,7 +64,7 @@ def run(argv: list[str]) -> int:
     code, sig = _decode(status)
     try:
         conn.request({"op": "end", "step": step, "exit_code": code,
-                      "signal": signal.Signals(sig).name if sig else None, "duration_ms": ms})
+                      "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
     except (DaemonError, OSError) as e:
         print(f"envgit: step {step} could not be closed ({e}); it is recorded as interrupted",
               file=sys.stderr)
@@ -108,6 +118,7 @@ def _forward(info_r, box, signum):
     if "init" not in box:
         try:
             os.set_blocking(info_r, False)
+            import json        # only when a signal has to be forwarded
             box["init"] = json.loads(os.read(info_r, 65536) or b"{}").get("child-pid")
         except (OSError, ValueError):
             box["init"] = None
@@ -136,10 +147,3 @@ def _decode(status):
         return code, code - 128
     return code, 0
 
-
-def _user():
-    try:
-        import pwd
-        return pwd.getpwuid(os.getuid()).pw_name
-    except (KeyError, ImportError):
-        return str(os.getuid())

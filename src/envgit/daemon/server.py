@@ -1,6 +1,6 @@
 """The session daemon's server.
 
-Protocol: JSON lines over the unix socket `.envgit/daemon.sock` (mode 0600, in `.envgit/`,
+Protocol: frames (see client.py: length + marshal'd dict) over the unix socket `.envgit/daemon.sock` (mode 0600, in `.envgit/`,
 which no sandbox can see). A client keeps its connection open for the length of its step;
 a connection that closes with its step still open marks the step `interrupted`.
 
@@ -15,7 +15,6 @@ a connection that closes with its step still open marks the step `interrupted`.
 
 import asyncio
 import fcntl
-import json
 import os
 import secrets
 import shutil
@@ -29,6 +28,7 @@ from ..paths import Project
 from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
+from .client import MAX_FRAME, decode, encode
 from .repair import mark_interrupted
 
 IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
@@ -75,7 +75,7 @@ class Session:
             return {"error": f"{self.project.policy}: {e.strerror}", "exit": 2}
         session = msg.get("session") or self.id
         head = {"argv": argv, "cwd": cwd, "session": session, "pid": msg.get("pid"),
-                "user": msg.get("user", ""), "policy_sha256": pol.sha256,
+                "user": _user_name(msg.get("uid")), "policy_sha256": pol.sha256,
                 "tool_call_id": msg.get("tool_call_id")}
         verdict = decide_command(pol, argv)
         if verdict.action == "deny":
@@ -120,12 +120,17 @@ class Session:
         mine = set()
         try:
             while True:
-                line = await reader.readline()
-                if not line:
+                try:
+                    size = int.from_bytes(await reader.readexactly(4), "big")
+                    if size > MAX_FRAME:
+                        break
+                    body = await reader.readexactly(size)
+                except asyncio.IncompleteReadError:
                     break
                 self.last_activity = time.monotonic()
+                msg = {}
                 try:
-                    msg = json.loads(line)
+                    msg = decode(body)
                     reply = self.dispatch(msg)
                 except Exception as e:          # a bad message must not take the daemon down
                     reply = {"error": f"envgit daemon: {type(e).__name__}: {e}", "exit": 1}
@@ -133,7 +138,7 @@ class Session:
                     mine.add(reply["step"])
                 elif msg.get("op") == "end":
                     mine.discard(msg.get("step"))
-                writer.write(json.dumps(reply).encode() + b"\n")
+                writer.write(encode(reply))
                 await writer.drain()
                 if msg.get("op") == "stop":
                     self.stopping.set()
@@ -164,6 +169,14 @@ class Session:
             await asyncio.sleep(min(1.0, IDLE_S))
             if self.clients == 0 and not self.live and time.monotonic() - self.last_activity > IDLE_S:
                 self.stopping.set()
+
+
+def _user_name(uid):
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name if uid is not None else ""
+    except KeyError:
+        return str(uid)
 
 
 def mentioned(argv, masked, root, home):

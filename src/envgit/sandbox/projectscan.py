@@ -4,7 +4,8 @@ A directory's mtime changes whenever an entry is added, removed or renamed in it
 directory whose (inode, mtime) is unchanged since the last scan still holds the same names:
 only one lstat per directory is paid, never one per file (git's untracked cache works the
 same way). A directory modified less than RACY_NS before it was listed is listed again next
-time, since a change within the same timestamp granule would not move its mtime.
+time: the kernel stamps mtimes from a clock that may lag by a jiffy (at most 10 ms), so a
+change just after the listing could carry the same mtime. 50 ms covers that with margin.
 """
 
 import os
@@ -12,7 +13,7 @@ import time
 
 from ..policy.decide import _rx
 
-RACY_NS = 2_000_000_000
+RACY_NS = 50_000_000
 SKIP = {".envgit", ".git/objects"}
 
 
