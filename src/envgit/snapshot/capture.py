@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from . import chunker
 from .encoding import DIR, EXEC, FILE, SYMLINK, Entry, encode_chunks, encode_tree
-from .filter import Filter
+from .filter import STATE_DIR, Filter
 from .ids import BLOB, CHUNKS, TREE
 from .statcache import FLAG_CHUNKED, FLAG_RACY, RACY_SLACK_NS, DirMemo, StatCache
 
@@ -101,6 +101,8 @@ class Capture:
         for stamp, st in listing:
             name = stamp[0]
             path = prefix + name
+            if path == STATE_DIR:
+                continue           # envgit's own state: never content, not worth reporting
             mode = st.st_mode
             if stat.S_ISDIR(mode):
                 if len(stamp) == 3:

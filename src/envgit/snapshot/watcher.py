@@ -54,10 +54,10 @@ class ChangeWatcher:
         self._drain()
         if self.full:
             self.full = False
-            self.dirty.clear()
             self.paths.clear()
             self._watch_tree(b"")
             self._drain_discarding()   # events from before the new watches: the full walk sees them
+            self.dirty.clear()
             return None
         out = set()
         for rel in self.dirty:
