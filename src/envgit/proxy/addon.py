@@ -7,7 +7,7 @@ Event order for one client connection:
   tls_clienthello     tunnelled hosts: passed through untouched (no TLS termination)
   requestheaders      plain-HTTP proxy requests: the step from Proxy-Authorization
   request             the whole (decoded) request -> decide_request: deny / ask / allow
-  server_connect(ed)  ENVGIT_RESOLVE names and DNS answers (judged by judge_address)
+  server_connect      ENVGIT_RESOLVE names and DNS answers (judged by judge_address)
   responseheaders     the response is streamed, counted on the way
   response / error    the request's record
   client_disconnected the tunnel's record (bytes counted at the socket)
@@ -17,10 +17,9 @@ is left off: it would start streaming a chunked body upstream mid-way, before a 
 seen it); responses are streamed.
 """
 
-import asyncio
 import base64
 import binascii
-import hmac
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -73,12 +72,24 @@ def as_request(flow: http.HTTPFlow, conn: Conn | None) -> network.Request:
     if r.authority:                          # absolute-form target or HTTP/2 :authority
         headers[":authority"] = r.authority
     body, err = _decoded_body(r)
+    # Inside a tunnel mitmproxy sends every request to the tunnel's server, whatever the
+    # request names (that is checked against it by the policy); r.host would be the
+    # address the gate connected to.
+    host, port = conn.connect if conn and conn.connect else (r.host, r.port)
     return network.Request(
-        scheme=r.scheme, host=r.host, port=r.port, method=r.method, path=r.path.partition("?")[0],
+        scheme=r.scheme, host=host, port=port, method=r.method, path=r.path.partition("?")[0],
         query=r.path.partition("?")[2], headers=headers, body=body, body_error=err,
         connect_host=conn.connect[0] if conn and conn.connect else None,
         connect_port=conn.connect[1] if conn and conn.connect else None,
         sni=flow.client_conn.sni)
+
+
+def _frame_body(r: http.Request) -> None:
+    # An HTTP/2 request body has no Content-Length of its own; mitmproxy (12.3.1) sends it to
+    # an HTTP/1 server unframed, and the server reads an empty body (seen with git push).
+    if r.raw_content and "content-length" not in r.headers and \
+            "chunked" not in r.headers.get("transfer-encoding", "").lower():
+        r.headers["content-length"] = str(len(r.raw_content))
 
 
 def _denial_text(flow, d: network.Decision) -> str:
@@ -167,12 +178,6 @@ class EnvgitAddon:
     async def server_connect(self, data):
         await self.gate.route(data.server)
 
-    def server_connected(self, data):
-        self.gate.unroute(data.server)
-
-    def server_connect_error(self, data):
-        self.gate.unroute(data.server)
-
     # --- requests ------------------------------------------------------------------------
 
     def requestheaders(self, flow: http.HTTPFlow):
@@ -199,20 +204,20 @@ class EnvgitAddon:
         started = time.time()
         req = as_request(flow, self.conns.get(flow.client_conn.id))
         d = network.decide_request(self.gate.policy(), req)
-        rec = self._record(flow, d, started_at=started)
+        rec = self._record(flow, d, started_at=started, host=req.host, port=req.port)
         flow.metadata["envgit.record"] = rec
         if d.action == "ask":
             question = self._question(step, flow, d)
             answer, who, how, at = await self.gate.ask_once(step, question, d)
             rec.update(answer=answer, answered_by=who, answered_how=how, answered_at=at)
-            if answer != "allow":
-                d = network.Decision("deny", d.rule, f"{d.reason}; not approved ({how})",
-                                     irreversible=True, kind=d.kind, hint=d.hint)
+            d = dataclasses.replace(d, action="allow") if answer == "allow" else dataclasses.replace(
+                d, action="deny", reason=f"{d.reason}; not approved ({how})")
         if d.action != "allow":
             flow.response = deny_response(flow, d)
             flow.metadata["envgit.answered"] = True
         else:
             rec["irreversible"] = d.irreversible
+            _frame_body(flow.request)
         rec["bytes_up"] = len(flow.request.raw_content or b"")
 
     def _question(self, step, flow, d) -> dict:

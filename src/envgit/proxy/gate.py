@@ -90,7 +90,6 @@ class Gate:
         self._answers: dict[tuple, tuple] = {}            # effect -> (answer, who, how, at)
         self._asking: dict[tuple, asyncio.Future] = {}
         self._counters: dict[tuple, Counted] = {}
-        self._routes: dict[str, tuple[str, int]] = {}     # server id -> the name it was for
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
@@ -155,10 +154,16 @@ class Gate:
     async def stop(self) -> None:
         for srv in self._servers:
             srv.close()
+        # Closing the client sockets lets mitmproxy wind each connection down itself
+        # (cancelling its task would leave its timeout watchdog pending).
+        for counted in list(self._counters.values()):
+            counted._writer.close()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=2)
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
+            await asyncio.wait(self._tasks, timeout=2)
         self._servers.clear()
         self.socket_path.unlink(missing_ok=True)
         if self.master is not None:
@@ -272,11 +277,4 @@ class Gate:
                 return
         if server.sni is None:
             server.sni = name                     # verify the certificate for the name
-        self._routes[server.id] = (name, port)
         server.address = (addr, port)
-
-    def unroute(self, server) -> None:
-        # Back to the name: mitmproxy takes a tunnel's request host from server.address,
-        # and the policy judges names.
-        if server.id in self._routes:
-            server.address = self._routes.pop(server.id)
