@@ -306,3 +306,14 @@ def test_schema_rejects_unknown_preset_rule(tmp_path):
     f.write_text("version: 1\nirreversible:\n  - rule: preset:default/npm-publish\n    action: ask\n")
     assert load_policy(f).irreversible == [{"rule": "preset:default/npm-publish", "action": "ask"}]
     assert "git-push" in PRESET_NAMES
+
+
+def test_resolved_address_of_an_allowed_name():
+    from envgit.policy.network import judge_address
+    p = pol(allow=["*.example.test", "db.corp.test"])
+    assert judge_address(p, "a.example.test", 443, "93.184.216.34").action == "allow"
+    assert judge_address(p, "a.example.test", 443, "10.1.2.3").action == "allow"      # a company network
+    for addr in ["127.0.0.1", "169.254.169.254", "::1", "fe80::1", "::ffff:127.0.0.1", "0.0.0.0"]:
+        d = judge_address(p, "a.example.test", 443, addr)
+        assert (d.action, d.rule) == ("deny", "builtin:resolved-address"), addr
+    assert judge_address(pol(allow=["db.corp.test"]), "db.corp.test", 443, "127.0.0.1").action == "allow"
