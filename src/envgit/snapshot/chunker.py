@@ -11,7 +11,7 @@ import os
 MIN = 512 << 10
 MAX = 8 << 20
 PATTERN_LEN = 19
-_READ = 32 << 20
+_READ = 8 << 20      # = MAX: buffers stay small enough for malloc to reuse (no fresh page faults)
 
 
 # PROJECTION[b] is "0" or "1" for each byte value b (random bits, drawn once; part of the format:

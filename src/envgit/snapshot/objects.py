@@ -2,6 +2,8 @@
 
 import json
 import os
+import queue
+import threading
 
 import zstandard
 
@@ -12,6 +14,9 @@ from .packs import FLAG_ZSTD, RECORD, Location, StoreFull
 FORMAT_VERSION = 1
 _TINY = 64            # below this zstd cannot save 5%: store raw without trying
 _MIN_SAVING = 0.95    # keep the compressed form only if it is at most 95% of the raw size
+_SAMPLE = 64 << 10    # a big object whose first 64 KiB do not compress is stored raw untried
+_BATCH_BYTES = 1 << 20
+_BATCH_COUNT = 256
 
 
 class StoreError(Exception):
@@ -36,11 +41,17 @@ class ObjectStore:
         self.pack_entries: dict[str, list[tuple]] = {}   # pack id -> its index entries
         self.index_problems: list[str] = []
         self._load_indexes()
-        self._writer: packs.PackWriter | None = None
         self._fds: dict[str, int] = {}
-        self._zc = zstandard.ZstdCompressor(level=3, write_checksum=False, write_content_size=True)
         self._zd = zstandard.ZstdDecompressor()
+        self._zc = zstandard.ZstdCompressor(level=3, write_checksum=False, write_content_size=True)  # pack thread only
         self.written_objects = self.written_bytes = 0   # counters for a snapshot's stats
+        # Writing: the caller hashes (it needs the id at once); a background thread compresses,
+        # appends and seals, so disk and zstd time overlap with reading and chunking. The
+        # thread takes batches in order, so records land in the order they were put.
+        self._pending: set[bytes] = set()      # put but not yet known sealed (main thread only)
+        self._batch: list[tuple] = []
+        self._batch_bytes = 0
+        self._thread: _PackThread | None = None
 
     # -- layout ---------------------------------------------------------------------------
     def _check_config(self) -> None:
@@ -85,49 +96,66 @@ class ObjectStore:
 
     # -- writing --------------------------------------------------------------------------
     def has(self, oid: bytes) -> bool:
-        return oid in self.index or (self._writer is not None and oid in self._writer.pending)
+        return oid in self.index or oid in self._pending
 
     def put(self, kind: int, data, oid: bytes | None = None) -> bytes:
-        """Store `data` as an object of `kind` (no-op if present); returns its id."""
+        """Store `data` as an object of `kind` (no-op if present); returns its id. The object is
+        durable and readable after flush()."""
         if oid is None:
             oid = object_id(kind, data)
-        if self.has(oid):
+        if oid in self.index or oid in self._pending:
             return oid
-        stored, flags = data, 0
-        if len(data) >= _TINY:
-            packed = self._zc.compress(data)
-            if len(packed) <= len(data) * _MIN_SAVING:
-                stored, flags = packed, FLAG_ZSTD
-        if self._writer is None:
-            self._writer = packs.PackWriter(self.tmp_dir, self.packs_dir)
-        try:
-            self._writer.add(oid, kind, flags, len(data), stored)
-        except OSError:
-            self._writer = None          # it removed its temporary file
-            raise
-        self.written_bytes += len(stored)
-        self.written_objects += 1
-        if self._writer.size >= packs.SEAL_AT:
-            self.flush()
+        self._pending.add(oid)
+        self._batch.append((oid, kind, data))
+        self._batch_bytes += len(data)
+        if self._batch_bytes >= _BATCH_BYTES or len(self._batch) >= _BATCH_COUNT:
+            self._send()
         return oid
 
+    def _send(self) -> None:
+        if self._thread is None:
+            self._thread = _PackThread(self)
+        self._thread.check()
+        self._thread.jobs.put(self._batch)
+        self._batch, self._batch_bytes = [], 0
+
     def flush(self) -> None:
-        """Seal the pack being written, if any: its objects become durable and readable."""
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            pack_id, entries = writer.seal()
-            self.add_pack(pack_id, entries)
+        """Seal what was put: its objects become durable and readable. Raises what writing met
+        (StoreFull for a full disk); the unsealed objects are then dropped."""
+        if self._batch:
+            self._send()
+        if self._thread is not None:
+            try:
+                self._thread.barrier(seal=True)
+            finally:
+                self._pending.clear()
 
     def abort(self) -> None:
-        """Drop the unsealed pack (after an error): its objects were never visible."""
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.abort()
+        """Drop what was put but not sealed (after an error): those objects were never visible."""
+        self._batch, self._batch_bytes = [], 0
+        if self._thread is not None:
+            try:
+                self._thread.barrier(seal=False)
+            except Exception:
+                pass
+        self._pending.clear()
+
+    def stored_form(self, data) -> tuple[bytes, int]:
+        """(bytes to store, flags): compressed when that saves at least 5%."""
+        if len(data) < _TINY or (len(data) > 4 * _SAMPLE and not self._saves(data[:_SAMPLE])):
+            return data, 0
+        packed = self._zc.compress(data)
+        if len(packed) <= len(data) * _MIN_SAVING:
+            return packed, FLAG_ZSTD
+        return data, 0
+
+    def _saves(self, sample) -> bool:
+        return len(self._zc.compress(sample)) <= len(sample) * _MIN_SAVING
 
     # -- reading --------------------------------------------------------------------------
     def get(self, oid: bytes, kind: int | None = None) -> bytes:
         """The object's bytes, re-hashed; CorruptObject if they do not match the id."""
-        if self._writer is not None and oid in self._writer.pending:
+        if oid in self._pending:
             self.flush()
         loc = self.index.get(oid)
         if loc is None:
@@ -172,9 +200,90 @@ class ObjectStore:
 
     def close(self) -> None:
         self.flush()
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+class _PackThread:
+    """The one thread that appends to packs. Errors are kept and raised in the caller's thread."""
+
+    def __init__(self, objects: ObjectStore):
+        self.objects = objects
+        self.jobs: queue.Queue = queue.Queue(maxsize=16)    # bounded: at most ~16 MiB in flight
+        self.error: BaseException | None = None
+        self.writer: packs.PackWriter | None = None
+        self.thread = threading.Thread(target=self._run, name="envgit-packs", daemon=True)
+        self.thread.start()
+
+    def check(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def barrier(self, seal: bool) -> None:
+        """Wait until everything sent is written; then seal (or drop) the open pack."""
+        done = threading.Event()
+        self.jobs.put(("barrier", seal, done))
+        done.wait()
+        self.check()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            if isinstance(job, tuple):
+                _, seal, done = job
+                try:
+                    if seal and self.error is None:
+                        self._seal()
+                except BaseException as e:
+                    self.error = e
+                finally:
+                    self._drop()
+                    done.set()
+                continue
+            if self.error is not None:
+                continue                      # discard until the caller sees the error
+            try:
+                for oid, kind, data in job:
+                    self._append(oid, kind, data)
+            except BaseException as e:
+                self.error = e
+                self._drop()
+
+    def _append(self, oid: bytes, kind: int, data) -> None:
+        objects = self.objects
+        stored, flags = objects.stored_form(data)
+        if self.writer is None:
+            self.writer = packs.PackWriter(objects.tmp_dir, objects.packs_dir)
+        try:
+            self.writer.add(oid, kind, flags, len(data), stored)
+        except OSError:
+            self.writer = None                # it removed its temporary file
+            raise
+        objects.written_bytes += len(stored)
+        objects.written_objects += 1
+        if self.writer.size >= packs.SEAL_AT:
+            self._seal()
+
+    def _seal(self) -> None:
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            self.objects.add_pack(*writer.seal())
+
+    def _drop(self) -> None:
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.abort()
 
 
 __all__ = ["ObjectStore", "StoreError", "MissingObject", "CorruptObject", "StoreFull", "BLOB", "CHUNKS", "TREE"]

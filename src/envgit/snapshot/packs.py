@@ -88,14 +88,14 @@ class PackWriter:
             self._flush()
 
     def _flush(self) -> None:
-        data = b"".join(self.buffer)
-        self.buffer, self.buffered = [], 0
+        pieces, self.buffer, self.buffered = self.buffer, [], 0
         try:
-            _write_all(self.fd, data)
+            _write_pieces(self.fd, pieces)       # writev: no joining copy of big chunks
         except OSError as e:
             self.abort()
             raise _full(e) from e
-        self.hasher.update(data)
+        for piece in pieces:
+            self.hasher.update(piece)
 
     def seal(self) -> tuple[str, list[tuple]]:
         """Make the pack durable and visible; returns (pack id, index entries)."""
@@ -165,6 +165,16 @@ def _write_all(fd: int, data) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def _write_pieces(fd: int, pieces: list) -> None:
+    views = [memoryview(p) for p in pieces]
+    while views:
+        n = os.writev(fd, views[:1024])          # IOV_MAX
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if n:
+            views[0] = views[0][n:]
 
 
 def _full(e: OSError) -> OSError:
