@@ -36,6 +36,27 @@ def _porcelain(argv):
     s.add_argument("step", type=int)
     s.add_argument("--json", action="store_true")
 
+    s = sub.add_parser("diff", help="what changed between two steps, or a step and the working tree",
+                       usage="envgit diff [A] [B] [--stat] [--json] [-- PATH…]")
+    s.add_argument("a", nargs="?", type=int, help="a step (default: the last one)")
+    s.add_argument("b", nargs="?", type=int, help="a later step (default: the working tree)")
+    s.add_argument("--stat", action="store_true", help="names and sizes only")
+    s.set_defaults(paths=[])
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("rewind", help="bring the directory back to the snapshot after step N",
+                       usage="envgit rewind N [--yes] [--dry-run] [--json] [-- PATH…]")
+    s.add_argument("step", type=int)
+    s.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    s.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
+    s.set_defaults(paths=[])
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("gc", help="drop snapshots outside a retention rule, and unreachable objects")
+    s.add_argument("--keep-last", type=int, help="keep the snapshots of the last N steps")
+    s.add_argument("--keep-within", help="keep snapshots younger than this (e.g. 7d, 12h, 30m)")
+    s.add_argument("--json", action="store_true")
+
     s = sub.add_parser("doctor", help="what this machine is missing, with the fix for each")
     s.add_argument("--json", action="store_true")
 
@@ -54,7 +75,11 @@ def _porcelain(argv):
     dsub.add_parser("status")
     dsub.add_parser("stop")
 
-    args = p.parse_args(argv)
+    # `-- PATH…` (diff, rewind) is split off here: argparse mixes it up with subcommands.
+    paths = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if hasattr(args, "paths"):
+        args.paths = paths
     if not args.cmd:
         p.print_help()
         return 2

@@ -126,13 +126,32 @@ def cmd_fsck(args):
     project = find_project()
     j = _journal(project)
     problems = j.verify() if j else []
+    trees = live_trees(j) if j else []
+    if os.path.isdir(project.state_path("objects")):
+        from .snapshot import Store
+        problems += Store(project.state_path("objects")).fsck(trees)
     if args.json:
-        _out({"ok": not problems, "problems": problems})
+        _out({"ok": not problems, "problems": problems, "snapshots_checked": len(trees)})
     else:
         for p in problems:
             print(p)
-        print("fsck: ok" if not problems else f"fsck: {len(problems)} problem(s)")
+        print(f"fsck: ok ({len(trees)} snapshot(s), journal chain intact)" if not problems
+              else f"fsck: {len(problems)} problem(s)")
     return 1 if problems else 0
+
+
+def live_trees(j):
+    """Every tree the journal still refers to: snapshots, the baseline, rewind undo points."""
+    dropped = j.dropped_snapshots()
+    out = []
+    for s in j.steps():
+        if s.id in dropped:
+            continue
+        for t in ((s.snapshot or {}).get("tree"), (s.baseline or {}).get("tree"),
+                  (s.rewind or {}).get("undo_tree")):
+            if t and t not in out:
+                out.append(t)
+    return out
 
 
 # --- policy ------------------------------------------------------------------------------
@@ -187,4 +206,180 @@ def cmd_daemon(args):
         print(f"envgit: {e}", file=sys.stderr)
         return 1
     _out(conn.request({"op": args.daemon_cmd}))
+    return 0
+
+
+# --- diff --------------------------------------------------------------------------------
+
+def _step_tree(j, n):
+    s = j.step(n) if j else None
+    if s is None:
+        raise _Usage(f"no step {n}; `envgit log` lists them")
+    if not s.snapshot or not s.snapshot.get("tree"):
+        raise _Usage(f"step {n} has no snapshot")
+    return s.snapshot["tree"]
+
+
+class _Usage(Exception):
+    pass
+
+
+def _daemon(project, msg):
+    from .daemon.client import connect
+    reply = connect(project).request(msg)
+    if "error" in reply:
+        raise _Usage(reply["error"].removeprefix("envgit: "))
+    return reply
+
+
+def cmd_diff(args):
+    from .daemon.snapshots import display
+    from .snapshot import Store
+    project = find_project()
+    j = _journal(project)
+    try:
+        steps = j.steps() if j else []
+        done = [s for s in steps if s.snapshot and s.snapshot.get("tree")]
+        if args.a is None and not done:
+            raise _Usage("no snapshots yet: envgit run -- CMD takes one after every step")
+        a_name = f"step {args.a}" if args.a is not None else f"step {done[-1].id}"
+        a = _step_tree(j, args.a) if args.a is not None else done[-1].snapshot["tree"]
+        if args.b is not None:
+            b, b_name = _step_tree(j, args.b), f"step {args.b}"
+        else:
+            b, b_name = _daemon(project, {"op": "snapshot"})["tree"], "working tree"
+    except _Usage as e:
+        print(f"envgit: {e}", file=sys.stderr)
+        return 2
+    store = Store(project.state_path("objects"))
+    changes = store.diff(a, b)
+    if args.paths:
+        want = [p.rstrip("/") for p in args.paths]
+        changes = [c for c in changes if any(display(c.path) == w or display(c.path).startswith(w + "/")
+                                             for w in want)]
+    if args.json:
+        _out({"from": a_name, "to": b_name, "from_tree": a, "to_tree": b, "changes": [
+            {"path": display(c.path), "status": c.status, "old_size": c.old_size, "new_size": c.new_size,
+             "old_type": c.old_type, "new_type": c.new_type} for c in changes]})
+        return 0
+    files = [c for c in changes if (c.new_type or c.old_type) != "dir"]
+    print(f"# {a_name} -> {b_name}: {len(files)} file(s) changed")
+    for c in changes:
+        if (c.new_type or c.old_type) == "dir" and args.stat:
+            continue
+        mark = {"added": "A", "deleted": "D", "modified": "M", "type-changed": "T"}[c.status]
+        sizes = f"{c.old_size if c.old_size is not None else '-'} -> {c.new_size if c.new_size is not None else '-'}"
+        print(f"{mark}  {display(c.path)}  ({sizes} bytes)")
+        if not args.stat:
+            _unified(store, a, b, c)
+    return 0
+
+
+def _unified(store, a, b, c):
+    import difflib
+    from .daemon.snapshots import display
+    if "file" not in (c.old_type, c.new_type) and "exec" not in (c.old_type, c.new_type):
+        return
+    def text(tree, present):
+        if not present:
+            return []
+        data = store.read_file(tree, c.path)
+        if b"\0" in data[:8192] or len(data) > 1 << 20:
+            raise ValueError
+        return data.decode("utf-8").splitlines(keepends=True)
+    try:
+        old = text(a, c.old_type in ("file", "exec"))
+        new = text(b, c.new_type in ("file", "exec"))
+    except (ValueError, UnicodeDecodeError):
+        print("   (binary or large: contents not shown)")
+        return
+    name = display(c.path)
+    sys.stdout.writelines(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
+
+
+# --- rewind ------------------------------------------------------------------------------
+
+def cmd_rewind(args):
+    project = find_project()
+    msg = {"op": "rewind", "step": args.step, "paths": args.paths or None, "uid": os.getuid()}
+    try:
+        preview = _daemon(project, msg)
+    except _Usage as e:
+        print(f"envgit: {e}", file=sys.stderr)
+        return 2
+    if not args.json:
+        _print_preview(preview, args.step)
+    if args.dry_run:
+        if args.json:
+            _out(preview)
+        return 0
+    if not (preview["write"] or preview["delete"]):
+        if args.json:
+            _out(preview)
+        else:
+            print("nothing to change: the directory already is as it was after step "
+                  f"{args.step}")
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("envgit: not a terminal; pass --yes to rewind without asking", file=sys.stderr)
+            return 2
+        answer = input(f"rewind to step {args.step}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing changed")
+            return 1
+    try:
+        done = _daemon(project, {**msg, "apply": True})
+    except _Usage as e:
+        print(f"envgit: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        _out(done)
+        return 0
+    print(f"rewound to step {args.step}: {len(done['write'])} written, {len(done['delete'])} deleted "
+          f"(recorded as step {done['rewind_step']}; undo with `envgit rewind {done['rewind_step'] - 1}`)")
+    return 0
+
+
+def _print_preview(p, n):
+    def show(title, items, key="path"):
+        if not items:
+            return
+        print(f"{title} ({len(items)}):")
+        for i in items[:20]:
+            print(f"  {i[key]}")
+        if len(items) > 20:
+            print(f"  … and {len(items) - 20} more")
+    print(f"rewind to step {n} (tree {p['target_tree'][:12]}):")
+    show("write", p["write"])
+    show("delete", p["delete"])
+    show("keep (left out of snapshots, untouched)", p["keep"])
+    for w in p["warnings"]:
+        print(f"warning: {w}")
+
+
+# --- gc ----------------------------------------------------------------------------------
+
+def _duration_s(text):
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    if not text or text[-1] not in units or not text[:-1].isdigit():
+        raise _Usage(f"--keep-within {text!r}: write a number and a unit, e.g. 7d, 12h, 30m")
+    return int(text[:-1]) * units[text[-1]]
+
+
+def cmd_gc(args):
+    project = find_project()
+    try:
+        within = _duration_s(args.keep_within) if args.keep_within else None
+        print("gc: marking what kept steps reach, then repacking…", file=sys.stderr)
+        r = _daemon(project, {"op": "gc", "keep_last": args.keep_last, "keep_within_s": within})
+    except _Usage as e:
+        print(f"envgit: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        _out(r)
+    else:
+        for line in r.get("progress", []):
+            print(f"gc: {line}", file=sys.stderr)
+        print(f"gc: dropped the snapshots of {len(r['dropped'])} step(s), freed {r['freed']} bytes")
     return 0

@@ -1,22 +1,26 @@
 """Finding steps whose `envgit run` or daemon died (SIGKILL, power loss) and closing them as
-`interrupted`: never lost, never left half-written. Standard library only."""
+`interrupted`: never lost, never left half-written. An open rewind is not closed here but
+finished by the daemon (rewind.finish_interrupted), which has the store. Standard library only."""
 
 import fcntl
 import os
 
 
 def mark_interrupted(journal, reason) -> list[int]:
-    """Close every open step. Call only as the journal's single writer: the daemon at start,
-    or a command holding the daemon lock (so no daemon is running)."""
+    """Close every open step but rewinds. Call only as the journal's single writer: the
+    daemon at start, or a command holding the daemon lock (so no daemon is running)."""
     done = []
     for s in journal.open_steps():
+        if s.rewind:
+            continue
         journal.append(s.id, "interrupted", {"reason": reason})
         done.append(s.id)
     return done
 
 
 def repair_if_no_daemon(project) -> list[int]:
-    """What the CLI calls before reading: if no daemon holds the lock, close orphaned steps."""
+    """What the CLI calls before reading: if no daemon holds the lock, close orphaned steps;
+    if a rewind was left open, start the daemon, which finishes it."""
     from ..journal import Journal
     if not os.path.exists(project.journal):
         return []
@@ -27,8 +31,12 @@ def repair_if_no_daemon(project) -> list[int]:
             return []                   # a daemon is running: it owns the journal
         j = Journal(project.journal)
         try:
-            if not j.open_steps():
-                return []
-            return mark_interrupted(j, "no session daemon was running; the step's envgit run died")
+            open_steps = j.open_steps()
+            done = mark_interrupted(j, "no session daemon was running; the step's envgit run died")
+            rewinds = [s for s in open_steps if s.rewind]
         finally:
             j.close()
+    if rewinds:
+        from .client import connect
+        connect(project).request({"op": "status"})    # its start-up finishes the rewind
+    return done

@@ -8,9 +8,14 @@ a connection that closes with its step still open marks the step `interrupted`.
       -> {"step", "bwrap": [...], "env": {...}}      run it, then send `end`
       -> {"step", "refused": "message"}               a shell rule refused it (recorded)
       -> {"error": "message", "exit": 2}              bad policy or input (nothing recorded)
-  {"op": "end", "step", "exit_code", "signal", "duration_ms"}  -> {"ok": true, "marks": [...]}
+  {"op": "end", "step", "exit_code", "signal", "duration_ms"}
+      -> {"ok": true, "marks": [...], "snapshot": {...}}   after the snapshot is taken
+  {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
+  {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
+  {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
   {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
   {"op": "stop"}    -> {"ok": true}, then the daemon exits
+Snapshots run in a worker thread, so a long one never stalls the event loop (and the proxy).
 """
 
 import asyncio
@@ -28,8 +33,10 @@ from ..paths import Project
 from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
+from . import rewind
 from .client import MAX_FRAME, decode, encode
 from .repair import mark_interrupted
+from .snapshots import Snapshotter
 
 IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
 
@@ -46,6 +53,8 @@ class Session:
         self._policy = None
         self._policy_key = None
         self.stopping = asyncio.Event()
+        self.snapshotter = Snapshotter(project)
+        self.last_tree = _last_tree(self.journal)
 
     # The policy is re-read whenever the file changes, so an edit applies to the next step.
     def policy(self):
@@ -85,6 +94,10 @@ class Session:
             self.journal.append(step, "end", {"exit_code": 126, "signal": None, "duration_ms": 0,
                                               "marks": ["refused"], "refused_by": verdict.rule})
             return {"step": step, "refused": text}
+        if self.last_tree is None:      # step 1: remember what the directory was before it
+            base = self.snapshotter.take(pol, None)
+            head["baseline"] = {"tree": base["tree"], "ms": base["ms"]}
+            self.last_tree = base["tree"]
         step = self.journal.begin_step(head)
         try:
             spec = build(pol, self.project.root, cwd, argv, msg.get("env") or {},
@@ -94,24 +107,92 @@ class Session:
             self.journal.append(step, "interrupted", {"reason": f"sandbox set-up failed: {e}"})
             return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 2}
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
-                           "home": spec.env.get("HOME", "")}
+                           "home": spec.env.get("HOME", ""), "policy": pol}
         return {"step": step, "bwrap": spec.argv, "env": spec.env}
 
-    def end(self, msg):
+    async def end(self, msg):
         step = msg.get("step")
-        info = self.live.pop(step, None)
+        info = self.live.get(step)
         if info is None:
             return {"error": f"step {step} is not running", "exit": 2}
+        summary = await self._snapshot(info["policy"])
+        del self.live[step]
         denied = mentioned(info["argv"], info["masked"], self.project.root, info["home"])
         marks = ["denied-read"] if denied else []
         self.journal.append(step, "end", {
             "exit_code": msg.get("exit_code"), "signal": msg.get("signal"),
-            "duration_ms": msg.get("duration_ms"), "marks": marks, "denied_paths": denied})
-        return {"ok": True, "marks": marks}
+            "duration_ms": msg.get("duration_ms"), "marks": marks, "denied_paths": denied,
+            "snapshot": summary})
+        return {"ok": True, "marks": marks, "snapshot": summary}
 
-    def interrupted(self, step, reason):
+    async def _snapshot(self, pol):
+        """The snapshot after a step; None (and a mark) if the store cannot take it."""
+        try:
+            summary = await asyncio.to_thread(self.snapshotter.take, pol, self.last_tree)
+        except OSError as e:            # disk full, permissions: the step is still recorded
+            return {"error": f"snapshot failed: {e}"}
+        self.last_tree = summary["tree"]
+        return summary
+
+    async def interrupted(self, step, reason):
+        info = self.live.get(step)
+        if info is None:
+            return
+        summary = await self._snapshot(info["policy"])
         if self.live.pop(step, None) is not None:
-            self.journal.append(step, "interrupted", {"reason": reason})
+            self.journal.append(step, "interrupted", {"reason": reason, "snapshot": summary})
+
+    async def rewind(self, msg):
+        try:
+            if msg.get("apply"):
+                out = await asyncio.to_thread(rewind.apply, self, int(msg["step"]), msg.get("paths"),
+                                              _user_name(msg.get("uid")))
+                self.last_tree = out["snapshot"]["tree"]
+                return out
+            _, preview = await asyncio.to_thread(rewind.plan, self, int(msg["step"]), msg.get("paths"))
+            return preview
+        except (rewind.RewindError, PolicyError) as e:
+            return {"error": f"envgit: {e}", "exit": 2}
+
+    async def snapshot_now(self, msg):
+        """The working tree as a tree id, for `envgit diff`; not recorded on any step."""
+        try:
+            summary = await asyncio.to_thread(self.snapshotter.take, self.policy(), None)
+        except (OSError, PolicyError) as e:
+            return {"error": f"envgit: snapshot failed: {e}", "exit": 1}
+        return {"tree": summary["tree"]}
+
+    async def gc(self, msg):
+        """Drop the snapshots outside the retention rule, then every object nothing kept reaches."""
+        if self.live:
+            return {"error": f"envgit: step {min(self.live)} is running; gc when no step runs", "exit": 2}
+        steps = self.journal.steps()
+        dropped_before = self.journal.dropped_snapshots()
+        with_tree = [s for s in steps if s.snapshot and s.snapshot.get("tree") and s.id not in dropped_before]
+        keep = {s.id for s in with_tree}
+        last, within = msg.get("keep_last"), msg.get("keep_within_s")
+        if last is not None or within is not None:
+            keep = {with_tree[-1].id} if with_tree else set()
+            if last:
+                keep |= {s.id for s in with_tree[-last:]}
+            if within is not None:
+                cutoff = time.time_ns() - int(within * 1e9)
+                keep |= {s.id for s in with_tree if s.started_ns >= cutoff}
+        drop = [s.id for s in with_tree if s.id not in keep]
+        roots = {t for s in steps if s.id in keep or s.id not in {x.id for x in with_tree}
+                 if s.id not in dropped_before and s.id not in drop
+                 for t in ((s.snapshot or {}).get("tree"), (s.baseline or {}).get("tree"),
+                           (s.rewind or {}).get("undo_tree")) if t}
+        if self.last_tree:
+            roots.add(self.last_tree)
+        progress = []
+
+        def run():
+            with self.snapshotter.lock:
+                return self.snapshotter.store.gc(sorted(roots), lambda d, n: progress.append(f"pack {d}/{n}"))
+        freed = await asyncio.to_thread(run)
+        self.journal.append(0, "gc", {"dropped": drop, "freed": freed, "kept": sorted(keep)})
+        return {"dropped": drop, "freed": freed, "kept": sorted(keep), "progress": progress}
 
     # --- serving ------------------------------------------------------------------------
 
@@ -131,7 +212,7 @@ class Session:
                 msg = {}
                 try:
                     msg = decode(body)
-                    reply = self.dispatch(msg)
+                    reply = await self.dispatch(msg)
                 except Exception as e:          # a bad message must not take the daemon down
                     reply = {"error": f"envgit daemon: {type(e).__name__}: {e}", "exit": 1}
                 if msg.get("op") == "begin" and "step" in reply and "refused" not in reply:
@@ -146,17 +227,23 @@ class Session:
             pass
         finally:
             for step in mine:
-                self.interrupted(step, "envgit run exited before the step ended")
+                await self.interrupted(step, "envgit run exited before the step ended")
             self.clients -= 1
             self.last_activity = time.monotonic()
             writer.close()
 
-    def dispatch(self, msg):
+    async def dispatch(self, msg):
         op = msg.get("op")
         if op == "begin":
             return self.begin(msg)
         if op == "end":
-            return self.end(msg)
+            return await self.end(msg)
+        if op == "rewind":
+            return await self.rewind(msg)
+        if op == "snapshot":
+            return await self.snapshot_now(msg)
+        if op == "gc":
+            return await self.gc(msg)
         if op == "status":
             return {"pid": os.getpid(), "session": self.id, "live": sorted(self.live),
                     "version": __version__}
@@ -169,6 +256,11 @@ class Session:
             await asyncio.sleep(min(1.0, IDLE_S))
             if self.clients == 0 and not self.live and time.monotonic() - self.last_activity > IDLE_S:
                 self.stopping.set()
+
+
+def _last_tree(journal):
+    trees = [s.snapshot["tree"] for s in journal.steps() if s.snapshot and s.snapshot.get("tree")]
+    return trees[-1] if trees else None
 
 
 def _user_name(uid):
@@ -203,6 +295,10 @@ async def serve(project: Project):
     except OSError:
         return 0                         # another daemon serves this project
     sess = Session(project)
+    try:
+        rewind.finish_interrupted(sess)
+    except Exception as e:              # keep serving; `envgit fsck` and the log say what happened
+        print(f"envgit daemon: could not finish an interrupted rewind: {e}", flush=True)
     mark_interrupted(sess.journal, "the session daemon stopped before the step ended")
     try:
         os.unlink(project.socket)
@@ -224,8 +320,9 @@ async def serve(project: Project):
     except FileNotFoundError:
         pass
     for step in list(sess.live):
-        sess.interrupted(step, "the session daemon stopped before the step ended")
+        await sess.interrupted(step, "the session daemon stopped before the step ended")
     shutil.rmtree(project.state_path("sessions", sess.id), ignore_errors=True)
+    sess.snapshotter.close()
     sess.journal.close()
     return 0
 

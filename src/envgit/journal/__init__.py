@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -64,7 +65,9 @@ class Step:
     pid: int | None = None
     requests: list = field(default_factory=list)
     approvals: list = field(default_factory=list)
-    snapshot: dict | None = None
+    snapshot: dict | None = None        # the tree after the step and what changed (end entry)
+    baseline: dict | None = None        # the tree before step 1: what the first diff compares to
+    rewind: dict | None = None          # for a rewind step: its target and undo trees
     irreversible: list = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -81,13 +84,16 @@ def utc(ns: int) -> str:
 class Journal:
     def __init__(self, path: str, readonly: bool = False):
         self.path = path
+        self.lock = threading.RLock()
         if readonly:
             if not os.path.exists(path):
                 raise FileNotFoundError(path)
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10,
                                       isolation_level=None)
         else:
-            self.db = sqlite3.connect(path, timeout=10, isolation_level=None)
+            # The daemon's worker threads (rewind) write too: one connection, one lock.
+            self.db = sqlite3.connect(path, timeout=10, isolation_level=None,
+                                      check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
@@ -98,6 +104,10 @@ class Journal:
     # --- writing: one transaction per entry, so an entry is whole or absent ---------------
 
     def _append(self, step, kind, body, new_step=False) -> int:
+        with self.lock:
+            return self._append_locked(step, kind, body, new_step)
+
+    def _append_locked(self, step, kind, body, new_step) -> int:
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -120,12 +130,15 @@ class Journal:
         return self._append(None, "begin", body, new_step=True)
 
     def append(self, step: int, kind: str, body: dict):
+        """An entry on a step; step 0 holds the project's own entries (gc)."""
         self._append(step, kind, body)
 
     # --- reading ---------------------------------------------------------------------------
 
     def _rows(self, where="", args=()):
-        return self.db.execute(f"SELECT step, kind, at_ns, body FROM entries {where} ORDER BY seq", args)
+        with self.lock:
+            return self.db.execute(f"SELECT step, kind, at_ns, body FROM entries {where} ORDER BY seq",
+                                   args).fetchall()
 
     def steps(self, session: str | None = None) -> list[Step]:
         out: dict[int, Step] = {}
@@ -139,6 +152,13 @@ class Journal:
         for step, kind, at, body in self._rows("WHERE step = ?", (n,)):
             _fold(out, step, kind, at, json.loads(body))
         return out.get(n)
+
+    def dropped_snapshots(self) -> set[int]:
+        """Steps whose snapshot `envgit gc` dropped (project-level `gc` entries, step 0)."""
+        out = set()
+        for (body,) in self.db.execute("SELECT body FROM entries WHERE step = 0 AND kind = 'gc'"):
+            out.update(json.loads(body).get("dropped", []))
+        return out
 
     def open_steps(self) -> list[Step]:
         return [s for s in self.steps() if s.status == "running"]
@@ -165,7 +185,8 @@ class Journal:
 def _fold(out, step, kind, at, body):
     if kind == "begin":
         s = out[step] = Step(id=step, started_ns=at, started_at=utc(at))
-        for k in ("argv", "cwd", "session", "user", "policy_sha256", "tool_call_id", "pid", "marks"):
+        for k in ("argv", "cwd", "session", "user", "policy_sha256", "tool_call_id", "pid", "marks",
+                  "baseline", "rewind"):
             if k in body:
                 setattr(s, k, body[k])
         return
@@ -176,12 +197,14 @@ def _fold(out, step, kind, at, body):
         s.status = "done"
         s.exit_code, s.signal = body.get("exit_code"), body.get("signal")
         s.denied_paths = body.get("denied_paths", [])
+        s.snapshot = body.get("snapshot", s.snapshot)
         s.marks = s.marks + [m for m in body.get("marks", []) if m not in s.marks]
         _ended(s, at)
         if body.get("duration_ms") is not None:   # the command's own time, measured by the client
             s.duration_ms = body["duration_ms"]
     elif kind == "interrupted":
         s.status = "interrupted"
+        s.snapshot = body.get("snapshot", s.snapshot)
         s.marks = s.marks + ["interrupted"]
         _ended(s, at)
     elif kind == "request":
@@ -190,8 +213,6 @@ def _fold(out, step, kind, at, body):
             s.irreversible.append(body)
     elif kind == "approval":
         s.approvals.append(body)
-    elif kind == "snapshot":
-        s.snapshot = body
     elif kind == "mark":
         s.marks = s.marks + [m for m in body.get("marks", []) if m not in s.marks]
 

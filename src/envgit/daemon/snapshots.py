@@ -1,0 +1,96 @@
+"""The daemon's snapshotter: the store, the stat cache and the change watcher kept resident,
+so the snapshot after a step re-lists only the directories inotify saw change.
+
+It turns a snapshot into the summary the journal keeps on a step: the root tree id, what was
+added, modified and deleted since the previous step's tree, what was left out, and the cost.
+"""
+
+import os
+import threading
+import time
+
+from ..snapshot import ChangeWatcher, Filter, StatCache, Store
+
+MAX_PATHS = 200           # paths listed on a step; the counts are always complete
+SAVE_CACHE_EVERY_S = 30   # the stat cache is also saved when the daemon exits
+
+
+def display(path: bytes) -> str:
+    """A path as text for the journal and the terminal: undecodable bytes shown as \\xNN."""
+    return path.decode("utf-8", "backslashreplace")
+
+
+class Snapshotter:
+    def __init__(self, project):
+        self.root = project.root
+        self.store = Store(project.state_path("objects"))
+        self.cache = StatCache(project.state_path("statcache"), autosave=False)
+        self.lock = threading.Lock()
+        self._watcher = None
+        self._watch_key = None
+        self._saved_at = time.monotonic()
+
+    def filter(self, policy) -> Filter:
+        return Filter(exclude=policy.snapshot_exclude, max_file_size=policy.max_file_size)
+
+    def _watcher_for(self, flt):
+        if self._watch_key != flt.key():
+            if self._watcher is not None:
+                self._watcher.close()
+            try:
+                self._watcher = ChangeWatcher(self.root, flt)
+            except OSError:                 # no inotify (or out of watches): walk instead
+                self._watcher = None
+            self._watch_key = flt.key()
+        return self._watcher
+
+    def take(self, policy, prev_tree: str | None) -> dict:
+        """Snapshot the project now; the summary of its changes since `prev_tree`."""
+        flt = self.filter(policy)
+        with self.lock:
+            try:
+                snap = self.store.snapshot(self.root, flt, self.cache, self._watcher_for(flt))
+            except OSError as e:
+                if self._watcher is None:
+                    raise
+                self._watcher.close()       # a watcher gone wrong: fall back to a full walk
+                self._watcher, self._watch_key = None, None
+                snap = self.store.snapshot(self.root, flt, self.cache, None)
+            changes = self.store.diff(prev_tree, snap.tree_id) if prev_tree != snap.tree_id else []
+            if time.monotonic() - self._saved_at > SAVE_CACHE_EVERY_S:
+                self.save()
+        return summarize(snap, changes)
+
+    def save(self):
+        self.cache.save()
+        self._saved_at = time.monotonic()
+
+    def close(self):
+        with self.lock:
+            self.save()
+            if self._watcher is not None:
+                self._watcher.close()
+            self.store.close()
+
+
+def summarize(snap, changes) -> dict:
+    counts = {"added": 0, "modified": 0, "deleted": 0}
+    size_added = 0
+    files = [c for c in changes if (c.new_type or c.old_type) != "dir"]
+    for c in files:
+        status = "modified" if c.status == "type-changed" else c.status
+        counts[status] += 1
+        if c.new_size is not None and status != "deleted":
+            size_added += c.new_size
+    left = [{"path": display(p), "size": size, "reason": reason} for p, size, reason in snap.left_out]
+    return {
+        "tree": snap.tree_id,
+        **counts,
+        "bytes": size_added,
+        "paths": [{"path": display(c.path), "status": c.status} for c in files[:MAX_PATHS]],
+        "paths_truncated": len(files) > MAX_PATHS,
+        "dirs_changed": len(changes) - len(files),
+        "left_out": {"count": len(left), "bytes": sum(x["size"] for x in left), "paths": left[:MAX_PATHS]},
+        "ms": round(snap.ms, 3),
+        "stats": snap.stats,
+    }
