@@ -171,6 +171,10 @@ def test_l7_methods_and_paths():
     assert decide("GET", "https://api.example.com/v1/../v2/x", policy=p).action == "deny"
     assert decide("GET", "https://api.example.com/v1/x", policy=p,
                   headers={"x-http-method-override": "DELETE"}).action == "deny"
+    # a key without a port applies on whatever port the host is allowed on
+    p = pol(allow=["api.example.com:8443"], irreversible=[], l7={"api.example.com": {"methods": ["GET"]}})
+    assert needs_interception(p, "api.example.com", 8443)
+    assert decide("POST", "https://api.example.com:8443/v1/x", policy=p).rule == "network.l7[api.example.com]"
 
 
 # --- registries and forges -------------------------------------------------------------------

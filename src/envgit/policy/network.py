@@ -3,7 +3,8 @@ to be judged, and what happens to each request. No I/O: the proxy (envgit.proxy)
 `Request`, calls `decide_request`, and acts on the `Decision`.
 
 Host entries (`network.allow`, the keys of `network.l7`, `net.host` of a rule):
-  `host`         that host on the standard ports, 443 and 80 (plain HTTP gets the same rules)
+  `host`         in network.allow: that host on the standard ports, 443 and 80 (plain HTTP
+                 gets the same rules); as an l7 key or a rule's host: that host on any port
   `host:port`    that host on that port only
   `*.domain`     any name under domain (at any depth), not domain itself; `*.domain:port` too
 Names compare case-insensitively, a trailing dot ignored. IP literals (also the legacy forms
@@ -432,9 +433,10 @@ def rules_of(policy) -> tuple[Rule, ...]:
 
 
 def _l7_entry(policy, host, port):
+    # A key without a port applies on every port network.allow lets the host be reached on.
     host = norm_host(host)
-    exact = [k for k in policy.l7 if not split_entry(k)[0].startswith("*.") and entry_matches(k, host, port)]
-    wild = [k for k in policy.l7 if split_entry(k)[0].startswith("*.") and entry_matches(k, host, port)]
+    exact = [k for k in policy.l7 if not split_entry(k)[0].startswith("*.") and _rule_host(k, host, port)]
+    wild = [k for k in policy.l7 if split_entry(k)[0].startswith("*.") and _rule_host(k, host, port)]
     # The most specific entry: host:port before host before the longest wildcard.
     exact.sort(key=lambda k: split_entry(k)[1] is None)
     wild.sort(key=lambda k: -len(k))

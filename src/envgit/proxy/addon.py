@@ -7,7 +7,7 @@ Event order for one client connection:
   tls_clienthello     tunnelled hosts: passed through untouched (no TLS termination)
   requestheaders      plain-HTTP proxy requests: the step from Proxy-Authorization
   request             the whole (decoded) request -> decide_request: deny / ask / allow
-  server_connect      ENVGIT_RESOLVE names and DNS answers (judged by judge_address)
+  server_connect(ed)  ENVGIT_RESOLVE names and DNS answers (judged by judge_address)
   responseheaders     the response is streamed, counted on the way
   response / error    the request's record
   client_disconnected the tunnel's record (bytes counted at the socket)
@@ -177,6 +177,12 @@ class EnvgitAddon:
 
     async def server_connect(self, data):
         await self.gate.route(data.server)
+
+    def server_connected(self, data):
+        self.gate.unroute(data.server)
+
+    def server_connect_error(self, data):
+        self.gate.unroute(data.server)
 
     # --- requests ------------------------------------------------------------------------
 

@@ -90,6 +90,7 @@ class Gate:
         self._answers: dict[tuple, tuple] = {}            # effect -> (answer, who, how, at)
         self._asking: dict[tuple, asyncio.Future] = {}
         self._counters: dict[tuple, Counted] = {}
+        self._routes: dict[str, tuple] = {}                # server id -> (name, port)
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
@@ -134,7 +135,10 @@ class Gate:
             validate_inbound_headers=True,    # request smuggling (CL+TE, bad chunking)
             ssl_verify_upstream_trusted_ca=str(ca.upstream_bundle(self.state_dir, self.upstream_ca)),
             ssl_insecure=False,
-            http2=True,
+            # HTTP/1.1 towards clients of intercepted hosts: with an HTTP/2 client and an
+            # HTTP/1 server mitmproxy opens a new upstream connection for every request
+            # (measured: 4.3 ms instead of 0.3 ms each). Tunnelled hosts keep HTTP/2.
+            http2=False,
             websocket=True,
         )
         await self.master.running()           # tlsconfig makes or loads the CA here
@@ -277,4 +281,13 @@ class Gate:
                 return
         if server.sni is None:
             server.sni = name                     # verify the certificate for the name
+        self._routes[server.id] = server.address
         server.address = (addr, port)
+
+    def unroute(self, server) -> None:
+        """Once connected, the connection goes back to its name: mitmproxy reuses an upstream
+        connection only for a request to the same address, and requests name hosts. (The
+        setter refuses changes on an open connection, to keep its address meaning what it
+        connected to; here the name is what it connected *for*, which is what must match.)"""
+        if server.id in self._routes:
+            object.__setattr__(server, "address", self._routes.pop(server.id))
