@@ -57,10 +57,10 @@ class Capture:
         listing = self._list(dfd, rel)
         key = tuple(stamp for stamp, _ in listing)
         if memo is not None:
-            self._forget_vanished(rel, memo, listing)
             if memo.reusable and memo.key == key and self.objects.has(memo.tree_id):
                 self.left_out.extend(memo.left_out)
                 return memo.tree_id
+            self._forget_vanished(rel, memo, listing)
         return self._encode(dfd, rel, listing, key)
 
     def _list(self, dfd: int, rel: bytes) -> list:

@@ -17,6 +17,7 @@ _MIN_SAVING = 0.95    # keep the compressed form only if it is at most 95% of th
 _SAMPLE = 64 << 10    # a big object whose first 64 KiB do not compress is stored raw untried
 _BATCH_BYTES = 1 << 20
 _BATCH_COUNT = 256
+_THREAD_COMPRESSES = 256 << 10
 
 
 class StoreError(Exception):
@@ -43,7 +44,7 @@ class ObjectStore:
         self._load_indexes()
         self._fds: dict[str, int] = {}
         self._zd = zstandard.ZstdDecompressor()
-        self._zc = zstandard.ZstdCompressor(level=3, write_checksum=False, write_content_size=True)  # pack thread only
+        self._zc = _compressor()     # the caller's thread (small objects)
         self.written_objects = self.written_bytes = 0   # counters for a snapshot's stats
         # Writing: the caller hashes (it needs the id at once); a background thread compresses,
         # appends and seals, so disk and zstd time overlap with reading and chunking. The
@@ -106,7 +107,9 @@ class ObjectStore:
         if oid in self.index or oid in self._pending:
             return oid
         self._pending.add(oid)
-        self._batch.append((oid, kind, data))
+        # Small objects are compressed here: handing each to the thread costs more than zstd.
+        stored, flags = stored_form(self._zc, data) if len(data) < _THREAD_COMPRESSES else (data, None)
+        self._batch.append((oid, kind, len(data), stored, flags))
         self._batch_bytes += len(data)
         if self._batch_bytes >= _BATCH_BYTES or len(self._batch) >= _BATCH_COUNT:
             self._send()
@@ -139,18 +142,6 @@ class ObjectStore:
             except Exception:
                 pass
         self._pending.clear()
-
-    def stored_form(self, data) -> tuple[bytes, int]:
-        """(bytes to store, flags): compressed when that saves at least 5%."""
-        if len(data) < _TINY or (len(data) > 4 * _SAMPLE and not self._saves(data[:_SAMPLE])):
-            return data, 0
-        packed = self._zc.compress(data)
-        if len(packed) <= len(data) * _MIN_SAVING:
-            return packed, FLAG_ZSTD
-        return data, 0
-
-    def _saves(self, sample) -> bool:
-        return len(self._zc.compress(sample)) <= len(sample) * _MIN_SAVING
 
     # -- reading --------------------------------------------------------------------------
     def get(self, oid: bytes, kind: int | None = None) -> bytes:
@@ -208,6 +199,24 @@ class ObjectStore:
         self._fds.clear()
 
 
+def _compressor() -> zstandard.ZstdCompressor:
+    return zstandard.ZstdCompressor(level=3, write_checksum=False, write_content_size=True)
+
+
+def stored_form(zc: zstandard.ZstdCompressor, data) -> tuple[bytes, int]:
+    """(bytes to store, flags): compressed when that saves at least 5%."""
+    if len(data) < _TINY or (len(data) > 4 * _SAMPLE and not _saves(zc, data[:_SAMPLE])):
+        return data, 0
+    packed = zc.compress(data)
+    if len(packed) <= len(data) * _MIN_SAVING:
+        return packed, FLAG_ZSTD
+    return data, 0
+
+
+def _saves(zc, sample) -> bool:
+    return len(zc.compress(sample)) <= len(sample) * _MIN_SAVING
+
+
 class _PackThread:
     """The one thread that appends to packs. Errors are kept and raised in the caller's thread."""
 
@@ -216,6 +225,7 @@ class _PackThread:
         self.jobs: queue.Queue = queue.Queue(maxsize=16)    # bounded: at most ~16 MiB in flight
         self.error: BaseException | None = None
         self.writer: packs.PackWriter | None = None
+        self.zc = _compressor()
         self.thread = threading.Thread(target=self._run, name="envgit-packs", daemon=True)
         self.thread.start()
 
@@ -254,19 +264,20 @@ class _PackThread:
             if self.error is not None:
                 continue                      # discard until the caller sees the error
             try:
-                for oid, kind, data in job:
-                    self._append(oid, kind, data)
+                for item in job:
+                    self._append(*item)
             except BaseException as e:
                 self.error = e
                 self._drop()
 
-    def _append(self, oid: bytes, kind: int, data) -> None:
+    def _append(self, oid: bytes, kind: int, raw_len: int, stored, flags: int | None) -> None:
         objects = self.objects
-        stored, flags = objects.stored_form(data)
+        if flags is None:
+            stored, flags = stored_form(self.zc, stored)
         if self.writer is None:
             self.writer = packs.PackWriter(objects.tmp_dir, objects.packs_dir)
         try:
-            self.writer.add(oid, kind, flags, len(data), stored)
+            self.writer.add(oid, kind, flags, raw_len, stored)
         except OSError:
             self.writer = None                # it removed its temporary file
             raise

@@ -3,6 +3,7 @@
 Everything here speaks tree ids as hex strings; the store knows nothing about steps.
 """
 
+import gc
 import os
 import time
 
@@ -41,12 +42,19 @@ class Store:
         objects = self.objects
         written = objects.written_objects, objects.written_bytes
         capture = Capture(objects, flt, cache, must_list)
+        # The walk allocates a tuple per entry but builds no cycles; with a large cache in the
+        # heap, the cyclic collector's full passes would cost more than the walk itself.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             tree_id = capture.root_tree(root)
             objects.flush()
         except BaseException:
             objects.abort()
             raise
+        finally:
+            if collecting:
+                gc.enable()
         if cache.autosave:
             cache.save()
         stats = dict(capture.stats, objects_written=objects.written_objects - written[0],
