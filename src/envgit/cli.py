@@ -57,6 +57,15 @@ def _porcelain(argv):
     s.add_argument("--keep-within", help="keep snapshots younger than this (e.g. 7d, 12h, 30m)")
     s.add_argument("--json", action="store_true")
 
+    s = sub.add_parser("pending", help="questions waiting for a person (asks of running steps)")
+    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("approve", help="allow a pending request")
+    s.add_argument("id", type=int)
+    s.add_argument("--rule", action="store_true",
+                   help="allow what the same rule matches on that host for the rest of the step")
+    s = sub.add_parser("deny", help="deny a pending request")
+    s.add_argument("id", type=int)
+
     s = sub.add_parser("doctor", help="what this machine is missing, with the fix for each")
     s.add_argument("--json", action="store_true")
 

@@ -383,3 +383,53 @@ def cmd_gc(args):
             print(f"gc: {line}", file=sys.stderr)
         print(f"gc: dropped the snapshots of {len(r['dropped'])} step(s), freed {r['freed']} bytes")
     return 0
+
+
+# --- pending / approve / deny ------------------------------------------------------------
+
+def cmd_pending(args):
+    from .daemon.client import DaemonError, connect
+    project = find_project()
+    try:
+        asks = connect(project, start=False).request({"op": "pending"})["asks"]
+    except DaemonError:
+        asks = []                       # no daemon: nothing can be waiting
+    if args.json:
+        _out(asks)
+        return 0
+    if not asks:
+        print("nothing is waiting for an answer")
+    import time
+    for a in asks:
+        q = a["question"]
+        refs = " ".join(r.get("ref", "") for r in q.get("refs") or [])
+        print(f"{a['id']:>4}  step {a['step']}  {q['method']} {q['host']}{q['path']}  "
+              f"{q.get('kind') or ''} {refs}  rule {q.get('rule')}  "
+              f"waiting {time.time() - a['asked_at']:.0f}s")
+    return 0
+
+
+def _answer(args, answer):
+    from .daemon.client import DaemonError, connect
+    project = find_project()
+    try:
+        r = connect(project, start=False).request(
+            {"op": "answer", "id": args.id, "answer": answer, "uid": os.getuid(),
+             "how": "envgit " + ("approve --rule" if answer == "allow-rule" else
+                                 "approve" if answer == "allow" else "deny")})
+    except DaemonError:
+        print("envgit: no session daemon is running, so nothing is waiting", file=sys.stderr)
+        return 2
+    if "error" in r:
+        print(r["error"], file=sys.stderr)
+        return r.get("exit", 1)
+    print(f"question {args.id} of step {r['step']}: {answer}")
+    return 0
+
+
+def cmd_approve(args):
+    return _answer(args, "allow-rule" if args.rule else "allow")
+
+
+def cmd_deny(args):
+    return _answer(args, "deny")

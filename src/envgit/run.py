@@ -60,7 +60,9 @@ def run(argv: list[str]) -> int:
         print(reply["refused"], file=sys.stderr)
         return 126
     step = reply["step"]
-    status, ms = _spawn_and_wait(bwrap, reply["bwrap"], reply["env"])
+    term = Terminal()
+    conn.on_push = lambda frame: term.push(frame, conn)
+    status, ms = _spawn_and_wait(bwrap, reply["bwrap"], reply["env"], conn, term)
     code, sig = _decode(status)
     try:
         conn.request({"op": "end", "step": step, "exit_code": code,
@@ -74,7 +76,7 @@ def run(argv: list[str]) -> int:
     return code
 
 
-def _spawn_and_wait(bwrap, args, env):
+def _spawn_and_wait(bwrap, args, env, conn, term):
     prog = program()
     fds = []
     extra = []
@@ -105,12 +107,92 @@ def _spawn_and_wait(bwrap, args, env):
     pid_box["bwrap"] = pid
     for fd in fds:
         os.close(fd)
+    _wait(pid, conn, term)
     _, status = os.waitpid(pid, 0)
     ms = round((time.monotonic_ns() - t0) / 1e6, 3)
     for s, h in old.items():
         signal.signal(s, h)
     os.close(info_r)
     return status, ms
+
+
+def _wait(pid, conn, term):
+    """Until the command exits, serve what the daemon pushes (asks, notices) and the
+    person's answers typed at this terminal."""
+    import select
+    pidfd = os.pidfd_open(pid)
+    sock = conn.sock.fileno()
+    try:
+        while True:
+            watch = [pidfd] + ([sock] if sock is not None else []) + term.fds()
+            ready, _, _ = select.select(watch, [], [])
+            if sock in ready:
+                if not conn.fill():
+                    sock = None             # the daemon went away; the command goes on
+                while conn.has_frame():
+                    term.push(conn.read_frame(), conn)
+            if term.fds() and term.fds()[0] in ready:
+                term.typed(conn)
+            if pidfd in ready:
+                return
+    finally:
+        os.close(pidfd)
+        term.close()
+
+
+class Terminal:
+    """Questions from the gate, answered at this terminal when there is one."""
+
+    def __init__(self):
+        try:
+            self.tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+        except OSError:
+            self.tty = None
+        self.waiting = []          # asks not yet answered, the first one being prompted
+
+    def fds(self):
+        return [self.tty] if self.tty is not None and self.waiting else []
+
+    def say(self, text):
+        os.write(2, (text + "\n").encode())
+
+    def push(self, frame, conn):
+        kind = frame.get("push")
+        if kind == "notice":
+            self.say(frame["text"])
+        elif kind == "ask":
+            q = frame["question"]
+            refs = ", ".join(f"{r.get('ref')} {str(r.get('old', ''))[:7]}..{str(r.get('new', ''))[:7]}"
+                             for r in q.get("refs") or [])
+            what = q.get("kind") or "request"
+            self.say(f"envgit: step {q.get('step')} asks: {q['method']} {q['host']}{q['path']} "
+                     f"({what}{': ' + refs if refs else ''}) by rule {q.get('rule')}\n"
+                     f"  answer here, or from another terminal: envgit approve {frame['id']} / "
+                     f"envgit deny {frame['id']} (no answer in {frame.get('timeout') or 120:g} s denies)")
+            self.waiting.append(frame)
+            if self.tty is not None and len(self.waiting) == 1:
+                self._prompt()
+        elif kind == "asked":
+            was_first = self.waiting and self.waiting[0]["id"] == frame["id"]
+            self.waiting = [w for w in self.waiting if w["id"] != frame["id"]]
+            self.say(f"envgit: question {frame['id']}: {frame['answer']} ({frame.get('who')})")
+            if was_first and self.waiting and self.tty is not None:
+                self._prompt()
+
+    def _prompt(self):
+        os.write(self.tty, f"  allow once [y], allow this rule on this host for the step [r], "
+                           f"deny [N]? ".encode())
+
+    def typed(self, conn):
+        line = os.read(self.tty, 1024).decode(errors="replace").strip().lower()
+        answer = {"y": "allow", "yes": "allow", "r": "allow-rule"}.get(line, "deny")
+        ask = self.waiting[0]
+        conn.send({"op": "answer", "id": ask["id"], "answer": answer, "uid": os.getuid(),
+                   "how": "at the terminal of envgit run", "rid": -1})
+
+    def close(self):
+        if self.tty is not None:
+            os.close(self.tty)
 
 
 def _forward(info_r, box, signum):

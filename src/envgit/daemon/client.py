@@ -33,16 +33,44 @@ class DaemonError(Exception):
 
 
 class Conn:
+    """One connection. Frames with a "push" key (asks, notices) may arrive at any time while
+    a step runs; `request` hands them to `on_push` and returns the reply to its own request."""
+
     def __init__(self, sock):
         self.sock = sock
         self.buf = b""
+        self.on_push = None
+        self._rid = 0
 
     def request(self, obj) -> dict:
+        self._rid += 1
+        self.send({**obj, "rid": self._rid})
+        while True:
+            frame = self.read_frame()
+            if "push" in frame:
+                if self.on_push:
+                    self.on_push(frame)
+            elif frame.get("rid") == self._rid:
+                return frame          # (replies to answers sent meanwhile are skipped)
+
+    def send(self, obj):
         self.sock.sendall(encode(obj))
+
+    def read_frame(self) -> dict:
         size = int.from_bytes(self._read(4), "big")
         if size > MAX_FRAME:
             raise DaemonError(f"the session daemon sent a {size}-byte frame")
         return decode(self._read(size))
+
+    def has_frame(self) -> bool:
+        """A whole frame is already buffered (select() would not wake for it)."""
+        return len(self.buf) >= 4 and len(self.buf) >= 4 + int.from_bytes(self.buf[:4], "big")
+
+    def fill(self) -> bool:
+        """Read what the socket has (it is readable); False at end of stream."""
+        chunk = self.sock.recv(65536)
+        self.buf += chunk
+        return bool(chunk)
 
     def _read(self, n):
         while len(self.buf) < n:

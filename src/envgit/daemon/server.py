@@ -13,8 +13,15 @@ a connection that closes with its step still open marks the step `interrupted`.
   {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
+  {"op": "pending"} -> {"asks": [...]}: questions waiting for a person
+  {"op": "answer", "id", "answer": "allow"|"allow-rule"|"deny", "how"?, "uid"} -> {"ok"}
   {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
   {"op": "stop"}    -> {"ok": true}, then the daemon exits
+A request may carry "rid"; its reply then carries the same "rid". While a step runs, the
+daemon also pushes frames to that step's client, each with a "push" key:
+  {"push": "ask", "id", "question", "timeout"}   a request of the step waits for a person
+  {"push": "asked", "id", "answer", "who"}       that question was answered (or timed out)
+  {"push": "notice", "text"}                     a line for the step's stderr (a denial)
 Snapshots run in a worker thread, so a long one never stalls the event loop (and the proxy).
 """
 
@@ -26,11 +33,13 @@ import shutil
 import signal
 import sys
 import time
+from pathlib import Path
 
 from .. import __version__
 from ..journal import Journal
 from ..paths import Project
 from ..policy import PolicyError, decide_command, load_policy
+from ..sandbox.network import Net
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from . import rewind
@@ -55,6 +64,11 @@ class Session:
         self.stopping = asyncio.Event()
         self.snapshotter = Snapshotter(project)
         self.last_tree = _last_tree(self.journal)
+        self.gate = None               # the network gate, started by the first step needing it
+        self.gate_failed = False
+        self.certs_dir = None
+        self.asks: dict[int, dict] = {}
+        self._ask_ids = iter(range(1, 1 << 62))
 
     # The policy is re-read whenever the file changes, so an edit applies to the next step.
     def policy(self):
@@ -72,7 +86,7 @@ class Session:
 
     # --- operations ---------------------------------------------------------------------
 
-    def begin(self, msg):
+    async def begin(self, msg, conn=None):
         argv, cwd = msg.get("argv"), msg.get("cwd")
         if not argv or not isinstance(argv, list) or not cwd:
             return {"error": "envgit run needs a command: envgit run [--] CMD [ARGS…]", "exit": 2}
@@ -98,16 +112,25 @@ class Session:
             base = self.snapshotter.take(pol, None)
             head["baseline"] = {"tree": base["tree"], "ms": base["ms"]}
             self.last_tree = base["tree"]
+        if pol.network_allow and self.gate is None:
+            await start_gate(self)     # on the first step that may use the network
         step = self.journal.begin_step(head)
         try:
+            net = None
+            if pol.network_allow and self.gate is not None:
+                self.gate.ask_timeout = pol.ask_timeout
+                net = Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
             spec = build(pol, self.project.root, cwd, argv, msg.get("env") or {},
                          self.project.state, self.session_tmp(session), self.scan,
-                         {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session})
+                         {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session}, net)
         except Exception as e:          # never leave a begun step without an end
+            if self.gate is not None:
+                self.gate.close_step(step)
             self.journal.append(step, "interrupted", {"reason": f"sandbox set-up failed: {e}"})
             return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 2}
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
-                           "home": spec.env.get("HOME", ""), "policy": pol}
+                           "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
+                           "requests": []}
         return {"step": step, "bwrap": spec.argv, "env": spec.env}
 
     async def end(self, msg):
@@ -115,10 +138,12 @@ class Session:
         info = self.live.get(step)
         if info is None:
             return {"error": f"step {step} is not running", "exit": 2}
+        if self.gate is not None:
+            self.gate.close_step(step)
         summary = await self._snapshot(info["policy"])
         del self.live[step]
         denied = mentioned(info["argv"], info["masked"], self.project.root, info["home"])
-        marks = ["denied-read"] if denied else []
+        marks = (["denied-read"] if denied else []) + request_marks(info["requests"])
         self.journal.append(step, "end", {
             "exit_code": msg.get("exit_code"), "signal": msg.get("signal"),
             "duration_ms": msg.get("duration_ms"), "marks": marks, "denied_paths": denied,
@@ -138,9 +163,70 @@ class Session:
         info = self.live.get(step)
         if info is None:
             return
+        if self.gate is not None:
+            self.gate.close_step(step)
         summary = await self._snapshot(info["policy"])
         if self.live.pop(step, None) is not None:
             self.journal.append(step, "interrupted", {"reason": reason, "snapshot": summary})
+
+    # --- the gate's callbacks ----------------------------------------------------------
+
+    def record_request(self, step, rec):
+        """Every request of a step, on the step; a denial also told on the step's stderr."""
+        self.journal.append(step, "request", rec)
+        info = self.live.get(step)
+        if info is None:
+            return
+        info["requests"].append(rec)
+        if rec.get("decision") == "deny" or rec.get("answer") == "deny":
+            what = f" ({rec['kind']})" if rec.get("kind") else ""
+            self.push(info, {"push": "notice", "text": f"envgit: denied {rec['method']} "
+                             f"{rec['host']}{rec['path']}{what} by rule {rec['rule']}"})
+
+    def push(self, info, frame):
+        conn = info.get("conn")
+        if conn is not None and not conn.is_closing():
+            conn.write(encode(frame))
+
+    async def ask(self, step, question):
+        """Hold a request for a person: the step's terminal (via its client) or
+        `envgit approve` from another one. The gate applies the timeout."""
+        aid = next(self._ask_ids)
+        fut = asyncio.get_running_loop().create_future()
+        self.asks[aid] = {"id": aid, "step": step, "question": question, "future": fut,
+                          "asked_at": time.time()}
+        info = self.live.get(step, {})
+        self.push(info, {"push": "ask", "id": aid, "question": question,
+                         "timeout": self.gate.ask_timeout if self.gate else None})
+        try:
+            answer, who, how = await fut
+        except asyncio.CancelledError:              # timed out in the gate
+            self.journal.append(step, "approval", {"ask": aid, "question": question, "answer": "deny",
+                                                   "who": "timeout", "how": "no answer in time",
+                                                   "at": time.time()})
+            self.push(info, {"push": "asked", "id": aid, "answer": "deny", "who": "timeout"})
+            raise
+        finally:
+            self.asks.pop(aid, None)
+        self.journal.append(step, "approval", {"ask": aid, "question": question, "answer": answer,
+                                               "who": who, "how": how, "at": time.time()})
+        self.push(info, {"push": "asked", "id": aid, "answer": answer, "who": who})
+        return answer, who, how
+
+    def answer(self, msg):
+        a = self.asks.get(msg.get("id"))
+        if a is None:
+            return {"error": f"envgit: no pending question {msg.get('id')}; `envgit pending` lists them",
+                    "exit": 2}
+        answer = msg.get("answer")
+        if answer not in ("allow", "allow-rule", "deny"):
+            return {"error": "envgit: answer allow, allow-rule or deny", "exit": 2}
+        if not a["future"].done():
+            a["future"].set_result((answer, _user_name(msg.get("uid")), msg.get("how") or "envgit approve"))
+        return {"ok": True, "step": a["step"]}
+
+    def pending(self):
+        return {"asks": [{k: v for k, v in a.items() if k != "future"} for a in self.asks.values()]}
 
     async def rewind(self, msg):
         try:
@@ -212,13 +298,15 @@ class Session:
                 msg = {}
                 try:
                     msg = decode(body)
-                    reply = await self.dispatch(msg)
+                    reply = await self.dispatch(msg, writer)
                 except Exception as e:          # a bad message must not take the daemon down
                     reply = {"error": f"envgit daemon: {type(e).__name__}: {e}", "exit": 1}
                 if msg.get("op") == "begin" and "step" in reply and "refused" not in reply:
                     mine.add(reply["step"])
                 elif msg.get("op") == "end":
                     mine.discard(msg.get("step"))
+                if "rid" in msg:
+                    reply["rid"] = msg["rid"]
                 writer.write(encode(reply))
                 await writer.drain()
                 if msg.get("op") == "stop":
@@ -232,10 +320,14 @@ class Session:
             self.last_activity = time.monotonic()
             writer.close()
 
-    async def dispatch(self, msg):
+    async def dispatch(self, msg, conn=None):
         op = msg.get("op")
         if op == "begin":
-            return self.begin(msg)
+            return await self.begin(msg, conn)
+        if op == "pending":
+            return self.pending()
+        if op == "answer":
+            return self.answer(msg)
         if op == "end":
             return await self.end(msg)
         if op == "rewind":
@@ -256,6 +348,37 @@ class Session:
             await asyncio.sleep(min(1.0, IDLE_S))
             if self.clients == 0 and not self.live and time.monotonic() - self.last_activity > IDLE_S:
                 self.stopping.set()
+
+
+async def start_gate(sess):
+    """The proxy, started once per daemon, on the first step whose policy allows a host
+    (mitmproxy's import and start-up, ~0.7 s, are paid there, not per step). If it cannot
+    start, steps still run, with no network at all."""
+    if sess.gate_failed:
+        return
+    sess.gate_failed = True            # one try per daemon; a success clears it
+    try:
+        from ..proxy import Gate, resolve_from_env, upstream_ca_from_env
+        gate = Gate(sess.policy, Path(sess.project.state_path("net")), resolve_from_env(), sess.record_request,
+                    sess.ask, upstream_ca=upstream_ca_from_env())
+        await gate.start()
+        sess.certs_dir = gate.ca_bundle_dir()
+        sess.gate = gate
+        sess.gate_failed = False
+    except Exception as e:
+        print(f"envgit daemon: the network gate did not start ({type(e).__name__}: {e}); "
+              "steps run without network", flush=True)
+
+
+def request_marks(requests):
+    marks = []
+    if any(r.get("decision") == "deny" or r.get("answer") == "deny" for r in requests):
+        marks.append("denied-net")
+    if any(r.get("decision") == "ask" for r in requests):
+        marks.append("asked")
+    if any(r.get("irreversible") for r in requests):
+        marks.append("irreversible")
+    return marks
 
 
 def _last_tree(journal):
@@ -322,6 +445,8 @@ async def serve(project: Project):
     for step in list(sess.live):
         await sess.interrupted(step, "the session daemon stopped before the step ended")
     shutil.rmtree(project.state_path("sessions", sess.id), ignore_errors=True)
+    if sess.gate is not None:
+        await sess.gate.stop()
     sess.snapshotter.close()
     sess.journal.close()
     return 0

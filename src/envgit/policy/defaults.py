@@ -56,6 +56,8 @@ SECRET_NAME_GLOBS = ["*_TOKEN", "*_TOKEN_*", "*TOKEN", "*_SECRET", "*_SECRET_*",
 
 MAX_FILE_SIZE = 256 * 1024**2
 
+ASK_TIMEOUT_S = 120
+
 IRREVERSIBLE = [{"preset": "default"}]
 
 # Written by `envgit init`: the same defaults, spelled out and explained.

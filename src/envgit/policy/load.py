@@ -24,6 +24,7 @@ class Policy:
     env_set: dict[str, str]
     network_allow: list[str]
     l7: dict[str, dict]
+    ask_timeout: int
     irreversible: list[dict]
     shell: list[dict]
     max_file_size: int
@@ -94,6 +95,7 @@ def _merge(data, where, path, sha) -> Policy:
         env_set=given("env.set", env.get("set"), {}),
         network_allow=extend("network.allow", [], net.get("allow", [])),
         l7=given("network.l7", net.get("l7"), {}),
+        ask_timeout=given("network.ask_timeout", net.get("ask_timeout"), defaults.ASK_TIMEOUT_S),
         irreversible=given("irreversible", data.get("irreversible"), defaults.IRREVERSIBLE),
         shell=given("shell", data.get("shell"), []),
         max_file_size=given("snapshot.max_file_size", snap.get("max_file_size"), defaults.MAX_FILE_SIZE),
@@ -114,7 +116,7 @@ def render(pol: Policy) -> str:
         lines.append(f"{key}:")
         for i, v in enumerate(getattr(pol, attr)):
             lines.append(f"  - {v:<{width}} # {pol.where[f'{key}[{i}]']}")
-    for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("irreversible", "irreversible"),
+    for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("network.ask_timeout", "ask_timeout"), ("irreversible", "irreversible"),
                       ("shell", "shell"), ("snapshot.max_file_size", "max_file_size")]:
         lines.append(f"{key}: {json.dumps(getattr(pol, attr))}  # {pol.where[key]}")
     return "\n".join(lines) + "\n"

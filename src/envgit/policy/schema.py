@@ -191,6 +191,7 @@ SCHEMA = Map({
     }, doc="the sandbox's environment"),
     "network": Map({
         "allow": List(Str(check=check_host), doc="hosts reachable through the proxy"),
+        "ask_timeout": Int("seconds an `ask` waits for a person before it is a deny", minimum=1),
         "l7": Dict(Str(check=check_host), Map({
             "methods": List(Str(enum=METHODS)),
             "paths": List(Str()),

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from ..policy import resolve
 from ..policy.globs import has_magic
+from . import network
 from .environ import scrub
 from .projectscan import ProjectScan
 from .view import build_view
@@ -27,12 +28,17 @@ class Spec:
 
 
 def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
-          session_tmp: str, scan: ProjectScan, step_env: dict) -> Spec:
+          session_tmp: str, scan: ProjectScan, step_env: dict, net: network.Net | None = None) -> Spec:
+    """`net`: the gate to reach, or None for a step with no network at all."""
     home = os.path.normpath(host_env.get("HOME") or os.path.expanduser("~"))
     rules = resolve(policy, project, home)
     view = build_view(rules, state_dir, session_tmp, scan)
-    env = scrub(host_env, policy.env_pass, {**CACHE_ENV, **policy.env_set},
-                {"HOME": home, "TMPDIR": "/tmp", **step_env})
+    ours = {"HOME": home, "TMPDIR": "/tmp", **step_env}
+    if net is not None:
+        view.args += network.mounts(net)
+        ours.update(network.environment(net))
+        argv = network.wrap(argv)
+    env = scrub(host_env, policy.env_pass, {**CACHE_ENV, **policy.env_set}, ours)
     # As root bwrap keeps the capabilities of the new user namespace, and with them
     # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.
     caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []

@@ -1,0 +1,69 @@
+"""The sandbox's only way out: a bridge on 127.0.0.1:3128 inside the step's network namespace
+to the gate's unix socket outside, the proxy variables pointing at it, and the session CA
+trusted by every client that reads the usual places.
+
+The namespace has loopback only, so a program that ignores the proxy variables gets no
+network at all: the sandbox fails closed. Without `network.allow` there is no bridge either.
+"""
+
+from dataclasses import dataclass
+
+PORT = 3128
+SOCKET_INSIDE = "/run/envgit/proxy.sock"
+CERTS_INSIDE = "/etc/ssl/certs"
+BUNDLE_INSIDE = CERTS_INSIDE + "/ca-certificates.crt"
+
+# socat listens before the command starts (it is reparented to the sandbox's init by the
+# subshell, so a shell that `wait`s for its children does not wait for it); the loop reads
+# /proc/net/tcp with shell builtins until 127.0.0.1:3128 is in LISTEN state (bounded).
+BRIDGE = f"""\
+(socat TCP-LISTEN:{PORT},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=128 \
+UNIX-CONNECT:{SOCKET_INSIDE} </dev/null >/dev/null 2>&1 &)
+i=0
+while [ $i -lt 2000 ]; do
+  while read -r _ local _ state _; do
+    [ "$local" = 0100007F:0C38 ] && [ "$state" = 0A ] && exec "$@"
+  done </proc/net/tcp
+  i=$((i+1))
+done
+echo "envgit: the network bridge did not start (is socat installed? see envgit doctor)" >&2
+exit 125
+"""
+
+
+@dataclass
+class Net:
+    """What the daemon hands the sandbox for one step with network."""
+    socket: str            # the gate's unix socket (outside path)
+    certs_dir: str         # regenerated /etc/ssl/certs: system roots + the session CA
+    credential: str        # "user:password" naming this step to the gate
+
+
+def mounts(net: Net) -> list[str]:
+    return ["--dir", "/run/envgit", "--ro-bind", net.socket, SOCKET_INSIDE,
+            "--ro-bind", net.certs_dir, CERTS_INSIDE]
+
+
+def wrap(argv: list[str]) -> list[str]:
+    return ["/bin/sh", "-c", BRIDGE, "envgit-bridge", *argv]
+
+
+def environment(net: Net) -> dict[str, str]:
+    url = f"http://{net.credential}@127.0.0.1:{PORT}"
+    env = {}
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        env[name] = env[name.lower()] = url
+    env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+    # The CA table in shared/notes/wire.md: each client's own variable for the same bundle.
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+                 "PIP_CERT", "CARGO_HTTP_CAINFO", "NODE_EXTRA_CA_CERTS", "npm_config_cafile",
+                 "AWS_CA_BUNDLE"):
+        env[name] = BUNDLE_INSIDE
+    env["SSL_CERT_DIR"] = CERTS_INSIDE
+    env["UV_SYSTEM_CERTS"] = "1"
+    user, _, password = net.credential.partition(":")
+    env["JAVA_TOOL_OPTIONS"] = " ".join(
+        f"-D{scheme}.proxyHost=127.0.0.1 -D{scheme}.proxyPort={PORT} -D{scheme}.proxyUser={user} "
+        f"-D{scheme}.proxyPassword={password}" for scheme in ("http", "https")) + \
+        " -Dhttp.nonProxyHosts=localhost|127.0.0.1"
+    return env
