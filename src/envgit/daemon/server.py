@@ -8,8 +8,14 @@ a connection that closes with its step still open marks the step `interrupted`.
       -> {"step", "bwrap": [...], "env": {...}}      run it, then send `end`
       -> {"step", "refused": "message"}               a shell rule refused it (recorded)
       -> {"error": "message", "exit": 2}              bad policy or input (nothing recorded)
-  {"op": "end", "step", "exit_code", "signal", "duration_ms"}
+  {"op": "end", "step", "exit_code", "signal", "duration_ms", "marks"?, "extra"?}
       -> {"ok": true, "marks": [...], "snapshot": {...}}   after the snapshot is taken
+A step that is not a command (an MCP execution, an agent's file edit) is begun with
+"record_only": true (no sandbox is built; the caller did the work under the policy) and may
+carry events before its end:
+  {"op": "event", "step", "kind": "mcp-call"|"file-op"|"note", "body"}  -> {"ok": true}
+A long-lived sandboxed helper (the MCP REPL) gets its command line without being a step:
+  {"op": "spec", "argv", "cwd", "env", "session"?}  -> {"bwrap", "env"}
   {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
@@ -112,6 +118,11 @@ class Session:
             base = self.snapshotter.take(pol, None)
             head["baseline"] = {"tree": base["tree"], "ms": base["ms"]}
             self.last_tree = base["tree"]
+        if msg.get("record_only"):
+            step = self.journal.begin_step({**head, "marks": list(msg.get("marks") or [])})
+            self.live[step] = {"masked": [], "argv": argv, "home": "", "policy": pol, "conn": conn,
+                               "requests": []}
+            return {"step": step}
         if pol.network_allow and self.gate is None:
             await start_gate(self)     # on the first step that may use the network
         step = self.journal.begin_step(head)
@@ -144,10 +155,11 @@ class Session:
         del self.live[step]
         denied = mentioned(info["argv"], info["masked"], self.project.root, info["home"])
         marks = (["denied-read"] if denied else []) + request_marks(info["requests"])
+        marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
         self.journal.append(step, "end", {
             "exit_code": msg.get("exit_code"), "signal": msg.get("signal"),
             "duration_ms": msg.get("duration_ms"), "marks": marks, "denied_paths": denied,
-            "snapshot": summary})
+            "snapshot": summary, **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {})})
         return {"ok": True, "marks": marks, "snapshot": summary}
 
     async def _snapshot(self, pol):
@@ -168,6 +180,25 @@ class Session:
         summary = await self._snapshot(info["policy"])
         if self.live.pop(step, None) is not None:
             self.journal.append(step, "interrupted", {"reason": reason, "snapshot": summary})
+
+    def event(self, msg):
+        step, kind = msg.get("step"), msg.get("kind")
+        if step not in self.live:
+            return {"error": f"step {step} is not running", "exit": 2}
+        if kind not in ("mcp-call", "file-op", "note"):
+            return {"error": f"unknown event kind {kind!r}", "exit": 2}
+        self.journal.append(step, kind, msg.get("body") or {})
+        return {"ok": True}
+
+    def spec(self, msg):
+        try:
+            pol = self.policy()
+            sp = build(pol, self.project.root, msg["cwd"], msg["argv"], msg.get("env") or {},
+                       self.project.state, self.session_tmp(msg.get("session") or self.id), self.scan,
+                       {"ENVGIT_SESSION": msg.get("session") or self.id})
+        except (PolicyError, KeyError, OSError) as e:
+            return {"error": f"envgit: {e}", "exit": 2}
+        return {"bwrap": sp.argv, "env": sp.env}
 
     # --- the gate's callbacks ----------------------------------------------------------
 
@@ -326,6 +357,10 @@ class Session:
             return await self.begin(msg, conn)
         if op == "pending":
             return self.pending()
+        if op == "event":
+            return self.event(msg)
+        if op == "spec":
+            return self.spec(msg)
         if op == "answer":
             return self.answer(msg)
         if op == "end":

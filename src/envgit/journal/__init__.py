@@ -69,6 +69,8 @@ class Step:
     baseline: dict | None = None        # the tree before step 1: what the first diff compares to
     rewind: dict | None = None          # for a rewind step: its target and undo trees
     irreversible: list = field(default_factory=list)
+    events: list = field(default_factory=list)   # mcp-call / file-op / note entries, in order
+    extra: dict = field(default_factory=dict)    # what a recorded step's caller added at its end
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -198,6 +200,7 @@ def _fold(out, step, kind, at, body):
         s.exit_code, s.signal = body.get("exit_code"), body.get("signal")
         s.denied_paths = body.get("denied_paths", [])
         s.snapshot = body.get("snapshot", s.snapshot)
+        s.extra = body.get("extra", s.extra)
         s.marks = s.marks + [m for m in body.get("marks", []) if m not in s.marks]
         _ended(s, at)
         if body.get("duration_ms") is not None:   # the command's own time, measured by the client
@@ -213,6 +216,8 @@ def _fold(out, step, kind, at, body):
             s.irreversible.append(body)
     elif kind == "approval":
         s.approvals.append(body)
+    elif kind in ("mcp-call", "file-op", "note"):
+        s.events.append({"kind": kind, **body})
     elif kind == "mark":
         s.marks = s.marks + [m for m in body.get("marks", []) if m not in s.marks]
 
