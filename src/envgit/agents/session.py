@@ -1,0 +1,64 @@
+"""What every adapter needs: the project, one envgit session id per agent session, the
+`envgit` executable the agent's commands are routed through, and the agent's binary."""
+
+import os
+import secrets
+import shutil
+import sys
+import time
+
+from ..paths import NoProject, find_project
+
+
+class AgentError(Exception):
+    """A reason the agent cannot be started, worded for the person at the terminal."""
+
+
+def project_here():
+    try:
+        return find_project(os.getcwd())
+    except NoProject as e:
+        raise AgentError(str(e)) from None
+
+
+def new_session(agent: str) -> str:
+    """`codex-20261202-175601-3fa2`: sortable, and says which agent the steps came from."""
+    return f"{agent}-" + time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def session_dir(project, session: str) -> str:
+    """Where an adapter keeps its generated files (settings, overlays). Under .envgit/, so
+    nothing in a sandbox can read or change them."""
+    d = project.state_path("agents", session)
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    return d
+
+
+def envgit_exe() -> str:
+    """The `envgit` next to this Python (the venv's), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "envgit")
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("envgit")
+    if not found:
+        raise AgentError("cannot find the `envgit` executable to route the agent's commands through")
+    return found
+
+
+def agent_binary(name: str, env_var: str, package: str) -> str:
+    """The agent's executable: $ENVGIT_<AGENT>_BIN, else `name` on PATH."""
+    explicit = os.environ.get(env_var)
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise AgentError(f"{env_var}={explicit} is not an executable")
+        return explicit
+    found = shutil.which(name)
+    if not found:
+        raise AgentError(f"`{name}` is not on PATH: install it with `npm install -g {package}` "
+                         f"(or point {env_var} at it)")
+    return found
+
+
+def announce(agent: str, session: str, how: str):
+    print(f"envgit: {agent} session {session} ({how}); its steps: envgit log --session {session}",
+          file=sys.stderr)

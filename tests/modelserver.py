@@ -1,0 +1,267 @@
+"""A scripted model server on 127.0.0.1: it replays a list of tool calls to a real agent.
+
+    script = [Call("Bash", {"command": "echo hi"}), Call("Write", {...}), Say("done")]
+    with ModelServer(script) as m:
+        m.url                          # http://127.0.0.1:PORT (Anthropic) / m.url + "/v1" (OpenAI)
+        m.results()                    # [(call id, tool name, result text), ...] as the agent sent them back
+        m.calls                        # [(call id, tool name, input), ...] as they were sent
+
+Two wire formats, chosen by path:
+  POST /v1/messages     Anthropic Messages API (SSE with `tool_use` blocks, or JSON if stream is false)
+  POST /v1/responses    OpenAI Responses API (SSE with `function_call` items)
+
+Agents make side requests (titles, summaries, quota probes): a request is the agent's main
+loop only when it offers the tool the script calls next (or, once the script is spent, any
+tool). Side requests get a short text answer and do not advance the script.
+"""
+
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Call:
+    """The model calls `tool` with `input`. `offered` names other spellings of the tool that
+    count as offering it (Codex may offer `shell_command` or `exec_command`)."""
+    tool: str
+    input: dict
+    offered: tuple = ()
+    id: str = ""
+
+
+@dataclass
+class Say:
+    text: str
+
+
+@dataclass
+class Logged:
+    path: str
+    body: dict
+    main: bool
+    answered: list = field(default_factory=list)
+
+
+def _tool_names(body: dict) -> set[str]:
+    names = set()
+    for t in body.get("tools") or []:
+        names.add(t.get("name") or (t.get("function") or {}).get("name") or t.get("type", ""))
+    return names
+
+
+class ModelServer:
+    def __init__(self, script, final="done"):
+        self.script = list(script)
+        self.final = final
+        self.pos = 0
+        self.calls: list[tuple[str, str, dict]] = []
+        self.log: list[Logged] = []
+        self.lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    # --- what the tests read -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def results(self) -> list[tuple[str, str, str]]:
+        """Every tool result the agent sent back, in order, once per call id."""
+        names = {cid: name for cid, name, _ in self.calls}
+        seen, out = set(), []
+        for entry in self.log:
+            for cid, text in _tool_results(entry.body):
+                if cid in names and cid not in seen:
+                    seen.add(cid)
+                    out.append((cid, names[cid], text))
+        return out
+
+    def result_of(self, call_id: str) -> str | None:
+        return next((t for cid, _, t in self.results() if cid == call_id), None)
+
+    def main_requests(self) -> list[Logged]:
+        return [e for e in self.log if e.main]
+
+    # --- the script ----------------------------------------------------------------------
+
+    def _next(self, body: dict):
+        """(is this the main loop, the item to answer with)."""
+        offered = _tool_names(body)
+        with self.lock:
+            if self.pos < len(self.script):
+                item = self.script[self.pos]
+                wanted = {item.tool, *item.offered} if isinstance(item, Call) else None
+                if wanted is None or wanted & offered:
+                    self.pos += 1
+                    if isinstance(item, Call):
+                        name = item.tool if item.tool in offered else sorted(wanted & offered)[0]
+                        cid = item.id or f"call_envgit_{next(self._ids)}"
+                        self.calls.append((cid, name, item.input))
+                        return True, ("call", cid, name, item.input)
+                    return True, ("say", item.text)
+                return False, ("say", "ok")
+            return bool(offered), ("say", self.final)
+
+    # --- serving -------------------------------------------------------------------------
+
+    def __enter__(self):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                self._json(200, {"data": [], "object": "list"})
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {}
+                path = self.path.split("?")[0]
+                if path.endswith("/count_tokens"):
+                    return self._json(200, {"input_tokens": 1})
+                if not (path.endswith("/messages") or path.endswith("/responses")):
+                    return self._json(404, {"error": {"type": "not_found", "message": path}})
+                main, answer = outer._next(body)
+                outer.log.append(Logged(path, body, main, [answer]))
+                if path.endswith("/responses"):
+                    return self._sse(_responses_events(answer, body))
+                if body.get("stream"):
+                    return self._sse(_messages_events(answer, body))
+                return self._json(200, _message_json(answer, body))
+
+            def _json(self, status, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _sse(self, events):
+                data = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# --- tool results as the agents send them back ------------------------------------------
+
+def _text_of(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_text_of(c.get("text", c.get("content", ""))) if isinstance(c, dict) else str(c)
+                       for c in content)
+    return "" if content is None else str(content)
+
+
+def _tool_results(body: dict):
+    for m in body.get("messages") or []:                         # Anthropic
+        for c in m.get("content") or [] if isinstance(m.get("content"), list) else []:
+            if c.get("type") == "tool_result":
+                yield c.get("tool_use_id"), _text_of(c.get("content"))
+    for item in body.get("input") or [] if isinstance(body.get("input"), list) else []:   # OpenAI
+        if item.get("type") in ("function_call_output", "custom_tool_call_output"):
+            yield item.get("call_id"), _text_of(item.get("output"))
+
+
+# --- Anthropic Messages API --------------------------------------------------------------
+
+def _message_json(answer, body):
+    content, stop = _anthropic_content(answer)
+    return {"id": "msg_envgit", "type": "message", "role": "assistant",
+            "model": body.get("model", "scripted"), "content": content, "stop_reason": stop,
+            "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}
+
+
+def _anthropic_content(answer):
+    if answer[0] == "call":
+        _, cid, name, inp = answer
+        return [{"type": "tool_use", "id": cid, "name": name, "input": inp}], "tool_use"
+    return [{"type": "text", "text": answer[1]}], "end_turn"
+
+
+def _messages_events(answer, body):
+    content, stop = _anthropic_content(answer)
+    msg = {**_message_json(answer, body), "content": [], "stop_reason": None}
+    ev = [{"type": "message_start", "message": msg}]
+    for i, block in enumerate(content):
+        if block["type"] == "tool_use":
+            ev.append({"type": "content_block_start", "index": i,
+                       "content_block": {**block, "input": {}}})
+            ev.append({"type": "content_block_delta", "index": i,
+                       "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}})
+        else:
+            ev.append({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
+            ev.append({"type": "content_block_delta", "index": i,
+                       "delta": {"type": "text_delta", "text": block["text"]}})
+        ev.append({"type": "content_block_stop", "index": i})
+    ev.append({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+               "usage": {"output_tokens": 1}})
+    ev.append({"type": "message_stop"})
+    return ev
+
+
+# --- OpenAI Responses API ----------------------------------------------------------------
+
+_USAGE = {"input_tokens": 1, "input_tokens_details": None, "output_tokens": 1,
+          "output_tokens_details": None, "total_tokens": 2}
+
+
+def _responses_events(answer, body):
+    rid = "resp_envgit"
+    if answer[0] == "call":
+        _, cid, name, inp = answer
+        if isinstance(inp, str):       # a freeform (custom) tool, e.g. Codex's apply_patch
+            item = {"type": "custom_tool_call", "id": "ctc_" + cid, "call_id": cid, "name": name,
+                    "input": inp, "status": "completed"}
+        else:
+            item = {"type": "function_call", "id": "fc_" + cid, "call_id": cid, "name": name,
+                    "arguments": json.dumps(inp)}
+    else:
+        item = {"type": "message", "role": "assistant", "id": "msg_envgit",
+                "content": [{"type": "output_text", "text": answer[1]}]}
+    return [{"type": "response.created", "response": {"id": rid}},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": {"id": rid, "usage": _USAGE}}]
+
+
+# --- pointing each agent at the server -------------------------------------------------
+
+# A model Codex 0.171 knows from its bundled catalog (so it offers apply_patch), with none of
+# the code-mode-only tool sets of the newer ones.
+CODEX_MODEL = "gpt-5.5"
+
+
+def codex_config(url: str) -> str:
+    """$CODEX_HOME/config.toml for a custom provider at `url` (Responses API, no auth)."""
+    return (f'model = "{CODEX_MODEL}"\nmodel_provider = "scripted"\n\n'
+            f'[model_providers.scripted]\nname = "scripted"\nbase_url = "{url}/v1"\n'
+            'wire_api = "responses"\nrequires_openai_auth = false\n')
