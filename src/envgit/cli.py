@@ -66,6 +66,13 @@ def _porcelain(argv):
     s = sub.add_parser("deny", help="deny a pending request")
     s.add_argument("id", type=int)
 
+    s = sub.add_parser("demo", help="a scripted agent against a local git remote: push denied, "
+                       "history destroyed, rewind recovers it (about 10 s, no API key)")
+    s.add_argument("--keep", metavar="DIR", help="build the demo in DIR and leave it there to explore")
+    s.add_argument("--policy", metavar="FILE", help="run the demo under this envgit.yaml instead ({remote} in it stands for "
+                   "the demo remote's host:port)")
+    s.add_argument("--json", action="store_true", help="one JSON record per step, then the result")
+
     s = sub.add_parser("doctor", help="what this machine is missing, with the fix for each")
     s.add_argument("--json", action="store_true")
 

@@ -20,6 +20,13 @@ def _out(obj):
     print(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
+# --- demo --------------------------------------------------------------------------------
+
+def cmd_demo(args):
+    from .demo import main
+    return main(args)
+
+
 # --- init --------------------------------------------------------------------------------
 
 def cmd_init(args):
@@ -62,7 +69,7 @@ def _journal(project):
 
 def _short(argv, width=60):
     import shlex
-    text = shlex.join(argv)
+    text = " ".join(shlex.join(argv).split())      # one line, whatever the script held
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
