@@ -17,6 +17,9 @@ tool). Side requests get a short text answer and do not advance the script.
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -265,3 +268,55 @@ def codex_config(url: str) -> str:
     return (f'model = "{CODEX_MODEL}"\nmodel_provider = "scripted"\n\n'
             f'[model_providers.scripted]\nname = "scripted"\nbase_url = "{url}/v1"\n'
             'wire_api = "responses"\nrequires_openai_auth = false\n')
+
+
+def copilot_env(url: str) -> dict:
+    """Copilot CLI offline, with this server as its Anthropic-format provider."""
+    return {"COPILOT_OFFLINE": "true", "COPILOT_PROVIDER_TYPE": "anthropic",
+            "COPILOT_PROVIDER_BASE_URL": url, "COPILOT_PROVIDER_API_KEY": "scripted",
+            "COPILOT_MODEL": "claude-sonnet-4.5", "COPILOT_AUTO_UPDATE": "false"}
+
+
+def claude_env(url: str) -> dict:
+    """Claude Code with this server as its API (as root, skipping permissions needs IS_SANDBOX)."""
+    return {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "scripted", "IS_SANDBOX": "1",
+            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1"}
+
+
+# --- what the agent tests share ----------------------------------------------------------
+
+AGENT_CACHE = os.environ.get("ENVGIT_AGENTS_CACHE") or os.path.join(os.path.dirname(sys.executable),
+                                                                     "..", "agents-npm")
+
+
+def agent_bin(agent: str) -> str:
+    """The pinned agent's executable, installed from npm into AGENT_CACHE when absent; the
+    test is skipped (saying why) only when npm cannot install it."""
+    import pytest
+    from envgit.agents.install import PINNED, InstallError, install
+    try:
+        return install(os.path.abspath(AGENT_CACHE), [agent])[agent]
+    except InstallError as e:
+        pytest.skip(f"cannot install {PINNED[agent][0]}@{PINNED[agent][1]} from npm: {e}")
+
+
+def agent_command(envgit: str, agent: str) -> list[str]:
+    """`envgit AGENT` once the CLI has it; until then the same entry point through -m."""
+    helptext = subprocess.run([envgit, "--help"], capture_output=True, text=True).stdout
+    if f"\n    {agent} " in helptext:
+        return [envgit, agent]
+    return [sys.executable, "-m", "envgit.agents", agent]
+
+
+def clone_for_push(env, remote):
+    """Make env.root a clone of the HTTPS `remote`, with a policy that reaches it and the
+    default irreversible preset (git push denied at the request)."""
+    hostport = remote.url.split("/")[2]
+    subprocess.run(["git", "-c", f"http.curloptResolve={hostport}:127.0.0.1", "clone", "-q", remote.url,
+                    str(env.root)], check=True, capture_output=True,
+                   env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSL_CAINFO": str(remote.ca.cert_path)})
+    for k, v in (("user.email", "agent@example.test"), ("user.name", "agent")):
+        subprocess.run(["git", "-C", str(env.root), "config", k, v], check=True)
+    env.envgit("init", check=True)
+    env.write_policy(f'version: 1\nnetwork:\n  allow: ["{hostport}"]\nirreversible:\n  - preset: default\n')

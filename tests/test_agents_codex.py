@@ -3,37 +3,19 @@
 the model's tool calls must be a step of the one session, carrying the tool-call id."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 from conftest import CANARY, ENVGIT, Env, make_home
 from gitserver import GitServer
-from modelserver import Call, ModelServer, codex_config
-
-from envgit.agents.install import PINNED, InstallError, install
-
-AGENT_CACHE = os.environ.get("ENVGIT_AGENTS_CACHE") or os.path.join(os.path.dirname(sys.executable),
-                                                                     "..", "agents-npm")
+from modelserver import Call, ModelServer, agent_bin, agent_command, clone_for_push, codex_config
 
 
 @pytest.fixture(scope="session")
 def codex_bin():
-    try:
-        return install(os.path.abspath(AGENT_CACHE), ["codex"])["codex"]
-    except InstallError as e:
-        pytest.skip(f"cannot install {PINNED['codex'][0]}@{PINNED['codex'][1]} from npm: {e}")
-
-
-def agent_command(agent):
-    """`envgit AGENT` once the CLI has it; until then the same entry point through -m."""
-    helptext = subprocess.run([ENVGIT, "--help"], capture_output=True, text=True).stdout
-    if f"\n    {agent} " in helptext:
-        return [ENVGIT, agent]
-    return [sys.executable, "-m", "envgit.agents", agent]
+    return agent_bin("codex")
 
 
 def run_codex(env: Env, codex_bin, script, prompt="go", timeout=240):
@@ -42,7 +24,7 @@ def run_codex(env: Env, codex_bin, script, prompt="go", timeout=240):
     codex_home.mkdir(exist_ok=True)
     with ModelServer(script) as model:
         (codex_home / "config.toml").write_text(codex_config(model.url))
-        r = subprocess.run([*agent_command("codex"), "exec", "--skip-git-repo-check", prompt],
+        r = subprocess.run([*agent_command(ENVGIT, "codex"), "exec", "--skip-git-repo-check", prompt],
                            cwd=env.root, env={**env.env, "ENVGIT_CODEX_BIN": codex_bin},
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     return r, model
@@ -136,17 +118,9 @@ def remote(tmp_path):
 def pushproj(tmp_path, remote):
     """A clone of the local HTTPS remote, policy `preset: default` with the remote reachable."""
     home = make_home(tmp_path)
-    root = home / "app"
-    env = Env(home, root, {"ENVGIT_RESOLVE": remote.resolve, "ENVGIT_UPSTREAM_CA": str(remote.ca.cert_path)})
-    hostport = remote.url.split("/")[2]
-    subprocess.run(["git", "-c", f"http.curloptResolve={hostport}:127.0.0.1", "clone", "-q", remote.url,
-                    str(root)], check=True, capture_output=True,
-                   env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSL_CAINFO": str(remote.ca.cert_path)})
-    for k, v in (("user.email", "agent@example.test"), ("user.name", "agent")):
-        subprocess.run(["git", "-C", str(root), "config", k, v], check=True)
-    env.envgit("init", check=True)
-    env.write_policy(f"version: 1\nnetwork:\n  allow: [\"{hostport}\"]\n"
-                     "irreversible:\n  - preset: default\n")
+    env = Env(home, home / "app", {"ENVGIT_RESOLVE": remote.resolve,
+                                   "ENVGIT_UPSTREAM_CA": str(remote.ca.cert_path)})
+    clone_for_push(env, remote)
     yield env
     env.stop()
 

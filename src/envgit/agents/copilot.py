@@ -1,0 +1,58 @@
+"""`envgit copilot [copilot args…]`: GitHub Copilot CLI with its tool calls routed through
+envgit as far as its hooks allow. Recorded and routed, not enforced like codex and claude:
+Copilot has no seam that hands its tools to another program, so
+
+  bash          preToolUse rewrites the command (`modifiedArgs`) into `envgit run -- bash -c CMD`:
+                it runs in the sandbox as a step, under the network gate
+  view, create, edit, glob, grep
+                run inside Copilot's own process, unsandboxed; preToolUse refuses a path the
+                policy closes (a read deny, a write outside the project), and postToolUse
+                records each create/edit as a record-only step (a snapshot follows it)
+  anything else (MCP servers, web fetches of Copilot's own) is neither routed nor recorded.
+
+The hooks come as a plugin in a generated directory (`--plugin-dir`): the user's
+~/.copilot and the repository's .github/hooks are not touched.
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+from .session import AgentError, agent_binary, announce, new_session, project_here, session_dir
+
+
+def build_plugin(project, session: str) -> str:
+    d = os.path.join(session_dir(project, session), "copilot-plugin")
+    os.makedirs(d, exist_ok=True)
+    hook = [sys.executable, "-m", "envgit.agents.copilot_hook", "--project", project.root, "--session", session]
+
+    def cmd(event):
+        return shlex.join([*hook, event])
+    with open(os.path.join(d, "plugin.json"), "w") as f:
+        json.dump({"name": "envgit", "version": "0.1.0", "hooks": "hooks.json",
+                   "description": "every bash call an envgit step; edits recorded"}, f, indent=2)
+    with open(os.path.join(d, "hooks.json"), "w") as f:
+        json.dump({"version": 1, "hooks": {
+            "preToolUse": [{"type": "command", "bash": cmd("pre"), "timeoutSec": 30}],
+            "postToolUse": [{"type": "command", "bash": cmd("post"), "timeoutSec": 60}]}}, f, indent=2)
+    return d
+
+
+def launch(argv: list[str]) -> int:
+    try:
+        project = project_here()
+        copilot = agent_binary("copilot", "ENVGIT_COPILOT_BIN", "@github/copilot")
+    except AgentError as e:
+        print(f"envgit: {e}", file=sys.stderr)
+        return 2
+    session = new_session("copilot")
+    plugin = build_plugin(project, session)
+    announce("copilot", session, "recorded and routed through hooks, not enforced: "
+             "its file tools run in its own process")
+    try:
+        return subprocess.call([copilot, "--plugin-dir", plugin, *argv],
+                               env={**os.environ, "ENVGIT_SESSION": session})
+    except KeyboardInterrupt:
+        return 130
