@@ -1,0 +1,75 @@
+"""The README's command blocks, run: so the README cannot rot.
+
+- ```sh setup: `dev/run demo` is run (the set-up is idempotent, so this re-checks it and runs
+  the demo); `dev/run test` is this very suite, which CI runs through .ci/run.
+- ```sh: each line runs in order in a fresh project (in a home holding a canary key); a line
+  whose comment says "refused" must fail, every other line must succeed.
+- ```yaml: the example policy must load, and is used for the checks below it.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import CANARY, Env, make_home
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"```(\w+)(?: (\w+))?\n(.*?)```", README, re.S)
+
+
+def blocks(lang, tag=None):
+    return [body for l, t, body in BLOCKS if l == lang and (t or None) == tag]
+
+
+def commands(body):
+    for line in body.splitlines():
+        cmd, _, comment = line.partition("  #")
+        if cmd.strip():
+            yield cmd.strip(), comment
+
+
+def test_setup_block_names_the_two_commands():
+    (setup,) = blocks("sh", "setup")
+    cmds = [c for c, _ in commands(setup)]
+    assert cmds == ["dev/run demo", "dev/run test"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "dev/run test" in ci                        # CI runs the README's test command
+    r = subprocess.run(["bash", "dev/run", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "ok  rewind:" in r.stdout
+
+
+def test_usage_blocks_run(tmp_path):
+    home = make_home(tmp_path)
+    root = home / "proj"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    env = Env(home, root, {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    ran = 0
+    try:
+        for body in blocks("sh"):
+            for cmd, comment in commands(body):
+                r = subprocess.run(["bash", "-c", cmd], cwd=root, env=env.env, capture_output=True,
+                                   text=True, timeout=120)
+                ran += 1
+                assert CANARY not in r.stdout + r.stderr, cmd
+                if "refused" in comment:
+                    assert r.returncode != 0, cmd
+                else:
+                    assert r.returncode == 0, f"{cmd}\n{r.stdout}\n{r.stderr}"
+    finally:
+        env.stop()
+    assert ran >= 9
+
+
+def test_policy_example_loads(tmp_path):
+    (example,) = blocks("yaml")
+    (tmp_path / "envgit.yaml").write_text(example)
+    (tmp_path / ".envgit").mkdir()
+    r = subprocess.run([str(Path(sys.executable).parent / "envgit"), "policy", "check"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
