@@ -46,6 +46,15 @@ class Env:
                        capture_output=True, timeout=30)
 
 
+def network_policy(allow, irreversible=({"preset": "default"},), l7=None):
+    """A Policy with only network rules, for the pure request decisions and the gate."""
+    from envgit.policy import Policy
+    return Policy(path="envgit.yaml", sha256="0", deny_read=[], allow_read=[], allow_write=[],
+                  protect=[], env_pass=[], env_set={}, network_allow=list(allow), l7=l7 or {},
+                  ask_timeout=120, irreversible=[dict(e) for e in irreversible], shell=[],
+                  max_file_size=0, snapshot_exclude=[])
+
+
 def make_home(base: Path) -> Path:
     home = base / "home"
     (home / ".ssh").mkdir(parents=True)

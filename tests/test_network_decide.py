@@ -7,7 +7,7 @@ import pytest
 
 from envgit.policy import PolicyError
 from envgit.policy.graphql import classify
-from envgit.policy.load import Policy
+from conftest import network_policy
 from envgit.policy.network import (PRESET_NAMES, Request, decide_request, judge_connect,
                                    needs_interception)
 
@@ -16,10 +16,7 @@ def pol(allow=("github.com", "api.github.com", "uploads.github.com", "registry.n
                "upload.pypi.org", "crates.io", "ghcr.io", "gitlab.com", "huggingface.co",
                "git.example.test:8443", "files.pythonhosted.org", "npm.internal:4873"),
         l7=None, irreversible=({"preset": "default"},)):
-    return Policy(path="envgit.yaml", sha256="0", deny_read=[], allow_read=[], allow_write=[],
-                  protect=[], env_pass=[], env_set={}, network_allow=list(allow), l7=l7 or {},
-                  irreversible=[dict(e) for e in irreversible], shell=[], max_file_size=0,
-                  snapshot_exclude=[])
+    return network_policy(allow, irreversible, l7)
 
 
 def req(method, url, body=None, headers=None, tunnel=True, sni=None, **kw):

@@ -13,17 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from envgit.policy.load import Policy
+from conftest import network_policy
 from gitserver import GitServer
 
 REJECTED = "! [remote rejected] main -> main (envgit: git push is irreversible; rule preset:default/git-push)"
 
 
 def policy(allow, irreversible=({"preset": "default"},), l7=None):
-    return Policy(path="envgit.yaml", sha256="0", deny_read=[], allow_read=[], allow_write=[],
-                  protect=[], env_pass=[], env_set={}, network_allow=list(allow), l7=l7 or {},
-                  irreversible=[dict(e) for e in irreversible], shell=[], max_file_size=0,
-                  snapshot_exclude=[])
+    return network_policy(allow, irreversible, l7)
 
 
 class GateRunner:

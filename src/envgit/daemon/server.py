@@ -15,7 +15,10 @@ A step that is not a command (an MCP execution, an agent's file edit) is begun w
 carry events before its end:
   {"op": "event", "step", "kind": "mcp-call"|"file-op"|"note", "body"}  -> {"ok": true}
 A long-lived sandboxed helper (the MCP REPL) gets its command line without being a step:
-  {"op": "spec", "argv", "cwd", "env", "session"?}  -> {"bwrap", "env"}
+  {"op": "spec", "argv", "cwd", "env", "session"?, "step"?, "inner"?}  -> {"bwrap", "env"}
+      with "step" (an open record-only step), the helper's network goes through the gate as
+      that step's; with "inner": true, the session's inner control socket (inner.py) is bound
+      in at /run/envgit/control.sock, through which a shim inside asks for steps
   {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
@@ -50,6 +53,7 @@ from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from . import rewind
 from .client import MAX_FRAME, decode, encode
+from .inner import InnerSocket
 from .repair import mark_interrupted
 from .snapshots import Snapshotter
 
@@ -74,6 +78,7 @@ class Session:
         self.gate_failed = False
         self.certs_dir = None
         self.asks: dict[int, dict] = {}
+        self.inner: dict[str, InnerSocket] = {}     # session -> its inner control socket
         self._ask_ids = iter(range(1, 1 << 62))
 
     # The policy is re-read whenever the file changes, so an edit applies to the next step.
@@ -190,15 +195,35 @@ class Session:
         self.journal.append(step, kind, msg.get("body") or {})
         return {"ok": True}
 
-    def spec(self, msg):
+    async def spec(self, msg):
+        session = msg.get("session") or self.id
         try:
             pol = self.policy()
+            net = None
+            step = msg.get("step")
+            if step is not None:
+                if step not in self.live:
+                    return {"error": f"envgit: step {step} is not running", "exit": 2}
+                if pol.network_allow and self.gate is None:
+                    await start_gate(self)
+                if pol.network_allow and self.gate is not None:
+                    net = Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
+            inner = self.inner_socket(session) if msg.get("inner") else None
             sp = build(pol, self.project.root, msg["cwd"], msg["argv"], msg.get("env") or {},
-                       self.project.state, self.session_tmp(msg.get("session") or self.id), self.scan,
-                       {"ENVGIT_SESSION": msg.get("session") or self.id})
+                       self.project.state, self.session_tmp(session), self.scan,
+                       {"ENVGIT_SESSION": session, **({"ENVGIT_STEP": str(step)} if step else {})},
+                       net, inner)
         except (PolicyError, KeyError, OSError) as e:
             return {"error": f"envgit: {e}", "exit": 2}
         return {"bwrap": sp.argv, "env": sp.env}
+
+    def inner_socket(self, session) -> str:
+        if session not in self.inner:
+            d = self.project.state_path("inner")
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            self.inner[session] = InnerSocket(self, session, os.path.join(d, f"{session}.sock"),
+                                              asyncio.get_running_loop())
+        return self.inner[session].path
 
     # --- the gate's callbacks ----------------------------------------------------------
 
@@ -218,6 +243,14 @@ class Session:
         conn = info.get("conn")
         if conn is not None and not conn.is_closing():
             conn.write(encode(frame))
+        elif info.get("stderr_fd") is not None and frame.get("push") in ("notice", "ask"):
+            # a step run for an inner-socket caller: tell its own stderr
+            text = frame.get("text") or (f"envgit: step {frame['question'].get('step')} waits for approval: "
+                                         f"envgit approve {frame['id']} / envgit deny {frame['id']}")
+            try:
+                os.write(info["stderr_fd"], (text + "\n").encode())
+            except OSError:
+                pass
 
     async def ask(self, step, question):
         """Hold a request for a person: the step's terminal (via its client) or
@@ -360,7 +393,7 @@ class Session:
         if op == "event":
             return self.event(msg)
         if op == "spec":
-            return self.spec(msg)
+            return await self.spec(msg)
         if op == "answer":
             return self.answer(msg)
         if op == "end":
@@ -480,6 +513,8 @@ async def serve(project: Project):
     for step in list(sess.live):
         await sess.interrupted(step, "the session daemon stopped before the step ended")
     shutil.rmtree(project.state_path("sessions", sess.id), ignore_errors=True)
+    for inner in sess.inner.values():
+        inner.close()
     if sess.gate is not None:
         await sess.gate.stop()
     sess.snapshotter.close()

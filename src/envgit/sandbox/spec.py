@@ -14,6 +14,8 @@ NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts
               "--unshare-cgroup-try", "--unshare-net", "--disable-userns"]
 
 
+INNER_INSIDE = "/run/envgit/control.sock"
+
 # The home view is read-only: tools that cache there are pointed at the session's /tmp.
 CACHE_ENV = {"XDG_CACHE_HOME": "/tmp/.cache", "npm_config_cache": "/tmp/.npm",
              "PIP_CACHE_DIR": "/tmp/.cache/pip"}
@@ -28,8 +30,11 @@ class Spec:
 
 
 def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
-          session_tmp: str, scan: ProjectScan, step_env: dict, net: network.Net | None = None) -> Spec:
-    """`net`: the gate to reach, or None for a step with no network at all."""
+          session_tmp: str, scan: ProjectScan, step_env: dict, net: network.Net | None = None,
+          inner_socket: str | None = None) -> Spec:
+    """`net`: the gate to reach, or None for a step with no network at all. `inner_socket`:
+    the daemon's inner control socket to bind in (an agent's sandbox, whose shim asks for
+    steps through it)."""
     home = os.path.normpath(host_env.get("HOME") or os.path.expanduser("~"))
     rules = resolve(policy, project, home)
     view = build_view(rules, state_dir, session_tmp, scan)
@@ -38,6 +43,9 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
         view.args += network.mounts(net)
         ours.update(network.environment(net))
         argv = network.wrap(argv)
+    if inner_socket is not None:
+        view.args += ["--dir", "/run/envgit", "--ro-bind", inner_socket, INNER_INSIDE]
+        ours["ENVGIT_INNER_SOCKET"] = INNER_INSIDE
     env = scrub(host_env, policy.env_pass, {**CACHE_ENV, **policy.env_set}, ours)
     # As root bwrap keeps the capabilities of the new user namespace, and with them
     # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""envgit's shim for inside a sandbox: run ARGV as a step of its own through the inner control
+socket, with this process's stdin, stdout and stderr, and exit with the step's status.
+
+    python3 inner_shim.py CMD [ARGS…]          (ENVGIT_INNER_SOCKET names the socket)
+
+Standalone on purpose (only the standard library, no envgit import): it runs inside the
+sandbox, where the envgit package is not visible; it is bound in read-only. Its framing is
+client.py's: a 4-byte big-endian length and a marshal'd dict; the three fds travel with the
+first bytes (SCM_RIGHTS).
+"""
+
+import array
+import marshal
+import os
+import socket
+import sys
+
+
+def _exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("the envgit daemon closed the connection")
+        buf += chunk
+    return buf
+
+
+def run(argv, env=None, tool_call_id=None) -> dict:
+    msg = {"op": "run", "argv": argv, "cwd": os.getcwd(), "env": dict(env or os.environ),
+           "tool_call_id": tool_call_id or os.environ.get("ENVGIT_TOOL_CALL_ID")}
+    body = marshal.dumps(msg, 4)
+    frame = len(body).to_bytes(4, "big") + body
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(os.environ.get("ENVGIT_INNER_SOCKET", "/run/envgit/control.sock"))
+    with s:
+        s.sendmsg([frame[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+        s.sendall(frame[4:])
+        size = int.from_bytes(_exact(s, 4), "big")
+        return marshal.loads(_exact(s, size))
+
+
+def main():
+    if len(sys.argv) < 2:
+        print("usage: inner_shim.py CMD [ARGS…]", file=sys.stderr)
+        return 2
+    try:
+        reply = run(sys.argv[1:])
+    except (OSError, EOFError) as e:
+        print(f"envgit: cannot reach the envgit daemon from inside the sandbox: {e}", file=sys.stderr)
+        return 125
+    if "error" in reply:
+        print(reply["error"], file=sys.stderr)
+        return reply.get("exit", 1)
+    return reply["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The inner control socket: a process inside one sandbox gets a command run as a step of its
+own, in a sibling sandbox, on its own stdio (what `envgit claude`'s shell-prefix shim uses)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from envgit.daemon.client import connect
+from envgit.paths import Project
+from envgit.sandbox.seccomp import program
+
+SHIM = Path(__file__).resolve().parent.parent / "src" / "envgit" / "daemon" / "inner_shim.py"
+
+
+def test_a_step_from_inside_a_sandbox(proj):
+    proj.run("true")                                   # the daemon is up, step 1 recorded
+    project = Project(str(proj.root))
+    conn = connect(project)
+    helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": str(proj.root), "env": proj.env,
+                           "record_only": True, "session": "agent-s1"})
+    # the shim must be visible inside: put it in the project (a real adapter binds it in)
+    shutil.copy(SHIM, proj.root / "shim.py")
+    spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", str(proj.root / "shim.py"), "sh", "-c",
+                                                "echo from-inner; cat ~/.ssh/id_ed25519; exit 3"],
+                         "cwd": str(proj.root), "env": proj.env, "session": "agent-s1", "inner": True,
+                         "step": helper["step"]})
+    assert "bwrap" in spec, spec
+    fd = os.memfd_create("s", 0)
+    os.write(fd, program())
+    os.lseek(fd, 0, 0)
+    r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
+                       pass_fds=[fd], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "from-inner" in r.stdout and "CANARY" not in r.stdout
+    conn.request({"op": "end", "step": helper["step"], "exit_code": 0})
+    steps = json.loads(proj.envgit("log", "--json", check=True).stdout)
+    inner = [s for s in steps if s["argv"][:2] == ["sh", "-c"] and "from-inner" in s["argv"][2]]
+    assert len(inner) == 1 and inner[0]["session"] == "agent-s1" and inner[0]["exit_code"] == 3
+    assert inner[0]["snapshot"]["tree"]
+
+
+def test_the_inner_socket_offers_only_run_and_status(proj):
+    import marshal
+    import socket
+    proj.run("true")
+    conn = connect(Project(str(proj.root)))
+    conn.request({"op": "spec", "argv": ["true"], "cwd": str(proj.root), "env": proj.env,
+                  "session": "agent-s2", "inner": True})
+    path = proj.root / ".envgit" / "inner" / "agent-s2.sock"
+    for op in ("answer", "rewind", "gc", "stop", "begin"):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(path))
+        body = marshal.dumps({"op": op, "id": 1, "answer": "allow", "step": 1}, 4)
+        s.sendall(len(body).to_bytes(4, "big") + body)
+        size = int.from_bytes(s.recv(4), "big")
+        reply = marshal.loads(s.recv(size))
+        s.close()
+        assert "offers run and status" in reply["error"], (op, reply)
+    assert conn.request({"op": "status"})["pid"]          # the daemon is still fine
