@@ -14,6 +14,7 @@ import shlex
 import sys
 
 from ..paths import Project
+from .pathcheck import closed_path
 from .session import envgit_exe
 
 READS = ("view", "glob", "grep")
@@ -24,22 +25,6 @@ def routed(cmd: str, session: str) -> str:
     return f"ENVGIT_SESSION={shlex.quote(session)} {shlex.quote(envgit_exe())} run -- bash -c {shlex.quote(cmd)}"
 
 
-def closed_path(project, tool: str, path: str, cwd: str) -> str | None:
-    """Why the sandbox would refuse `tool` on `path`, or None."""
-    from ..policy import PolicyError, decide_path, load_policy
-    full = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
-    try:
-        pol = load_policy(project.policy)
-    except (OSError, PolicyError) as e:
-        return f"the envgit policy cannot be read: {e}"
-    d = decide_path(pol, full, project.root, os.path.realpath(os.path.expanduser("~")))
-    if d.access == "none":
-        return f"{full} is closed to the agent by the envgit policy ({d.rule})"
-    if tool in WRITES and d.access != "write":
-        return f"{full} is not writable under the envgit policy ({d.rule})"
-    return None
-
-
 def pre(project, session, event) -> dict | None:
     tool, args = event.get("toolName"), event.get("toolArgs") or {}
     if tool == "bash" and isinstance(args.get("command"), str):
@@ -47,7 +32,7 @@ def pre(project, session, event) -> dict | None:
         return {"permissionDecision": "allow",
                 "modifiedArgs": {**args, "command": routed(args["command"], session)}}
     if tool in READS + WRITES and isinstance(args.get("path"), str):
-        why = closed_path(project, tool, args["path"], event.get("cwd") or project.root)
+        why = closed_path(project, args["path"], event.get("cwd") or project.root, tool in WRITES)
         if why:
             return {"permissionDecision": "deny", "permissionDecisionReason": why}
     return None
