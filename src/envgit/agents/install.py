@@ -45,9 +45,11 @@ def install(prefix: str, agents=tuple(PINNED)) -> dict[str, str]:
         if npm is None:
             raise InstallError("npm is not installed")
         os.makedirs(prefix, exist_ok=True)
-        specs = [f"{PINNED[a][0]}@{PINNED[a][1]}" for a in missing]
+        # Every pinned agent at once, saved in the prefix's package.json: npm prunes packages
+        # a later install does not name, so installing one at a time would drop the others.
+        specs = [f"{pkg}@{ver}" for pkg, ver in PINNED.values()]
         try:
-            r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--no-save",
+            r = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--save-exact",
                                 "--prefix", prefix, *specs],
                                capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
