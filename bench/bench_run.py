@@ -64,6 +64,9 @@ def main():
         make_project(root, args.files)
         rows = [("bare bwrap --unshare-all true", median_ms(BARE, root, args.runs))]
         rows.append((f"envgit run true ({args.files} files)", median_ms([ENVGIT, "run", "true"], root, args.runs)))
+        # the same with the network gate on: a bridge and proxy credentials in every step
+        (root / "envgit.yaml").write_text('version: 1\nnetwork:\n  allow: ["example.com"]\n')
+        rows.append((f"envgit run true, gate on", median_ms([ENVGIT, "run", "true"], root, args.runs)))
         srt = find_srt(Path(tempfile.gettempdir()) / "envgit-bench-srt")
         if srt:
             try:

@@ -12,6 +12,12 @@ def main(argv=None):
     if argv[:1] == ["run"]:
         from .run import run
         sys.exit(run(argv[1:]))
+    if argv[:1] in (["claude"], ["codex"], ["copilot"]):
+        from .agents import main as agent          # every argument is the agent's own
+        sys.exit(agent(argv[0], argv[1:]))
+    if argv[:1] == ["mcp"]:
+        from .mcp import main as mcp
+        sys.exit(mcp(argv[1:]))
     sys.exit(_porcelain(argv))
 
 
@@ -26,6 +32,10 @@ def _porcelain(argv):
     s = sub.add_parser("init", help="write envgit.yaml and .envgit/ in this directory")
     s.add_argument("--force", action="store_true", help="overwrite an existing envgit.yaml")
     sub.add_parser("run", help="run a command as one sandboxed, recorded step")
+    for agent in ("claude", "codex", "copilot"):
+        sub.add_parser(agent, help=f"run {agent} with every one of its tool calls a step "
+                       "(its own arguments follow)")
+    sub.add_parser("mcp", help="the code-mode MCP server: one `execute` tool, every execution a step")
 
     s = sub.add_parser("log", help="the step timeline")
     s.add_argument("--json", action="store_true")
