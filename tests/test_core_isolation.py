@@ -57,33 +57,32 @@ def test_no_network(proj):
         srv.close()
 
 
-def test_host_abstract_unix_socket_unreachable(proj):
-    name = f"\0envgit-test-{os.getpid()}"
+def _unix_connect_inside(proj, address):
+    """Listen on `address` on the host; try to connect to it from inside a step."""
     srv = socket.socket(socket.AF_UNIX)
-    srv.bind(name)
+    srv.bind(address)
     srv.listen()
     try:
-        code = (f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({name!r}); print('connected')")
-        r = proj.envgit("run", "--", PY, "-c", code)
-        assert r.returncode != 0 and "connected" not in r.stdout
+        code = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({address!r}); print('connected')"
+        return proj.envgit("run", "--", PY, "-c", code)
     finally:
         srv.close()
+
+
+def test_host_abstract_unix_socket_unreachable(proj):
+    r = _unix_connect_inside(proj, f"\0envgit-test-{os.getpid()}")
+    assert r.returncode != 0 and "connected" not in r.stdout
 
 
 def test_host_sockets_absent(proj):
     # A stand-in for the Docker socket: a listening unix socket in the host's /run.
     path = f"/run/envgit-test-docker-{os.getpid()}.sock"
-    srv = socket.socket(socket.AF_UNIX)
-    srv.bind(path)
-    srv.listen()
     try:
-        code = (f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({path!r}); print('connected')")
-        r = proj.envgit("run", "--", PY, "-c", code)
+        r = _unix_connect_inside(proj, path)
         assert r.returncode != 0 and "connected" not in r.stdout
         r = proj.run("ls /var/run/docker.sock /run/docker.sock")
         assert r.returncode != 0
     finally:
-        srv.close()
         os.unlink(path)
 
 

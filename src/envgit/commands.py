@@ -122,8 +122,26 @@ def cmd_show(args):
     for p in s.denied_paths:
         print(f"  denied    {p}")
     for r in s.requests:
+        answer = f", {r['answer']} by {r.get('answered_by')} ({r.get('answered_how')})" if r.get("answer") else ""
         print(f"  request   {r.get('decision', '?'):5} {r.get('method', '')} {r.get('scheme', '')}://"
-              f"{r.get('host', '')}{r.get('path', '')} -> {r.get('status', '-')}  ({r.get('rule', '')})")
+              f"{r.get('host', '')}{r.get('path', '')} -> {r.get('status', '-')}  ({r.get('rule', '')}{answer})")
+    for a in s.approvals:
+        q = a.get("question", {})
+        print(f"  approval  {a.get('answer')} {q.get('method')} {q.get('host')}{q.get('path')} "
+              f"by {a.get('who')} ({a.get('how')})")
+    for e in s.events:
+        detail = " ".join(f"{k}={v}" for k, v in e.items() if k != "kind" and not isinstance(v, (dict, list)))
+        print(f"  event     {e['kind']} {detail}")
+    snap = s.snapshot or {}
+    if snap.get("tree"):
+        left = snap.get("left_out", {})
+        print(f"  snapshot  {snap['tree'][:12]}  +{snap['added']} ~{snap['modified']} -{snap['deleted']} "
+              f"files, {snap['ms']:.1f} ms" + (f"; left out {left['count']} ({left['bytes']} bytes)"
+                                               if left.get("count") else ""))
+        for p in snap.get("paths", [])[:20]:
+            print(f"            {p['status'][0].upper()} {p['path']}")
+    elif snap.get("error"):
+        print(f"  snapshot  {snap['error']}")
     return 0
 
 
