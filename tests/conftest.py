@@ -6,9 +6,13 @@ that home (`~/proj`), the layout an agent usually meets. Commands go through the
 """
 
 import os
+import pty
+import select
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +41,35 @@ class Env:
     def run(self, script, cwd=None, env=None, **kw):
         """`envgit run -- sh -c SCRIPT`."""
         return self.envgit("run", "--", "sh", "-c", script, cwd=cwd, env=env, **kw)
+
+    def pty_run(self, argv, send=None, when=b"", timeout=20):
+        """`envgit run -- argv` on a real terminal; `send` is typed once `when` has been
+        printed. Returns (wait status, everything the terminal showed)."""
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.chdir(self.root)
+            os.execve(ENVGIT, [ENVGIT, "run", "--", *argv], self.env)
+        out, t0 = b"", time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if send and when in out:
+                time.sleep(0.2)
+                os.write(fd, send)
+                send = None
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status, out.decode(errors="replace")
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        return status, out.decode(errors="replace")
 
     def write_policy(self, text):
         (self.root / "envgit.yaml").write_text(text)

@@ -1,14 +1,11 @@
 """Namespaces, environment, terminal and process behaviour of a step, tried for real."""
 
 import os
-import pty
-import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -97,49 +94,21 @@ def test_host_sysv_ipc_invisible(proj):
         subprocess.run(["ipcrm", "-m", shmid], check=False)
 
 
-def _pty_run(proj, argv, send=None, after=0.5, timeout=20):
-    """Run `envgit run -- argv` on a real terminal; return (status, output)."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(proj.root)
-        os.execve(ENVGIT, [ENVGIT, "run", "--", *argv], proj.env)
-    out, sent, t0 = b"", False, time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if send and not sent and time.monotonic() - t0 > after and b"ready" in out:
-            os.write(fd, send)
-            sent = True
-        r, _, _ = select.select([fd], [], [], 0.1)
-        if r:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status, out.decode(errors="replace")
-    os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    return status, out.decode(errors="replace")
-
-
 def test_tiocsti_refused(proj):
     code = ("import fcntl, termios, sys\n"
             "try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('INJECTED')\n"
             "except OSError as e:\n    print('refused', e.errno)\n")
-    status, out = _pty_run(proj, [PY, "-c", code])
+    status, out = proj.pty_run([PY, "-c", code])
     assert "refused 1" in out and "INJECTED" not in out, out
 
 
 def test_tty_is_the_callers(proj):
-    status, out = _pty_run(proj, ["sh", "-c", "test -t 0 && test -t 1 && echo has-tty"])
+    status, out = proj.pty_run(["sh", "-c", "test -t 0 && test -t 1 && echo has-tty"])
     assert "has-tty" in out and os.waitstatus_to_exitcode(status) == 0
 
 
 def test_ctrl_c_reaches_the_command(proj):
-    status, out = _pty_run(proj, ["sh", "-c", "echo ready; sleep 30"], send=b"\x03")
+    status, out = proj.pty_run(["sh", "-c", "echo ready; sleep 30"], send=b"\x03", when=b"ready")
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT, (status, out)
     r = proj.envgit("show", "1", "--json", check=True)
     assert '"signal": "SIGINT"' in r.stdout

@@ -195,3 +195,16 @@ def test_ssh_remote_is_refused_with_a_hint(netproj):
     s = steps(netproj)[-1]
     assert "rc=0" not in r.stdout
     assert any(q.get("port") == 22 and q["decision"] == "deny" for q in s["requests"]), s["requests"]
+
+
+def test_ask_answered_at_the_terminal_of_envgit_run(netproj, remote):
+    netproj.write_policy(policy(remote, "ask"))
+    commit(netproj)
+    before = remote.refs()
+    status, out = netproj.pty_run(["git", "push", "-q", "origin", "main"], send=b"y\n", when=b"deny [N]?",
+                                  timeout=60)
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    assert "refs/heads/main" in out                       # the question showed the ref update
+    assert remote.refs() != before
+    s = steps(netproj)[-1]
+    assert s["approvals"][0]["how"] == "at the terminal of envgit run"
