@@ -65,3 +65,10 @@ def test_hot_path_imports_only_the_standard_library():
     foreign = {m.split(".")[0] for m in mods - ours} - set(sys.stdlib_module_names) - {"_distutils_hack", "__editable___envgit_0_1_0_finder", "sitecustomize"}
     assert not foreign, foreign
     assert "sqlite3" not in mods and "yaml" not in mods
+
+
+def test_init_refuses_the_home_directory(tmp_path):
+    r = subprocess.run([ENVGIT, "init"], cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)},
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "home directory" in r.stderr
+    assert not (tmp_path / "envgit.yaml").exists() and not (tmp_path / ".envgit").exists()

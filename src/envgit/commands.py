@@ -32,6 +32,12 @@ def cmd_demo(args):
 def cmd_init(args):
     from .policy import defaults
     root = os.path.realpath(os.getcwd())
+    home = os.path.realpath(os.path.expanduser("~"))
+    if root in ("/", home) and not args.force:
+        print(f"envgit: {root} is {'/' if root == '/' else 'your home directory'}: as a project, all of it "
+              "would be visible and writable to every step; run `envgit init` in a project's "
+              "directory (or pass --force)", file=sys.stderr)
+        return 2
     policy = os.path.join(root, "envgit.yaml")
     if os.path.exists(policy) and not args.force:
         print(f"envgit: {policy} exists; keeping it (use --force to overwrite)", file=sys.stderr)
