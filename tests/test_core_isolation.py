@@ -134,3 +134,21 @@ def test_sigterm_is_forwarded(proj):
 def test_pid_namespace(proj):
     r = proj.run("ls /proc | grep -c '^[0-9]'")
     assert int(r.stdout) < 10
+
+
+def test_the_rest_of_the_machine_is_absent(proj, tmp_path):
+    other = tmp_path / "other-project"
+    other.mkdir()
+    (other / "notes.txt").write_text("private")
+    r = proj.run(f"ls {other}; ls -A /root /home /mnt /media /srv 2>&1; ls /var; ls -A /run")
+    assert "notes.txt" not in r.stdout
+    for gone in ("/root", "/home", "/mnt"):
+        assert f"cannot access '{gone}'" in r.stdout
+    lines = [l for l in r.stdout.splitlines() if not l.startswith("ls:")]
+    assert set(lines) <= {"run", "tmp"}, lines          # /var holds only run and tmp; /run is empty
+
+
+def test_no_capabilities(proj):
+    r = proj.run("grep -E '^Cap(Prm|Eff|Bnd|Amb):' /proc/self/status")
+    values = {l.split(":")[0]: l.split()[1] for l in r.stdout.splitlines()}
+    assert len(values) == 4 and all(int(v, 16) == 0 for v in values.values()), values
