@@ -257,7 +257,9 @@ class _Usage(Exception):
 
 def _daemon(project, msg):
     from .daemon.client import connect
-    reply = connect(project).request(msg)
+    conn = connect(project)
+    conn.on_push = lambda f: print(f"envgit: {f['text']}", file=sys.stderr) if f.get("push") == "progress" else None
+    reply = conn.request(msg)
     if "error" in reply:
         raise _Usage(reply["error"].removeprefix("envgit: "))
     return reply
@@ -410,8 +412,6 @@ def cmd_gc(args):
     if args.json:
         _out(r)
     else:
-        for line in r.get("progress", []):
-            print(f"gc: {line}", file=sys.stderr)
         print(f"gc: dropped the snapshots of {len(r['dropped'])} step(s), freed {r['freed']} bytes")
     return 0
 

@@ -31,6 +31,7 @@ daemon also pushes frames to that step's client, each with a "push" key:
   {"push": "ask", "id", "question", "timeout"}   a request of the step waits for a person
   {"push": "asked", "id", "answer", "who"}       that question was answered (or timed out)
   {"push": "notice", "text"}                     a line for the step's stderr (a denial)
+  {"push": "progress", "text"}                   how far a long operation (gc) has got
 Snapshots run in a worker thread, so a long one never stalls the event loop (and the proxy).
 """
 
@@ -312,7 +313,7 @@ class Session:
             return {"error": f"envgit: snapshot failed: {e}", "exit": 1}
         return {"tree": summary["tree"]}
 
-    async def gc(self, msg):
+    async def gc(self, msg, conn=None):
         """Drop the snapshots outside the retention rule, then every object nothing kept reaches."""
         if self.live:
             return {"error": f"envgit: step {min(self.live)} is running; gc when no step runs", "exit": 2}
@@ -335,14 +336,19 @@ class Session:
                            (s.rewind or {}).get("undo_tree")) if t}
         if self.last_tree:
             roots.add(self.last_tree)
-        progress = []
+        loop = asyncio.get_running_loop()
+
+        def progress(done, total):          # on the gc thread: hand the frame to the loop
+            if conn is not None:
+                loop.call_soon_threadsafe(self.push, {"conn": conn},
+                                          {"push": "progress", "text": f"repacked {done}/{total} packs"})
 
         def run():
             with self.snapshotter.lock:
-                return self.snapshotter.store.gc(sorted(roots), lambda d, n: progress.append(f"pack {d}/{n}"))
+                return self.snapshotter.store.gc(sorted(roots), progress)
         freed = await asyncio.to_thread(run)
         self.journal.append(0, "gc", {"dropped": drop, "freed": freed, "kept": sorted(keep)})
-        return {"dropped": drop, "freed": freed, "kept": sorted(keep), "progress": progress}
+        return {"dropped": drop, "freed": freed, "kept": sorted(keep)}
 
     # --- serving ------------------------------------------------------------------------
 
@@ -403,7 +409,7 @@ class Session:
         if op == "snapshot":
             return await self.snapshot_now(msg)
         if op == "gc":
-            return await self.gc(msg)
+            return await self.gc(msg, conn)
         if op == "status":
             return {"pid": os.getpid(), "session": self.id, "live": sorted(self.live),
                     "version": __version__}
