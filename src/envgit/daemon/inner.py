@@ -8,6 +8,8 @@ descriptors (SCM_RIGHTS): the command writes to the agent's own pipes or termina
 One socket per agent session, bound read-only into that session's sandbox at
 `/run/envgit/control.sock`. It offers only:
   {"op": "run", "argv", "cwd", "env", "tool_call_id"?}  + 3 fds  -> {"step", "exit_code", "signal"}
+  {"op": "record", "argv", "cwd", "tool_call_id"?, "marks"?, "body"?}  -> {"step"}
+      a step for something already done inside (an agent's file edit): its snapshot, now
   {"op": "status"}                                                -> {"session", "live"}
 Steps from it always belong to its session. Frames are those of client.py; a request's fds
 travel with its frame's first bytes. The caller's side is inner_shim.py.
@@ -76,15 +78,29 @@ class InnerSocket:
         try:
             if msg.get("op") == "status":
                 return {"session": self.session, "live": sorted(self.sess.live)}
+            if msg.get("op") == "record":
+                return await record_step(self.sess, msg, self.session)
             if msg.get("op") != "run":
-                return {"error": f"envgit: the inner socket offers run and status, not {msg.get('op')!r}",
-                        "exit": 2}
+                return {"error": f"envgit: the inner socket offers run, record and status, not "
+                                 f"{msg.get('op')!r}", "exit": 2}
             if len(fds) != 3:
                 return {"error": "envgit: run needs stdin, stdout and stderr passed as fds", "exit": 2}
             return await run_step(self.sess, msg, fds, self.session)
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+async def record_step(sess, msg, session):
+    begin = await sess.begin({"argv": msg.get("argv") or ["edit"], "cwd": msg.get("cwd") or sess.project.root,
+                              "uid": os.getuid(), "session": session, "record_only": True,
+                              "tool_call_id": msg.get("tool_call_id"), "marks": msg.get("marks") or []})
+    if "error" in begin:
+        return begin
+    if msg.get("body"):
+        sess.event({"step": begin["step"], "kind": "note", "body": dict(msg["body"])})
+    await sess.end({"step": begin["step"], "exit_code": 0})
+    return {"step": begin["step"]}
 
 
 async def run_step(sess, msg, fds, session):

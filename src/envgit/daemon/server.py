@@ -15,10 +15,13 @@ A step that is not a command (an MCP execution, an agent's file edit) is begun w
 carry events before its end:
   {"op": "event", "step", "kind": "mcp-call"|"file-op"|"note", "body"}  -> {"ok": true}
 A long-lived sandboxed helper (the MCP REPL) gets its command line without being a step:
-  {"op": "spec", "argv", "cwd", "env", "session"?, "step"?, "inner"?}  -> {"bwrap", "env"}
+  {"op": "spec", "argv", "cwd", "env", "session"?, "step"?, "inner"?, "read"?, "write"?, "set_env"?}
+      -> {"bwrap", "env"}
       with "step" (an open record-only step), the helper's network goes through the gate as
       that step's; with "inner": true, the session's inner control socket (inner.py) is bound
-      in at /run/envgit/control.sock, through which a shim inside asks for steps
+      in at /run/envgit/control.sock, through which a shim inside asks for steps; "read" and
+      "write" add host paths (an agent's own binary and config dir), "set_env" variables
+  {"op": "baseline"}  -> {"tree"}: snapshot the project now if no step has yet (agents' launch)
   {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
@@ -75,6 +78,7 @@ class Session:
         self.stopping = asyncio.Event()
         self.snapshotter = Snapshotter(project)
         self.last_tree = _last_tree(self.journal)
+        self.pending_baseline = None   # taken, not yet written on a step
         self.gate = None               # the network gate, started by the first step needing it
         self.gate_failed = False
         self.certs_dir = None
@@ -120,10 +124,9 @@ class Session:
             self.journal.append(step, "end", {"exit_code": 126, "signal": None, "duration_ms": 0,
                                               "marks": ["refused"], "refused_by": verdict.rule})
             return {"step": step, "refused": text}
-        if self.last_tree is None:      # step 1: remember what the directory was before it
-            base = self.snapshotter.take(pol, None)
-            head["baseline"] = {"tree": base["tree"], "ms": base["ms"]}
-            self.last_tree = base["tree"]
+        self.ensure_baseline(pol)
+        if self.pending_baseline:       # step 1 carries what the directory was before it
+            head["baseline"], self.pending_baseline = self.pending_baseline, None
         if msg.get("record_only"):
             step = self.journal.begin_step({**head, "marks": list(msg.get("marks") or [])})
             self.live[step] = {"masked": [], "argv": argv, "home": "", "policy": pol, "conn": conn,
@@ -149,6 +152,14 @@ class Session:
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
                            "requests": []}
         return {"step": step, "bwrap": spec.argv, "env": spec.env}
+
+    def ensure_baseline(self, pol):
+        """Before the project's first step: the tree it starts from (an agent's adapter asks
+        for it at launch, before the agent's first edit, with op `baseline`)."""
+        if self.last_tree is None:
+            base = self.snapshotter.take(pol, None)
+            self.last_tree = base["tree"]
+            self.pending_baseline = {"tree": base["tree"], "ms": base["ms"]}
 
     async def end(self, msg):
         step = msg.get("step")
@@ -210,10 +221,13 @@ class Session:
                 if pol.network_allow and self.gate is not None:
                     net = Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
             inner = self.inner_socket(session) if msg.get("inner") else None
+            agent = {k: msg[k] for k in ("read", "write") if msg.get(k)}
+            if msg.get("set_env"):
+                agent["env"] = dict(msg["set_env"])
             sp = build(pol, self.project.root, msg["cwd"], msg["argv"], msg.get("env") or {},
                        self.project.state, self.session_tmp(session), self.scan,
                        {"ENVGIT_SESSION": session, **({"ENVGIT_STEP": str(step)} if step else {})},
-                       net, inner)
+                       net, inner, agent)
         except (PolicyError, KeyError, OSError) as e:
             return {"error": f"envgit: {e}", "exit": 2}
         return {"bwrap": sp.argv, "env": sp.env}
@@ -400,6 +414,10 @@ class Session:
             return self.event(msg)
         if op == "spec":
             return await self.spec(msg)
+        if op == "baseline":
+            pol = self.policy()
+            await asyncio.to_thread(self.ensure_baseline, pol)
+            return {"tree": self.last_tree}
         if op == "answer":
             return self.answer(msg)
         if op == "end":

@@ -1,5 +1,6 @@
 """The bwrap command line for one step under a policy. Runs in the session daemon."""
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -31,14 +32,21 @@ class Spec:
 
 def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
           session_tmp: str, scan: ProjectScan, step_env: dict, net: network.Net | None = None,
-          inner_socket: str | None = None) -> Spec:
+          inner_socket: str | None = None, agent: dict | None = None) -> Spec:
     """`net`: the gate to reach, or None for a step with no network at all. `inner_socket`:
     the daemon's inner control socket to bind in (an agent's sandbox, whose shim asks for
-    steps through it)."""
+    steps through it). `agent`: what an agent's own sandbox needs besides the policy, from
+    its envgit adapter: {"read": [paths], "write": [paths], "env": {name: value}}; the
+    policy's denies still cover them."""
     home = os.path.normpath(host_env.get("HOME") or os.path.expanduser("~"))
     rules = resolve(policy, project, home)
+    agent = agent or {}
+    if agent.get("read") or agent.get("write"):
+        rules = dataclasses.replace(
+            rules, allow_abs=rules.allow_abs + tuple((os.path.normpath(p), "agent") for p in agent.get("read", [])),
+            write_abs=rules.write_abs + tuple((os.path.normpath(p), "agent") for p in agent.get("write", [])))
     view = build_view(rules, state_dir, session_tmp, scan)
-    ours = {"HOME": home, "TMPDIR": "/tmp", **step_env}
+    ours = {"HOME": home, "TMPDIR": "/tmp", **step_env, **agent.get("env", {})}
     if net is not None:
         view.args += network.mounts(net)
         ours.update(network.environment(net))
