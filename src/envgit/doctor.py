@@ -17,6 +17,15 @@ class Check:
     required: bool = True
 
 
+# What `envgit <agent>` can promise, per agent (docs/AGENTS.md has the detail).
+AGENTS = [
+    ("codex", "enforced: envgit is its exec-server, every command and file operation a sandboxed step"),
+    ("claude", "enforced: every Bash call a sandboxed step; file tools checked by hooks (docs/AGENTS.md)"),
+    ("copilot", "recorded and routed as far as hooks allow, not enforced: bash calls rewritten into "
+                "envgit steps, its own file tools and traffic outside the sandbox"),
+]
+
+
 def _apt(pkg):
     return f"apt-get install -y {pkg}" if os.geteuid() == 0 else f"sudo apt-get install -y {pkg}"
 
@@ -70,6 +79,11 @@ def run_checks() -> list[Check]:
     if tiocsti is not None:
         out.append(Check("dev.tty.legacy_tiocsti", True,
                          f"{tiocsti}; envgit's seccomp filter refuses TIOCSTI either way", required=False))
+    for agent, level in AGENTS:
+        path = os.environ.get(f"ENVGIT_{agent.upper()}_BIN") or shutil.which(agent)
+        out.append(Check(f"agent {agent}", bool(path), f"{path or 'not found'}: {level}",
+                         f"optional: python -m envgit.agents.install DIR (pinned versions), then put "
+                         f"DIR/node_modules/.bin on PATH", required=False))
     state = _state_dir()
     if state:
         ok = os.access(state, os.W_OK)
