@@ -151,3 +151,38 @@ def test_tmp_is_private(proj, tmp_path):
         assert "host" not in r.stdout and "in" in r.stdout
     finally:
         os.unlink(marker)
+
+
+def _home_denies():
+    from envgit.policy import defaults
+    out = []
+    for entry in defaults.DENY_READ:
+        for e in defaults.GROUPS.get(entry, [entry]):
+            if e.startswith("~/"):
+                out.append(e)
+    return out
+
+
+@pytest.mark.parametrize("visible", [False, True], ids=["home-empty", "home-allowed"])
+def test_every_default_home_deny(proj, visible):
+    """Each default deny under ~ holds a canary. With the default home view nothing of it is
+    there; with `allow_read: ["~"]` (the whole home shown) each is still masked."""
+    entries = _home_denies()
+    assert len(entries) > 30
+    targets = []
+    for e in entries:
+        p = proj.home / e[2:].replace("*", "x")
+        as_dir = "." not in p.name or p.name in (".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure",
+                                                 ".password-store", ".mozilla")
+        target = p / "secret" if as_dir else p
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(CANARY)
+        targets.append(str(target))
+    if visible:
+        proj.write_policy('version: 1\nfilesystem:\n  allow_read: ["~"]\n')
+        (proj.home / "notes.txt").write_text("shown")
+        r = proj.run("cat ~/notes.txt")              # the whole home is really shown
+        assert r.returncode == 0 and "shown" in r.stdout
+    script = "; ".join(f"cat '{t}' 2>/dev/null && echo LEAK:{t}" for t in targets)
+    r = proj.run(script)
+    assert "LEAK:" not in r.stdout and CANARY not in r.stdout, r.stdout
