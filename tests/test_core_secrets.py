@@ -20,7 +20,7 @@ def test_ssh_key_direct(proj):
 
 
 @pytest.mark.parametrize("path", ["~/.aws/credentials", "~/.config/gh/hosts.yml", "~/.netrc",
-                                  "~/.bash_history", "/etc/shadow"])
+                                  "~/.bash_history", "/etc/shadow", "/etc/gshadow"])
 def test_default_denies(proj, path):
     assert_closed(proj.run(f"cat {path}"))
 
