@@ -10,6 +10,8 @@ from . import defaults
 from .schema import PolicyError, validate
 
 POLICY_FILE = "envgit.yaml"
+MCP_DEFAULTS = {"servers": {}, "rules": [], "max_return_bytes": 20 * 1024,
+                "flag_bytes_in": 100 * 1024, "flag_bytes_out": 1024}
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Policy:
     snapshot_exclude: list[str]
     # dotted key (with [i] for list items) -> "default" or "envgit.yaml:LINE"
     where: dict[str, str] = field(default_factory=dict, repr=False)
+    mcp: dict = field(default_factory=lambda: dict(MCP_DEFAULTS))   # envgit mcp's section
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -100,6 +103,7 @@ def _merge(data, where, path, sha) -> Policy:
         shell=given("shell", data.get("shell"), []),
         max_file_size=given("snapshot.max_file_size", snap.get("max_file_size"), defaults.MAX_FILE_SIZE),
         snapshot_exclude=extend("snapshot.exclude", [], snap.get("exclude", [])),
+        mcp=given("mcp", {**MCP_DEFAULTS, **data["mcp"]} if "mcp" in data else None, dict(MCP_DEFAULTS)),
     )
     pol.where = prov
     return pol

@@ -150,6 +150,12 @@ def check_env_name(text):
     return f"{text!r} is not an environment variable name (a trailing * is allowed: LC_*)"
 
 
+def check_identifier(text):
+    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", text):
+        return None
+    return f"{text!r} is not a name the code can call it by (letters, digits, _)"
+
+
 def check_path_glob(text):
     if text.startswith("/") or text.startswith("~/") or text == "~":
         return None if "**" not in text else f"'**' only works in project patterns, not in {text!r}"
@@ -222,6 +228,24 @@ SCHEMA = Map({
         "max_file_size": Size("files larger than this are left out of snapshots (and said so)"),
         "exclude": List(Str(check=check_glob), doc="project globs left out of snapshots"),
     }, doc="what the snapshot after each step holds"),
+    "mcp": Map({
+        "servers": Dict(Str(check=check_identifier), Map({
+            "command": Str("the program of a stdio server"),
+            "args": List(Str(), doc="its arguments"),
+            "env": Dict(Str(check=check_env_name), Str(), doc=(
+                "its environment, added to envgit mcp's own; '${NAME}' is taken from envgit mcp's "
+                "environment, so a token need not be written here")),
+            "url": Str("the URL of a streamable HTTP server (instead of command)"),
+        }), doc="upstream MCP servers the code calls as `await NAME.tool({...})`"),
+        "rules": List(Map({
+            "server": Str("a server name or glob; '*' when left out"),
+            "tool": Str("a tool name or glob ('create_*'); '*' when left out"),
+            "action": Str(enum=ACTIONS),
+        }, required=("action",)), doc="per tool call: deny, ask (MCP elicitation) or allow; the first match wins"),
+        "max_return_bytes": Size("output and return value that reach the model; the rest is cut (and said so)"),
+        "flag_bytes_in": Size("an execution that took in at least this much ..."),
+        "flag_bytes_out": Size("... and gave back at most this much is marked read-much-return-little"),
+    }, doc="envgit mcp: the code-mode MCP server"),
 }, doc="envgit policy, version 1", required=("version",))
 
 
