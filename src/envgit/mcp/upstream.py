@@ -1,0 +1,110 @@
+"""The upstream MCP servers of `mcp.servers`: connected once for the life of `envgit mcp`,
+their tools listed for the declarations, their tools called on the code's behalf.
+
+They run outside the sandbox, as an agent would run them (they hold their own tokens);
+what the sandbox gets from them is only what a call returns, and every call is recorded."""
+
+import json
+import os
+import re
+import sys
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+
+from .typescript import binding
+
+CALL_TIMEOUT_S = 120       # any one request to an upstream server, the handshake included
+
+
+class UpstreamError(Exception):
+    """A tool call that failed upstream (an error result or a broken connection)."""
+
+
+@dataclass
+class Upstream:
+    name: str
+    client: object = None                     # mcp.Client, entered
+    tools: list[dict] = field(default_factory=list)   # tools/list entries, camelCase keys
+    error: str | None = None                  # why it is not available
+
+    def tool(self, name):
+        return next((t for t in self.tools if t["name"] == name), None)
+
+
+def expand(value: str) -> str:
+    """'${NAME}' from envgit mcp's own environment (empty when unset)."""
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ.get(m.group(1), ""), value)
+
+
+def _target(spec: dict, cwd: str):
+    from mcp import StdioServerParameters
+    if spec.get("url"):
+        return expand(spec["url"])
+    if not spec.get("command"):
+        raise ValueError("needs `command` (a stdio server) or `url` (streamable HTTP)")
+    env = {**os.environ, **{k: expand(v) for k, v in (spec.get("env") or {}).items()}}
+    return StdioServerParameters(command=expand(spec["command"]),
+                                 args=[expand(a) for a in spec.get("args") or []], env=env, cwd=cwd)
+
+
+class Upstreams:
+    def __init__(self, servers: dict[str, dict], cwd: str):
+        self.specs, self.cwd = servers, cwd
+        self.servers: dict[str, Upstream] = {}
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self):
+        from mcp import Client
+        await self._stack.__aenter__()
+        for name, spec in self.specs.items():
+            up = self.servers[name] = Upstream(name)
+            try:
+                client = await self._stack.enter_async_context(
+                    Client(_target(spec, self.cwd), read_timeout_seconds=CALL_TIMEOUT_S))
+                up.tools = await _list_tools(client)
+                up.client = client
+            except Exception as e:       # one broken server must not take the others down
+                up.error = f"{type(e).__name__}: {e}"
+                print(f"envgit mcp: upstream server {name!r} is not available: {up.error}",
+                      file=sys.stderr, flush=True)
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self._stack.__aexit__(*exc)
+
+    def available(self) -> dict[str, list[dict]]:
+        return {n: u.tools for n, u in self.servers.items() if u.error is None}
+
+    def bindings(self) -> dict[str, dict[str, str]]:
+        """server -> {JS name: tool name}, for the REPL."""
+        return {n: {binding(t["name"]): t["name"] for t in tools} for n, tools in self.available().items()}
+
+    async def call(self, server: str, tool: str, args: dict):
+        """The tool's value for the code: its structured content when it declares an output
+        schema, else the text of its content blocks."""
+        up = self.servers.get(server)
+        if up is None or up.error is not None or up.tool(tool) is None:
+            raise UpstreamError(f"{server}.{tool} is not a tool of an available server")
+        try:
+            result = await up.client.call_tool(tool, args)
+        except Exception as e:
+            raise UpstreamError(f"{server}.{tool}: {type(e).__name__}: {e}") from None
+        text = "".join(b.text if getattr(b, "type", None) == "text"
+                       else json.dumps(b.model_dump(mode="json", by_alias=True, exclude_none=True))
+                       for b in result.content or [])
+        if result.is_error:
+            raise UpstreamError(f"{server}.{tool} failed: {text}")
+        if up.tool(tool).get("outputSchema") and result.structured_content is not None:
+            return result.structured_content
+        return text
+
+
+async def _list_tools(client) -> list[dict]:
+    tools, cursor = [], None
+    for _ in range(100):                 # a paginator that never ends cannot hang start-up
+        page = await client.list_tools(cursor=cursor)
+        tools += [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in page.tools]
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools

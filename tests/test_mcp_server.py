@@ -1,0 +1,376 @@
+"""envgit mcp end to end: the SDK's own client drives `python -m envgit.mcp` (stdio and
+streamable HTTP) in a real project, whose upstream is tests/mcp_fixture_server.py over a
+fixture corpus; the code runs in the real bwrap sandbox in real node; the steps are read
+back with `envgit show --json`."""
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import mcp_types as types
+from conftest import CANARY
+from mcp import Client, StdioServerParameters
+
+FIXTURE = str(Path(__file__).with_name("mcp_fixture_server.py"))
+TEMPLATE_FILE = "src/docs.js"
+
+
+def make_corpus(base: Path) -> Path:
+    """~250 KB of code whose `require(` lines a search returns, and one file that only
+    mentions require('node:http') inside a template string (the case a too-broad regex gets wrong)."""
+    corpus = base / "corpus"
+    (corpus / "src").mkdir(parents=True)
+    for i in range(40):
+        lines = [f"const mod{i}_{j} = require('./lib/module_{i}_{j}');  // helper number {j} of file {i}"
+                 for j in range(80)]
+        if i % 10 == 0:
+            lines.append("const http = require('node:http');")
+        (corpus / "src" / f"file{i:02}.js").write_text("\n".join(lines) + "\n")
+    (corpus / TEMPLATE_FILE).write_text(
+        "const help = `To serve, write require('node:http') and call createServer`;\n"
+        "module.exports = help;\n")
+    return corpus
+
+
+def mcp_section(corpus, extra=""):
+    return f"""
+mcp:
+  servers:
+    corpus:
+      command: {sys.executable}
+      args: [{FIXTURE}, {corpus}]
+  rules:
+    - {{server: corpus, tool: "delete_*", action: deny}}
+    - {{server: corpus, tool: "create_*", action: ask}}
+{extra}"""
+
+
+@pytest.fixture
+def mproj(proj):
+    proj.corpus = make_corpus(proj.home.parent)
+    with open(proj.root / "envgit.yaml", "a") as f:
+        f.write(mcp_section(proj.corpus))
+    return proj
+
+
+def server_params(proj):
+    return StdioServerParameters(command=sys.executable, args=["-m", "envgit.mcp"],
+                                 cwd=str(proj.root), env=proj.env)
+
+
+def session(proj, fn, **client_kw):
+    """Run `await fn(client)` against envgit mcp over stdio; its return value."""
+    async def main():
+        async with Client(server_params(proj), **client_kw) as client:
+            with anyio.fail_after(120):
+                return await fn(client)
+    return anyio.run(main)
+
+
+def text_of(result):
+    return "".join(b.text for b in result.content if b.type == "text")
+
+
+def step_of(result):
+    return result.meta["envgit/step"]
+
+
+def show(proj, n):
+    return json.loads(proj.envgit("show", str(n), "--json", check=True).stdout)
+
+
+def execute(client, code, **kw):
+    return client.call_tool("execute", {"code": code, **kw})
+
+
+# --- the tool and its declarations -------------------------------------------------------
+
+def test_execute_is_the_only_tool_and_declares_the_upstream_tools(mproj):
+    from envgit.mcp.typescript import ts_type
+
+    async def upstream_tools():
+        params = StdioServerParameters(command=sys.executable, args=[FIXTURE, str(mproj.corpus)])
+        async with Client(params) as c:
+            return [t.model_dump(mode="json", by_alias=True, exclude_none=True)
+                    for t in (await c.list_tools()).tools]
+
+    async def ours(client):
+        return (await client.list_tools()).tools
+    tools = session(mproj, ours)
+    assert [t.name for t in tools] == ["execute"]
+    schema = tools[0].input_schema
+    assert schema["properties"]["code"]["type"] == "string"
+    assert schema["properties"]["reset"]["type"] == "boolean" and schema["required"] == ["code"]
+    desc = tools[0].description
+    assert "declare namespace corpus {" in desc
+    upstream = anyio.run(upstream_tools)
+    assert {t["name"] for t in upstream} == {"list_files", "read_file", "search", "create_note", "delete_file"}
+    for t in upstream:
+        args = ts_type(t["inputSchema"], indent="  ")
+        result = ts_type(t["outputSchema"], indent="  ")
+        assert f"  /** {t['description']} */\n  function {t['name']}(args: {args}): Promise<{result}>;" in desc
+    # spot checks that the generated types are the schemas' own
+    assert "pattern: string;" in desc and "max_hits?: number;" in desc
+    assert "/** 1-based line number */\n      line: number;" in desc
+    assert "declare function sample<T>(value: T, n?: number): T;" in desc
+
+
+# --- the REPL ------------------------------------------------------------------------------
+
+def test_state_persists_across_calls_until_reset(mproj):
+    async def fn(client):
+        a = await execute(client, "const n = 41; function inc(x) { return x + 1 }\n"
+                                  "const r = await corpus.list_files({}); r.files.length")
+        b = await execute(client, "const n2 = inc(n); n2")
+        c = await execute(client, "const n = 1; n")            # a name may be declared again
+        d = await execute(client, "typeof inc + ' ' + typeof r", reset=True)
+        return a, b, c, d
+    a, b, c, d = session(mproj, fn)
+    assert text_of(a) == "41" and not a.is_error
+    assert text_of(b) == "42"
+    assert text_of(c) == "1"
+    assert text_of(d) == "undefined undefined"
+    assert show(mproj, step_of(d))["extra"]["reset"] is True
+
+
+def test_helpers_and_errors(mproj):
+    async def fn(client):
+        return [await execute(client, code) for code in (
+            "console.log('hello'); sample([1, 2, 3, 4, 5, 6, 7, 8, 9], 3)",
+            "schema({a: [1, 2], b: 'xyz', c: {d: null}})",
+            "assert(1 + 1 === 3, 'arithmetic is broken')",
+            "return 7",
+            "await corpus.read_file({path: '../outside'})",
+        )]
+    printed, shape, failed, returned, upstream_error = session(mproj, fn)
+    assert text_of(printed) == "hello\n[1,5,9]"
+    assert json.loads(text_of(shape)) == {"a": {"array": 2, "of": ["number"]}, "b": "string(3)",
+                                          "c": {"d": "null"}}
+    assert failed.is_error and "Error: arithmetic is broken" in text_of(failed)
+    assert text_of(returned) == "7"
+    assert upstream_error.is_error and "outside the corpus" in text_of(upstream_error)
+
+
+def test_a_return_over_the_cap_is_cut_and_says_so(proj):
+    proj.corpus = make_corpus(proj.home.parent)
+    with open(proj.root / "envgit.yaml", "a") as f:
+        f.write(mcp_section(proj.corpus, "  max_return_bytes: 1KiB\n"))
+
+    async def fn(client):
+        return (await execute(client, "'x'.repeat(5000)"),
+                await execute(client, "for (let i = 0; i < 200; i++) console.log('line', i); 'end'"))
+    value, printed = session(proj, fn)
+    text = text_of(value)
+    assert text.startswith("x" * 1024) and "x" * 1025 not in text
+    assert "[envgit: cut at 1024 of 5000 bytes (mcp.max_return_bytes)" in text
+    extra = show(proj, step_of(value))["extra"]
+    assert extra["cut"] is True and extra["bytes_printed"] == 5000 and extra["bytes_out"] == len(text.encode())
+    assert "line 0\n" in text_of(printed) and "of 1693 bytes" in text_of(printed)
+
+
+# --- policy on tool calls ------------------------------------------------------------------
+
+def test_a_denied_tool_is_refused_and_recorded(mproj):
+    async def fn(client):
+        return await execute(client, "await corpus.delete_file({path: 'src/file00.js'})")
+    r = session(mproj, fn)
+    assert r.is_error and "corpus.delete_file was refused by mcp.rules[0]" in text_of(r)
+    assert (mproj.corpus / "src" / "file00.js").exists()
+    step = show(mproj, step_of(r))
+    assert "denied-tool" in step["marks"] and step["exit_code"] == 1
+    [call] = [e for e in step["events"] if e["kind"] == "mcp-call"]
+    assert call["server"] == "corpus" and call["tool"] == "delete_file"
+    assert call["decision"] == "deny" and call["rule"] == "mcp.rules[0]" and call["result_bytes"] == 0
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])   # 2026-07-28 input-required rounds; 2025-11-25 requests
+def test_an_ask_is_answered_by_elicitation(mproj, mode):
+    asked = []
+
+    async def elicit(ctx, params):
+        asked.append(params.message)
+        allow = "allowed" in params.message
+        return types.ElicitResult(action="accept", content={"allow": allow})
+
+    async def fn(client):
+        return (await execute(client, "await corpus.create_note({title: 'allowed', body: 'yes'})"),
+                await execute(client, "await corpus.create_note({title: 'refused', body: 'no'})"))
+    ok, refused = session(mproj, fn, elicitation_callback=elicit, mode=mode)
+    assert len(asked) == 2 and "corpus.create_note" in asked[0] and "mcp.rules[1]" in asked[0]
+    assert not ok.is_error and "created note allowed" in text_of(ok)
+    assert (mproj.corpus.parent / "notes" / "allowed.md").read_text() == "yes"
+    assert refused.is_error and "refused by mcp.rules[1]" in text_of(refused)
+    assert not (mproj.corpus.parent / "notes" / "refused.md").exists()
+    for r, answer in ((ok, "allow"), (refused, "deny")):
+        step = show(mproj, step_of(r))
+        [note] = [e for e in step["events"] if e["kind"] == "note"]
+        assert note["type"] == "mcp-ask" and note["answer"] == answer and note["how"].startswith("MCP elicitation")
+        assert "corpus.create_note" in note["question"]
+        assert "asked" in step["marks"]
+
+
+def test_an_ask_without_elicitation_fails_closed(mproj):
+    async def fn(client):
+        return await execute(client, "await corpus.create_note({title: 'x', body: 'y'})")
+    r = session(mproj, fn)          # no elicitation callback: the client declares no capability
+    assert r.is_error and "did not declare elicitation" in text_of(r)
+    assert not (mproj.corpus.parent / "notes").exists()
+    [note] = [e for e in show(mproj, step_of(r))["events"] if e["kind"] == "note"]
+    assert note["answer"] == "deny" and "did not declare elicitation" in note["how"]
+
+
+# --- the flows on the step -----------------------------------------------------------------
+
+def test_read_much_return_little_is_flagged(mproj):
+    # The issue's case: which files import node:http? A regex over search results the code
+    # never shows counts the template string too: 289 KB in, a few bytes out.
+    code = ("const r = await corpus.search({pattern: 'require\\\\('});\n"
+            "const files = [...new Set(r.hits.filter(h => /require\\('node:http'\\)/.test(h.text))"
+            ".map(h => h.path))];\nfiles.join(' ')")
+
+    async def fn(client):
+        return await execute(client, code)
+    r = session(mproj, fn)
+    assert not r.is_error, text_of(r)
+    assert TEMPLATE_FILE in text_of(r).split()          # confidently wrong, as in the issue
+    step = show(mproj, step_of(r))
+    extra = step["extra"]
+    assert extra["bytes_in_upstream"] >= 100 * 1024 and extra["bytes_out"] <= 1024
+    assert extra["code"] == code and extra["calls"] == 1
+    assert "read-much-return-little" in step["marks"]
+    [call] = [e for e in step["events"] if e["kind"] == "mcp-call"]
+    assert call["tool"] == "search" and call["result_bytes"] == extra["bytes_in_upstream"]
+    assert call["args_bytes"] == len('{"pattern": "require\\\\("}')
+    log = mproj.envgit("log", check=True).stdout
+    assert "read-much-return-little" in log
+
+
+def test_files_the_code_reads_count_as_bytes_in(mproj):
+    (mproj.root / "big.txt").write_text("y" * 300_000)
+
+    async def fn(client):
+        return (await execute(client, "require('node:fs').readFileSync('big.txt', 'utf8').length"),
+                await execute(client, "'small'"))
+    big, small = session(mproj, fn)
+    assert text_of(big) == "300000"
+    step = show(mproj, step_of(big))
+    assert step["extra"]["bytes_in_files"] >= 300_000
+    assert "read-much-return-little" in step["marks"]
+    assert show(mproj, step_of(small))["extra"]["bytes_in"] < 1000
+
+
+# --- the sandbox ---------------------------------------------------------------------------
+
+def test_the_sandbox_refuses_network_secrets_and_writes_outside(mproj):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    connected = []
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connected.append(listener.accept())
+            except OSError:
+                pass
+    threading.Thread(target=accept, daemon=True).start()
+    outside = mproj.home / "outside.txt"
+    net = (f"await new Promise((res) => {{ const s = require('node:net').connect({port}, '127.0.0.1');"
+           f" s.on('connect', () => res('connected')); s.on('error', (e) => res(e.code)); }})")
+    fetch = (f"let got; try {{ await fetch('http://127.0.0.1:{port}/'); got = 'fetched' }}"
+             f" catch (e) {{ got = 'failed: ' + (e.cause?.code || e) }}; got")
+
+    async def fn(client):
+        return [await execute(client, code) for code in (
+            net, fetch,
+            "require('node:fs').readFileSync(process.env.HOME + '/.ssh/id_ed25519', 'utf8')",
+            f"require('node:fs').writeFileSync({json.dumps(str(outside))}, 'x')",
+            "require('node:fs').writeFileSync('inside.txt', 'made in the sandbox'); 'ok'",
+        )]
+    try:
+        net_r, fetch_r, ssh_r, out_r, in_r = session(mproj, fn)
+    finally:
+        stop.set()
+        time.sleep(0.3)
+        listener.close()
+    assert text_of(net_r) == "ECONNREFUSED"
+    assert text_of(fetch_r) == "failed: ECONNREFUSED"
+    assert connected == []
+    assert ssh_r.is_error and CANARY not in text_of(ssh_r)
+    assert out_r.is_error and ("EROFS" in text_of(out_r) or "ENOENT" in text_of(out_r)
+                               or "EACCES" in text_of(out_r))
+    assert not outside.exists()
+    assert text_of(in_r) == "ok" and (mproj.root / "inside.txt").read_text() == "made in the sandbox"
+    changed = json.dumps(show(mproj, step_of(in_r))["snapshot"])
+    assert "inside.txt" in changed                        # the snapshot after the step has it
+
+
+# --- set-up errors and the HTTP transport ------------------------------------------------
+
+def test_a_bad_mcp_section_is_a_usage_error_with_its_line(proj):
+    with open(proj.root / "envgit.yaml", "a") as f:
+        f.write("\nmcp:\n  rules:\n    - {tool: x, action: maybe}\n")
+    r = subprocess.run([sys.executable, "-m", "envgit.mcp"], cwd=proj.root, env=proj.env,
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2
+    assert "envgit.yaml:" in r.stderr and "mcp.rules[0].action is 'maybe'" in r.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def test_streamable_http_with_an_http_upstream(proj):
+    corpus = make_corpus(proj.home.parent)
+    up_port, our_port = free_port(), free_port()
+    upstream = subprocess.Popen([sys.executable, FIXTURE, str(corpus), "--http", str(up_port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ours = None
+    try:
+        wait_port(up_port, upstream)
+        with open(proj.root / "envgit.yaml", "a") as f:
+            f.write(f"\nmcp:\n  servers:\n    corpus: {{url: 'http://127.0.0.1:{up_port}/mcp'}}\n")
+        ours = subprocess.Popen([sys.executable, "-m", "envgit.mcp", "--http", f"127.0.0.1:{our_port}"],
+                                cwd=proj.root, env=proj.env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(our_port, ours)
+
+        async def main():
+            async with Client(f"http://127.0.0.1:{our_port}/mcp") as client:
+                with anyio.fail_after(120):
+                    a = await execute(client, "const f = await corpus.list_files({}); f.files.length")
+                    b = await execute(client, "f.files[0].path")
+                    return a, b
+        a, b = anyio.run(main)
+        assert text_of(a) == "41" and text_of(b) == "src/docs.js"
+        [call] = [e for e in show(proj, step_of(a))["events"] if e["kind"] == "mcp-call"]
+        assert call["tool"] == "list_files" and call["decision"] == "allow"
+    finally:
+        for p in (ours, upstream):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=30)
