@@ -158,6 +158,23 @@ def test_helpers_and_errors(mproj):
     assert upstream_error.is_error and "outside the corpus" in text_of(upstream_error)
 
 
+def test_a_runaway_or_exiting_repl_is_restarted(mproj):
+    mproj.env["ENVGIT_MCP_EXEC_TIMEOUT"] = "3"
+
+    async def fn(client):
+        return [await execute(client, code) for code in (
+            "globalThis.kept = 1; 'set'", "while (true) {}", "typeof kept", "process.exit(3)", "1 + 1")]
+    t0 = time.monotonic()
+    s, loop, after, exited, fresh = session(mproj, fn)
+    assert time.monotonic() - t0 < 60
+    assert loop.is_error and "ran longer than 3 s; the REPL was restarted" in text_of(loop)
+    assert text_of(after) == "undefined"
+    assert exited.is_error and "the REPL exited (status 3)" in text_of(exited)
+    assert text_of(fresh) == "2"
+    step = show(mproj, step_of(loop))
+    assert step["exit_code"] == 1 and "ran longer" in step["extra"]["error"]
+
+
 def test_a_return_over_the_cap_is_cut_and_says_so(proj):
     proj.corpus = make_corpus(proj.home.parent)
     with open(proj.root / "envgit.yaml", "a") as f:

@@ -4,6 +4,7 @@ bytes in (tool results into the sandbox, plus what the code read itself) and byt
 (what goes back to the model, capped by `mcp.max_return_bytes`)."""
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -14,7 +15,8 @@ from .rules import decide_tool
 from .upstream import UpstreamError
 
 ARGV = ["envgit", "mcp", "execute"]
-EXEC_TIMEOUT_S = 120
+# an execution that runs longer is stopped and its REPL restarted
+EXEC_TIMEOUT_S = float(os.environ.get("ENVGIT_MCP_EXEC_TIMEOUT", "120"))
 ERROR_MAX = 2000           # an error message reaches the model whole up to this size
 RETURNED_HEAD = 2000       # what the journal keeps of the text the model got
 MARK_FLOW = "read-much-return-little"
