@@ -17,28 +17,9 @@ import pytest
 import mcp_types as types
 from conftest import CANARY
 from mcp import Client, StdioServerParameters
+from mcp_fixture_server import TEMPLATE_FILE, make_corpus
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture_server.py"))
-TEMPLATE_FILE = "src/docs.js"
-
-
-def make_corpus(base: Path) -> Path:
-    """~250 KB of code whose `require(` lines a search returns, and one file that only
-    mentions require('node:http') inside a template string (the case a too-broad regex gets wrong)."""
-    corpus = base / "corpus"
-    (corpus / "src").mkdir(parents=True)
-    for i in range(40):
-        lines = [f"const mod{i}_{j} = require('./lib/module_{i}_{j}');  // helper number {j} of file {i}"
-                 for j in range(80)]
-        if i % 10 == 0:
-            lines.append("const http = require('node:http');")
-        (corpus / "src" / f"file{i:02}.js").write_text("\n".join(lines) + "\n")
-    (corpus / TEMPLATE_FILE).write_text(
-        "const help = `To serve, write require('node:http') and call createServer`;\n"
-        "module.exports = help;\n")
-    return corpus
-
-
 def mcp_section(corpus, extra=""):
     return f"""
 mcp:
