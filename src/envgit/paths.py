@@ -45,3 +45,30 @@ def find_project(start: str | None = None) -> Project:
             raise NoProject(f"no envgit project at or above {start or os.getcwd()}: "
                             "run `envgit init` in the project's root first")
         d = parent
+
+
+# sun_path holds 108 bytes; a deep project's socket paths do not fit.
+_UNIX_PATH_MAX = 100
+
+
+class UnixAddress:
+    """A unix socket path usable in bind()/connect() however long it is: a long one is reached
+    as /proc/self/fd/N/NAME through an open descriptor of its directory, closed on exit.
+
+        with UnixAddress(path) as addr:
+            sock.connect(addr)
+    """
+
+    def __init__(self, path: str):
+        self.path, self.fd = path, None
+
+    def __enter__(self) -> str:
+        if len(os.fsencode(self.path)) <= _UNIX_PATH_MAX:
+            return self.path
+        self.fd = os.open(os.path.dirname(self.path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return f"/proc/self/fd/{self.fd}/{os.path.basename(self.path)}"
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

@@ -11,6 +11,8 @@ import marshal
 import sys
 import time
 
+from ..paths import UnixAddress
+
 MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -88,7 +90,8 @@ class Conn:
 def _try(path):
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        s.connect(path)
+        with UnixAddress(path) as addr:
+            s.connect(addr)
         return s
     except OSError:
         s.close()

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..journal import Journal
-from ..paths import Project
+from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.network import Net
 from ..sandbox.projectscan import ProjectScan
@@ -236,8 +236,11 @@ class Session:
         if session not in self.inner:
             d = self.project.state_path("inner")
             os.makedirs(d, mode=0o700, exist_ok=True)
-            self.inner[session] = InnerSocket(self, session, os.path.join(d, f"{session}.sock"),
-                                              asyncio.get_running_loop())
+            path = os.path.join(d, f"{session}.sock")
+            if len(os.fsencode(path)) > 100:      # an AF_UNIX path ends at 107 bytes
+                import tempfile
+                path = os.path.join(tempfile.mkdtemp(prefix="envgit-inner-"), "control.sock")
+            self.inner[session] = InnerSocket(self, session, path, asyncio.get_running_loop())
         return self.inner[session].path
 
     # --- the gate's callbacks ----------------------------------------------------------
@@ -520,7 +523,8 @@ async def serve(project: Project):
     except FileNotFoundError:
         pass
     old = os.umask(0o077)
-    server = await asyncio.start_unix_server(sess.handle, path=project.socket)
+    with UnixAddress(project.socket) as addr:
+        server = await asyncio.start_unix_server(sess.handle, path=addr)
     os.umask(old)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

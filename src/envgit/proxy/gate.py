@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from ..paths import UnixAddress
 from ..policy import network
 from . import ca
 from .addon import EnvgitAddon
@@ -147,7 +148,8 @@ class Gate:
         sock.unlink(missing_ok=True)
         old = os.umask(0o177)
         try:
-            self._servers.append(await asyncio.start_unix_server(self._serve, path=str(sock)))
+            with UnixAddress(str(sock)) as addr:      # a deep project's path may be too long
+                self._servers.append(await asyncio.start_unix_server(self._serve, path=addr))
         finally:
             os.umask(old)
         if tcp_port is not None:
