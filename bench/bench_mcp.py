@@ -50,7 +50,7 @@ async def timed(fn, runs):
 
 async def measure(root: Path, corpus: Path, runs: int):
     direct = Client(StdioServerParameters(command=sys.executable, args=[FIXTURE, str(corpus)]))
-    ours = Client(StdioServerParameters(command=sys.executable, args=["-m", "envgit.mcp"], cwd=str(root)))
+    ours = Client(StdioServerParameters(command=ENVGIT, args=["mcp"], cwd=str(root)))
     async with direct, ours:
         # bytes: the same answer three ways
         search = await direct.call_tool("search", SEARCH)

@@ -1,4 +1,4 @@
-"""envgit mcp end to end: the SDK's own client drives `python -m envgit.mcp` (stdio and
+"""envgit mcp end to end: the SDK's own client drives `envgit mcp` (stdio and
 streamable HTTP) in a real project, whose upstream is tests/mcp_fixture_server.py over a
 fixture corpus; the code runs in the real bwrap sandbox in real node; the steps are read
 back with `envgit show --json`."""
@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 import mcp_types as types
-from conftest import CANARY
+from conftest import CANARY, ENVGIT
 from mcp import Client, StdioServerParameters
 from mcp_fixture_server import TEMPLATE_FILE, make_corpus
 
@@ -42,8 +42,9 @@ def mproj(proj):
 
 
 def server_params(proj):
-    return StdioServerParameters(command=sys.executable, args=["-m", "envgit.mcp"],
-                                 cwd=str(proj.root), env=proj.env)
+    # started elsewhere, as an agent may start it: --project names the project
+    return StdioServerParameters(command=ENVGIT, args=["mcp", "--project", str(proj.root)],
+                                 cwd=str(proj.home), env=proj.env)
 
 
 def session(proj, fn, **client_kw):
@@ -318,7 +319,7 @@ def test_the_sandbox_refuses_network_secrets_and_writes_outside(mproj):
 def test_a_bad_mcp_section_is_a_usage_error_with_its_line(proj):
     with open(proj.root / "envgit.yaml", "a") as f:
         f.write("\nmcp:\n  rules:\n    - {tool: x, action: maybe}\n")
-    r = subprocess.run([sys.executable, "-m", "envgit.mcp"], cwd=proj.root, env=proj.env,
+    r = subprocess.run([ENVGIT, "mcp"], cwd=proj.root, env=proj.env,
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 2
     assert "envgit.yaml:" in r.stderr and "mcp.rules[0].action is 'maybe'" in r.stderr
@@ -352,7 +353,7 @@ def test_streamable_http_with_an_http_upstream(proj):
         wait_port(up_port, upstream)
         with open(proj.root / "envgit.yaml", "a") as f:
             f.write(f"\nmcp:\n  servers:\n    corpus: {{url: 'http://127.0.0.1:{up_port}/mcp'}}\n")
-        ours = subprocess.Popen([sys.executable, "-m", "envgit.mcp", "--http", f"127.0.0.1:{our_port}"],
+        ours = subprocess.Popen([ENVGIT, "mcp", "--http", f"127.0.0.1:{our_port}"],
                                 cwd=proj.root, env=proj.env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(our_port, ours)

@@ -121,6 +121,6 @@ def render(pol: Policy) -> str:
         for i, v in enumerate(getattr(pol, attr)):
             lines.append(f"  - {v:<{width}} # {pol.where[f'{key}[{i}]']}")
     for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("network.ask_timeout", "ask_timeout"), ("irreversible", "irreversible"),
-                      ("shell", "shell"), ("snapshot.max_file_size", "max_file_size")]:
+                      ("shell", "shell"), ("snapshot.max_file_size", "max_file_size"), ("mcp", "mcp")]:
         lines.append(f"{key}: {json.dumps(getattr(pol, attr))}  # {pol.where[key]}")
     return "\n".join(lines) + "\n"
