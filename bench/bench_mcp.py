@@ -8,8 +8,9 @@ Bytes: what reaches the model. Directly, that is every tool result's text (the w
 client hands results to the model), for two ways of doing the task: one search, or
 list_files and then read_file of every file. Via execute, it is the text execute returns.
 Time: medians of N runs (default 15), all in this run: a direct search call; a warm execute
-doing the same search (REPL alive); a cold execute (reset: a new bwrap sandbox and node
-process first); and an execute of `1` (the step's own cost: record, snapshot).
+doing the same search (REPL alive); the same after a reset (a new bwrap sandbox and node
+process first); and an execute of `1`, warm (the step's own cost: record, snapshot) and
+cold (that plus the sandbox and node start).
 """
 
 import argparse
@@ -76,10 +77,14 @@ async def measure(root: Path, corpus: Path, runs: int):
 
         async def trivial():
             await ours.call_tool("execute", {"code": "1"})
+
+        async def trivial_cold():
+            await ours.call_tool("execute", {"code": "1", "reset": True})
         time_rows = [("direct: search call", await timed(direct_search, runs)),
                      ("execute, warm REPL (same search)", await timed(warm, runs)),
                      ("execute, cold (new sandbox + node)", await timed(cold, runs)),
-                     ("execute of `1`, warm (step overhead)", await timed(trivial, runs))]
+                     ("execute of `1`, warm (the step's own cost)", await timed(trivial, runs)),
+                     ("execute of `1`, cold (+ sandbox and node start)", await timed(trivial_cold, runs))]
     return bytes_rows, time_rows, via.content[0].text
 
 
