@@ -60,3 +60,25 @@ def test_the_inner_socket_offers_only_run_and_status(proj):
         s.close()
         assert "offers run, record and status" in reply["error"], (op, reply)
     assert conn.request({"op": "status"})["pid"]          # the daemon is still fine
+
+
+def test_a_long_session_name_still_gets_its_socket(proj):
+    """An agent's session id (`claude-20261202-182559-46ba`) under a deep project path would
+    pass the AF_UNIX limit: the socket is then made in a private directory of its own."""
+    import marshal
+    import socket
+    session = "claude-20261202-182559-46ba" + "-x" * 30
+    proj.run("true")
+    conn = connect(Project(str(proj.root)))
+    spec = conn.request({"op": "spec", "argv": ["true"], "cwd": str(proj.root), "env": proj.env,
+                         "session": session, "inner": True})
+    assert "bwrap" in spec, spec
+    bound = spec["bwrap"][spec["bwrap"].index("/run/envgit/control.sock") - 1]
+    assert len(bound) <= 100 and os.stat(os.path.dirname(bound)).st_mode & 0o777 == 0o700
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(bound)
+    body = marshal.dumps({"op": "status"}, 4)
+    s.sendall(len(body).to_bytes(4, "big") + body)
+    size = int.from_bytes(s.recv(4), "big")
+    assert marshal.loads(s.recv(size))["session"] == session
+    s.close()

@@ -46,7 +46,8 @@ class InnerSocket:
         self.sock.close()
         try:
             os.unlink(self.path)
-        except FileNotFoundError:
+            os.rmdir(os.path.dirname(self.path))     # a private temp dir, or .envgit/inner once empty
+        except OSError:
             pass
 
     def _accept(self):
