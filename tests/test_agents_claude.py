@@ -1,6 +1,10 @@
-"""`envgit claude`: the real Claude Code (pinned, from npm) in `-p` mode against the scripted
-model server. Each Bash tool call is a step carrying its tool_use id (the shell prefix shim),
-each Write/Edit a recorded step with a snapshot (the PostToolUse hook)."""
+"""`envgit claude`: the real Claude Code (pinned, from npm) in `-p` mode, running inside envgit's
+sandbox, against the scripted model server. Claude reaches the model only through the
+network gate (the server is on the host's loopback, which the sandbox cannot reach: the
+daemon resolves model.example.test to it), so every one of its requests is recorded on the
+session's step. Each Bash tool call is a step of its own carrying its tool_use id (the shell
+prefix shim, over the inner control socket); each Write/Edit a recorded step with a snapshot
+(the PostToolUse hook); Claude's own Read and Write meet the sandbox's mounts."""
 
 import json
 import shutil
@@ -14,23 +18,45 @@ from modelserver import Call, ModelServer, agent_bin, agent_command, claude_env,
 
 from envgit.agents.claude_shim import model_command
 
+MODEL_HOST = "model.example.test"
+RESOLVE = f"{MODEL_HOST}=127.0.0.1"
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None,
+                                reason="socat is not installed (the network gate needs it, and Claude "
+                                       "reaches its model only through the gate)")
+
 
 @pytest.fixture(scope="session")
 def claude_bin():
     return agent_bin("claude")
 
 
-def run_claude(env: Env, claude_bin, script, prompt="go", timeout=240):
-    with ModelServer(script) as model:
-        r = subprocess.run([*agent_command(ENVGIT, "claude"), "-p", prompt, "--dangerously-skip-permissions",
-                            "--output-format", "stream-json", "--verbose"],
-                           cwd=env.root, env={**env.env, **claude_env(model.url), "ENVGIT_CLAUDE_BIN": claude_bin},
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
-    return r, model
+@pytest.fixture
+def cproj(proj):
+    """The project, its daemon (started by the first step) resolving the model server's name."""
+    proj.env["ENVGIT_RESOLVE"] = RESOLVE
+    return proj
+
+
+def policy(model, *more_hosts):
+    hosts = json.dumps([f"{MODEL_HOST}:{model.port}", *more_hosts])
+    return f"version: 1\nnetwork:\n  allow: {hosts}\nirreversible:\n  - preset: default\n"
+
+
+def run_claude(env: Env, claude_bin, model, prompt="go", timeout=240):
+    url = f"http://{MODEL_HOST}:{model.port}"
+    return subprocess.run([*agent_command(ENVGIT, "claude"), "-p", prompt, "--dangerously-skip-permissions",
+                           "--output-format", "stream-json", "--verbose"],
+                          cwd=env.root, env={**env.env, **claude_env(url), "ENVGIT_CLAUDE_BIN": claude_bin},
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
 
 def steps(env):
     return json.loads(env.envgit("log", "--json", check=True).stdout)
+
+
+def show(env, n):
+    return json.loads(env.envgit("show", str(n), "--json", check=True).stdout)
 
 
 def bash(cmd):
@@ -47,57 +73,73 @@ def test_the_shim_finds_the_model_command_in_claudes_string():
     assert model_command("npx -y @modelcontextprotocol/server-filesystem .") is None   # an MCP server
 
 
-def test_steps_are_the_tool_calls_in_order(proj, claude_bin):
-    path = str(proj.root / "notes.txt")
-    r, model = run_claude(proj, claude_bin, [
-        bash("echo from-the-model; echo to-stderr >&2"),
-        Call("Write", {"file_path": path, "content": "first line\n"}),
-        bash("wc -l notes.txt"),
-    ])
+def test_steps_are_the_tool_calls_in_order(cproj, claude_bin):
+    path = str(cproj.root / "notes.txt")
+    with ModelServer([bash("echo from-the-model; echo to-stderr >&2"),
+                      Call("Write", {"file_path": path, "content": "first line\n"}),
+                      bash("wc -l notes.txt")]) as model:
+        cproj.write_policy(policy(model))
+        r = run_claude(cproj, claude_bin, model)
     assert r.returncode == 0, r.stderr
     (c1, _, out1), (c2, _, _), (c3, _, out3) = model.results()
     assert "from-the-model" in out1 and "to-stderr" in out1 and "1 notes.txt" in out3
-    got = [(s["argv"], s["tool_call_id"]) for s in steps(proj)]
-    assert got == [(["bash", "-c", "echo from-the-model; echo to-stderr >&2"], c1),
-                   (["claude:Write", path], c2),
-                   (["bash", "-c", "wc -l notes.txt"], c3)]
-    edit = steps(proj)[1]
+    session, *calls = steps(cproj)
+    assert [(s["argv"], s["tool_call_id"]) for s in calls] == [
+        (["bash", "-c", "echo from-the-model; echo to-stderr >&2"], c1),
+        (["claude:Write", path], c2),
+        (["bash", "-c", "wc -l notes.txt"], c3)]
+    assert session["argv"][:2] == ["claude", "-p"] and "agent-session" in session["marks"]
+    assert session["exit_code"] == 0
+    edit = calls[1]
     assert "agent-edit" in edit["marks"]
     assert {"path": "notes.txt", "status": "added"} in edit["snapshot"]["paths"]
-    sessions = {s["session"] for s in steps(proj)}
-    assert len(sessions) == 1 and sessions.pop().startswith("claude-")
+    assert len({s["session"] for s in steps(cproj)}) == 1 and session["session"].startswith("claude-")
+    # Claude's own traffic went through the gate, every request of it on the session's step
+    asked = show(cproj, session["id"])["requests"]
+    assert len(asked) == len(model.log) >= 4
+    assert all(q["host"] == MODEL_HOST and q["decision"] == "allow" and q["path"].startswith("/v1/messages")
+               for q in asked), asked
+    assert not any(show(cproj, s["id"])["requests"] for s in calls)
 
 
-def test_an_edit_can_be_rewound(proj, claude_bin):
-    app = proj.root / "app.py"
+def test_an_edit_can_be_rewound(cproj, claude_bin):
+    app = cproj.root / "app.py"
     app.write_text("print('one')\n")
-    proj.run("true")        # step 1: the tree before the edit (a first step's baseline is taken at its begin)
-    r, model = run_claude(proj, claude_bin, [
-        Call("Read", {"file_path": str(app)}),
-        Call("Edit", {"file_path": str(app), "old_string": "one", "new_string": "two"}),
-        bash("cat app.py"),
-    ])
+    with ModelServer([Call("Read", {"file_path": str(app)}),
+                      Call("Edit", {"file_path": str(app), "old_string": "one", "new_string": "two"}),
+                      bash("cat app.py")]) as model:
+        cproj.write_policy(policy(model))
+        cproj.run("true")        # step 1: the tree before the edit (a first step's baseline is taken at its begin)
+        r = run_claude(cproj, claude_bin, model)
     assert r.returncode == 0, r.stderr
     assert app.read_text() == "print('two')\n"
-    _, edit, cat = steps(proj)
+    _, _, edit, cat = steps(cproj)
     assert edit["argv"] == ["claude:Edit", str(app)] and "print('two')" in model.results()[-1][2]
     assert edit["tool_call_id"] == model.results()[1][0]
     assert {"path": "app.py", "status": "modified"} in edit["snapshot"]["paths"]
-    proj.envgit("rewind", "1", "--yes", check=True)                      # back to before the edit
+    cproj.envgit("rewind", "1", "--yes", check=True)                      # back to before the edit
     assert app.read_text() == "print('one')\n"
 
 
-def test_reading_the_ssh_key_through_the_read_tool_is_refused(proj, claude_bin):
-    key = str(proj.home / ".ssh" / "id_ed25519")
-    r, model = run_claude(proj, claude_bin, [
-        Call("Read", {"file_path": key}),
-        bash(f"cat {key}"),
-    ])
+def test_claudes_own_file_tools_are_under_the_mounts(cproj, claude_bin):
+    """No hook checks a path: Read and Write run in Claude's process, inside the sandbox;
+    the hooks envgit adds are only the Bash call's id and the edits' record."""
+    key, outside = cproj.home / ".ssh" / "id_ed25519", cproj.home / "outside.txt"
+    with ModelServer([Call("Read", {"file_path": str(key)}),
+                      Call("Write", {"file_path": str(outside), "content": "escaped\n"}),
+                      bash(f"cat {key}; echo key=$ANTHROPIC_API_KEY; ls ~/.claude")]) as model:
+        cproj.write_policy(policy(model))
+        r = run_claude(cproj, claude_bin, model)
     assert r.returncode == 0, r.stderr
-    (_, _, read), (_, _, cat) = model.results()
-    assert "deny_read ~/.ssh" in read, read
+    (_, _, read), (_, _, write), (_, _, cat) = model.results()
+    assert "does not exist" in read, read                     # the home inside has no ~/.ssh at all
+    assert "read-only file system" in write.lower(), write    # nothing outside the project is writable
+    assert not outside.exists() and key.read_text().strip() == CANARY
     assert "No such file" in cat or "Permission denied" in cat, cat
+    # what Claude holds (its API key, ~/.claude) is not its Bash steps': they have the policy's view
+    assert "key=\n" in cat and "cannot access '/" in cat and cat.count("No such file") == 2, cat
     assert CANARY not in json.dumps([e.body for e in model.log])
+    assert not any(s["argv"][0].startswith("claude:") for s in steps(cproj))
 
 
 @pytest.fixture
@@ -106,18 +148,17 @@ def remote(tmp_path):
         yield srv
 
 
-@pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed (the network gate needs it)")
 def test_push_behind_a_variable_is_refused_at_the_request(tmp_path, remote, claude_bin):
     home = make_home(tmp_path)
-    env = Env(home, home / "app", {"ENVGIT_RESOLVE": remote.resolve,
+    env = Env(home, home / "app", {"ENVGIT_RESOLVE": f"{remote.resolve},{RESOLVE}",
                                    "ENVGIT_UPSTREAM_CA": str(remote.ca.cert_path)})
     clone_for_push(env, remote)
     try:
         before = remote.refs()
-        r, model = run_claude(env, claude_bin, [
-            bash("echo change >> README && git commit -qam change"),
-            bash("g=git; $g push origin main"),
-        ])
+        with ModelServer([bash("echo change >> README && git commit -qam change"),
+                          bash("g=git; $g push origin main")]) as model:
+            env.write_policy(policy(model, remote.url.split("/")[2]))
+            r = run_claude(env, claude_bin, model)
         assert r.returncode == 0, r.stderr
         (_, _, _), (push_call, _, pushed) = model.results()
         assert "[remote rejected]" in pushed and "preset:default/git-push" in pushed, pushed

@@ -1,76 +1,179 @@
-"""`envgit claude [claude args…]`: Claude Code with every Bash tool call a step and every file
-edit recorded, envgit's settings added with `--settings` (the user's own settings, the
-project's .claude/ and CLAUDE.md all still apply; no file of theirs is edited).
+"""`envgit claude [claude args…]`: Claude Code itself runs inside envgit's sandbox, so its own
+Read/Write/Edit tools meet the same read denies and write scope as any step, and all of its
+traffic (the model API included) goes through the network gate, recorded on the session's step.
 
-  CLAUDE_CODE_SHELL_PREFIX  a generated one-word executable that runs claude_shim.py: each Bash
-                            call becomes `envgit run -- bash -c <the model's command>`, a step in
-                            the sandbox under the network gate, with its tool-call id
-  PreToolUse (every tool)   claude_hook.py pre: hands the tool_use_id to the shim, and denies a
-                            Read/Write/Edit/Glob/Grep on a path the policy closes
+  the session step   a record-only step `claude …` open for the whole session: Claude's own
+                     requests are recorded on it, and its end carries the last snapshot
+  the sandbox        the daemon's `spec` with the inner control socket bound in, the Claude
+                     binary's directory and a generated directory of stdlib-only scripts
+                     read-only, Claude's state (~/.claude, ~/.claude.json) writable
+  CLAUDE_CODE_SHELL_PREFIX
+                     claude_shim.py: each Bash call is sent over the inner socket and runs as
+                     a step of its own in a sibling sandbox, argv ["bash", "-c", <the model's
+                     command>], with its tool-call id
+  PreToolUse (Bash)  claude_hook.py pre: leaves the tool_use_id where the shim reads it
   PostToolUse (Write|Edit|MultiEdit|NotebookEdit)
-                            claude_hook.py post: a record-only step per edit, then a snapshot
+                     claude_hook.py post: a record-only step per edit, with its snapshot
 
-Claude itself still runs on the host: running it inside the sandbox (so Read/Write/Edit are
-under the mounts and its traffic under the proxy) needs the daemon's inner socket, through
-which a shim inside one sandbox asks for a sibling one (bwrap does not nest). Until then its
-in-process file tools are checked by the PreToolUse hook, not by the mounts.
+envgit's settings are added with `--settings`: the user's own settings, the project's
+.claude/ and CLAUDE.md all still apply, and no file of theirs is edited.
 """
 
 import json
 import os
-import shlex
-import subprocess
+import shutil
 import sys
 import tempfile
+from urllib.parse import urlsplit
 
-from .session import AgentError, agent_binary, announce, new_session, project_here, session_dir
+from .session import AgentError, agent_binary, announce, new_session, project_here
 
 EDIT_TOOLS = "Write|Edit|MultiEdit|NotebookEdit"
+HERE = os.path.dirname(os.path.abspath(__file__))
+INNER_SHIM = os.path.join(os.path.dirname(HERE), "daemon", "inner_shim.py")
+
+# The user's variables Claude Code itself reads (credentials, endpoint, model, its switches):
+# a policy's env.pass is for steps, these are for the agent's own process only.
+CLAUDE_VARS = ("ANTHROPIC_", "CLAUDE_", "DISABLE_", "MAX_THINKING_TOKENS", "BASH_DEFAULT_TIMEOUT_MS",
+               "BASH_MAX_TIMEOUT_MS", "MCP_TIMEOUT", "MCP_TOOL_TIMEOUT", "AWS_BEARER_TOKEN_BEDROCK")
 
 
-def hook_command(project, session, calls, event) -> str:
-    return shlex.join([sys.executable, "-m", "envgit.agents.claude_hook", "--project", project.root,
-                       "--session", session, "--calls", calls, event])
+def python_inside() -> tuple[str, list[str]]:
+    """An interpreter for the scripts inside the sandbox, and what must be bound for it."""
+    if os.access("/usr/bin/python3", os.X_OK):
+        return "/usr/bin/python3", []
+    return os.path.realpath(sys.executable), [sys.base_prefix]
 
 
-def write_shim(d: str, project, session: str, calls: str) -> str:
-    """The prefix must be one word with no spaces (Claude quotes what comes before a ` -`)."""
-    if any(c.isspace() for c in d):
-        d = tempfile.mkdtemp(prefix="envgit-claude-")
-    path = os.path.join(d, "envgit-claude-shell")
-    with open(path, "w") as f:
-        f.write("#!/bin/sh\n# written by envgit claude: every Bash tool call becomes an envgit step\n"
-                f"exec {shlex.join([sys.executable, '-m', 'envgit.agents.claude_shim', '--project', project.root, '--session', session, '--calls', calls])} \"$@\"\n")
-    os.chmod(path, 0o755)
-    return path
+def package_dir(binary: str) -> str:
+    """What Claude needs visible: its npm package (the native binary sits in bin/), else the
+    binary's own directory."""
+    real = os.path.realpath(binary)
+    d = os.path.dirname(real)
+    if os.path.basename(d) == "bin" and os.path.exists(os.path.join(d, "..", "package.json")):
+        return os.path.dirname(d)
+    return d
 
 
-def settings(pre: str, post: str) -> dict:
+def write_scripts(python: str) -> tuple[str, str, str]:
+    """(the generated dir, its read-only bin/, its writable state/). The prefix must be one
+    word with no spaces (Claude quotes what comes before a ` -`), hence a fresh /tmp dir."""
+    top = tempfile.mkdtemp(prefix="envgit-claude-", dir="/tmp")
+    bin_dir, state = os.path.join(top, "bin"), os.path.join(top, "state")
+    os.mkdir(bin_dir)
+    os.mkdir(state)
+    for src in (os.path.join(HERE, "claude_shim.py"), os.path.join(HERE, "claude_hook.py"), INNER_SHIM):
+        with open(src) as f:
+            body = f.read()
+        if body.startswith("#!"):
+            body = body.split("\n", 1)[1]
+        dst = os.path.join(bin_dir, os.path.basename(src))
+        with open(dst, "w") as f:
+            f.write(f"#!{python} -I\n" + body)
+        os.chmod(dst, 0o555)
+    return top, bin_dir, state
+
+
+def settings(hook_pre: str, hook_post: str) -> dict:
     return {"hooks": {
-        "PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": pre, "timeout": 30}]}],
-        "PostToolUse": [{"matcher": EDIT_TOOLS, "hooks": [{"type": "command", "command": post, "timeout": 60}]}]}}
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": hook_pre, "timeout": 30}]}],
+        "PostToolUse": [{"matcher": EDIT_TOOLS, "hooks": [{"type": "command", "command": hook_post,
+                                                          "timeout": 60}]}]}}
+
+
+def claude_state(home: str) -> tuple[list[str], list[str]]:
+    """(read, write) for Claude's own state: ~/.claude writable (created when absent: a bind
+    needs something to bind), ~/.claude.json read-only. Claude rewrites the latter through
+    a temporary file beside it, in the home directory, which is read-only inside."""
+    d, cfg = os.path.join(home, ".claude"), os.path.join(home, ".claude.json")
+    os.makedirs(d, exist_ok=True)
+    return [cfg], [d]
+
+
+def model_endpoint(env: dict) -> tuple[str, int]:
+    u = urlsplit(env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com")
+    return u.hostname or "", u.port or (80 if u.scheme == "http" else 443)
+
+
+def check_model_reachable(project, env) -> str | None:
+    """A warning when the policy does not let Claude reach its model API."""
+    from ..policy import PolicyError, load_policy
+    from ..policy.network import allowed_by
+    host, port = model_endpoint(env)
+    try:
+        pol = load_policy(project.policy)
+    except (OSError, PolicyError):
+        return None                       # the daemon says what is wrong with it
+    if allowed_by(pol, host, port) is None:
+        return (f"the policy's network.allow does not name {host}:{port} (Claude's model API): "
+                f"Claude will not reach it; add \"{host}\" to network.allow in envgit.yaml")
+    return None
 
 
 def launch(argv: list[str]) -> int:
+    from ..daemon.client import DaemonError, connect
+    from ..run import _decode, _spawn_and_wait, _which, SIGNAL_NAMES, Terminal
     try:
         project = project_here()
         claude = agent_binary("claude", "ENVGIT_CLAUDE_BIN", "@anthropic-ai/claude-code")
+        bwrap = _which("bwrap")
+        if bwrap is None:
+            raise AgentError("bubblewrap (bwrap) is not installed; run `envgit doctor` for the fix")
     except AgentError as e:
         print(f"envgit: {e}", file=sys.stderr)
         return 2
+    warning = check_model_reachable(project, os.environ)
+    if warning:
+        print(f"envgit: {warning}", file=sys.stderr)
     session = new_session("claude")
-    d = session_dir(project, session)
-    calls = os.path.join(d, "claude-current-call")
-    pre, post = (hook_command(project, session, calls, e) for e in ("pre", "post"))
-    settings_file = os.path.join(d, "claude-settings.json")
-    with open(settings_file, "w") as f:
-        json.dump(settings(pre, post), f, indent=2)
-    env = {**os.environ, "ENVGIT_SESSION": session,
-           "CLAUDE_CODE_SHELL_PREFIX": write_shim(d, project, session, calls),
-           "ENVGIT_CLAUDE_HOOKS": "\n".join((pre, post))}
-    announce("claude", session, "each Bash call a sandboxed step, edits recorded; Claude itself "
-             "runs on the host until the daemon's inner socket lands")
+    home = os.path.expanduser("~")
+    python, python_dirs = python_inside()
+    top, bin_dir, state = write_scripts(python)
     try:
-        return subprocess.call([claude, "--settings", settings_file, *argv], env=env)
-    except KeyboardInterrupt:
-        return 130
+        hook = os.path.join(bin_dir, "claude_hook.py")
+        pre, post = f"{hook} pre", f"{hook} post"
+        settings_file = os.path.join(bin_dir, "settings.json")
+        with open(settings_file, "w") as f:
+            json.dump(settings(pre, post), f, indent=2)
+        set_env = {k: v for k, v in os.environ.items() if k.startswith(CLAUDE_VARS)}
+        set_env.update({"CLAUDE_CODE_SHELL_PREFIX": os.path.join(bin_dir, "claude_shim.py"),
+                        "ENVGIT_CLAUDE_HOOKS": "\n".join((pre, post)),
+                        "ENVGIT_CLAUDE_CALLS": os.path.join(state, "current-call")})
+        if os.geteuid() == 0:
+            set_env["IS_SANDBOX"] = "1"     # as root, --dangerously-skip-permissions asks for it
+        cwd = os.path.realpath(os.getcwd())
+        state_read, state_write = claude_state(home)
+        try:
+            conn = connect(project)
+            conn.request({"op": "baseline"})
+            began = conn.request({"op": "begin", "record_only": True, "argv": ["claude", *argv], "cwd": cwd,
+                                  "env": {}, "pid": os.getpid(), "uid": os.getuid(), "session": session,
+                                  "marks": ["agent-session"]})
+            if "step" not in began:
+                raise DaemonError(began.get("error") or began.get("refused") or "no step")
+            step = began["step"]
+            spec = conn.request({"op": "spec", "argv": [os.path.realpath(claude), "--settings", settings_file,
+                                                        *argv],
+                                 "cwd": cwd, "env": dict(os.environ), "session": session, "step": step,
+                                 "inner": True, "read": [package_dir(claude), bin_dir, *python_dirs, *state_read],
+                                 "write": [*state_write, state], "set_env": set_env})
+            if "error" in spec:
+                conn.request({"op": "end", "step": step, "exit_code": 125, "signal": None, "duration_ms": 0})
+                raise DaemonError(spec["error"])
+        except (DaemonError, OSError) as e:
+            print(f"envgit: {e}", file=sys.stderr)
+            return 1
+        announce("claude", session, "Claude runs in the sandbox: its file tools under the mounts, its "
+                 "traffic through the gate, each Bash call a step")
+        term = Terminal()
+        conn.on_push = lambda frame: term.push(frame, conn)
+        status, ms = _spawn_and_wait(bwrap, spec["bwrap"], spec["env"], conn, term)
+        code, sig = _decode(status)
+        try:
+            conn.request({"op": "end", "step": step, "exit_code": code,
+                          "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
+        except (DaemonError, OSError) as e:
+            print(f"envgit: the session's step {step} could not be closed ({e})", file=sys.stderr)
+        return code
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

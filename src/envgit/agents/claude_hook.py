@@ -1,78 +1,77 @@
-"""Claude Code's PreToolUse/PostToolUse hook under `envgit claude` (settings in claude.py).
+#!/usr/bin/env python3
+"""Claude Code's PreToolUse/PostToolUse hook under `envgit claude`, run inside Claude's sandbox
+(settings in claude.py). Standalone: standard library only, copied beside inner_shim.py.
 
-    python -m envgit.agents.claude_hook --project ROOT --session S --calls FILE pre|post
+    claude_hook.py pre|post     (the hook event on stdin)
 
-pre:  every tool: the tool_use_id goes to FILE, where the shell shim picks it up for the step
-      of a Bash call; a file tool (Read, Write, Edit, MultiEdit, NotebookEdit, Glob, Grep) on a
-      path the policy closes is denied before it runs
-post: Write|Edit|MultiEdit|NotebookEdit: a record-only step for the edit, with its tool-call
-      id, so the daemon snapshots the tree after it"""
+pre:  Bash: the tool_use_id goes to $ENVGIT_CLAUDE_CALLS, where the shell-prefix shim picks it
+      up for the Bash call's step
+post: Write|Edit|MultiEdit|NotebookEdit: over the inner control socket, a record-only step for
+      the edit, with its tool-call id and the snapshot after it (the edit itself already
+      happened inside the sandbox, under its mounts)"""
 
-import argparse
 import json
+import marshal
 import os
+import socket
 import sys
 
-from ..paths import Project
-
 WRITES = ("Write", "Edit", "MultiEdit", "NotebookEdit")
-READS = ("Read", "Glob", "Grep")
 
 
-def tool_path(tool_input: dict) -> str | None:
+def tool_path(tool_input: dict):
     for key in ("file_path", "notebook_path", "path"):
         if isinstance(tool_input.get(key), str) and tool_input[key]:
             return tool_input[key]
     return None
 
 
-def pre(project, calls_file, event) -> dict | None:
-    call = event.get("tool_use_id")
+def pre(event):
+    call, calls_file = event.get("tool_use_id"), os.environ.get("ENVGIT_CLAUDE_CALLS")
     if call and calls_file:
         tmp = f"{calls_file}.{os.getpid()}"
         with open(tmp, "w") as f:
             f.write(call)
         os.replace(tmp, calls_file)
-    tool, path = event.get("tool_name"), tool_path(event.get("tool_input") or {})
-    if tool in READS + WRITES and path:
-        from .pathcheck import closed_path
-        why = closed_path(project, path, event.get("cwd") or project.root, tool in WRITES)
-        if why:
-            return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                           "permissionDecisionReason": why}}
-    return None
 
 
-def post(project, session, event):
+def request(msg: dict) -> dict:
+    """One frame over the inner socket (inner_shim.py's framing, no fds)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from inner_shim import _exact
+    body = marshal.dumps(msg, 4)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(os.environ.get("ENVGIT_INNER_SOCKET", "/run/envgit/control.sock"))
+        s.sendall(len(body).to_bytes(4, "big") + body)
+        return marshal.loads(_exact(s, int.from_bytes(_exact(s, 4), "big")))
+
+
+def post(event):
     tool = event.get("tool_name")
     if tool not in WRITES:
         return
-    from .record import record_step
-    path = os.path.normpath(os.path.join(event.get("cwd") or project.root,
-                                         tool_path(event.get("tool_input") or {}) or ""))
-    record_step(project, [f"claude:{tool}", path], session, event.get("tool_use_id"),
-                {"tool": tool, "path": path, "claude_session": event.get("session_id")},
-                marks=["agent-edit"])
+    cwd = event.get("cwd") or os.getcwd()
+    path = os.path.normpath(os.path.join(cwd, tool_path(event.get("tool_input") or {}) or ""))
+    try:
+        reply = request({"op": "record", "argv": [f"claude:{tool}", path], "cwd": cwd,
+                         "tool_call_id": event.get("tool_use_id"), "marks": ["agent-edit"],
+                         "body": {"tool": tool, "path": path, "claude_session": event.get("session_id")}})
+    except (OSError, EOFError) as e:
+        reply = {"error": str(e)}
+    if "error" in reply:
+        print(f"envgit: could not record {tool} {path}: {reply['error']}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m envgit.agents.claude_hook")
-    p.add_argument("--project", required=True)
-    p.add_argument("--session", required=True)
-    p.add_argument("--calls", required=True)
-    p.add_argument("event", choices=("pre", "post"))
-    a = p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in (["pre"], ["post"]):
+        print("usage: claude_hook.py pre|post", file=sys.stderr)
+        return 2
     try:
         event = json.load(sys.stdin)
     except ValueError:
         return 0
-    project = Project(a.project)
-    if a.event == "pre":
-        out = pre(project, a.calls, event)
-        if out:
-            print(json.dumps(out))
-    else:
-        post(project, a.session, event)
+    (pre if argv[0] == "pre" else post)(event)
     return 0
 
 

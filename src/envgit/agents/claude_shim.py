@@ -1,16 +1,20 @@
-"""CLAUDE_CODE_SHELL_PREFIX for `envgit claude`: Claude Code runs every shell string through
-this, as `<prefix> '<composed string>'`. Standard library only: it runs once per command.
+#!/usr/bin/env python3
+"""CLAUDE_CODE_SHELL_PREFIX for `envgit claude`, run *inside* Claude's sandbox: Claude Code runs
+every shell string through this, as `<prefix> '<composed string>'`.
+
+Standalone (standard library only, no envgit import): envgit copies it, with claude_hook.py
+and inner_shim.py, into a read-only directory bound into the sandbox (see claude.py).
 
 Three kinds of string arrive here, told apart by their shape:
   a Bash tool call   `source <snapshot> … && eval '<cmd>' < /dev/null && pwd -P >| /tmp/claude-XXXX-cwd`
-                     -> one step, argv ["bash", "-c", <cmd>] (the model's command, none of the
-                     boilerplate), with the tool-call id envgit's PreToolUse hook left for it;
-                     then the cwd file gets the directory the step started in
-  envgit's own hook  (its exact command line, handed over in ENVGIT_CLAUDE_HOOKS) -> run as is
-  anything else      the user's hooks, stdio MCP servers, status lines -> run as is, as Claude
-                     would without envgit
-
-    python -m envgit.agents.claude_shim --project ROOT --session S --calls FILE '<string>'
+                     -> over the inner control socket, one step in a sibling sandbox, argv
+                     ["bash", "-c", <cmd>] (the model's command, none of the boilerplate), on
+                     this process's stdin/stdout/stderr, with the tool-call id envgit's
+                     PreToolUse hook left in $ENVGIT_CLAUDE_CALLS; then the cwd file gets the
+                     directory the step started in
+  envgit's own hook  (its exact command line, in $ENVGIT_CLAUDE_HOOKS) -> run as is
+  anything else      the user's hooks, stdio MCP servers, status lines -> run as is, inside
+                     Claude's sandbox, as Claude would without envgit
 """
 
 import os
@@ -34,23 +38,16 @@ def model_command(composed: str):
     return " ".join(words), m.group("cwdfile")      # what `eval` runs: its words, space-joined
 
 
-def current_call(calls_file: str) -> str | None:
+def current_call():
     try:
-        with open(calls_file) as f:
+        with open(os.environ.get("ENVGIT_CLAUDE_CALLS", "")) as f:
             return f.read().strip() or None
     except OSError:
         return None
 
 
-def run_as_is(composed: str) -> int:
-    os.execv("/bin/sh", ["/bin/sh", "-c", composed])
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    opts = {}
-    while len(argv) >= 2 and argv[0] in ("--project", "--session", "--calls"):
-        opts[argv[0][2:]], argv = argv[1], argv[2:]
     if len(argv) != 1:
         print("envgit claude shim: expected one shell string", file=sys.stderr)
         return 2
@@ -58,16 +55,16 @@ def main(argv=None) -> int:
     ours = os.environ.get("ENVGIT_CLAUDE_HOOKS", "").split("\n")
     call = None if composed in ours else model_command(composed)
     if call is None:
-        return run_as_is(composed)
+        os.execv("/bin/sh", ["/bin/sh", "-c", composed])
     cmd, cwd_file = call
-    os.environ["ENVGIT_SESSION"] = opts.get("session", os.environ.get("ENVGIT_SESSION", ""))
-    tool_call = current_call(opts.get("calls", ""))
-    if tool_call:
-        os.environ["ENVGIT_TOOL_CALL_ID"] = tool_call
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import inner_shim
     start = os.getcwd()
-    from ..run import run
     try:
-        code = run(["bash", "-c", cmd])
+        reply = inner_shim.run(["bash", "-c", cmd], tool_call_id=current_call())
+    except (OSError, EOFError) as e:
+        print(f"envgit: cannot reach the envgit daemon from inside the sandbox: {e}", file=sys.stderr)
+        return 125
     finally:
         # cd inside a step does not outlive it: Claude stays where the command started.
         try:
@@ -75,7 +72,10 @@ def main(argv=None) -> int:
                 f.write(start + "\n")
         except OSError:
             pass
-    return code
+    if "error" in reply:
+        print(reply["error"], file=sys.stderr)
+        return reply.get("exit", 1)
+    return reply["exit_code"]
 
 
 if __name__ == "__main__":
