@@ -219,11 +219,18 @@ class Bench:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1k and 10k trees only, 3 runs each")
+    ap.add_argument("--trees", help="comma-separated subset of: 1k,10k,100k,source+.git,node_modules")
     args = ap.parse_args()
     trees = [("1k", lambda r: small_files(r, 1000), False), ("10k", lambda r: small_files(r, 10_000), False)]
     if not args.quick:
         trees += [("100k", lambda r: small_files(r, 100_000), True), ("source+.git", source_tree, False),
                   ("node_modules", node_modules, True)]
+    if args.trees:
+        every = trees if not args.quick else trees + [
+            ("100k", lambda r: small_files(r, 100_000), True), ("source+.git", source_tree, False),
+            ("node_modules", node_modules, True)]
+        wanted = args.trees.split(",")
+        trees = [t for t in every if t[0] in wanted]
     with tempfile.TemporaryDirectory(prefix="envgit-bench-", dir=os.environ.get("BENCH_TMP")) as tmp:
         bench = Bench(Path(tmp), 3 if args.quick else 5)
         print(f"{'tree':<12} {'measurement':<28} {'envgit ms':>10} {'anchor':<24} {'anchor ms':>10} {'ratio':>7}  goal")

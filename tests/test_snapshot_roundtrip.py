@@ -241,3 +241,20 @@ def test_diff_statuses_and_read_file(store, work):
     assert store.cat(mod.old_id) == b"old" and store.read_file(b.tree_id, b"mod") == b"new!"
     with pytest.raises(FileNotFoundError):
         store.read_file(b.tree_id, b"gone")
+
+
+def test_stat_cache_saved_and_loaded_reuses_every_kind(store, work, tmp_path):
+    make_every_kind(work)
+    old = os.stat(work).st_mtime_ns - 10**10
+    for dirpath, dirnames, filenames in os.walk(work):
+        for name in filenames:
+            os.utime(os.path.join(dirpath, name), ns=(old, old), follow_symlinks=False)
+    cache = StatCache(tmp_path / "cache")
+    first = store.snapshot(work, Filter(), cache)
+    again = store.snapshot(work, Filter(), StatCache(tmp_path / "cache"))    # reloaded
+    assert again.tree_id == first.tree_id and again.stats["files_hashed"] == 0
+    (work / "a" / "b" / "c" / "deep.txt").write_text("changed")
+    (work / "regular.txt").unlink()
+    third = store.snapshot(work, Filter(), StatCache(tmp_path / "cache"))
+    assert third.tree_id == store.snapshot(work, Filter(), StatCache()).tree_id
+    assert third.stats["files_hashed"] == 1

@@ -2,150 +2,353 @@
 
 The walk goes through directory file descriptors opened with O_NOFOLLOW, never through paths,
 so a symlink (even one swapped in during the walk) is recorded as a link and never followed.
+
+Per directory the stat cache holds a memo (statcache.DirMemo): each child's stamp and encoded
+tree entry. A listing compares each child's fresh lstat with its stamp; only the children that
+differ are classified, read and encoded again, and the tree is re-encoded by joining the cached
+entry bytes. With a change map from the watcher, a directory is not even listed: only the names
+inotify reported are lstat'ed, and a directory without events reuses its tree id.
 """
 
+import bisect
+import errno
 import os
 import stat
 import time
 from dataclasses import dataclass, field
 
 from . import chunker
-from .encoding import DIR, EXEC, FILE, SYMLINK, Entry, encode_chunks, encode_tree
+from .encoding import DIR, EXEC, FILE, SYMLINK, TREE_MAGIC, encode_chunks, encode_entry
 from .filter import STATE_DIR, Filter
 from .ids import BLOB, CHUNKS, TREE
-from .statcache import FLAG_CHUNKED, FLAG_RACY, RACY_SLACK_NS, DirMemo, StatCache
+from .statcache import (ENC, FAST, FLAG_CHUNKED, FLAG_RACY, FLAGS, IGNORED, LEFT, OID, RACY_SLACK_NS,
+                        STAT, DirMemo, StatCache)
 
 SMALL_FILE = 1 << 20          # files up to this size are one blob; larger ones are chunked
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+ALL = "all"          # in a change map: the directory's names are unknown, list it
+_BIG_TREE = 512      # trees with this many entries are remembered for diffing (ObjectStore)
+_S_IFMT, _S_IFDIR, _S_IFREG, _S_IFLNK = 0o170000, stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
+
+
 @dataclass
 class Snapshot:
     tree_id: str                                   # hex id of the root tree
-    left_out: list = field(default_factory=list)   # (relpath bytes, size, reason)
+    left_out: list = field(default_factory=list)   # (relpath bytes, size, reason), sorted by path
     ms: float = 0.0
     stats: dict = field(default_factory=dict)
 
 
-class Capture:
-    """One snapshot run. `must_list` is None (list every directory) or the set of directories a
-    watcher saw change, plus their ancestors; every other directory reuses its cached tree."""
+def close_changes(changes: dict, cache: StatCache) -> dict:
+    """A watcher's {directory: names (bytes) or ALL} as the capture wants it: names as str, racy
+    children added (they are re-read until their timestamps are safely old), and every ancestor
+    holding the name of the child on the way down."""
+    out = {}
+    for rel, names in changes.items():
+        out[rel] = ALL if names is ALL else {os.fsdecode(n) for n in names}
+    for rel in cache.racy_dirs:
+        memo = cache.dirs.get(rel)
+        if memo is not None and memo.racy and out.get(rel) is not ALL:
+            out[rel] = out.get(rel, set()) | memo.racy
+    for rel in list(out):
+        while rel:
+            parent, _, name = rel.rpartition(b"/")
+            names = out.get(parent)
+            if names is None:
+                out[parent] = {os.fsdecode(name)}
+            elif names is not ALL:
+                names.add(os.fsdecode(name))
+            rel = parent
+    return out
 
-    def __init__(self, objects, flt: Filter, cache: StatCache, must_list: set | None):
-        self.objects, self.flt, self.cache, self.must_list = objects, flt, cache, must_list
-        self.left_out: list = []
+
+class Capture:
+    """One snapshot run. `changes` is None (list every directory) or what a watcher saw (see
+    close_changes): a directory absent from it reuses its memo's tree id."""
+
+    def __init__(self, objects, flt: Filter, cache: StatCache, changes: dict | None):
+        self.objects, self.flt, self.cache, self.changes = objects, flt, cache, changes
         self.fence = time.time_ns() - RACY_SLACK_NS
-        self.stats = dict(dirs_listed=0, entries_statted=0, files_hashed=0, bytes_hashed=0)
+        self.stats = dict(dirs_listed=0, dirs_rechecked=0, entries_statted=0, files_hashed=0,
+                          bytes_hashed=0, trees_encoded=0)
 
     def root_tree(self, root) -> bytes:
         fd = os.open(os.fspath(root), _DIR_FLAGS)
         try:
             st = os.fstat(fd)
-            tree_id = self._tree(fd, b"")
+            tree_id = self._dir(fd, b"", (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
         finally:
             os.close(fd)
-        self.cache.entries[b""] = (st.st_mode, 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, tree_id, 0)
+        self.cache.root = ((st.st_mode, 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), tree_id)
         return tree_id
 
-    def _tree(self, dfd: int, rel: bytes) -> bytes:
-        memo = self.cache.trees.get(rel)
-        if (memo is not None and memo.reusable and self.must_list is not None
-                and rel not in self.must_list and self.objects.has(memo.tree_id)):
-            self.left_out.extend(memo.left_out)
-            return memo.tree_id
-        listing = self._list(dfd, rel)
-        key = tuple(stamp for stamp, _ in listing)
-        if memo is not None:
-            if memo.reusable and memo.key == key and self.objects.has(memo.tree_id):
-                self.left_out.extend(memo.left_out)
-                return memo.tree_id
-            self._forget_vanished(rel, memo, listing)
-        return self._encode(dfd, rel, listing, key)
+    def _dir(self, dfd: int, rel: bytes, st5: tuple) -> bytes:
+        """The tree id of directory `rel` (open as `dfd`, its lstat stamp `st5`)."""
+        memo = self.cache.dirs.get(rel)
+        if memo is not None and memo.trusted and not self.objects.has(memo.tree_id):
+            memo.trusted = False     # gc took it (or a failed snapshot never sealed it)
+        if memo is not None and memo.trusted:
+            if self.changes is not None:
+                names = self.changes.get(rel)
+                if names is None:
+                    return memo.tree_id
+                if names is not ALL:
+                    return self._recheck(dfd, rel, memo, names)
+            elif memo.stamp == st5:
+                return self._restat(dfd, rel, memo)
+        memo = memo if memo is not None else DirMemo()
+        tree_id = self._list(dfd, rel, memo)
+        # Racy like a file: a child created later in the same timestamp granule would leave the
+        # directory's stamp as it is now.
+        memo.stamp = st5 if st5[2] < self.fence else None
+        return tree_id
 
-    def _list(self, dfd: int, rel: bytes) -> list:
-        """[(stamp, stat)] sorted by name. A directory's stamp holds its tree id (recursing first),
-        any other entry's stamp its stat fields."""
-        self.stats["dirs_listed"] += 1
-        listing = []
-        prefix = rel + b"/" if rel else b""
+    def _restat(self, dfd: int, rel: bytes, memo: DirMemo) -> bytes:
+        """The directory's names are unchanged: lstat each known child, no listing needed."""
+        stats = self.stats
+        stats["dirs_listed"] += 1
+        stats["entries_statted"] += len(memo.kids)
+        lstat = os.lstat
+        slow, missing = [], []
+        for name, kid in memo.kids.items():
+            try:
+                st = lstat(name, dir_fd=dfd)
+            except FileNotFoundError:             # deleted just now
+                missing.append(name)
+                continue
+            if kid[0] != (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+                slow.append((name, st))
+        if not slow and not missing:
+            return memo.tree_id
+        return self._apply(dfd, rel, memo, slow, missing)
+
+    def _list(self, dfd: int, rel: bytes, memo: DirMemo) -> bytes:
+        """Every child lstat'ed; those whose stamp differs from the memo's go the slow way."""
+        stats = self.stats
+        stats["dirs_listed"] += 1
+        kids = memo.kids
+        get = kids.get
+        trusted = memo.trusted
+        slow, missing = [], []
+        seen = n = 0
         with os.scandir(dfd) as it:
             for e in it:
-                name = os.fsencode(e.name)
-                st = e.stat(follow_symlinks=False)
-                mode = st.st_mode
-                if stat.S_ISDIR(mode) and not self.flt.excluded(prefix + name):
-                    sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
-                    try:
-                        sub_id = self._tree(sub, prefix + name)
-                    finally:
-                        os.close(sub)
-                    listing.append(((name, mode, sub_id), st))
-                else:
-                    listing.append(((name, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), st))
-        self.stats["entries_statted"] += len(listing)
-        listing.sort(key=_first)
-        return listing
-
-    def _forget_vanished(self, rel: bytes, memo: DirMemo, listing: list) -> None:
-        now = {stamp[0] for stamp, _ in listing}
-        prefix = rel + b"/" if rel else b""
-        for old in memo.key:
-            if old[0] not in now:
-                self.cache.forget(prefix + old[0], was_dir=len(old) == 3)
-
-    def _encode(self, dfd: int, rel: bytes, listing: list, key: tuple) -> bytes:
-        prefix = rel + b"/" if rel else b""
-        entries, left_out, racy = [], [], False
-        cache_entries = self.cache.entries
-        for stamp, st in listing:
-            name = stamp[0]
-            path = prefix + name
-            if path == STATE_DIR:
-                continue           # envgit's own state: never content, not worth reporting
-            mode = st.st_mode
-            if stat.S_ISDIR(mode):
-                if len(stamp) == 3:
-                    entries.append(Entry(name, DIR, mode & 0o7777, 0, stamp[2]))
-                    cache_entries[path] = (mode, 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, stamp[2], 0)
-                else:
-                    left_out.append((path + b"/", 0, "excluded"))
-                continue
-            if self.flt.excluded(path):
-                left_out.append((path, st.st_size, "excluded"))
-            elif stat.S_ISLNK(mode):
-                target = os.readlink(name, dir_fd=dfd)
-                entries.append(Entry(name, SYMLINK, mode & 0o7777, len(target), target=target))
-                cache_entries[path] = (mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, None, 0)
-            elif not stat.S_ISREG(mode):
-                left_out.append((path, st.st_size, "not a regular file"))
-            elif self.flt.too_large(st.st_size):
-                left_out.append((path, st.st_size, "too large"))
-            else:
-                found = self._file(dfd, path, name, st)
-                if found is None:      # replaced by something else since the listing
-                    left_out.append((path, st.st_size, "not a regular file"))
+                n += 1
+                name = e.name
+                kid = get(name)
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:         # deleted since the listing
+                    if kid is not None:
+                        missing.append(name)
                     continue
-                entry, flags = found
-                if st.st_mtime_ns >= self.fence:
-                    flags |= FLAG_RACY
-                    racy = True
-                cache_entries[path] = (mode, entry.size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, entry.oid, flags)
-                entries.append(entry)
-        tree_id = self.objects.put(TREE, encode_tree(entries))
-        self.cache.changed = True
-        self.cache.trees[rel] = DirMemo(key, tree_id, left_out, not racy)
-        self.left_out.extend(left_out)
-        return tree_id
+                if kid is not None:
+                    seen += 1
+                    if trusted and kid[0] == (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+                        continue
+                slow.append((name, st))
+        stats["entries_statted"] += n
+        if seen + len(missing) != len(kids):      # some names are gone: which?
+            present = set(os.listdir(dfd))
+            missing += [name for name in kids if name not in present and name not in missing]
+        if not slow and not missing and trusted:
+            return memo.tree_id
+        return self._apply(dfd, rel, memo, slow, missing)
 
-    def _file(self, dfd: int, path: bytes, name: bytes, st) -> tuple[Entry, int] | None:
-        typ = EXEC if st.st_mode & stat.S_IXUSR else FILE
-        perm = st.st_mode & 0o7777
-        cached = self.cache.lookup(path, (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-        if cached is not None and self.objects.has(cached[5]):
-            chunked = bool(cached[6] & FLAG_CHUNKED)
-            return Entry(name, typ, perm, cached[1], cached[5], chunked), cached[6] & FLAG_CHUNKED
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
+    def _recheck(self, dfd: int, rel: bytes, memo: DirMemo, names: set) -> bytes:
+        """Only the names a watcher reported are lstat'ed."""
+        stats = self.stats
+        stats["dirs_listed"] += 1
+        stats["dirs_rechecked"] += 1
+        stats["entries_statted"] += len(names)
+        kids = memo.kids
+        slow, missing = [], []
+        for name in names:
+            kid = kids.get(name)
+            try:
+                st = os.lstat(name, dir_fd=dfd)
+            except FileNotFoundError:
+                if kid is not None:
+                    missing.append(name)
+                continue
+            if kid is not None and kid[0] == (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+                continue
+            slow.append((name, st))
+        if not slow and not missing:
+            return memo.tree_id
+        return self._apply(dfd, rel, memo, slow, missing)
+
+    def _apply(self, dfd: int, rel: bytes, memo: DirMemo, slow: list, missing: list) -> bytes:
+        """Update the memo for the children that changed; re-encode the tree if an entry did."""
+        cache = self.cache
+        prefix = rel + b"/" if rel else b""
+        kids, left, racy = memo.kids, memo.left, memo.racy
+        reorder = not memo.trusted or memo.order is None
+        memo.trusted = False          # until the memo is consistent again (an error midway)
+        encode = reorder
+        touched = bool(missing) or reorder
+        added, removed = [], set()
+        for name in missing:
+            kid = kids.pop(name)
+            if kid[ENC] is not None:
+                removed.add(name)
+                encode = True
+            left.pop(name, None)
+            racy.discard(name)
+            if _is_dir(kid):
+                cache.forget_tree(prefix + os.fsencode(name))
+        for name, st in slow:
+            old = kids.get(name)
+            kid = self._kid(dfd, prefix, name, st, old)
+            if kid is None:                       # vanished since the listing
+                if old is None:
+                    continue
+                kid = kids.pop(name)
+                left.pop(name, None)
+                racy.discard(name)
+                if old[ENC] is not None:
+                    removed.add(name)
+                    encode = True
+                if _is_dir(old):
+                    cache.forget_tree(prefix + os.fsencode(name))
+                continue
+            if kid == old:
+                continue                          # a directory whose tree did not change
+            touched = True
+            kids[name] = kid
+            if old is not None and _is_dir(old) and not (_is_dir(kid) and kid[ENC] is not None):
+                cache.forget_tree(prefix + os.fsencode(name))   # no longer a listed directory
+            old_enc = old[ENC] if old is not None else None
+            if old_enc != kid[ENC]:
+                encode = True
+                if old_enc is None:
+                    added.append(name)
+                elif kid[ENC] is None:
+                    removed.add(name)
+            if kid[LEFT] is not None:
+                left[name] = kid[LEFT]
+            else:
+                left.pop(name, None)
+            if kid[FLAGS] & FLAG_RACY:
+                racy.add(name)
+            else:
+                racy.discard(name)
+        if encode:
+            order = memo.order
+            if reorder:
+                order = sorted((n for n, k in kids.items() if k[ENC] is not None), key=os.fsencode)
+            else:
+                if removed:
+                    order = [n for n in order if n not in removed]
+                if len(added) > 16:
+                    order = sorted(order + added, key=os.fsencode)
+                else:
+                    for name in added:
+                        bisect.insort(order, name, key=os.fsencode)
+            memo.order = order
+            parts = [kids[n][ENC] for n in order]
+            memo.tree_id = self.objects.put(TREE, TREE_MAGIC + b"".join(parts))
+            if len(parts) >= _BIG_TREE:
+                self.objects.remember_tree(memo.tree_id, parts)
+            self.stats["trees_encoded"] += 1
+        memo.trusted = True
+        if not touched:
+            return memo.tree_id
+        cache.dirs[rel] = memo
+        cache.changed = True
+        if left:
+            cache.left_dirs.add(rel)
+        else:
+            cache.left_dirs.discard(rel)
+        if racy:
+            cache.racy_dirs.add(rel)
+        else:
+            cache.racy_dirs.discard(rel)
+        return memo.tree_id
+
+    def _kid(self, dfd: int, prefix: bytes, name: str, st, old: tuple | None) -> tuple | None:
+        """Classify, read and encode one child (None: it vanished meanwhile)."""
+        bname = os.fsencode(name)
+        path = prefix + bname
+        if path == STATE_DIR:
+            return IGNORED                        # envgit's own state: never content, not reported
+        mode = st.st_mode
+        st5 = (mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        fmt = mode & _S_IFMT
+        flt = self.flt
+        if fmt == _S_IFDIR:
+            if flt.excluded(path):
+                return (st5, st5, None, None, 0, (path + b"/", 0, "excluded"))
+            try:
+                sub = os.open(bname, _DIR_FLAGS, dir_fd=dfd)
+            except OSError as e:
+                return self._replaced(e, dfd, prefix, name, old)
+            try:
+                sub_id = self._dir(sub, path, st5)
+            finally:
+                os.close(sub)
+            if (old is not None and old[OID] == sub_id and old[ENC] is not None
+                    and old[STAT] is not None and old[STAT][0] == mode):
+                return old if old[STAT] == st5 else (None, st5, old[ENC], sub_id, 0, None)
+            enc = encode_entry(bname, DIR, mode & 0o7777, 0, sub_id)
+            return (None, st5, enc, sub_id, 0, None)
+        if flt.excluded(path):
+            return (st5, st5, None, None, 0, (path, st.st_size, "excluded"))
+        if fmt == _S_IFLNK:
+            try:
+                target = os.readlink(bname, dir_fd=dfd)
+            except OSError as e:
+                return self._replaced(e, dfd, prefix, name, old)
+            enc = encode_entry(bname, SYMLINK, mode & 0o7777, len(target), target=target)
+            if old is not None and old[ENC] == enc:
+                enc = old[ENC]
+            return (st5, st5, enc, None, 0, None)
+        if fmt != _S_IFREG:
+            return (st5, st5, None, None, 0, (path, st.st_size, "not a regular file"))
+        if flt.too_large(st.st_size):
+            return (st5, st5, None, None, 0, (path, st.st_size, "too large"))
+        if (old is not None and old[STAT] == st5 and old[OID] is not None and old[LEFT] is None
+                and not old[FLAGS] & FLAG_RACY and self.objects.has(old[OID])):
+            oid, size, chunked = old[OID], st.st_size, old[FLAGS] & FLAG_CHUNKED
+        else:
+            found = self._read(dfd, bname)
+            if found is None:                     # replaced by something else since the listing
+                return (st5, st5, None, None, 0, (path, st.st_size, "not a regular file"))
+            oid, size, chunked = found
+            if size != st.st_size:                # it changed while read: re-read next time
+                st5 = (mode, size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        enc = encode_entry(bname, EXEC if mode & stat.S_IXUSR else FILE, mode & 0o7777, size, oid, chunked)
+        if old is not None and old[ENC] == enc:
+            enc = old[ENC]
+        if st.st_mtime_ns >= self.fence:
+            return (None, st5, enc, oid, (FLAG_CHUNKED if chunked else 0) | FLAG_RACY, None)
+        return (st5, st5, enc, oid, FLAG_CHUNKED if chunked else 0, None)
+
+    def _replaced(self, e: OSError, dfd: int, prefix: bytes, name: str, old) -> tuple | None:
+        """The child changed type between its lstat and its open/readlink: look again (once)."""
+        if isinstance(e, FileNotFoundError):
+            return None
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EINVAL):
+            raise e
+        try:
+            st = os.lstat(name, dir_fd=dfd)
+        except FileNotFoundError:
+            return None
+        again = getattr(self, "_again", None)
+        if again == (prefix, name):
+            raise e
+        self._again = (prefix, name)
+        try:
+            return self._kid(dfd, prefix, name, st, old)
+        finally:
+            self._again = None
+
+    def _read(self, dfd: int, bname: bytes) -> tuple[bytes, int, bool] | None:
+        """-> (content id, size, chunked), or None if it is no longer a regular file."""
+        fd = os.open(bname, _FILE_FLAGS, dir_fd=dfd)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
@@ -159,7 +362,7 @@ class Capture:
             os.close(fd)
         self.stats["files_hashed"] += 1
         self.stats["bytes_hashed"] += size
-        return Entry(name, typ, perm, size, oid, chunked), FLAG_CHUNKED if chunked else 0
+        return oid, size, chunked
 
     def _chunked(self, fd: int) -> tuple[bytes, int]:
         """-> (chunk index id, file size)."""
@@ -167,8 +370,9 @@ class Capture:
         return self.objects.put(CHUNKS, encode_chunks(parts)), sum(n for _, n in parts)
 
 
-def _first(item):
-    return item[0][0]
+def _is_dir(kid: tuple) -> bool:
+    st = kid[STAT]
+    return st is not None and st[0] & _S_IFMT == _S_IFDIR
 
 
 def _read_upto(fd: int, limit: int) -> bytes:

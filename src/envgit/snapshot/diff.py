@@ -2,8 +2,10 @@
 
 from dataclasses import dataclass
 
-from .encoding import DIR, SYMLINK, TYPE_NAMES, Entry, decode_tree
+from .encoding import DIR, SYMLINK, TREE_MAGIC, TYPE_NAMES, Entry, decode_tree
 from .ids import TREE
+
+_BIG_TREE = 64 << 10     # trees this large (bytes) are remembered once decoded
 
 
 @dataclass(frozen=True)
@@ -36,14 +38,41 @@ def walk_changes(objects, old_id: bytes | None, new_id: bytes | None) -> list[tu
 
 
 def read_tree(objects, tree_id: bytes) -> list[Entry]:
-    return decode_tree(objects.get(tree_id, TREE))
+    data = objects.get(tree_id, TREE)
+    if len(data) < _BIG_TREE:
+        return decode_tree(data)
+    parts = []
+    entries = decode_tree(data, parts)
+    objects.remember_tree(tree_id, parts)
+    return entries
+
+
+def _sides(objects, old_id, new_id) -> tuple[dict, dict]:
+    """name -> Entry on each side; for two remembered big trees, only the entries that differ
+    (identical entries are skipped by the caller anyway)."""
+    if old_id and new_id:
+        a, b = objects.tree_entry_set(old_id), objects.tree_entry_set(new_id)
+        if a is None and b is not None:
+            read_tree(objects, old_id)
+            a = objects.tree_entry_set(old_id)
+        elif b is None and a is not None:
+            read_tree(objects, new_id)
+            b = objects.tree_entry_set(new_id)
+        if a is not None and b is not None:
+            return _decode_parts(a - b), _decode_parts(b - a)
+    old = {e.name: e for e in read_tree(objects, old_id)} if old_id else {}
+    new = {e.name: e for e in read_tree(objects, new_id)} if new_id else {}
+    return old, new
+
+
+def _decode_parts(parts) -> dict:
+    return {e.name: e for part in parts for e in decode_tree(TREE_MAGIC + part)}
 
 
 def _diff(objects, old_id, new_id, prefix: bytes, out: list) -> None:
     if old_id == new_id:
         return
-    old = {e.name: e for e in read_tree(objects, old_id)} if old_id else {}
-    new = {e.name: e for e in read_tree(objects, new_id)} if new_id else {}
+    old, new = _sides(objects, old_id, new_id)
     for name in sorted(old.keys() | new.keys()):
         a, b = old.get(name), new.get(name)
         path = prefix + name

@@ -29,6 +29,15 @@ class Entry(NamedTuple):
     target: bytes | None = None
 
 
+def encode_entry(name: bytes, typ: int, mode: int, size: int, oid: bytes | None = None,
+                 chunked: bool = False, target: bytes | None = None) -> bytes:
+    """One entry's bytes in a tree (a tree is TREE_MAGIC and its entries' bytes in name order)."""
+    if typ == SYMLINK:
+        return b"".join((_NAME_LEN.pack(len(name)), name, _FIXED.pack(SYMLINK, 0, mode, len(target)), target))
+    return b"".join((_NAME_LEN.pack(len(name)), name,
+                     _FIXED.pack(typ, FLAG_CHUNKED if chunked else 0, mode, size), oid))
+
+
 def encode_tree(entries: list[Entry]) -> bytes:
     """`entries` must already be sorted by name (the caller sorts once, while listing)."""
     out = [TREE_MAGIC]
@@ -44,13 +53,17 @@ def encode_tree(entries: list[Entry]) -> bytes:
     return b"".join(out)
 
 
-def decode_tree(data: bytes) -> list[Entry]:
-    """Parse and validate a tree; raises CorruptObject on any malformation."""
+def decode_tree(data: bytes, parts: list | None = None) -> list[Entry]:
+    """Parse and validate a tree; raises CorruptObject on any malformation. With `parts`, each
+    entry's own bytes (as encode_entry makes them) are appended to it as well."""
     if not data.startswith(TREE_MAGIC):
         raise CorruptObject("tree: bad magic")
     entries, pos, prev = [], len(TREE_MAGIC), None
     try:
         while pos < len(data):
+            if parts is not None and entries:
+                parts.append(data[start:pos])
+            start = pos
             (nlen,) = _NAME_LEN.unpack_from(data, pos)
             pos += 2
             name = data[pos:pos + nlen]
@@ -78,6 +91,8 @@ def decode_tree(data: bytes) -> list[Entry]:
             prev = name
     except struct.error:
         raise CorruptObject("tree: truncated") from None
+    if parts is not None and entries:
+        parts.append(data[start:pos])
     return entries
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import queue
 import threading
+from collections import OrderedDict
 
 import zstandard
 
@@ -18,6 +19,7 @@ _SAMPLE = 64 << 10    # a big object whose first 64 KiB do not compress is store
 _BATCH_BYTES = 1 << 20
 _BATCH_COUNT = 256
 _THREAD_COMPRESSES = 256 << 10
+_REMEMBERED_ENTRIES = 1 << 20   # entries of big trees kept for diffing (their bytes are shared)
 
 
 class StoreError(Exception):
@@ -53,6 +55,10 @@ class ObjectStore:
         self._batch: list[tuple] = []
         self._batch_bytes = 0
         self._thread: _PackThread | None = None
+        # Big trees by id -> [their entries' bytes, that as a frozenset or None]: a diff of two
+        # versions of a 40k-entry directory is then a set difference, not two decodes.
+        self._trees: OrderedDict[bytes, list] = OrderedDict()
+        self._trees_entries = 0
 
     # -- layout ---------------------------------------------------------------------------
     def _check_config(self) -> None:
@@ -142,6 +148,28 @@ class ObjectStore:
             except Exception:
                 pass
         self._pending.clear()
+
+    # -- remembered trees -----------------------------------------------------------------
+    def remember_tree(self, oid: bytes, parts: list) -> None:
+        """Keep a big tree's entry bytes (encoding.encode_entry each, in order) for tree_parts()."""
+        if oid in self._trees:
+            self._trees.move_to_end(oid)
+            return
+        self._trees[oid] = [parts, None]
+        self._trees_entries += len(parts)
+        while self._trees_entries > _REMEMBERED_ENTRIES and len(self._trees) > 1:
+            _, (old, _) = self._trees.popitem(last=False)
+            self._trees_entries -= len(old)
+
+    def tree_entry_set(self, oid: bytes) -> frozenset | None:
+        """The entries' bytes of a remembered tree, as a set (None: not remembered)."""
+        held = self._trees.get(oid)
+        if held is None or not self.has(oid):
+            return None
+        self._trees.move_to_end(oid)
+        if held[1] is None:
+            held[1] = frozenset(held[0])
+        return held[1]
 
     # -- reading --------------------------------------------------------------------------
     def get(self, oid: bytes, kind: int | None = None) -> bytes:

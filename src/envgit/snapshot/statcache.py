@@ -1,13 +1,15 @@
 """The stat cache: which paths are unchanged since the last snapshot (docs/FORMAT.md, "Stat cache").
 
-`entries` maps a relative path to its stat and content id, like git's index, so an unchanged file
-is never re-read. `trees` (in memory only, rebuilt from `entries` on load) maps a directory to
-the listing it had and the tree id it produced, so an unchanged directory is not re-encoded.
+In memory it is one `DirMemo` per directory of the last snapshot: its tree id and, per child
+name, the child's stat, content id and *encoded tree entry*, so a snapshot compares a fresh lstat
+with the cached stamp and, when one child changed, re-encodes only that child and joins the
+others' cached bytes. On disk it is the flat path -> (stat, id) table of the format; the memos
+are rebuilt from it on load (their entries re-encoded on the first snapshot, as a cache file
+does not say which filter it was made with).
 """
 
 import os
 import struct
-from dataclasses import dataclass
 
 from blake3 import blake3
 
@@ -20,23 +22,41 @@ FLAG_CHUNKED, FLAG_RACY = 1, 2
 # The file-system clock is coarse (a jiffy behind the precise clock): a file written during the
 # snapshot can carry a timestamp up to that much older than the snapshot's start.
 RACY_SLACK_NS = 100_000_000
+_S_IFMT, _S_IFDIR = 0o170000, 0o040000
 
-
-@dataclass(slots=True)
-class DirMemo:
-    key: tuple           # the sorted child stamps the directory had (names first)
-    tree_id: bytes
-    left_out: list       # (relpath, size, reason) of children left out
-    reusable: bool       # False when a child was racy: re-encode next time
-
-
-# A cached entry: (mode, size, mtime_ns, ctime_ns, ino, oid or None, flags). The first five are
-# the "stamp" compared with a fresh lstat.
-CacheEntry = tuple
+# A child ("kid") of a directory: a tuple, as a snapshot makes one per changed entry and a cache
+# holds one per path.
+FAST, STAT, ENC, OID, FLAGS, LEFT = range(6)
+#   FAST   the stamp a fresh lstat must equal for the kid to be reused untouched, or None (a
+#          directory, whose tree depends on its contents; a racy file; an entry not yet encoded)
+#   STAT   (mode, size, mtime_ns, ctime_ns, ino) as last seen; None for envgit's own state dir
+#   ENC    the entry's bytes in the tree (encoding.encode_entry), None when left out
+#   OID    content id (files), tree id (directories), None otherwise
+#   FLAGS  FLAG_CHUNKED | FLAG_RACY
+#   LEFT   (relpath, size, reason) when left out of the snapshot, else None
+IGNORED = (None, None, None, None, 0, None)    # .envgit at the root: never content, never reported
 
 
 def stamp(st: os.stat_result) -> tuple:
     return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+class DirMemo:
+    __slots__ = ("tree_id", "kids", "order", "left", "racy", "trusted", "stamp")
+
+    def __init__(self, tree_id: bytes | None = None, trusted: bool = False):
+        self.tree_id = tree_id
+        # The directory's own (mode, size, mtime_ns, ctime_ns, ino) when it was last listed (None:
+        # list it next time). Creating, deleting or renaming a child changes its mtime and ctime,
+        # so while it matches, the names are those of `kids` and need only be lstat'ed.
+        self.stamp: tuple | None = None
+        self.kids: dict[str, tuple] = {}      # name (as os.scandir gives it) -> kid
+        self.order: list[str] | None = None   # names of included kids, in raw-byte order
+        self.left: dict[str, tuple] = {}      # name -> (relpath, size, reason) of left-out kids
+        self.racy: set[str] = set()           # names of racy kids (re-read every snapshot)
+        # True when `kids` are exactly what produced `tree_id` under the current filter: only
+        # then may a child be reused on its stamp alone.
+        self.trusted = trusted
 
 
 class StatCache:
@@ -46,29 +66,59 @@ class StatCache:
         self.path = os.fspath(path) if path is not None else None
         self.autosave = autosave
         self.changed = False
-        self.entries: dict[bytes, CacheEntry] = {}
-        self.trees: dict[bytes, DirMemo] = {}
-        self.filter_key = None       # the Filter the `trees` memo was built with
+        self.dirs: dict[bytes, DirMemo] = {}     # directory relpath ("" = root) -> memo
+        self.root: tuple | None = None           # the root's (stamp, tree id)
+        self.left_dirs: set[bytes] = set()       # directories with left-out children
+        self.racy_dirs: set[bytes] = set()       # directories with racy children
+        self.filter_key = None       # the Filter the memos were built with
         if self.path is not None:
             self._load()
 
-    def forget(self, relpath: bytes, was_dir: bool) -> None:
-        """Drop a path that no longer exists (and, for a directory, everything under it)."""
-        self.changed = True
-        self.entries.pop(relpath, None)
-        self.trees.pop(relpath, None)
-        if was_dir:
-            prefix = relpath + b"/"
-            for table in (self.entries, self.trees):
-                for p in [p for p in table if p.startswith(prefix)]:
-                    del table[p]
+    def untrust(self) -> None:
+        """The filter changed: every child must be classified again (contents still reused)."""
+        for memo in self.dirs.values():
+            memo.trusted = False
 
-    def lookup(self, relpath: bytes, st_stamp: tuple) -> CacheEntry | None:
-        """The cached entry if the path's stat is unchanged and the entry is trustworthy."""
-        e = self.entries.get(relpath)
-        if e is None or e[:5] != st_stamp or e[6] & FLAG_RACY:
-            return None
-        return e
+    def forget_tree(self, rel: bytes) -> None:
+        """Drop the memo of directory `rel` and of everything under it."""
+        stack = [rel]
+        while stack:
+            rel = stack.pop()
+            memo = self.dirs.pop(rel, None)
+            self.left_dirs.discard(rel)
+            self.racy_dirs.discard(rel)
+            if memo is None:
+                continue
+            prefix = rel + b"/" if rel else b""
+            for name, kid in memo.kids.items():
+                if kid[STAT] is not None and kid[STAT][0] & _S_IFMT == _S_IFDIR:
+                    stack.append(prefix + os.fsencode(name))
+        self.changed = True
+
+    def left_out(self) -> list:
+        """Everything the last snapshot left out, sorted by path."""
+        out = [t for rel in self.left_dirs for t in self.dirs[rel].left.values()]
+        out.sort()
+        return out
+
+    @property
+    def entries(self) -> dict:
+        """path -> (mode, size, mtime_ns, ctime_ns, ino, id or None, flags): the on-disk table."""
+        out = {}
+        if self.root is not None:
+            (mode, _, mtime, ctime, ino), tree_id = self.root
+            out[b""] = (mode, 0, mtime, ctime, ino, tree_id, 0)
+        for rel, memo in self.dirs.items():
+            prefix = rel + b"/" if rel else b""
+            for name, kid in memo.kids.items():
+                st = kid[STAT]
+                if st is None or kid[LEFT] is not None:
+                    continue
+                mode, size, mtime, ctime, ino = st
+                if mode & _S_IFMT == _S_IFDIR:
+                    size = 0
+                out[prefix + os.fsencode(name)] = (mode, size, mtime, ctime, ino, kid[OID], kid[FLAGS])
+        return out
 
     # -- persistence ----------------------------------------------------------------------
     def save(self) -> None:
@@ -90,36 +140,34 @@ class StatCache:
             with open(self.path, "rb") as f:
                 data = f.read()
                 written_ns = os.fstat(f.fileno()).st_mtime_ns
-            self.entries = _decode(data, written_ns)
+            entries = _decode(data, written_ns)
         except (OSError, ValueError, struct.error):
-            self.entries = {}        # a cache: missing or damaged means "rehash"
-            return
-        self._rebuild_trees()
+            return                   # a cache: missing or damaged means "rehash"
+        self._rebuild(entries)
 
-    def _rebuild_trees(self) -> None:
-        """Directory memos from the entries: a directory's key is its children's stamps."""
-        children: dict[bytes, list] = {}
-        racy_dirs = set()
-        for path, (mode, size, mtime, ctime, ino, oid, flags) in self.entries.items():
+    def _rebuild(self, entries: dict) -> None:
+        """Memos from the flat table: untrusted (re-encoded next time), contents reusable."""
+        dirs = self.dirs
+        for path, (mode, size, mtime, ctime, ino, oid, flags) in entries.items():
+            st = (mode, size, mtime, ctime, ino)
+            is_dir = mode & _S_IFMT == _S_IFDIR
+            if is_dir and oid is not None:
+                memo = dirs.get(path)
+                if memo is None:
+                    dirs[path] = DirMemo(oid)
+                else:
+                    memo.tree_id = oid
             if not path:
+                if oid is not None:
+                    self.root = (st, oid)
                 continue
             parent, _, name = path.rpartition(b"/")
-            if oid is not None and _is_dir(mode):
-                children.setdefault(parent, []).append((name, mode, oid))
-            else:
-                children.setdefault(parent, []).append((name, mode, size, mtime, ctime, ino))
-            if flags & FLAG_RACY:
-                racy_dirs.add(parent)
-        for path, (mode, *_rest, oid, flags) in self.entries.items():
-            if oid is not None and _is_dir(mode):
-                stamps = sorted(children.get(path, ()))
-                # Left-out children are not in the cache: the first snapshot re-lists (and so
-                # re-reports) them, as a memo without them would not match anyway.
-                self.trees[path] = DirMemo(tuple(stamps), oid, [], path not in racy_dirs)
-
-
-def _is_dir(mode: int) -> bool:
-    return (mode & 0o170000) == 0o040000
+            memo = dirs.get(parent)
+            if memo is None:
+                memo = dirs[parent] = DirMemo()
+            if is_dir and oid is None:
+                continue
+            memo.kids[os.fsdecode(name)] = (None, st, None, oid, flags, None)
 
 
 def _decode(data: bytes, written_ns: int) -> dict:

@@ -8,7 +8,7 @@ import os
 import time
 
 from . import maintenance
-from .capture import Capture, Snapshot
+from .capture import Capture, Snapshot, close_changes
 from .diff import Change, diff_trees, read_tree
 from .encoding import DIR, SYMLINK, decode_chunks
 from .filter import Filter
@@ -35,13 +35,16 @@ class Store:
         started = time.perf_counter()
         flt = flt or Filter()
         cache = cache if cache is not None else StatCache()
-        if cache.filter_key != flt.key():    # memos hold left-out lists made by another filter
-            cache.trees.clear()
+        changes = watcher.changes() if watcher is not None else None
+        if cache.filter_key != flt.key():    # memos classify children by another filter
+            cache.untrust()
             cache.filter_key = flt.key()
-        must_list = watcher.must_list() if watcher is not None else None
+            changes = None
+        if changes is not None:
+            changes = close_changes(changes, cache)
         objects = self.objects
         written = objects.written_objects, objects.written_bytes
-        capture = Capture(objects, flt, cache, must_list)
+        capture = Capture(objects, flt, cache, changes)
         # The walk allocates a tuple per entry but builds no cycles; with a large cache in the
         # heap, the cyclic collector's full passes would cost more than the walk itself.
         collecting = gc.isenabled()
@@ -51,6 +54,8 @@ class Store:
             objects.flush()
         except BaseException:
             objects.abort()
+            if watcher is not None:
+                watcher.full = True          # the events it drained were not all applied
             raise
         finally:
             if collecting:
@@ -58,8 +63,8 @@ class Store:
         if cache.autosave:
             cache.save()
         stats = dict(capture.stats, objects_written=objects.written_objects - written[0],
-                     bytes_written=objects.written_bytes - written[1], watcher=must_list is not None)
-        return Snapshot(tree_id.hex(), capture.left_out, (time.perf_counter() - started) * 1000, stats)
+                     bytes_written=objects.written_bytes - written[1], watcher=changes is not None)
+        return Snapshot(tree_id.hex(), cache.left_out(), (time.perf_counter() - started) * 1000, stats)
 
     # -- reading --------------------------------------------------------------------------
     def diff(self, tree_a: str | None, tree_b: str | None) -> list[Change]:

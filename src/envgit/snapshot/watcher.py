@@ -1,7 +1,8 @@
 """An optional change watcher for a long-lived process: inotify on every directory, via ctypes.
 
-A snapshot given a watcher re-lists only the directories that had events (and their ancestors,
-whose listings hold the changed subtree ids); every other directory reuses its cached tree. When
+A snapshot given a watcher re-checks only the names that had events, in the directories that
+had them (and their ancestors' entries for the changed subtrees); every other directory reuses
+its cached tree, and an unchanged child of a changed directory its cached entry. When
 the watcher cannot say exactly what changed (at start, after the kernel queue overflowed, after
 a directory was moved, on an event for an unknown watch) it asks for a full walk instead.
 
@@ -15,6 +16,7 @@ import errno
 import os
 import struct
 
+from .capture import ALL
 from .filter import Filter
 
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
@@ -41,7 +43,7 @@ class ChangeWatcher:
         if self.fd < 0:
             raise WatcherError(ctypes.get_errno(), "inotify_init1: " + os.strerror(ctypes.get_errno()))
         self.paths: dict[int, bytes] = {}   # watch descriptor -> directory relpath
-        self.dirty: set[bytes] = set()
+        self.dirty: dict[bytes, set | str] = {}   # directory relpath -> child names with events, or ALL
         self.full = True                    # the first snapshot walks everything
 
     def close(self) -> None:
@@ -49,24 +51,27 @@ class ChangeWatcher:
             os.close(self.fd)
             self.fd = -1
 
-    def must_list(self) -> set[bytes] | None:
-        """Drain the events; None means "walk everything", otherwise the directories to re-list."""
+    def changes(self) -> dict | None:
+        """Drain the events. None means "walk everything"; otherwise {directory relpath: the
+        names (bytes) in it that had events, or ALL (list the whole directory)}. Ancestors are
+        not included (the capture adds them)."""
         self._drain()
         if self.full:
             self.full = False
             self.paths.clear()
             self._watch_tree(b"")
             self._drain_discarding()   # events from before the new watches: the full walk sees them
-            self.dirty.clear()
+            self.dirty = {}
             return None
-        out = set()
-        for rel in self.dirty:
-            while rel not in out:
-                out.add(rel)
-                rel = rel.rpartition(b"/")[0]
-            out.add(b"")
-        self.dirty.clear()
+        out, self.dirty = self.dirty, {}
         return out
+
+    def _mark(self, rel: bytes, name: bytes) -> None:
+        names = self.dirty.get(rel)
+        if names is None:
+            self.dirty[rel] = {name}
+        elif names is not ALL:
+            names.add(name)
 
     # -- watches --------------------------------------------------------------------------
     def _watch_tree(self, rel: bytes) -> None:
@@ -84,7 +89,7 @@ class ChangeWatcher:
                     raise WatcherError(err, "out of inotify watches (raise fs.inotify.max_user_watches)")
                 raise WatcherError(err, f"inotify_add_watch {os.fsdecode(path)}: {os.strerror(err)}")
             self.paths[wd] = rel
-            self.dirty.add(rel)
+            self.dirty[rel] = ALL
             try:
                 with os.scandir(path) as it:
                     for e in it:
@@ -138,9 +143,12 @@ class ChangeWatcher:
         if mask & IN_ISDIR and mask & (IN_MOVED_FROM | IN_MOVED_TO):
             self.full = True
             return
-        child = rel + b"/" + name if rel and name else (name or rel)
-        if not name:                       # the directory itself (e.g. chmod): its parent lists it
-            self.dirty.add(rel.rpartition(b"/")[0])
-        self.dirty.add(rel)
+        if not name:                       # the directory itself (e.g. chmod): its entry in the parent
+            if rel:
+                parent, _, base = rel.rpartition(b"/")
+                self._mark(parent, base)
+            return
+        self._mark(rel, name)
+        child = rel + b"/" + name if rel else name
         if mask & IN_ISDIR and mask & IN_CREATE and not self.flt.excluded(child):
             self._watch_tree(child)
