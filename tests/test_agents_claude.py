@@ -73,6 +73,18 @@ def test_the_shim_finds_the_model_command_in_claudes_string():
     assert model_command("npx -y @modelcontextprotocol/server-filesystem .") is None   # an MCP server
 
 
+def test_a_policy_that_does_not_reach_the_model_is_said_at_launch(proj):
+    from envgit.agents.claude import check_model_reachable
+    from envgit.paths import Project
+    project = Project(str(proj.root))
+    warning = check_model_reachable(project, {})
+    assert "api.anthropic.com:443" in warning and "network.allow" in warning
+    proj.write_policy('version: 1\nnetwork:\n  allow: ["api.anthropic.com"]\n')
+    assert check_model_reachable(project, {}) is None
+    assert "model.example.test:8080" in check_model_reachable(
+        project, {"ANTHROPIC_BASE_URL": "http://model.example.test:8080"})
+
+
 def test_steps_are_the_tool_calls_in_order(cproj, claude_bin):
     path = str(cproj.root / "notes.txt")
     with ModelServer([bash("echo from-the-model; echo to-stderr >&2"),
