@@ -215,14 +215,43 @@ def test_an_ask_is_answered_by_elicitation(mproj, mode):
         assert "asked" in step["marks"]
 
 
-def test_an_ask_without_elicitation_fails_closed(mproj):
+@pytest.mark.parametrize("answer", ["approve", "deny"])
+def test_an_ask_without_elicitation_waits_for_envgit_approve(mproj, answer):
+    def answer_when_asked():
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            asks = json.loads(mproj.envgit("pending", "--json").stdout or "[]")
+            if asks:
+                assert asks[0]["question"]["kind"] == "mcp tool call"
+                mproj.envgit(answer, str(asks[0]["id"]))
+                return
+            time.sleep(0.1)
+    t = threading.Thread(target=answer_when_asked)
+    t.start()
+
+    async def fn(client):
+        return await execute(client, "await corpus.create_note({title: 'x', body: 'y'}); 'done'")
+    r = session(mproj, fn)          # no elicitation callback: the client declares no capability
+    t.join()
+    assert r.is_error == (answer == "deny"), text_of(r)
+    assert (mproj.corpus.parent / "notes").exists() == (answer == "approve")
+    step = show(mproj, step_of(r))
+    [note] = [e for e in step["events"] if e["kind"] == "note"]
+    assert note["answer"] == ("allow" if answer == "approve" else "deny")
+    assert "did not declare elicitation" in note["how"] and f"envgit {answer}" in note["how"]
+    assert step["approvals"] and step["approvals"][0]["how"] == f"envgit {answer}"
+
+
+def test_an_ask_without_elicitation_times_out_to_deny(mproj):
+    text = (mproj.root / "envgit.yaml").read_text().replace("\nnetwork:\n", "\nnetwork:\n  ask_timeout: 1\n", 1)
+    (mproj.root / "envgit.yaml").write_text(text)
+
     async def fn(client):
         return await execute(client, "await corpus.create_note({title: 'x', body: 'y'})")
-    r = session(mproj, fn)          # no elicitation callback: the client declares no capability
-    assert r.is_error and "did not declare elicitation" in text_of(r)
-    assert not (mproj.corpus.parent / "notes").exists()
+    r = session(mproj, fn)
+    assert r.is_error and not (mproj.corpus.parent / "notes").exists()
     [note] = [e for e in show(mproj, step_of(r))["events"] if e["kind"] == "note"]
-    assert note["answer"] == "deny" and "did not declare elicitation" in note["how"]
+    assert note["answer"] == "deny" and "no answer" in note["how"]
 
 
 # --- the flows on the step -----------------------------------------------------------------

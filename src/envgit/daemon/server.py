@@ -22,6 +22,9 @@ A long-lived sandboxed helper (the MCP REPL) gets its command line without being
       in at /run/envgit/control.sock, through which a shim inside asks for steps; "read" and
       "write" add host paths (an agent's own binary and config dir), "set_env" variables
   {"op": "baseline"}  -> {"tree"}: snapshot the project now if no step has yet (agents' launch)
+  {"op": "ask", "step", "question": {method, host, path, kind, rule, …}}
+      -> {"answer", "who", "how"}: hold a recorded step's action (an MCP tool call whose
+      client cannot elicit) for `envgit approve`; no answer in network.ask_timeout is a deny
   {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
@@ -295,6 +298,17 @@ class Session:
         self.push(info, {"push": "asked", "id": aid, "answer": answer, "who": who})
         return answer, who, how
 
+    async def ask_op(self, msg):
+        step = msg.get("step")
+        if step not in self.live or not isinstance(msg.get("question"), dict):
+            return {"error": f"envgit: ask needs a running step and a question", "exit": 2}
+        timeout = self.policy().ask_timeout
+        try:
+            answer, who, how = await asyncio.wait_for(self.ask(step, {**msg["question"], "step": step}), timeout)
+        except TimeoutError:
+            return {"answer": "deny", "who": "timeout", "how": f"no answer within {timeout} s"}
+        return {"answer": "allow" if answer in ("allow", "allow-rule") else "deny", "who": who, "how": how}
+
     def answer(self, msg):
         a = self.asks.get(msg.get("id"))
         if a is None:
@@ -423,6 +437,8 @@ class Session:
             return {"tree": self.last_tree}
         if op == "answer":
             return self.answer(msg)
+        if op == "ask":
+            return await self.ask_op(msg)
         if op == "end":
             return await self.end(msg)
         if op == "rewind":

@@ -144,6 +144,17 @@ class Execution:
                                       "answer": ask.answer, "how": ask.how, "at": time.time()})
         return ask.answer, ask.how
 
+    async def ask_elsewhere(self, ask: Ask) -> tuple[str, str]:
+        """The client cannot elicit: the question waits in `envgit pending` for `envgit approve`
+        or `envgit deny` (the daemon applies network.ask_timeout, then denies)."""
+        try:
+            r = await self.rec.request({"op": "ask", "step": self.rec.step, "question": {
+                "method": "MCP", "host": ask.server, "path": "/" + ask.tool, "kind": "mcp tool call",
+                "rule": ask.rule, "reason": ask.question}})
+        except Exception as e:            # no daemon to ask: fail closed
+            return "deny", f"the MCP client did not declare elicitation and the daemon could not ask ({e})"
+        return r["answer"], f"the MCP client did not declare elicitation; {r['how']} ({r['who']})"
+
     async def _record(self, record):
         self.calls.append(record)
         await self.rec.event("mcp-call", record)

@@ -100,8 +100,8 @@ class CodeMode:
         protocol asks that way; None when the ask was settled here."""
         caps = ctx.client_capabilities if ctx is not None else None
         if caps is None or caps.elicitation is None:
-            ask.settle("deny", "the MCP client did not declare elicitation, so nobody could be "
-                               "asked; the rule fails closed")
+            # nobody can be asked through the client: `envgit approve` from another terminal
+            ask.settle(*await ex.ask_elsewhere(ask))
             return None
         if ctx.protocol_version and is_version_at_least(ctx.protocol_version, INPUT_REQUIRED_VERSION):
             state = secrets.token_urlsafe(16)
