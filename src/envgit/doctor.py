@@ -20,7 +20,8 @@ class Check:
 # What `envgit <agent>` can promise, per agent (docs/AGENTS.md has the detail).
 AGENTS = [
     ("codex", "enforced: envgit is its exec-server, every command and file operation a sandboxed step"),
-    ("claude", "enforced: every Bash call a sandboxed step; file tools checked by hooks (docs/AGENTS.md)"),
+    ("claude", "enforced: Claude runs inside the sandbox (file tools under its mounts, all traffic "
+               "through the gate), every Bash call a sandboxed step of its own"),
     ("copilot", "recorded and routed as far as hooks allow, not enforced: bash calls rewritten into "
                 "envgit steps, its own file tools and traffic outside the sandbox"),
 ]

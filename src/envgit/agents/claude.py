@@ -81,13 +81,30 @@ def settings(hook_pre: str, hook_post: str) -> dict:
                                                           "timeout": 60}]}]}}
 
 
-def claude_state(home: str) -> tuple[list[str], list[str]]:
-    """(read, write) for Claude's own state: ~/.claude writable (created when absent: a bind
-    needs something to bind), ~/.claude.json read-only. Claude rewrites the latter through
-    a temporary file beside it, in the home directory, which is read-only inside."""
+# In ~/.claude, what Claude Code runs or obeys the next time it starts, inside envgit or not:
+# kept read-only, else a step could leave a hook that runs outside the sandbox later.
+CLAUDE_ESCAPES_DIRS = ("hooks", "commands", "agents", "plugins", "skills")
+CLAUDE_ESCAPES_FILES = ("settings.json", "settings.local.json", "CLAUDE.md")
+
+
+def claude_state(home: str) -> tuple[list[str], list[str], list[str]]:
+    """(read, write, protect) for Claude's own state: ~/.claude writable (created when absent:
+    a bind needs something to bind) but for its escape routes, created empty when absent so
+    they cannot be created inside; ~/.claude.json read-only (Claude rewrites it through a
+    temporary file beside it, in the home directory, which is read-only inside)."""
     d, cfg = os.path.join(home, ".claude"), os.path.join(home, ".claude.json")
     os.makedirs(d, exist_ok=True)
-    return [cfg], [d]
+    protect = []
+    for name in CLAUDE_ESCAPES_DIRS:
+        os.makedirs(os.path.join(d, name), exist_ok=True)
+        protect.append(os.path.join(d, name))
+    for name in CLAUDE_ESCAPES_FILES:
+        path = os.path.join(d, name)
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write("{}\n" if name.endswith(".json") else "")
+        protect.append(path)
+    return [cfg], [d], protect
 
 
 def model_endpoint(env: dict) -> tuple[str, int]:
@@ -142,7 +159,7 @@ def launch(argv: list[str]) -> int:
         if os.geteuid() == 0:
             set_env["IS_SANDBOX"] = "1"     # as root, --dangerously-skip-permissions asks for it
         cwd = os.path.realpath(os.getcwd())
-        state_read, state_write = claude_state(home)
+        state_read, state_write, state_protect = claude_state(home)
         try:
             conn = connect(project)
             conn.request({"op": "baseline"})
@@ -156,7 +173,8 @@ def launch(argv: list[str]) -> int:
                                                         *argv],
                                  "cwd": cwd, "env": dict(os.environ), "session": session, "step": step,
                                  "inner": True, "read": [package_dir(claude), bin_dir, *python_dirs, *state_read],
-                                 "write": [*state_write, state], "set_env": set_env})
+                                 "write": [*state_write, state], "protect": state_protect,
+                                 "set_env": set_env})
             if "error" in spec:
                 conn.request({"op": "end", "step": step, "exit_code": 125, "signal": None, "duration_ms": 0})
                 raise DaemonError(spec["error"])

@@ -15,7 +15,8 @@ A step that is not a command (an MCP execution, an agent's file edit) is begun w
 carry events before its end:
   {"op": "event", "step", "kind": "mcp-call"|"file-op"|"note", "body"}  -> {"ok": true}
 A long-lived sandboxed helper (the MCP REPL) gets its command line without being a step:
-  {"op": "spec", "argv", "cwd", "env", "session"?, "step"?, "inner"?, "read"?, "write"?, "set_env"?}
+  {"op": "spec", "argv", "cwd", "env", "session"?, "step"?, "inner"?, "read"?, "write"?, "protect"?,
+   "set_env"?}
       -> {"bwrap", "env"}
       with "step" (an open record-only step), the helper's network goes through the gate as
       that step's; with "inner": true, the session's inner control socket (inner.py) is bound
@@ -176,10 +177,14 @@ class Session:
         denied = mentioned(info["argv"], info["masked"], self.project.root, info["home"])
         marks = (["denied-read"] if denied else []) + request_marks(info["requests"])
         marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
+        escapes = escape_routes_written(info["policy"], summary)
+        if escapes:
+            marks.append("escape-route-written")
         self.journal.append(step, "end", {
             "exit_code": msg.get("exit_code"), "signal": msg.get("signal"),
             "duration_ms": msg.get("duration_ms"), "marks": marks, "denied_paths": denied,
-            "snapshot": summary, **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {})})
+            "snapshot": summary, **({"escape_routes": escapes} if escapes else {}),
+            **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {})})
         return {"ok": True, "marks": marks, "snapshot": summary}
 
     async def _snapshot(self, pol):
@@ -224,7 +229,7 @@ class Session:
                 if pol.network_allow and self.gate is not None:
                     net = Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
             inner = self.inner_socket(session) if msg.get("inner") else None
-            agent = {k: msg[k] for k in ("read", "write") if msg.get(k)}
+            agent = {k: msg[k] for k in ("read", "write", "protect") if msg.get(k)}
             if msg.get("set_env"):
                 agent["env"] = dict(msg["set_env"])
             sp = build(pol, self.project.root, msg["cwd"], msg["argv"], msg.get("env") or {},
@@ -479,6 +484,14 @@ async def start_gate(sess):
     except Exception as e:
         print(f"envgit daemon: the network gate did not start ({type(e).__name__}: {e}); "
               "steps run without network", flush=True)
+
+
+def escape_routes_written(pol, summary):
+    """Protected project paths this step created (an existing one is read-only, an absent one
+    can only be noticed): a hook or an .envrc that would run outside the sandbox later."""
+    entries = [e.rstrip("/") for e in pol.protect if not e.startswith(("/", "~"))]
+    return [p["path"] for p in (summary or {}).get("paths", [])
+            if p["status"] == "added" and any(p["path"] == e or p["path"].startswith(e + "/") for e in entries)]
 
 
 def request_marks(requests):

@@ -61,6 +61,7 @@ class Step:
     policy_sha256: str = ""
     marks: list = field(default_factory=list)
     denied_paths: list = field(default_factory=list)
+    escape_routes: list = field(default_factory=list)   # protected paths the step created
     tool_call_id: str | None = None
     pid: int | None = None
     requests: list = field(default_factory=list)
@@ -199,6 +200,7 @@ def _fold(out, step, kind, at, body):
         s.status = "done"
         s.exit_code, s.signal = body.get("exit_code"), body.get("signal")
         s.denied_paths = body.get("denied_paths", [])
+        s.escape_routes = body.get("escape_routes", [])
         s.snapshot = body.get("snapshot", s.snapshot)
         s.extra = body.get("extra", s.extra)
         s.marks = s.marks + [m for m in body.get("marks", []) if m not in s.marks]

@@ -43,8 +43,13 @@ ALLOW_READ = [
 
 ALLOW_WRITE = ["."]
 
-# Writable tree, read-only paths: places from which a write inside runs code outside later.
-PROTECT = [".git/hooks", ".git/config", ".git/info/attributes"]
+# Writable tree, read-only paths: places from which a write inside runs code outside later
+# (git hooks and config; direnv; agents' project settings, hooks and MCP servers; editor tasks).
+# One that does not exist yet cannot be covered without creating it: a step that creates one
+# is marked `escape-route-written` instead, naming the path.
+PROTECT = [".git/hooks", ".git/config", ".git/info/attributes", ".envrc", ".claude/settings.json",
+           ".claude/settings.local.json", ".claude/hooks", ".claude/commands", ".claude/agents",
+           ".mcp.json", ".github/hooks", ".codex", ".vscode/tasks.json"]
 
 ENV_PASS = ["PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM", "NO_COLOR",
             "TZ", "USER", "LOGNAME", "SHELL", "PYENV_ROOT", "PYENV_VERSION"]

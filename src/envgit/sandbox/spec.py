@@ -36,15 +36,17 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     """`net`: the gate to reach, or None for a step with no network at all. `inner_socket`:
     the daemon's inner control socket to bind in (an agent's sandbox, whose shim asks for
     steps through it). `agent`: what an agent's own sandbox needs besides the policy, from
-    its envgit adapter: {"read": [paths], "write": [paths], "env": {name: value}}; the
-    policy's denies still cover them."""
+    its envgit adapter: {"read": [paths], "write": [paths], "protect": [paths inside those
+    writable paths that stay read-only], "env": {name: value}}; the policy's denies still
+    cover them."""
     home = os.path.normpath(host_env.get("HOME") or os.path.expanduser("~"))
     rules = resolve(policy, project, home)
     agent = agent or {}
-    if agent.get("read") or agent.get("write"):
-        rules = dataclasses.replace(
-            rules, allow_abs=rules.allow_abs + tuple((os.path.normpath(p), "agent") for p in agent.get("read", [])),
-            write_abs=rules.write_abs + tuple((os.path.normpath(p), "agent") for p in agent.get("write", [])))
+    if agent.get("read") or agent.get("write") or agent.get("protect"):
+        extra = lambda key: tuple((os.path.normpath(p), "agent") for p in agent.get(key, []))
+        rules = dataclasses.replace(rules, allow_abs=rules.allow_abs + extra("read"),
+                                    write_abs=rules.write_abs + extra("write"),
+                                    protect_abs=rules.protect_abs + extra("protect"))
     view = build_view(rules, state_dir, session_tmp, scan)
     ours = {"HOME": home, "TMPDIR": "/tmp", **step_env, **agent.get("env", {})}
     if net is not None:

@@ -135,10 +135,11 @@ def _protected(rules: Rules):
     hp = hooks_path(project, rules.home)
     if hp:
         paths.append(hp)
+    writable = [project] + [w for w, _ in rules.write_abs]
     out = []
     for p in paths:
-        if not _inside(p, project):
-            continue             # outside the project nothing is writable anyway
+        if not any(_inside(p, w) for w in writable):
+            continue             # outside the writable areas nothing needs protecting
         if not os.path.lexists(p) and (p.endswith("/hooks") or p == hp) and \
                 os.path.isdir(os.path.dirname(p)):
             os.makedirs(p, exist_ok=True)   # an absent hooks dir would be creatable inside
