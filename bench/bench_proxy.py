@@ -96,7 +96,7 @@ async def main():
     ap.add_argument("--mib", type=int, default=100)
     args = ap.parse_args()
 
-    from envgit.policy.load import Policy
+    from envgit.policy import load_policy
     from envgit.proxy import Gate
     from gitserver import TestCA
 
@@ -113,10 +113,10 @@ async def main():
                 break
             await asyncio.sleep(0.05)
         port = int(port_file.read_text())
-        pol = Policy(path="bench", sha256="0", deny_read=[], allow_read=[], allow_write=[], protect=[],
-                     env_pass=[], env_set={}, network_allow=[f"{INTERCEPTED}:{port}", f"{TUNNELLED}:{port}"],
-                     l7={INTERCEPTED: {"methods": ["GET"]}}, irreversible=[], shell=[],
-                     max_file_size=0, snapshot_exclude=[])
+        (tmp / "envgit.yaml").write_text(          # through the real loader, as a project has it
+            f'version: 1\nnetwork:\n  allow: ["{INTERCEPTED}:{port}", "{TUNNELLED}:{port}"]\n'
+            f'  l7:\n    {INTERCEPTED}: {{ methods: [GET] }}\nirreversible: []\n')
+        pol = load_policy(tmp / "envgit.yaml")
         records = []
         gate = Gate(lambda: pol, tmp / "state", {INTERCEPTED: "127.0.0.1", TUNNELLED: "127.0.0.1"},
                     lambda step, rec: records.append(rec), None, upstream_ca=ca.cert_path)
