@@ -24,6 +24,8 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from envgit.localhttps import serve_in_background, stop
+
 
 @dataclass
 class Call:
@@ -162,16 +164,12 @@ class ModelServer:
         class Server(ThreadingHTTPServer):
             daemon_threads = True
 
-        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd = serve_in_background(Server(("127.0.0.1", 0), Handler))
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                       daemon=True)
-        self.thread.start()
         return self
 
     def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop(self.httpd)
 
 
 # --- tool results as the agents send them back ------------------------------------------

@@ -101,6 +101,17 @@ def _read_body(handler) -> bytes:
     return handler.rfile.read(n) if n else b""
 
 
+def serve_in_background(httpd):
+    """Serve an http.server from a daemon thread (stop() ends it); returns the server."""
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    return httpd
+
+
+def stop(httpd):
+    httpd.shutdown()
+    httpd.server_close()
+
+
 class HTTPSServer:
     """A threaded HTTPS/1.1 server on 127.0.0.1 calling `app` for each request."""
 
@@ -156,16 +167,12 @@ class HTTPSServer:
                 sock, addr = super().get_request()
                 return ctx.wrap_socket(sock, server_side=True), addr
 
-        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd = serve_in_background(Server(("127.0.0.1", 0), Handler))
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                       daemon=True)
-        self.thread.start()
         return self
 
     def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop(self.httpd)
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 

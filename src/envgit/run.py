@@ -59,10 +59,19 @@ def run(argv: list[str]) -> int:
     if "refused" in reply:
         print(reply["refused"], file=sys.stderr)
         return 126
-    step = reply["step"]
+    code, sig = execute(conn, reply["step"], bwrap, reply["bwrap"], reply["env"])
+    if sig and sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)     # die the way the command died, as a shell expects
+        os.kill(os.getpid(), sig)
+    return code
+
+
+def execute(conn, step, bwrap, args, env) -> tuple[int, int]:
+    """Run the bwrap command line the daemon gave for `step` on this terminal, serving what
+    the daemon pushes meanwhile, then end the step: (exit code, signal number or 0)."""
     term = Terminal()
     conn.on_push = lambda frame: term.push(frame, conn)
-    status, ms = _spawn_and_wait(bwrap, reply["bwrap"], reply["env"], conn, term)
+    status, ms = _spawn_and_wait(bwrap, args, env, conn, term)
     code, sig = _decode(status)
     try:
         conn.request({"op": "end", "step": step, "exit_code": code,
@@ -70,10 +79,7 @@ def run(argv: list[str]) -> int:
     except (DaemonError, OSError) as e:
         print(f"envgit: step {step} could not be closed ({e}); it is recorded as interrupted",
               file=sys.stderr)
-    if sig and sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)     # die the way the command died, as a shell expects
-        os.kill(os.getpid(), sig)
-    return code
+    return code, sig
 
 
 def _spawn_and_wait(bwrap, args, env, conn, term):

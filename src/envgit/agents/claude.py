@@ -129,7 +129,7 @@ def check_model_reachable(project, env) -> str | None:
 
 def launch(argv: list[str]) -> int:
     from ..daemon.client import DaemonError, connect
-    from ..run import _decode, _spawn_and_wait, _which, SIGNAL_NAMES, Terminal
+    from ..run import _which, execute
     try:
         project = project_here()
         claude = agent_binary("claude", "ENVGIT_CLAUDE_BIN", "@anthropic-ai/claude-code")
@@ -183,15 +183,7 @@ def launch(argv: list[str]) -> int:
             return 1
         announce("claude", session, "Claude runs in the sandbox: its file tools under the mounts, its "
                  "traffic through the gate, each Bash call a step")
-        term = Terminal()
-        conn.on_push = lambda frame: term.push(frame, conn)
-        status, ms = _spawn_and_wait(bwrap, spec["bwrap"], spec["env"], conn, term)
-        code, sig = _decode(status)
-        try:
-            conn.request({"op": "end", "step": step, "exit_code": code,
-                          "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
-        except (DaemonError, OSError) as e:
-            print(f"envgit: the session's step {step} could not be closed ({e})", file=sys.stderr)
+        code, _ = execute(conn, step, bwrap, spec["bwrap"], spec["env"])
         return code
     finally:
         shutil.rmtree(top, ignore_errors=True)

@@ -61,10 +61,7 @@ def main(argv=None) -> int:
     import inner_shim
     start = os.getcwd()
     try:
-        reply = inner_shim.run(["bash", "-c", cmd], tool_call_id=current_call())
-    except (OSError, EOFError) as e:
-        print(f"envgit: cannot reach the envgit daemon from inside the sandbox: {e}", file=sys.stderr)
-        return 125
+        return inner_shim.exit_code(["bash", "-c", cmd], tool_call_id=current_call())
     finally:
         # cd inside a step does not outlive it: Claude stays where the command started.
         try:
@@ -72,10 +69,6 @@ def main(argv=None) -> int:
                 f.write(start + "\n")
         except OSError:
             pass
-    if "error" in reply:
-        print(reply["error"], file=sys.stderr)
-        return reply.get("exit", 1)
-    return reply["exit_code"]
 
 
 if __name__ == "__main__":

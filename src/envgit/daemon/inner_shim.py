@@ -41,12 +41,10 @@ def run(argv, env=None, tool_call_id=None) -> dict:
         return marshal.loads(_exact(s, size))
 
 
-def main():
-    if len(sys.argv) < 2:
-        print("usage: inner_shim.py CMD [ARGS…]", file=sys.stderr)
-        return 2
+def exit_code(argv, tool_call_id=None) -> int:
+    """Run ARGV as a step; its exit status, or envgit's own when it could not run."""
     try:
-        reply = run(sys.argv[1:])
+        reply = run(argv, tool_call_id=tool_call_id)
     except (OSError, EOFError) as e:
         print(f"envgit: cannot reach the envgit daemon from inside the sandbox: {e}", file=sys.stderr)
         return 125
@@ -54,6 +52,13 @@ def main():
         print(reply["error"], file=sys.stderr)
         return reply.get("exit", 1)
     return reply["exit_code"]
+
+
+def main():
+    if len(sys.argv) < 2:
+        print("usage: inner_shim.py CMD [ARGS…]", file=sys.stderr)
+        return 2
+    return exit_code(sys.argv[1:])
 
 
 if __name__ == "__main__":
