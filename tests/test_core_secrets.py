@@ -204,3 +204,27 @@ def test_escape_routes_are_read_only_or_flagged(proj):
     assert "escape-route-written" in s["marks"]
     assert set(s["escape_routes"]) == {".github/hooks/h.json", ".mcp.json"}
     assert "escape-route-written" in proj.envgit("log", check=True).stdout
+
+
+def test_protections_cannot_be_moved_away_with_their_parent(proj):
+    """`mv .git .g && mkdir .git` would carry the read-only mounts away with the old
+    directory and leave a writable copy: the parents of protected paths are pinned."""
+    (proj.root / ".claude").mkdir()
+    (proj.root / ".claude" / "settings.json").write_text("{}\n")
+    before = (proj.root / ".git" / "config").read_text()
+    r = proj.run("mv .git .g; mv .claude .c; mkdir -p .git && cp -a .g/. .git/ 2>/dev/null; "
+                 "git config core.fsmonitor 'touch /tmp/pwned; false'; "
+                 "echo '{\"hooks\": 1}' > .claude/settings.json")
+    assert r.returncode != 0
+    assert (proj.root / ".git" / "config").read_text() == before
+    assert "fsmonitor" not in (proj.root / ".git" / "config").read_text()
+    assert not (proj.root / ".g").exists() and not (proj.root / ".c").exists()
+    assert (proj.root / ".claude" / "settings.json").read_text() == "{}\n"
+
+
+def test_a_symlinked_protected_path_creates_nothing_outside(proj):
+    r = proj.run("ln -s ../.ssh .claude && ln -s ../.aws .github")
+    assert r.returncode == 0
+    r = proj.run("echo next step")
+    assert r.returncode == 0 and r.stdout == "next step\n", r.stderr
+    assert not (proj.home / ".ssh" / "hooks").exists() and not (proj.home / ".aws" / "hooks").exists()

@@ -487,11 +487,12 @@ async def start_gate(sess):
 
 
 def escape_routes_written(pol, summary):
-    """Protected project paths this step created (an existing one is read-only, an absent one
-    can only be noticed): a hook or an .envrc that would run outside the sandbox later."""
+    """Protected project paths this step changed: a hook or an .envrc that would run outside
+    the sandbox later. An existing one is read-only, so this is one created where none was,
+    or (should the mounts ever be got round) one modified or deleted: any of them is said."""
     entries = [e.rstrip("/") for e in pol.protect if not e.startswith(("/", "~"))]
     return [p["path"] for p in (summary or {}).get("paths", [])
-            if p["status"] == "added" and any(p["path"] == e or p["path"].startswith(e + "/") for e in entries)]
+            if any(p["path"] == e or p["path"].startswith(e + "/") for e in entries)]
 
 
 def request_marks(requests):

@@ -63,8 +63,11 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
     if has_home:
         a += ["--remount-ro", home]      # the home view is read-only; caches go to /tmp
 
-    # Read-only inside the writable project.
-    for p in _protected(rules):
+    # Read-only inside the writable project, their parents pinned in place first.
+    protected = _protected(rules)
+    for d in _pinned(protected, _writable(rules)):
+        a += ["--bind", d, d]
+    for p in protected:
         a += ["--ro-bind", p, p]
     a += ["--ro-bind", blank_dir, os.path.join(project, ".envgit")]
 
@@ -130,22 +133,47 @@ def hooks_path(project: str, home: str) -> str | None:
 
 
 def _protected(rules: Rules):
+    """The protected paths to bind read-only, resolved: a symlinked component leads to what it
+    names (protected if that is writable, left alone if it is outside every writable area,
+    where nothing can be written anyway), and nothing is created through a symlink."""
     project = rules.project
     paths = [x for p, _ in rules.protect_abs for x in _expand(p)]
     hp = hooks_path(project, rules.home)
     if hp:
         paths.append(hp)
-    writable = [project] + [w for w, _ in rules.write_abs]
+    writable = _writable(rules)
     out = []
     for p in paths:
-        if not any(_inside(p, w) for w in writable):
-            continue             # outside the writable areas nothing needs protecting
-        if not os.path.lexists(p) and (p.endswith("/hooks") or p == hp) and \
-                os.path.isdir(os.path.dirname(p)):
-            os.makedirs(p, exist_ok=True)   # an absent hooks dir would be creatable inside
-        if os.path.lexists(p) and not os.path.islink(p):
-            out.append(p)
+        real = os.path.realpath(p)
+        if not any(_inside(real, w) for w in writable):
+            continue
+        if not os.path.lexists(real) and (p.endswith("/hooks") or p == hp) and \
+                os.path.isdir(os.path.dirname(real)):
+            os.makedirs(real, exist_ok=True)   # an absent hooks dir would be creatable inside
+        if os.path.lexists(real) and not os.path.islink(real):
+            out.append(real)
     return _outermost(out)
+
+
+def _writable(rules: Rules):
+    return [rules.project] + [w for w, _ in rules.write_abs]
+
+
+def _pinned(protected, writable):
+    """Every directory between a writable root and a protected path, to bind onto itself: a
+    mount point cannot be renamed or removed, so `mv .git .g && mkdir .git` cannot carry the
+    protections away with the old directory and leave a writable copy in its place."""
+    out = set()
+    for p in protected:
+        roots = [w for w in writable if _inside(p, w)]
+        if not roots:
+            continue
+        root = max(roots, key=len)
+        d = os.path.dirname(p)
+        while d != root and _inside(d, root):
+            out.add(d)
+            d = os.path.dirname(d)
+    return sorted(out)          # a parent sorts before its children: bound first
 
 
 def _denied_paths(rules: Rules, scan: ProjectScan):
