@@ -208,3 +208,20 @@ def test_ask_answered_at_the_terminal_of_envgit_run(netproj, remote):
     assert remote.refs() != before
     s = steps(netproj)[-1]
     assert s["approvals"][0]["how"] == "at the terminal of envgit run"
+
+
+def test_a_steps_credentials_do_not_work_from_another_sandbox(netproj, remote):
+    """A running step leaves its proxy credentials in the project; another step that uses
+    them is refused (they are tied to the first step's sandbox), and nothing is recorded on
+    the first step in its name."""
+    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", 'echo "$HTTPS_PROXY" > creds.txt; echo ready; sleep 8'],
+                         cwd=netproj.root, env=netproj.env, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    r = netproj.run('P=$(cat creds.txt); HTTPS_PROXY=$P https_proxy=$P git ls-remote origin; echo rc=$?')
+    p.kill()
+    p.wait()
+    assert "rc=0" not in r.stdout, r.stdout + r.stderr
+    first, second = steps(netproj)[-2:]
+    assert first["requests"] == [], first["requests"]
+    # its own credentials still work
+    assert netproj.run("git ls-remote -q origin").returncode == 0

@@ -59,19 +59,20 @@ def run(argv: list[str]) -> int:
     if "refused" in reply:
         print(reply["refused"], file=sys.stderr)
         return 126
-    code, sig = execute(conn, reply["step"], bwrap, reply["bwrap"], reply["env"])
+    code, sig = execute(conn, reply["step"], bwrap, reply["bwrap"], reply["env"], reply.get("bind"))
     if sig and sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)     # die the way the command died, as a shell expects
         os.kill(os.getpid(), sig)
     return code
 
 
-def execute(conn, step, bwrap, args, env) -> tuple[int, int]:
+def execute(conn, step, bwrap, args, env, bind=False) -> tuple[int, int]:
     """Run the bwrap command line the daemon gave for `step` on this terminal, serving what
-    the daemon pushes meanwhile, then end the step: (exit code, signal number or 0)."""
+    the daemon pushes meanwhile, then end the step: (exit code, signal number or 0). With
+    `bind`, the step's proxy credentials are tied to its sandbox before the command starts."""
     term = Terminal()
     conn.on_push = lambda frame: term.push(frame, conn)
-    status, ms = _spawn_and_wait(bwrap, args, env, conn, term)
+    status, ms = _spawn_and_wait(bwrap, args, env, conn, term, step if bind else None)
     code, sig = _decode(status)
     try:
         conn.request({"op": "end", "step": step, "exit_code": code,
@@ -82,7 +83,7 @@ def execute(conn, step, bwrap, args, env) -> tuple[int, int]:
     return code, sig
 
 
-def _spawn_and_wait(bwrap, args, env, conn, term):
+def _spawn_and_wait(bwrap, args, env, conn, term, bind_step=None):
     prog = program()
     fds = []
     extra = []
@@ -95,6 +96,10 @@ def _spawn_and_wait(bwrap, args, env, conn, term):
     info_r, info_w = os.pipe()
     fds.append(info_w)
     extra += ["--info-fd", str(info_w)]
+    if bind_step is not None:       # bwrap waits on this before it execs the command
+        block_r, block_w = os.pipe()
+        fds.append(block_r)
+        extra += ["--block-fd", str(block_r)]
     for fd in fds:
         os.set_inheritable(fd, True)
     # Ctrl-C and Ctrl-\ go to the whole foreground process group, the command included:
@@ -113,6 +118,16 @@ def _spawn_and_wait(bwrap, args, env, conn, term):
     pid_box["bwrap"] = pid
     for fd in fds:
         os.close(fd)
+    if bind_step is not None:
+        try:
+            info = _read_info(info_r)
+            pid_box["init"] = info.get("child-pid")
+            conn.request({"op": "sandbox", "step": bind_step, "pidns": info.get("pid-namespace")})
+        except (OSError, ValueError, DaemonError):
+            pass                    # bwrap failed to start: its status says so below
+        finally:
+            os.write(block_w, b"x")
+            os.close(block_w)
     _wait(pid, conn, term)
     _, status = os.waitpid(pid, 0)
     ms = round((time.monotonic_ns() - t0) / 1e6, 3)
@@ -201,13 +216,26 @@ class Terminal:
             os.close(self.tty)
 
 
+def _read_info(fd) -> dict:
+    """bwrap's --info-fd document: written once the namespaces exist, before the command runs."""
+    import json
+    data = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        data += chunk
+        try:
+            return json.loads(data)
+        except ValueError:
+            if not chunk:
+                raise
+
+
 def _forward(info_r, box, signum):
     """Send `signum` to the command: the children of the sandbox's init (bwrap --info-fd)."""
     if "init" not in box:
         try:
-            os.set_blocking(info_r, False)
-            import json        # only when a signal has to be forwarded
-            box["init"] = json.loads(os.read(info_r, 65536) or b"{}").get("child-pid")
+            os.set_blocking(info_r, False)     # written long ago, or bwrap is not up yet
+            box["init"] = _read_info(info_r).get("child-pid")
         except (OSError, ValueError):
             box["init"] = None
     init = box.get("init")

@@ -29,6 +29,9 @@ A long-lived sandboxed helper (the MCP REPL) gets its command line without being
   {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
+  {"op": "sandbox", "step", "pidns"} -> {"ok"}: a step with network ("bind" in its begin
+      reply) ties its proxy credentials to its sandbox's pid namespace, sent by the client
+      after bwrap made it and before the command runs (bwrap --block-fd)
   {"op": "pending"} -> {"asks": [...]}: questions waiting for a person
   {"op": "answer", "id", "answer": "allow"|"allow-rule"|"deny", "how"?, "uid"} -> {"ok"}
   {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
@@ -155,7 +158,7 @@ class Session:
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
                            "requests": []}
-        return {"step": step, "bwrap": spec.argv, "env": spec.env}
+        return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
 
     def ensure_baseline(self, pol):
         """Before the project's first step: the tree it starts from (an agent's adapter asks
@@ -444,6 +447,11 @@ class Session:
             return self.answer(msg)
         if op == "ask":
             return await self.ask_op(msg)
+        if op == "sandbox":                  # the client saw the step's sandbox start
+            if msg.get("step") in self.live and self.gate is not None and isinstance(msg.get("pidns"), int):
+                self.gate.bind_step(msg["step"], msg["pidns"])
+                return {"ok": True}
+            return {"error": "envgit: sandbox needs a running step with network and its pidns", "exit": 2}
         if op == "end":
             return await self.end(msg)
         if op == "rewind":

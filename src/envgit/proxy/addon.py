@@ -151,7 +151,8 @@ class EnvgitAddon:
             user, _, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
             return None
-        return self.gate.step_of(user, password)
+        conn = self.conns.get(flow.client_conn.id)
+        return self.gate.step_of(user, password, conn.counter if conn else None)
 
     def http_connect(self, flow: http.HTTPFlow):
         conn = self.conns.setdefault(flow.client_conn.id, Conn())

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import socket
+import struct
 import time
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -47,13 +48,25 @@ def upstream_ca_from_env(environ=os.environ) -> Path | None:
     return Path(p) if p else None
 
 
+def _peer_pidns(sock):
+    """The pid namespace (inode) of a unix-socket peer, from SO_PEERCRED; None for TCP."""
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    try:
+        pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino if pid > 0 else None
+    except OSError:
+        return None
+
+
 class Counted:
     """The client side of one connection, counting bytes each way: a tunnel has no
     per-message hooks to count with. Everything else is the underlying stream's."""
 
-    def __init__(self, reader, writer, peername):
+    def __init__(self, reader, writer, peername, pidns=None):
         self._reader, self._writer, self._peer = reader, writer, peername
         self.up = self.down = 0
+        self.pidns = pidns        # the pid namespace of the process on the other end (unix socket)
 
     async def read(self, n=-1):
         data = await self._reader.read(n)
@@ -88,6 +101,7 @@ class Gate:
         self.addon = EnvgitAddon(self)
         self.tcp_address: tuple[str, int] | None = None
         self._creds: dict[str, tuple[str, int]] = {}      # user -> (password, step)
+        self._pidns: dict[int, int] = {}                  # step -> its sandbox's pid namespace
         self._answers: dict[tuple, tuple] = {}            # effect -> (answer, who, how, at)
         self._asking: dict[tuple, asyncio.Future] = {}
         self._counters: dict[tuple, Counted] = {}
@@ -181,10 +195,10 @@ class Gate:
         self._tasks.add(task)
         peer = writer.get_extra_info("peername")
         peer = tuple(peer[:2]) if isinstance(peer, tuple) and peer else ("unix", next(self._ids))
-        counted = Counted(reader, writer, peer)
+        sock = writer.get_extra_info("socket")
+        counted = Counted(reader, writer, peer, _peer_pidns(sock))
         self._counters[peer] = counted
         try:
-            sock = writer.get_extra_info("socket")
             if sock is not None and sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await self._instance.handle_stream(counted, counted)
@@ -203,16 +217,25 @@ class Gate:
         self._creds[user] = (password, step_id)
         return f"{user}:{password}"
 
+    def bind_step(self, step_id: int, pidns: int) -> None:
+        """Only connections from this pid namespace (the step's sandbox: its bridge) may use
+        the step's credentials: another step that read them cannot be attributed to it."""
+        self._pidns[step_id] = pidns
+
     def close_step(self, step_id: int) -> None:
         self._creds.pop(f"step{step_id}", None)
+        self._pidns.pop(step_id, None)
         for key in [k for k in self._answers if k[0] == step_id]:
             del self._answers[key]
 
-    def step_of(self, user: str, password: str) -> int | None:
+    def step_of(self, user: str, password: str, counter=None) -> int | None:
         entry = self._creds.get(user)
-        if entry and hmac.compare_digest(entry[0].encode(), password.encode()):
-            return entry[1]
-        return None
+        if not entry or not hmac.compare_digest(entry[0].encode(), password.encode()):
+            return None
+        bound = self._pidns.get(entry[1])
+        if bound is not None and getattr(counter, "pidns", None) != bound:
+            return None                           # the right password from the wrong sandbox
+        return entry[1]
 
     def step_open(self, step_id) -> bool:
         return step_id is not None and f"step{step_id}" in self._creds
