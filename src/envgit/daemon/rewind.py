@@ -43,12 +43,7 @@ def irreversible_after(journal, n: int) -> list[str]:
 
 def plan(sess, n: int, paths: list[str] | None) -> tuple[object, dict]:
     tree = target_tree(sess.journal, n)
-    pol = sess.policy()
-    snap = sess.snapshotter
-    raw = [p.encode() for p in paths] if paths else None
-    with snap.lock:
-        p = snap.store.plan_restore(sess.project.root, tree, snap.filter(pol), raw, snap.cache,
-                                    snap._watcher_for(snap.filter(pol)))
+    p = sess.snapshotter.plan_restore(sess.policy(), tree, paths)
     preview = {
         "step": n, "target_tree": tree, "undo_tree": p.current_tree_id,
         "write": [{"path": display(i.path), "type": i.type, "size": i.size} for i in p.write],
@@ -71,8 +66,7 @@ def apply(sess, n: int, paths: list[str] | None, user: str) -> dict:
         "rewind": {"to_step": n, "target_tree": preview["target_tree"],
                    "undo_tree": preview["undo_tree"], "paths": paths or None}})
     try:
-        with sess.snapshotter.lock:
-            sess.snapshotter.store.restore(sess.project.root, p)
+        sess.snapshotter.restore(p)
     except StoreError as e:
         sess.journal.append(step, "end", {"exit_code": 1, "marks": ["rewind", "refused"],
                                           "error": str(e)})
@@ -91,11 +85,7 @@ def finish_interrupted(sess) -> list[int]:
             continue
         pol = sess.policy()
         snap = sess.snapshotter
-        raw = [x.encode() for x in info["paths"]] if info.get("paths") else None
-        with snap.lock:
-            p = snap.store.plan_restore(sess.project.root, info["target_tree"], snap.filter(pol), raw,
-                                        snap.cache, None)
-            snap.store.restore(sess.project.root, p)
+        snap.restore(snap.plan_restore(pol, info["target_tree"], info.get("paths")))
         summary = snap.take(pol, info["undo_tree"])
         sess.journal.append(s.id, "end", {"exit_code": 0, "marks": ["rewind", "finished-after-crash"],
                                           "snapshot": summary})

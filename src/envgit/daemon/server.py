@@ -382,10 +382,7 @@ class Session:
                 loop.call_soon_threadsafe(self.push, {"conn": conn},
                                           {"push": "progress", "text": f"repacked {done}/{total} packs"})
 
-        def run():
-            with self.snapshotter.lock:
-                return self.snapshotter.store.gc(sorted(roots), progress)
-        freed = await asyncio.to_thread(run)
+        freed = await asyncio.to_thread(self.snapshotter.gc, roots, progress)
         self.journal.append(0, "gc", {"dropped": drop, "freed": freed, "kept": sorted(keep)})
         return {"dropped": drop, "freed": freed, "kept": sorted(keep)}
 

@@ -33,6 +33,22 @@ class Snapshotter:
     def filter(self, policy) -> Filter:
         return Filter(exclude=policy.snapshot_exclude, max_file_size=policy.max_file_size)
 
+    def plan_restore(self, policy, tree: str, paths: list[str] | None):
+        """What bringing the project back to `tree` would change (it snapshots the directory
+        first: `plan.current_tree_id` is the undo point)."""
+        flt = self.filter(policy)
+        raw = [p.encode() for p in paths] if paths else None
+        with self.lock:
+            return self.store.plan_restore(self.root, tree, flt, raw, self.cache, self._watcher_for(flt))
+
+    def restore(self, plan):
+        with self.lock:
+            self.store.restore(self.root, plan)
+
+    def gc(self, keep_trees, progress) -> int:
+        with self.lock:
+            return self.store.gc(sorted(keep_trees), progress)
+
     def _watcher_for(self, flt):
         if self._watch_key != flt.key():
             if self._watcher is not None:
