@@ -139,14 +139,9 @@ class Session:
             self.live[step] = {"masked": [], "argv": argv, "home": "", "policy": pol, "conn": conn,
                                "requests": []}
             return {"step": step}
-        if pol.network_allow and self.gate is None:
-            await start_gate(self)     # on the first step that may use the network
         step = self.journal.begin_step(head)
         try:
-            net = None
-            if pol.network_allow and self.gate is not None:
-                self.gate.ask_timeout = pol.ask_timeout
-                net = Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
+            net = await self.net_for(pol, step)
             spec = build(pol, self.project.root, cwd, argv, msg.get("env") or {},
                          self.project.state, self.session_tmp(session), self.scan,
                          {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session}, net)
@@ -159,6 +154,18 @@ class Session:
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
                            "requests": []}
         return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
+
+    async def net_for(self, pol, step):
+        """The way out for `step`'s sandbox: None without network.allow (no network at all),
+        else the gate (started on the first step that needs it) and credentials for the step."""
+        if not pol.network_allow:
+            return None
+        if self.gate is None:
+            await start_gate(self)
+        if self.gate is None:          # it could not start: no network, said in daemon.log
+            return None
+        self.gate.ask_timeout = pol.ask_timeout
+        return Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
 
     def ensure_baseline(self, pol):
         """Before the project's first step: the tree it starts from (an agent's adapter asks
@@ -227,10 +234,7 @@ class Session:
             if step is not None:
                 if step not in self.live:
                     return {"error": f"envgit: step {step} is not running", "exit": 2}
-                if pol.network_allow and self.gate is None:
-                    await start_gate(self)
-                if pol.network_allow and self.gate is not None:
-                    net = Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
+                net = await self.net_for(pol, step)
             inner = self.inner_socket(session) if msg.get("inner") else None
             agent = {k: msg[k] for k in ("read", "write", "protect") if msg.get(k)}
             if msg.get("set_env"):
