@@ -157,7 +157,7 @@ def cmd_fsck(args):
     project = find_project()
     j = _journal(project)
     problems = j.verify() if j else []
-    trees = live_trees(j) if j else []
+    trees = j.live_trees() if j else []
     if os.path.isdir(project.state_path("objects")):
         from .snapshot import Store
         problems += Store(project.state_path("objects")).fsck(trees)
@@ -169,20 +169,6 @@ def cmd_fsck(args):
         print(f"fsck: ok ({len(trees)} snapshot(s), journal chain intact)" if not problems
               else f"fsck: {len(problems)} problem(s)")
     return 1 if problems else 0
-
-
-def live_trees(j):
-    """Every tree the journal still refers to: snapshots, the baseline, rewind undo points."""
-    dropped = j.dropped_snapshots()
-    out = []
-    for s in j.steps():
-        if s.id in dropped:
-            continue
-        for t in ((s.snapshot or {}).get("tree"), (s.baseline or {}).get("tree"),
-                  (s.rewind or {}).get("undo_tree")):
-            if t and t not in out:
-                out.append(t)
-    return out
 
 
 # --- policy ------------------------------------------------------------------------------

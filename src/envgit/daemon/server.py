@@ -373,10 +373,7 @@ class Session:
                 cutoff = time.time_ns() - int(within * 1e9)
                 keep |= {s.id for s in with_tree if s.started_ns >= cutoff}
         drop = [s.id for s in with_tree if s.id not in keep]
-        roots = {t for s in steps if s.id in keep or s.id not in {x.id for x in with_tree}
-                 if s.id not in dropped_before and s.id not in drop
-                 for t in ((s.snapshot or {}).get("tree"), (s.baseline or {}).get("tree"),
-                           (s.rewind or {}).get("undo_tree")) if t}
+        roots = set(self.journal.live_trees(dropping=drop))
         if self.last_tree:
             roots.add(self.last_tree)
         loop = asyncio.get_running_loop()

@@ -163,6 +163,20 @@ class Journal:
             out.update(json.loads(body).get("dropped", []))
         return out
 
+    def live_trees(self, dropping=()) -> list[str]:
+        """Every snapshot tree the journal still refers to (a step's snapshot, the baseline,
+        rewind undo points), leaving out the steps gc dropped and those in `dropping`."""
+        gone = self.dropped_snapshots() | set(dropping)
+        out = []
+        for s in self.steps():
+            if s.id in gone:
+                continue
+            for t in ((s.snapshot or {}).get("tree"), (s.baseline or {}).get("tree"),
+                      (s.rewind or {}).get("undo_tree")):
+                if t and t not in out:
+                    out.append(t)
+        return out
+
     def open_steps(self) -> list[Step]:
         return [s for s in self.steps() if s.status == "running"]
 
