@@ -1,0 +1,122 @@
+"""The attacker's harness: every test here attacks from inside a step, through the real
+
+Tests import the fixture: `from harness import CANARY, attacker`.
+`envgit run` (or a real agent adapter), with a marker file or a canary as its only oracle.
+
+`attacker` is parametrized twice: as root (how envgit runs in most containers and CI) and as an
+unprivileged user the fixture creates (bwrap without root). Both get the same layout as the
+rest of the suite: a home with canary secrets, a git project `~/proj` inside it, `envgit init`
+done. A test that cannot apply to one of the two says so with an explicit `pytest.skip` naming
+why; root-only parametrizations are skipped only where the machine cannot create a user.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+
+from conftest import CANARY, ENVGIT, Env, make_home
+
+
+def _open_path_to(path):
+    """Give others search permission on the directories above `path` that lack it (the venv's
+    Python may live under root's home); returns what to restore."""
+    changed = []
+    d = os.path.dirname(os.path.realpath(path))
+    while d != "/":
+        mode = os.stat(d).st_mode & 0o7777
+        if not mode & 0o001:
+            os.chmod(d, mode | 0o001)
+            changed.append((d, mode))
+        d = os.path.dirname(d)
+    return changed
+
+
+class Attacker(Env):
+    """An Env whose commands run as `user` (None: as the test's own uid, root in CI)."""
+
+    def __init__(self, home: Path, root: Path, user: str | None):
+        super().__init__(home, root)
+        self.user = user
+        self.env["ENVGIT_DAEMON_IDLE"] = "60"
+
+    @property
+    def is_root(self):
+        return self.user is None and os.geteuid() == 0
+
+    def _argv(self, argv):
+        return argv if self.user is None else ["runuser", "-u", self.user, "--", *argv]
+
+    def envgit(self, *args, cwd=None, env=None, input=None, timeout=120, check=False):
+        r = subprocess.run(self._argv([ENVGIT, *args]), cwd=cwd or self.root,
+                           env={**self.env, **(env or {})}, input=input, capture_output=True,
+                           text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"envgit {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def host(self, script, cwd=None, env=None, timeout=60):
+        """`sh -c SCRIPT` outside any sandbox, as the person (root or the test user) would run
+        it later: how a planted file would be triggered."""
+        return subprocess.run(self._argv(["sh", "-c", script]), cwd=cwd or self.root,
+                              env={**self.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def own(self, *paths):
+        """Files the test wrote as root, handed to the test user."""
+        if self.user:
+            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", *map(str, paths)], check=True)
+
+    def write_policy(self, text):
+        (self.root / "envgit.yaml").write_text(text)
+        self.own(self.root / "envgit.yaml")
+
+
+def _can_make_users():
+    return os.geteuid() == 0 and shutil.which("useradd") is not None
+
+
+@pytest.fixture(params=["root", "user"])
+def attacker(request, tmp_path):
+    if request.param == "root":
+        home = make_home(tmp_path)
+        root = home / "proj"
+        root.mkdir()
+        subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+        a = Attacker(home, root, None)
+        a.envgit("init", check=True)
+        yield a
+        a.stop()
+        return
+    if not _can_make_users():
+        pytest.skip("creating an unprivileged test user needs root and useradd")
+    name = "envgit-a" + uuid.uuid4().hex[:6]
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+    base = Path(tempfile.mkdtemp(prefix="envgit-adv-"))
+    os.chmod(base, 0o755)
+    home = make_home(base)
+    root = home / "proj"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
+    restore = _open_path_to(os.path.realpath(sys.executable)) + _open_path_to(ENVGIT)
+    a = Attacker(home, root, name)
+    try:
+        a.envgit("init", check=True)
+        yield a
+    finally:
+        a.stop()
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        subprocess.run(["userdel", name], capture_output=True)
+        for d, mode in reversed(restore):
+            os.chmod(d, mode)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+__all__ = ["CANARY", "Attacker", "attacker"]
