@@ -16,14 +16,19 @@ BUNDLE_INSIDE = CERTS_INSIDE + "/ca-certificates.crt"
 # socat listens before the command starts (it is reparented to the sandbox's init by the
 # subshell, so a shell that `wait`s for its children does not wait for it); the loop reads
 # /proc/net/tcp with shell builtins until 127.0.0.1:3128 is in LISTEN state (bounded).
+# The table is read on fd 3, scoped to the inner loop, and the command is exec'ed outside it:
+# its stdin, stdout, stderr and terminal are exactly the ones `envgit run` got, and no other
+# descriptor is left open in it.
 BRIDGE = f"""\
 (socat TCP-LISTEN:{PORT},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=128 \
 UNIX-CONNECT:{SOCKET_INSIDE} </dev/null >/dev/null 2>&1 &)
 i=0
+up=
 while [ $i -lt 2000 ]; do
-  while read -r _ local _ state _; do
-    [ "$local" = 0100007F:0C38 ] && [ "$state" = 0A ] && exec "$@"
-  done </proc/net/tcp
+  while read -r _ local _ state _ <&3; do
+    if [ "$local" = 0100007F:0C38 ] && [ "$state" = 0A ]; then up=1; break; fi
+  done 3</proc/net/tcp
+  [ -n "$up" ] && exec "$@"
   i=$((i+1))
 done
 echo "envgit: the network bridge did not start (is socat installed? see envgit doctor)" >&2
