@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..policy import resolve
 from ..policy.globs import has_magic
-from . import network
+from . import kernel, network
 from .environ import scrub
 from .projectscan import ProjectScan
 from .view import build_view
@@ -48,6 +48,12 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
                                     write_abs=rules.write_abs + extra("write"),
                                     protect_abs=rules.protect_abs + extra("protect"))
     view = build_view(rules, state_dir, session_tmp, scan)
+    # /proc and /sys read-only or masked, and (as root) the host files only root can read: after
+    # the view, whose `--proc /proc` they cover.
+    kargs, kmasked = kernel.mounts(view.args, state_dir, [rules.project] + [p for p, _ in rules.write_abs],
+                                   [p for p, _ in rules.allow_abs])
+    view.args += kargs
+    view.masked += kmasked
     ours = {"HOME": home, "TMPDIR": "/tmp", **step_env, **agent.get("env", {})}
     if net is not None:
         view.args += network.mounts(net)
