@@ -52,6 +52,7 @@ import secrets
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -60,6 +61,7 @@ from ..journal import Journal
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.network import Net
+from ..sandbox import kernel
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from . import rewind
@@ -107,6 +109,20 @@ class Session:
         os.makedirs(d, mode=0o700, exist_ok=True)
         return d
 
+    def step_tmp(self, session, step):
+        """A step's /tmp: its own, empty, removed after it (so no step can leave a poisoned
+        cache or script for the next one; the pip/npm caches pointed there go with it). A
+        step of an agent whose own sandbox is alive (its inner socket) shares that sandbox's
+        session /tmp: the agent and its commands are one actor, and Claude Code reads back
+        files its commands write there (the cwd it tracks)."""
+        if session in self.inner:
+            return self.session_tmp(session), None
+        d = self.project.state_path("step-tmp", str(step))
+        os.makedirs(os.path.dirname(d), mode=0o700, exist_ok=True)
+        remove_tree(d)                   # a leftover of a daemon that died mid-step
+        os.mkdir(d, 0o700)
+        return d, d
+
     # --- operations ---------------------------------------------------------------------
 
     async def begin(self, msg, conn=None):
@@ -142,8 +158,9 @@ class Session:
         step = self.journal.begin_step(head)
         try:
             net = await self.net_for(pol, step)
+            tmp, own_tmp = self.step_tmp(session, step)
             spec = build(pol, self.project.root, cwd, argv, msg.get("env") or {},
-                         self.project.state, self.session_tmp(session), self.scan,
+                         self.project.state, tmp, self.scan,
                          {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session}, net)
         except Exception as e:          # never leave a begun step without an end
             if self.gate is not None:
@@ -152,7 +169,7 @@ class Session:
             return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 2}
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
-                           "requests": []}
+                           "requests": [], "tmp": own_tmp}
         return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
 
     async def net_for(self, pol, step):
@@ -184,6 +201,7 @@ class Session:
             self.gate.close_step(step)
         summary = await self._snapshot(info["policy"])
         del self.live[step]
+        drop_tmp(info)
         denied = mentioned(info["argv"], info["masked"], self.project.root, info["home"])
         marks = (["denied-read"] if denied else []) + request_marks(info["requests"])
         marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
@@ -214,6 +232,7 @@ class Session:
             self.gate.close_step(step)
         summary = await self._snapshot(info["policy"])
         if self.live.pop(step, None) is not None:
+            drop_tmp(info)
             self.journal.append(step, "interrupted", {"reason": reason, "snapshot": summary})
 
     def event(self, msg):
@@ -525,6 +544,36 @@ def _user_name(uid):
         return str(uid)
 
 
+def drop_tmp(info):
+    """Remove a finished step's own /tmp, in a thread: a big one must not delay the reply."""
+    if info.get("tmp"):
+        threading.Thread(target=remove_tree, args=(info["tmp"],), daemon=True).start()
+
+
+def remove_tree(path):
+    """rmtree that also gets through the directories a step made unreadable (chmod 000): each
+    is made its owner's again before it is listed, never through a symlink (no process of the
+    step is left to swap one in: its pid namespace died with it)."""
+    def enter(p):
+        try:
+            if not os.path.islink(p) and os.path.isdir(p):
+                os.chmod(p, 0o700)
+        except OSError:
+            pass
+    enter(path)
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                enter(e.path)
+                stack.append(e.path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def mentioned(argv, masked, root, home):
     """The denied paths a command line names: the part of 'which denied path did the step
     touch' that can be known without tracing the process."""
@@ -549,6 +598,7 @@ async def serve(project: Project):
     except OSError:
         return 0                         # another daemon serves this project
     sess = Session(project)
+    kernel.ROOT_ONLY.warm()             # as root: the scan for root-only host files, now
     try:
         rewind.finish_interrupted(sess)
     except Exception as e:              # keep serving; `envgit fsck` and the log say what happened
