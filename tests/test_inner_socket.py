@@ -43,7 +43,6 @@ def test_a_step_from_inside_a_sandbox(proj):
 
 
 def test_the_inner_socket_offers_only_run_and_status(proj):
-    import marshal
     import socket
     proj.run("true")
     conn = connect(Project(str(proj.root)))
@@ -53,10 +52,10 @@ def test_the_inner_socket_offers_only_run_and_status(proj):
     for op in ("answer", "rewind", "gc", "stop", "begin"):
         s = socket.socket(socket.AF_UNIX)
         s.connect(str(path))
-        body = marshal.dumps({"op": op, "id": 1, "answer": "allow", "step": 1}, 4)
+        body = json.dumps({"op": op, "id": 1, "answer": "allow", "step": 1}).encode()
         s.sendall(len(body).to_bytes(4, "big") + body)
         size = int.from_bytes(s.recv(4), "big")
-        reply = marshal.loads(s.recv(size))
+        reply = json.loads(s.recv(size))
         s.close()
         assert "offers run, record and status" in reply["error"], (op, reply)
     assert conn.request({"op": "status"})["pid"]          # the daemon is still fine
@@ -65,7 +64,6 @@ def test_the_inner_socket_offers_only_run_and_status(proj):
 def test_a_long_session_name_still_gets_its_socket(proj):
     """An agent's session id (`claude-20261202-182559-46ba`) under a deep project path would
     pass the AF_UNIX limit: the socket is then made in a private directory of its own."""
-    import marshal
     import socket
     session = "claude-20261202-182559-46ba" + "-x" * 30
     proj.run("true")
@@ -77,10 +75,10 @@ def test_a_long_session_name_still_gets_its_socket(proj):
     assert len(bound) <= 100 and os.stat(os.path.dirname(bound)).st_mode & 0o777 == 0o700
     s = socket.socket(socket.AF_UNIX)
     s.connect(bound)
-    body = marshal.dumps({"op": "status"}, 4)
+    body = json.dumps({"op": "status"}).encode()
     s.sendall(len(body).to_bytes(4, "big") + body)
     size = int.from_bytes(s.recv(4), "big")
-    assert marshal.loads(s.recv(size))["session"] == session
+    assert json.loads(s.recv(size))["session"] == session
     s.close()
 
 

@@ -34,17 +34,49 @@ class Project:
         return self.state_path("daemon.sock")
 
 
+class NestedProject(NoProject):
+    """A project directory inside another project: refused (see find_project)."""
+
+
+def _is_project(d: str) -> bool:
+    try:
+        if os.stat(os.path.join(d, POLICY_FILE)).st_mode & 0o170000 != 0o100000:   # a regular file
+            return False
+        return os.stat(os.path.join(d, STATE_DIR)).st_mode & 0o170000 == 0o040000   # a directory
+    except OSError:
+        return False
+
+
 def find_project(start: str | None = None) -> Project:
-    """The nearest directory at or above `start` holding envgit.yaml and .envgit/."""
+    """The envgit project `start` is in: the directory at or above it holding envgit.yaml and
+    .envgit/, looked for all the way up to /.
+
+    A project inside another project is refused, never used: a step can write anywhere in
+    its project, so `sub/envgit.yaml` + `sub/.envgit/` may be a policy the step chose for
+    itself (its secrets readable, its outer .git writable, nothing in the outer journal).
+    Nothing under a project can therefore decide the policy of a later command; a person who
+    meant to nest one removes it or moves it out (the error says which)."""
     d = os.path.realpath(start or os.getcwd())
+    found = []
     while True:
-        if os.path.isfile(os.path.join(d, POLICY_FILE)) and os.path.isdir(os.path.join(d, STATE_DIR)):
-            return Project(d)
+        if _is_project(d):
+            found.append(d)
         parent = os.path.dirname(d)
         if parent == d:
-            raise NoProject(f"no envgit project at or above {start or os.getcwd()}: "
-                            "run `envgit init` in the project's root first")
+            break
         d = parent
+    if not found:
+        raise NoProject(f"no envgit project at or above {start or os.getcwd()}: "
+                        "run `envgit init` in the project's root first")
+    if len(found) > 1:
+        outer, inner = found[-1], found[-2]
+        raise NestedProject(
+            f"{inner} holds an envgit project inside the project {outer}, which envgit does "
+            f"not use: a step of {outer} can write there, so its policy may be one a step chose. "
+            f"Remove {os.path.join(inner, POLICY_FILE)} and {os.path.join(inner, STATE_DIR)} "
+            f"(envgit log in {outer} shows the step that made them, marked policy-file-written), "
+            f"or move the project out of {outer}")
+    return Project(found[0])
 
 
 # sun_path holds 108 bytes; a deep project's socket paths do not fit.

@@ -13,19 +13,11 @@ import time
 
 from .daemon.client import DaemonError, connect
 from .paths import NoProject, find_project
-from .sandbox.seccomp import program
+from .sandbox.launch import Foreground, Launch, LaunchError, bwrap_path
 
 
 SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal)
                 if n.startswith("SIG") and not n.startswith("SIG_") and n not in ("SIGIOT", "SIGPOLL", "SIGCLD")}
-
-
-def _which(name):
-    for d in os.environ.get("PATH", "").split(os.pathsep):
-        p = os.path.join(d, name)
-        if os.path.isfile(p) and os.access(p, os.X_OK):
-            return p
-    return None
 
 
 def _fail(msg, code=2):
@@ -43,9 +35,10 @@ def run(argv: list[str]) -> int:
         project = find_project(cwd)
     except NoProject as e:
         return _fail(f"envgit: {e}")
-    bwrap = _which("bwrap")
-    if bwrap is None:
-        return _fail("envgit: bubblewrap (bwrap) is not installed; run `envgit doctor` for the fix")
+    try:
+        bwrap_path(project.root)       # a trusted system binary, never PATH's: fail before the step
+    except LaunchError as e:
+        return _fail(f"envgit: {e}")
     try:
         conn = connect(project)
         reply = conn.request({"op": "begin", "argv": argv, "cwd": os.path.realpath(cwd),
@@ -59,106 +52,143 @@ def run(argv: list[str]) -> int:
     if "refused" in reply:
         print(reply["refused"], file=sys.stderr)
         return 126
-    code, sig = execute(conn, reply["step"], bwrap, reply["bwrap"], reply["env"], reply.get("bind"))
+    code, sig = execute(conn, reply["step"], reply["bwrap"], reply["env"], reply.get("bind"), project.root)
     if sig and sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)     # die the way the command died, as a shell expects
         os.kill(os.getpid(), sig)
     return code
 
 
-def execute(conn, step, bwrap, args, env, bind=False) -> tuple[int, int]:
+def execute(conn, step, args, env, bind=False, project_root=None) -> tuple[int, int]:
     """Run the bwrap command line the daemon gave for `step` on this terminal, serving what
     the daemon pushes meanwhile, then end the step: (exit code, signal number or 0). With
     `bind`, the step's proxy credentials are tied to its sandbox before the command starts."""
     term = Terminal()
     conn.on_push = lambda frame: term.push(frame, conn)
-    status, ms = _spawn_and_wait(bwrap, args, env, conn, term, step if bind else None)
+    try:
+        status, ms = _spawn_and_wait(args, env, conn, term, step if bind else None, project_root)
+    except (LaunchError, OSError) as e:
+        print(f"envgit: the sandbox could not start: {e}", file=sys.stderr)
+        status, ms = 125 << 8, 0
     code, sig = _decode(status)
     try:
-        conn.request({"op": "end", "step": step, "exit_code": code,
-                      "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
+        reply = conn.request({"op": "end", "step": step, "exit_code": code,
+                              "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
+        for line in reply.get("notices") or ():
+            print(f"envgit: step {step}: {line}", file=sys.stderr)
     except (DaemonError, OSError) as e:
         print(f"envgit: step {step} could not be closed ({e}); it is recorded as interrupted",
               file=sys.stderr)
     return code, sig
 
 
-def _spawn_and_wait(bwrap, args, env, conn, term, bind_step=None):
-    prog = program()
-    fds = []
-    extra = []
-    if prog is not None:
-        fd = os.memfd_create("envgit-seccomp", 0)
-        os.write(fd, prog)
-        os.lseek(fd, 0, os.SEEK_SET)
-        fds.append(fd)
-        extra = ["--seccomp", str(fd)]
-    info_r, info_w = os.pipe()
-    fds.append(info_w)
-    extra += ["--info-fd", str(info_w)]
-    if bind_step is not None:       # bwrap waits on this before it execs the command
-        block_r, block_w = os.pipe()
-        fds.append(block_r)
-        extra += ["--block-fd", str(block_r)]
-    for fd in fds:
-        os.set_inheritable(fd, True)
-    # Ctrl-C and Ctrl-\ go to the whole foreground process group, the command included:
-    # this process only waits and must outlive the command to record it.
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
-    pid_box = {}
-
-    def forward(signum, _frame):
-        _forward(info_r, pid_box, signum)
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        old[s] = signal.signal(s, forward)
-    t0 = time.monotonic_ns()
-    # the command gets default dispositions back: an ignored SIGINT would survive exec
-    pid = os.posix_spawn(bwrap, [args[0], *extra, *args[1:]], env,
-                         setsigdef=(signal.SIGINT, signal.SIGQUIT))
-    pid_box["bwrap"] = pid
-    for fd in fds:
-        os.close(fd)
-    if bind_step is not None:
-        try:
-            info = _read_info(info_r)
-            pid_box["init"] = info.get("child-pid")
-            conn.request({"op": "sandbox", "step": bind_step, "pidns": info.get("pid-namespace")})
-        except (OSError, ValueError, DaemonError):
-            pass                    # bwrap failed to start: its status says so below
-        finally:
-            os.write(block_w, b"x")
-            os.close(block_w)
-    _wait(pid, conn, term)
-    _, status = os.waitpid(pid, 0)
-    ms = round((time.monotonic_ns() - t0) / 1e6, 3)
-    for s, h in old.items():
-        signal.signal(s, h)
-    os.close(info_r)
-    return status, ms
+# Signals this process passes on to the command while it waits (SIGINT and SIGQUIT reach it
+# here only when the step does not hold the terminal, e.g. in a pipeline, or from `kill`).
+FORWARDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _wait(pid, conn, term):
-    """Until the command exits, serve what the daemon pushes (asks, notices) and the
-    person's answers typed at this terminal."""
-    import select
-    pidfd = os.pidfd_open(pid)
-    sock = conn.sock.fileno()
+def _spawn_and_wait(args, env, conn, term, bind_step, project_root):
+    """Start the step's sandbox in a process group of its own (launch.py), give it the terminal
+    when this process holds it, tie its credentials when asked, and wait: (wait status, ms)."""
+    launch = Launch(args, project_root)
+    fg = Foreground()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    old = {}
     try:
-        while True:
-            watch = [pidfd] + ([sock] if sock is not None else []) + term.fds()
-            ready, _, _ = select.select(watch, [], [])
-            if sock in ready:
-                if not conn.fill():
-                    sock = None             # the daemon went away; the command goes on
-                while conn.has_frame():
-                    term.push(conn.read_frame(), conn)
-            if term.fds() and term.fds()[0] in ready:
-                term.typed(conn)
-            if pidfd in ready:
-                return
+        forward = lambda signum, _frame: launch.signal(signum)
+        for s in FORWARDED:
+            old[s] = signal.signal(s, forward)
+        # Ctrl-Z while the step is in the background (a pipeline): stop the step too; the
+        # step's stop (SIGCHLD) then stops this process the way a job stops.
+        old[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, lambda *_: _kill_group(launch.pid, signal.SIGTSTP))
+        old[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda *_: None)
+        old_wakeup = signal.set_wakeup_fd(wake_w)
+        t0 = time.monotonic_ns()
+        pid = launch.spawn(env)
+        try:
+            fg.give(pid)
+            try:
+                info = launch.ready()
+                if bind_step is not None:
+                    conn.request({"op": "sandbox", "step": bind_step, "pidns": info.get("pid-namespace")})
+            except (OSError, ValueError, DaemonError):
+                pass                # bwrap failed to start (its status says so), or no gate: no network
+            launch.release()
+            status = _wait(pid, conn, term, fg, wake_r)
+        finally:
+            signal.set_wakeup_fd(old_wakeup)
+        ms = round((time.monotonic_ns() - t0) / 1e6, 3)
+        return status, ms
     finally:
-        os.close(pidfd)
-        term.close()
+        fg.close()                  # the terminal back, in the modes it had before the step
+        for s, h in old.items():
+            signal.signal(s, h)
+        launch.close()
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _wait(pid, conn, term, fg, wake_r):
+    """Until the command exits, serve what the daemon pushes (asks, notices) and the
+    person's answers typed at this terminal; follow the step's stops like a shell's job
+    control. Returns bwrap's wait status."""
+    import select
+    sock = conn.sock.fileno()
+    asking = False
+    while True:
+        # a question needs the terminal: take it from the step while the person answers
+        if bool(term.fds()) != asking:
+            asking = not asking
+            if asking:
+                fg.take()
+            elif fg.is_foreground():
+                fg.give(pid, fg.step_modes)
+        watch = [wake_r] + ([sock] if sock is not None else []) + term.fds()
+        ready, _, _ = select.select(watch, [], [])
+        if sock in ready:
+            if not conn.fill():
+                sock = None             # the daemon went away; the command goes on
+            while conn.has_frame():
+                term.push(conn.read_frame(), conn)
+        if term.fds() and term.fds()[0] in ready:
+            term.typed(conn)
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+            if done and os.WIFSTOPPED(status):
+                _job_stopped(pid, fg)
+            elif done:
+                return status
+
+
+def _job_stopped(pid, fg):
+    """The step stopped (Ctrl-Z, or it read the terminal from the background): take the
+    terminal back and stop this process's group, as a job stops, so that the shell regains
+    the terminal; when continued (`fg` or `bg`), continue the step, with the terminal if this
+    process has it again. (An orphaned group cannot stop: the step then just goes on.)"""
+    fg.take()
+    old = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    try:
+        os.kill(0, signal.SIGTSTP)
+    finally:
+        signal.signal(signal.SIGTSTP, old)
+    if fg.active and fg.is_foreground():
+        fg.give(pid, fg.step_modes)
+    _kill_group(pid, signal.SIGCONT)
+
+
+def _kill_group(pgid, signum):
+    if pgid:
+        try:
+            os.kill(-pgid, signum)
+        except OSError:
+            pass
 
 
 class Terminal:
@@ -178,16 +208,20 @@ class Terminal:
         os.write(2, (text + "\n").encode())
 
     def push(self, frame, conn):
+        # What the step's requests name (host, path, ref names) is shown inert: a step must
+        # not fake the question a person answers with escape sequences (inert.py).
+        from .inert import inert
         kind = frame.get("push")
         if kind == "notice":
-            self.say(frame["text"])
+            self.say(inert(frame["text"]))
         elif kind == "ask":
             q = frame["question"]
             refs = ", ".join(f"{r.get('ref')} {str(r.get('old', ''))[:7]}..{str(r.get('new', ''))[:7]}"
                              for r in q.get("refs") or [])
             what = q.get("kind") or "request"
-            self.say(f"envgit: step {q.get('step')} asks: {q['method']} {q['host']}{q['path']} "
-                     f"({what}{': ' + refs if refs else ''}) by rule {q.get('rule')}\n"
+            self.say(f"envgit: step {q.get('step')} asks: " +
+                     inert(f"{q['method']} {q['host']}{q['path']} ({what}{': ' + refs if refs else ''}) "
+                           f"by rule {q.get('rule')}") + "\n"
                      f"  answer here, or from another terminal: envgit approve {frame['id']} / "
                      f"envgit deny {frame['id']} (no answer in {frame.get('timeout') or 120:g} s denies)")
             self.waiting.append(frame)
@@ -196,7 +230,7 @@ class Terminal:
         elif kind == "asked":
             was_first = self.waiting and self.waiting[0]["id"] == frame["id"]
             self.waiting = [w for w in self.waiting if w["id"] != frame["id"]]
-            self.say(f"envgit: question {frame['id']}: {frame['answer']} ({frame.get('who')})")
+            self.say(inert(f"envgit: question {frame['id']}: {frame['answer']} ({frame.get('who')})"))
             if was_first and self.waiting and self.tty is not None:
                 self._prompt()
 
@@ -214,46 +248,6 @@ class Terminal:
     def close(self):
         if self.tty is not None:
             os.close(self.tty)
-
-
-def _read_info(fd) -> dict:
-    """bwrap's --info-fd document (written once the namespaces exist, before the command
-    runs): its integer fields. Read without `json`, whose import (it pulls in `re`) would cost
-    a network step ~5 ms: the document is a flat object of numbers."""
-    data = b""
-    while not data.rstrip().endswith(b"}"):
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise ValueError("bwrap wrote no --info-fd document")
-        data += chunk
-    out = {}
-    for item in data.decode().strip().strip("{}").split(","):
-        key, _, value = item.partition(":")
-        out[key.strip().strip('"')] = int(value)
-    return out
-
-
-def _forward(info_r, box, signum):
-    """Send `signum` to the command: the children of the sandbox's init (bwrap --info-fd)."""
-    if "init" not in box:
-        try:
-            os.set_blocking(info_r, False)     # written long ago, or bwrap is not up yet
-            box["init"] = _read_info(info_r).get("child-pid")
-        except (OSError, ValueError):
-            box["init"] = None
-    init = box.get("init")
-    targets = []
-    if init:
-        try:
-            with open(f"/proc/{init}/task/{init}/children") as f:
-                targets = [int(p) for p in f.read().split()]
-        except OSError:
-            pass
-    for p in targets or [box["bwrap"]]:
-        try:
-            os.kill(p, signum)
-        except OSError:
-            pass
 
 
 def _decode(status):

@@ -129,14 +129,13 @@ def check_model_reachable(project, env) -> str | None:
 
 def launch(argv: list[str]) -> int:
     from ..daemon.client import DaemonError, connect
-    from ..run import _which, execute
+    from ..run import execute
+    from ..sandbox.launch import LaunchError, bwrap_path
     try:
         project = project_here()
         claude = agent_binary("claude", "ENVGIT_CLAUDE_BIN", "@anthropic-ai/claude-code")
-        bwrap = _which("bwrap")
-        if bwrap is None:
-            raise AgentError("bubblewrap (bwrap) is not installed; run `envgit doctor` for the fix")
-    except AgentError as e:
+        bwrap_path(project.root)
+    except (AgentError, LaunchError) as e:
         print(f"envgit: {e}", file=sys.stderr)
         return 2
     warning = check_model_reachable(project, os.environ)
@@ -183,7 +182,8 @@ def launch(argv: list[str]) -> int:
             return 1
         announce("claude", session, "Claude runs in the sandbox: its file tools under the mounts, its "
                  "traffic through the gate, each Bash call a step")
-        code, _ = execute(conn, step, bwrap, spec["bwrap"], spec["env"])
+        # bind: Claude's own traffic goes through the gate on `step`, tied to its sandbox
+        code, _ = execute(conn, step, spec["bwrap"], spec["env"], spec.get("bind"), project.root)
         return code
     finally:
         shutil.rmtree(top, ignore_errors=True)

@@ -11,7 +11,6 @@ post: Write|Edit|MultiEdit|NotebookEdit: over the inner control socket, a record
       happened inside the sandbox, under its mounts)"""
 
 import json
-import marshal
 import os
 import socket
 import sys
@@ -38,12 +37,11 @@ def pre(event):
 def request(msg: dict) -> dict:
     """One frame over the inner socket (inner_shim.py's framing, no fds)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from inner_shim import _exact
-    body = marshal.dumps(msg, 4)
+    from inner_shim import frame, reply
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(os.environ.get("ENVGIT_INNER_SOCKET", "/run/envgit/control.sock"))
-        s.sendall(len(body).to_bytes(4, "big") + body)
-        return marshal.loads(_exact(s, int.from_bytes(_exact(s, 4), "big")))
+        s.sendall(frame(msg))
+        return reply(s)
 
 
 def post(event):

@@ -159,6 +159,15 @@ class ExecServer:
         except OSError:
             return None
 
+    def inside(self, cwd) -> str:
+        """`cwd` if it is in this session's project (a command runs there, under its policy, as
+        a step of its journal); another directory, another project's included, is refused."""
+        real = os.path.realpath(cwd)
+        if real != self.root and not real.startswith(self.root + "/"):
+            raise RpcError(INVALID_PARAMS, f"envgit: the working directory {cwd} is outside this "
+                                           f"session's project {self.root}; commands run in it only")
+        return real
+
     def run_step(self, argv, data=None):
         """One `envgit run` whose output is captured: (exit code, stdout, stderr)."""
         r = subprocess.run([self.envgit, "run", "--", *argv], cwd=self.root, env=self.step_env(),
@@ -186,7 +195,7 @@ class ExecServer:
             raise RpcError(INVALID_PARAMS, "process/start needs processId and argv")
         if key in self.procs:
             raise RpcError(INVALID_REQUEST, f"process id {key} is already in use")
-        cwd = path_of(params.get("cwd") or file_uri(self.root))
+        cwd = self.inside(path_of(params.get("cwd") or file_uri(self.root)))
         call = (params.get("metadata") or {}).get("toolCallId")
         env = self.step_env(params.get("env"), call)
         tty = bool(params.get("tty"))

@@ -2,28 +2,153 @@
 asks for a command to run as a step of its own.
 
 bwrap cannot nest (nested user namespaces are refused), so the step runs in a sibling sandbox
-started by the daemon, with the caller's stdin, stdout and stderr handed over as file
-descriptors (SCM_RIGHTS): the command writes to the agent's own pipes or terminal.
+started by the daemon (sandbox/launch.py, as every sandbox is), in a session of its own, with
+the caller's stdin, stdout and stderr handed over as file descriptors (SCM_RIGHTS): the
+command writes to the agent's own pipes or terminal.
 
 One socket per agent session, bound read-only into that session's sandbox at
 `/run/envgit/control.sock`. It offers only:
   {"op": "run", "argv", "cwd", "env", "tool_call_id"?}  + 3 fds  -> {"step", "exit_code", "signal"}
   {"op": "record", "argv", "cwd", "tool_call_id"?, "marks"?, "body"?}  -> {"step"}
-      a step for something already done inside (an agent's file edit): its snapshot, now
+      a step for something already done inside (an agent's file edit): its snapshot, now.
+      Marked `from-inner` (and `origin: "inner"` on its begin entry): what it claims is the
+      agent's word; the only mark it may add is `agent-edit`
   {"op": "status"}                                                -> {"session", "live"}
-Steps from it always belong to its session. Frames are those of client.py; a request's fds
-travel with its frame's first bytes. The caller's side is inner_shim.py.
+Steps from it always belong to its session and its project: a cwd outside the project is
+refused.
+
+Everything arriving here comes from inside a sandbox, so it is treated as hostile: frames are
+a 4-byte big-endian length and a UTF-8 JSON object (never marshal or pickle, whose decoders
+are not safe on untrusted bytes), at most MAX_FRAME bytes, and every field is checked for
+type, size and meaning (`check_request`) before anything acts on it. A bad frame gets an error
+reply (or the connection closed) and the daemon serves on. The caller's side is inner_shim.py.
 """
 
 import array
 import asyncio
+import json
 import os
 import signal
 import socket
 import threading
 
-from ..sandbox.seccomp import program
-from .client import MAX_FRAME, decode, encode
+from ..sandbox.launch import Launch, LaunchError
+
+MAX_FRAME = 4 * 1024 * 1024          # a frame from inside: argv + env of one command
+MAX_ARGS = 65536
+MAX_ENV = 4096
+MAX_STR = 1024 * 1024
+MAX_ID = 256
+MAX_BODY_KEYS = 32
+RECV_TIMEOUT_S = 30                  # a caller that stops mid-frame does not hold a thread for ever
+RECORD_MARKS = ("agent-edit",)       # the marks a record from inside may carry
+
+
+class BadRequest(ValueError):
+    """A frame from inside that is not a well-formed request; its text goes back as the error."""
+
+
+def encode(obj) -> bytes:
+    body = json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
+    return len(body).to_bytes(4, "big") + body
+
+
+def decode(body: bytes) -> dict:
+    """One frame's JSON object. Anything else (bad UTF-8, bad JSON, nesting deep enough to
+    exhaust the parser's recursion, a non-object) is a BadRequest."""
+    try:
+        obj = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise BadRequest(f"a frame must be one JSON object ({type(e).__name__})") from None
+    if not isinstance(obj, dict):
+        raise BadRequest("a frame must be one JSON object")
+    return obj
+
+
+def _str(v, what, limit=MAX_STR, empty=False):
+    if not isinstance(v, str) or (not v and not empty) or len(v) > limit or "\0" in v:
+        raise BadRequest(f"{what} must be a non-empty string without NUL, at most {limit} characters")
+    return v
+
+
+def _argv(v, limit=MAX_ARGS):
+    if not isinstance(v, list) or not v or len(v) > limit:
+        raise BadRequest(f"argv must be a non-empty list of at most {limit} strings")
+    return [_str(a, "each argv item", empty=True) for a in v]
+
+
+def _cwd(v, root):
+    """The cwd, resolved on the host, inside the project (the session's own): else refused."""
+    v = _str(v, "cwd", 4096)
+    if not os.path.isabs(v):
+        raise BadRequest("cwd must be an absolute path")
+    real = os.path.realpath(v)
+    if real != root and not real.startswith(root + "/"):
+        raise BadRequest(f"cwd {v} is outside the project {root}: a step of this session runs in "
+                         "its own project only")
+    return real
+
+
+def _env(v):
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or len(v) > MAX_ENV:
+        raise BadRequest(f"env must be an object of at most {MAX_ENV} string values")
+    out = {}
+    for k, val in v.items():
+        if not k or "=" in k or "\0" in k or len(k) > 4096:
+            raise BadRequest("env names must be non-empty, without '=' or NUL")
+        out[k] = _str(val, f"env {k[:40]}", empty=True)
+    return out
+
+
+def _call_id(v):
+    return None if v is None else _str(v, "tool_call_id", MAX_ID)
+
+
+def _body(v):
+    """A record's note: a flat object of short scalars (what the hook says about the edit)."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or len(v) > MAX_BODY_KEYS:
+        raise BadRequest(f"body must be an object of at most {MAX_BODY_KEYS} keys")
+    out = {}
+    for k, val in v.items():
+        _str(k, "a body key", 64)
+        if val is not None and not isinstance(val, (bool, int, float)):
+            val = _str(val, f"body {k}", 4096, empty=True)
+        if isinstance(val, int) and not isinstance(val, bool) and abs(val) > 1 << 53:
+            raise BadRequest(f"body {k} is out of range")
+        out[k] = val
+    return out
+
+
+FIELDS = {"run": {"op", "argv", "cwd", "env", "tool_call_id"},
+          "record": {"op", "argv", "cwd", "tool_call_id", "marks", "body"},
+          "status": {"op"}}
+
+
+def check_request(msg: dict, root: str) -> dict:
+    """The request with every field checked (BadRequest says which is wrong)."""
+    op = msg.get("op")
+    if op not in FIELDS:
+        raise BadRequest(f"the inner socket offers run, record and status, not {str(op)[:40]!r}")
+    extra = set(msg) - FIELDS[op]
+    if extra:
+        raise BadRequest(f"{op} does not take {', '.join(sorted(str(k)[:40] for k in extra)[:5])}")
+    if op == "status":
+        return {"op": op}
+    out = {"op": op, "tool_call_id": _call_id(msg.get("tool_call_id"))}
+    if op == "run":
+        out.update(argv=_argv(msg.get("argv")), cwd=_cwd(msg.get("cwd"), root), env=_env(msg.get("env")))
+        return out
+    argv = msg.get("argv") or ["edit"]
+    marks = msg.get("marks") or []
+    if not isinstance(marks, list) or any(m not in RECORD_MARKS for m in marks):
+        raise BadRequest(f"a record from inside may carry only the marks {', '.join(RECORD_MARKS)}")
+    out.update(argv=[_str(a, "each argv item", 4096) for a in _argv(argv, 16)],
+               cwd=_cwd(msg.get("cwd") or root, root), marks=sorted(set(marks)), body=_body(msg.get("body")))
+    return out
 
 
 class InnerSocket:
@@ -59,17 +184,32 @@ class InnerSocket:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
+        fds = []
         with conn:
             try:
+                conn.settimeout(RECV_TIMEOUT_S)
                 head, fds = _recv_with_fds(conn, 4)
-                size = int.from_bytes(head, "big")
-                if len(head) < 4 or size > MAX_FRAME:
+                if len(head) < 4:
                     return
-                msg = decode(_recv_exact(conn, size))
-                fut = asyncio.run_coroutine_threadsafe(self._dispatch(msg, fds), self.loop)
-                reply = fut.result()
-            except (OSError, ValueError, EOFError) as e:
+                size = int.from_bytes(head, "big")
+                if size > MAX_FRAME:
+                    reply = {"error": f"envgit: inner socket: a frame of {size} bytes is over the "
+                                      f"{MAX_FRAME}-byte limit", "exit": 2}
+                else:
+                    msg = check_request(decode(_recv_exact(conn, size)), self.sess.project.root)
+                    conn.settimeout(None)            # a step may run for hours
+                    fut = asyncio.run_coroutine_threadsafe(self._dispatch(msg, fds), self.loop)
+                    fds = []                         # _dispatch closes them
+                    reply = fut.result()
+            except BadRequest as e:
+                reply = {"error": f"envgit: inner socket: {e}", "exit": 2}
+            except (OSError, EOFError) as e:
                 reply = {"error": f"envgit: inner socket: {e}", "exit": 1}
+            except Exception as e:          # never the daemon's end: say it and serve on
+                reply = {"error": f"envgit: inner socket: {type(e).__name__}", "exit": 1}
+            finally:
+                for fd in fds:
+                    os.close(fd)
             try:
                 conn.sendall(encode(reply))
             except OSError:
@@ -77,13 +217,10 @@ class InnerSocket:
 
     async def _dispatch(self, msg, fds):
         try:
-            if msg.get("op") == "status":
+            if msg["op"] == "status":
                 return {"session": self.session, "live": sorted(self.sess.live)}
-            if msg.get("op") == "record":
+            if msg["op"] == "record":
                 return await record_step(self.sess, msg, self.session)
-            if msg.get("op") != "run":
-                return {"error": f"envgit: the inner socket offers run, record and status, not "
-                                 f"{msg.get('op')!r}", "exit": 2}
             if len(fds) != 3:
                 return {"error": "envgit: run needs stdin, stdout and stderr passed as fds", "exit": 2}
             return await run_step(self.sess, msg, fds, self.session)
@@ -93,22 +230,23 @@ class InnerSocket:
 
 
 async def record_step(sess, msg, session):
-    begin = await sess.begin({"argv": msg.get("argv") or ["edit"], "cwd": msg.get("cwd") or sess.project.root,
-                              "uid": os.getuid(), "session": session, "record_only": True,
-                              "tool_call_id": msg.get("tool_call_id"), "marks": msg.get("marks") or []})
-    if "error" in begin:
-        return begin
-    if msg.get("body"):
-        sess.event({"step": begin["step"], "kind": "note", "body": dict(msg["body"])})
+    """A checked record request (check_request) as a record-only step, marked as from inside."""
+    begin = await sess.begin({"argv": msg["argv"], "cwd": msg["cwd"], "uid": os.getuid(), "session": session,
+                              "record_only": True, "tool_call_id": msg["tool_call_id"],
+                              "marks": ["from-inner", *msg["marks"]], "origin": "inner"})
+    if "error" in begin or "refused" in begin:
+        return {"error": begin.get("error") or begin["refused"], "exit": begin.get("exit", 126)}
+    if msg["body"]:
+        sess.event({"step": begin["step"], "kind": "note", "body": {**msg["body"], "from": "inner"}})
     await sess.end({"step": begin["step"], "exit_code": 0})
     return {"step": begin["step"]}
 
 
 async def run_step(sess, msg, fds, session):
     """Begin a step, run it in its own sandbox on the given stdio fds, end it (snapshot)."""
-    begin = await sess.begin({"argv": msg.get("argv"), "cwd": msg.get("cwd"), "env": msg.get("env") or {},
+    begin = await sess.begin({"argv": msg["argv"], "cwd": msg["cwd"], "env": msg["env"],
                               "pid": None, "uid": os.getuid(), "session": session,
-                              "tool_call_id": msg.get("tool_call_id")})
+                              "tool_call_id": msg["tool_call_id"], "origin": "inner"})
     if "error" in begin:
         return begin
     step = begin["step"]
@@ -116,24 +254,31 @@ async def run_step(sess, msg, fds, session):
         os.write(fds[2], (begin["refused"] + "\n").encode())
         return {"step": step, "exit_code": 126, "signal": None}
     sess.live[step]["stderr_fd"] = os.dup(fds[2])       # denial notices go to the step's stderr
-    argv = begin["bwrap"]
-    prog = program()
-    extra, keep = [], []
-    if prog is not None:
-        memfd = os.memfd_create("envgit-seccomp", 0)
-        os.write(memfd, prog)
-        os.lseek(memfd, 0, os.SEEK_SET)
-        extra, keep = ["--seccomp", str(memfd)], [memfd]
     loop = asyncio.get_running_loop()
     t0 = loop.time()
+    launch = None
     try:
-        proc = await asyncio.create_subprocess_exec(argv[0], *extra, *argv[1:], stdin=fds[0], stdout=fds[1],
-                                                    stderr=fds[2], env=begin["env"], pass_fds=keep)
+        launch = Launch(begin["bwrap"], sess.project.root)
+        # A session of its own: nothing inside can signal the daemon or another step.
+        proc = await asyncio.create_subprocess_exec(*launch.argv, stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                                                    env=begin["env"], pass_fds=launch.pass_fds,
+                                                    start_new_session=True)
+        launch.spawned(proc.pid)
+        sess.live[step]["proc"] = proc
+        try:
+            info = await asyncio.to_thread(launch.ready)
+            if begin.get("bind") and sess.gate is not None:
+                sess.gate.bind_step(step, info["pid-namespace"])     # its credentials, its sandbox only
+        except (OSError, ValueError, KeyError):
+            pass                        # bwrap failed to start: its status says so
+        launch.release()
+        rc = await proc.wait()
+    except (LaunchError, OSError) as e:
+        os.write(fds[2], f"envgit: the sandbox could not start: {e}\n".encode())
+        rc = 125
     finally:
-        for fd in keep:
-            os.close(fd)
-    sess.live[step]["proc"] = proc
-    rc = await proc.wait()
+        if launch is not None:
+            launch.close()
     if rc < 0:                          # bwrap itself was killed
         code, sig = 128 - rc, -rc
     else:                               # bwrap reports a command killed by signal N as 128+N
@@ -148,24 +293,35 @@ async def run_step(sess, msg, fds, session):
 
 
 def _recv_with_fds(conn, n):
+    """The frame's first bytes and the fds that came with them (close-on-exec: never inherited
+    by another step's sandbox started meanwhile). At most 3 are kept; extra ones are closed."""
     fds = array.array("i")
-    data, anc, _, _ = conn.recvmsg(n, socket.CMSG_LEN(16 * fds.itemsize))
+    data, anc, _, _ = conn.recvmsg(n, socket.CMSG_LEN(16 * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
     for level, kind, payload in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-    while len(data) < n:
-        more = conn.recv(n - len(data))
-        if not more:
-            break
-        data += more
-    return data, list(fds)
+    fds = list(fds)
+    for fd in fds[3:]:
+        os.close(fd)
+    fds = fds[:3]
+    try:
+        while len(data) < n:
+            more = conn.recv(n - len(data))
+            if not more:
+                break
+            data += more
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return data, fds
 
 
 def _recv_exact(conn, n):
-    buf = b""
+    buf = bytearray()
     while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
+        chunk = conn.recv(min(n - len(buf), 1 << 20))
         if not chunk:
             raise EOFError("the caller closed the connection")
         buf += chunk
-    return buf
+    return bytes(buf)

@@ -6,12 +6,12 @@ socket, with this process's stdin, stdout and stderr, and exit with the step's s
 
 Standalone on purpose (only the standard library, no envgit import): it runs inside the
 sandbox, where the envgit package is not visible; it is bound in read-only. Its framing is
-client.py's: a 4-byte big-endian length and a marshal'd dict; the three fds travel with the
+inner.py's: a 4-byte big-endian length and a UTF-8 JSON object; the three fds travel with the
 first bytes (SCM_RIGHTS).
 """
 
 import array
-import marshal
+import json
 import os
 import socket
 import sys
@@ -27,18 +27,35 @@ def _exact(s, n):
     return buf
 
 
+MAX_REPLY = 1 << 20
+
+
+def frame(msg: dict) -> bytes:
+    body = json.dumps(msg, ensure_ascii=True, separators=(",", ":")).encode()
+    return len(body).to_bytes(4, "big") + body
+
+
+def reply(s) -> dict:
+    size = int.from_bytes(_exact(s, 4), "big")
+    if size > MAX_REPLY:
+        raise EOFError(f"the envgit daemon sent a {size}-byte reply")
+    try:
+        out = json.loads(_exact(s, size))
+    except ValueError:
+        raise EOFError("the envgit daemon's reply is not JSON") from None
+    return out if isinstance(out, dict) else {"error": "envgit: a reply that is not an object"}
+
+
 def run(argv, env=None, tool_call_id=None) -> dict:
     msg = {"op": "run", "argv": argv, "cwd": os.getcwd(), "env": dict(env or os.environ),
            "tool_call_id": tool_call_id or os.environ.get("ENVGIT_TOOL_CALL_ID")}
-    body = marshal.dumps(msg, 4)
-    frame = len(body).to_bytes(4, "big") + body
+    data = frame(msg)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(os.environ.get("ENVGIT_INNER_SOCKET", "/run/envgit/control.sock"))
     with s:
-        s.sendmsg([frame[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
-        s.sendall(frame[4:])
-        size = int.from_bytes(_exact(s, 4), "big")
-        return marshal.loads(_exact(s, size))
+        s.sendmsg([data[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+        s.sendall(data[4:])
+        return reply(s)
 
 
 def exit_code(argv, tool_call_id=None) -> int:

@@ -29,9 +29,13 @@ A long-lived sandboxed helper (the MCP REPL) gets its command line without being
   {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
-  {"op": "sandbox", "step", "pidns"} -> {"ok"}: a step with network ("bind" in its begin
-      reply) ties its proxy credentials to its sandbox's pid namespace, sent by the client
-      after bwrap made it and before the command runs (bwrap --block-fd)
+  {"op": "sandbox", "step", "pidns"} -> {"ok"}: a step with network ("bind" in its begin or
+      spec reply) ties its proxy credentials to its sandbox's pid namespace, sent by the client
+      after bwrap made it and before the command runs (bwrap --block-fd); the gate refuses
+      a credential that is not tied
+A step's cwd (begin, spec) must be inside the project: else the reply is an error. `end`'s
+reply carries "notices", lines the client prints after the step (a nested envgit.yaml or
+.envgit the step made: marked policy-file-written).
   {"op": "pending"} -> {"asks": [...]}: questions waiting for a person
   {"op": "answer", "id", "answer": "allow"|"allow-rule"|"deny", "how"?, "uid"} -> {"ok"}
   {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
@@ -129,6 +133,9 @@ class Session:
         argv, cwd = msg.get("argv"), msg.get("cwd")
         if not argv or not isinstance(argv, list) or not cwd:
             return {"error": "envgit run needs a command: envgit run [--] CMD [ARGS…]", "exit": 2}
+        outside = outside_project(cwd, self.project.root)
+        if outside:
+            return {"error": outside, "exit": 2}
         try:
             pol = self.policy()
         except PolicyError as e:
@@ -139,6 +146,8 @@ class Session:
         head = {"argv": argv, "cwd": cwd, "session": session, "pid": msg.get("pid"),
                 "user": _user_name(msg.get("uid")), "policy_sha256": pol.sha256,
                 "tool_call_id": msg.get("tool_call_id")}
+        if msg.get("origin") == "inner":       # asked for from inside a sandbox (inner.py)
+            head["origin"] = "inner"
         verdict = decide_command(pol, argv)
         if verdict.action == "deny":
             step = self.journal.begin_step({**head, "marks": ["refused"]})
@@ -208,12 +217,20 @@ class Session:
         escapes = escape_routes_written(info["policy"], summary)
         if escapes:
             marks.append("escape-route-written")
+        notices = []
+        policy_files = policy_files_written(summary)
+        if policy_files:
+            marks.append("policy-file-written")
+            notices.append("made or changed what would decide a project and its policy (envgit "
+                           "will not use it; a project inside a project is refused): "
+                           + ", ".join(policy_files))
         self.journal.append(step, "end", {
             "exit_code": msg.get("exit_code"), "signal": msg.get("signal"),
             "duration_ms": msg.get("duration_ms"), "marks": marks, "denied_paths": denied,
             "snapshot": summary, **({"escape_routes": escapes} if escapes else {}),
-            **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {})})
-        return {"ok": True, "marks": marks, "snapshot": summary}
+            **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
+            **({"policy_files": policy_files} if policy_files else {})})
+        return {"ok": True, "marks": marks, "snapshot": summary, "notices": notices}
 
     async def _snapshot(self, pol):
         """The snapshot after a step; None (and a mark) if the store cannot take it."""
@@ -254,6 +271,9 @@ class Session:
                 if step not in self.live:
                     return {"error": f"envgit: step {step} is not running", "exit": 2}
                 net = await self.net_for(pol, step)
+            outside = outside_project(msg.get("cwd") or "", self.project.root)
+            if outside:
+                return {"error": outside, "exit": 2}
             inner = self.inner_socket(session) if msg.get("inner") else None
             agent = {k: msg[k] for k in ("read", "write", "protect") if msg.get(k)}
             if msg.get("set_env"):
@@ -264,7 +284,7 @@ class Session:
                        net, inner, agent)
         except (PolicyError, KeyError, OSError) as e:
             return {"error": f"envgit: {e}", "exit": 2}
-        return {"bwrap": sp.argv, "env": sp.env}
+        return {"bwrap": sp.argv, "env": sp.env, "bind": net is not None}
 
     def inner_socket(self, session) -> str:
         if session not in self.inner:
@@ -518,6 +538,28 @@ def escape_routes_written(pol, summary):
     entries = [e.rstrip("/") for e in pol.protect if not e.startswith(("/", "~"))]
     return [p["path"] for p in (summary or {}).get("paths", [])
             if any(p["path"] == e or p["path"].startswith(e + "/") for e in entries)]
+
+
+def policy_files_written(summary):
+    """Paths the step created, changed or removed that name a policy or a project's state
+    (`envgit.yaml`, `.envgit`) anywhere below the root: a nested project a step made for itself.
+    (find_project refuses one; this says which step made it.)"""
+    out = []
+    for p in (summary or {}).get("paths", []):
+        parts = p["path"].split("/")
+        if parts[-1] == "envgit.yaml" or ".envgit" in parts:
+            out.append(p["path"])
+    return out
+
+
+def outside_project(cwd, root):
+    """Why `cwd` cannot be a step's working directory (None: it can): every step of a
+    session runs in its own project, under its policy, whichever adapter asks."""
+    real = os.path.realpath(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else None
+    if real is None or (real != root and not real.startswith(root + "/")):
+        return (f"envgit: the working directory {cwd!r} is outside the project {root}; a step runs "
+                "in its own project only (start the agent or `envgit run` in the other project)")
+    return None
 
 
 def request_marks(requests):

@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ..sandbox.seccomp import program
+from ..sandbox.launch import Launch, LaunchError
 
 SOURCE = (Path(__file__).parent / "repl.js").read_text()
 MAX_LINE = 256 * 1024 * 1024
@@ -52,21 +52,24 @@ class Repl:
     async def start(self, task_group):
         argv = [node_path(), "--expose-internals", "-e", SOURCE, self.config]
         spec = await self.daemon.spec(argv, self.cwd, dict(os.environ), self.session)
-        bwrap, env = list(spec["bwrap"]), spec["env"]
-        fds, extra = [], []
-        prog = program()
-        if prog is not None:          # as `envgit run` does: the same seccomp filter
-            fd = os.memfd_create("envgit-seccomp", 0)
-            os.write(fd, prog)
-            os.lseek(fd, 0, os.SEEK_SET)
-            fds.append(fd)
-            extra = ["--seccomp", str(fd)]
-        bwrap_bin = shutil.which("bwrap") or bwrap[0]
         try:
-            self.proc = await anyio.open_process([bwrap_bin, *extra, *bwrap[1:]], env=env, pass_fds=fds)
+            launch = Launch(spec["bwrap"], self.cwd)     # as every sandbox starts: launch.py
+        except LaunchError as e:
+            raise ReplError(f"the sandboxed REPL did not start: {e}") from None
+        try:
+            # a session of its own: nothing the model's code runs can signal this server
+            self.proc = await anyio.open_process(launch.argv, env=spec["env"], pass_fds=launch.pass_fds,
+                                                 start_new_session=True)
+            launch.spawned(self.proc.pid)
+            # The REPL's spec names no step, so it has no proxy credentials (no network): were
+            # it given some, the gate would refuse them, as nothing ties them to this sandbox.
+            try:
+                await anyio.to_thread.run_sync(launch.ready)
+            except (OSError, ValueError):
+                pass                                # bwrap did not start: seen below
+            launch.release()
         finally:
-            for fd in fds:
-                os.close(fd)
+            launch.close()
         self._stdout = BufferedByteReceiveStream(self.proc.stdout)
         self._group = task_group
         ready = anyio.Event()

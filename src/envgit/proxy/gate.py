@@ -229,12 +229,20 @@ class Gate:
             del self._answers[key]
 
     def step_of(self, user: str, password: str, counter=None) -> int | None:
+        """The step a request's credentials name, if they are valid *from where it came*: on
+        the unix socket (every sandbox's way in) only from the pid namespace the step's
+        credentials were tied to (bind_step, from its launcher); a credential never tied to a
+        sandbox is refused, so one read by another process gets it nothing. The loopback TCP
+        listener, opened only by tests and benchmarks (start(tcp_port=…)), has no peer to
+        check and takes the password alone."""
         entry = self._creds.get(user)
         if not entry or not hmac.compare_digest(entry[0].encode(), password.encode()):
             return None
+        if counter is not None and getattr(counter, "_peer", ("",))[0] != "unix":
+            return entry[1]                       # the test listener (no unix peer)
         bound = self._pidns.get(entry[1])
-        if bound is not None and getattr(counter, "pidns", None) != bound:
-            return None                           # the right password from the wrong sandbox
+        if bound is None or getattr(counter, "pidns", None) != bound:
+            return None                           # untied, or the right password from the wrong sandbox
         return entry[1]
 
     def step_open(self, step_id) -> bool:

@@ -50,7 +50,18 @@ def mounts(net: Net) -> list[str]:
 
 
 def wrap(argv: list[str]) -> list[str]:
-    return ["/bin/sh", "-c", BRIDGE, "envgit-bridge", *argv]
+    return ["/bin/sh", "-c", BRIDGE.replace("(socat ", f"({_socat()} ", 1), "envgit-bridge", *argv]
+
+
+def _socat() -> str:
+    """socat by absolute path from a trusted system directory (launch.trusted_binary), never
+    the step's PATH, where a project's virtualenv could put one of a step's making."""
+    import shlex
+    from .launch import LaunchError, trusted_binary
+    try:
+        return shlex.quote(trusted_binary("socat"))
+    except LaunchError:
+        return "/usr/bin/socat"           # absent: the bridge says so, and envgit doctor
 
 
 def environment(net: Net) -> dict[str, str]:

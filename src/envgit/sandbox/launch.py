@@ -1,0 +1,324 @@
+"""Starting a sandbox: the one way every bubblewrap sandbox is started (a step of `envgit run`,
+an agent's own sandbox, the sibling step the daemon starts for an agent's Bash call, the MCP
+REPL). Standard library only: `envgit run` imports it on the hot path.
+
+What every start gets, here and nowhere else:
+- bwrap itself from a trusted system directory (`trusted_binary`), never from PATH: a step can
+  write to a project's `.venv/bin`, which is on PATH whenever that venv is active;
+- the seccomp filter (seccomp.py), handed to bwrap as a memfd;
+- bwrap's --info-fd (the sandbox's pid namespace and init pid, known before the command runs)
+  and --block-fd (the command waits until the caller releases it): between the two, the caller
+  ties the step's proxy credentials to that pid namespace (the gate refuses them from any
+  other) and hands the terminal to the step's process group;
+- a process group of its own (a session of its own when started by the daemon or another
+  long-lived process): `kill 0` or `kill -KILL -1` inside signal the step's own processes only,
+  never the `envgit run` that waits for it, the person's shell or the session daemon.
+
+Callers that spawn with their own process API (asyncio, anyio) use `Launch.argv`,
+`Launch.pass_fds` and `start_new_session=True`; `envgit run` uses `Launch.spawn`.
+"""
+
+import os
+
+from .seccomp import program
+
+# Where bwrap and socat are taken from: directories only the system's package manager (root)
+# writes, in this order. ENVGIT_BWRAP / ENVGIT_SOCAT may name an absolute path instead (set by
+# the person outside any project; a path inside the project is refused).
+TRUSTED_DIRS = ("/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin")
+
+_found: dict[str, str] = {}
+
+
+class LaunchError(Exception):
+    """The sandbox cannot be started (bwrap missing or untrusted), worded for the person."""
+
+
+def trusted_binary(name: str, project_root: str | None = None) -> str:
+    """The absolute path of `name` (bwrap, socat) from TRUSTED_DIRS, or from $ENVGIT_<NAME> when
+    set; resolved once per process. Never PATH: a project's activated virtualenv puts a
+    directory every step can write at its front."""
+    if name in _found:
+        return _found[name]
+    var = "ENVGIT_" + name.upper()
+    configured = os.environ.get(var)
+    if configured:
+        path = _check_configured(var, configured, project_root)
+    else:
+        path = None
+        for d in TRUSTED_DIRS:
+            p = os.path.join(d, name)
+            if _usable(p):
+                path = p
+                break
+        if path is None:
+            raise LaunchError(f"{name} is not installed in {', '.join(TRUSTED_DIRS)} (envgit does "
+                              f"not take it from PATH; set {var}=/absolute/path to use another); "
+                              "run `envgit doctor` for the fix")
+    _found[name] = path
+    return path
+
+
+def _usable(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    # not writable by anyone but its owner, and owned by root or by whoever runs envgit
+    return (st.st_mode & 0o170000 == 0o100000 and st.st_mode & 0o111 and not st.st_mode & 0o022
+            and st.st_uid in (0, os.getuid()))
+
+
+def _check_configured(var, value, project_root):
+    if not os.path.isabs(value):
+        raise LaunchError(f"{var}={value} must be an absolute path")
+    real = os.path.realpath(value)
+    if project_root and (real == project_root or real.startswith(project_root.rstrip("/") + "/")):
+        raise LaunchError(f"{var}={value} is inside the project {project_root}, where a step can "
+                          "replace it; install it outside the project")
+    if not _usable(real):
+        raise LaunchError(f"{var}={value} is not an executable file writable only by its owner")
+    return real
+
+
+def bwrap_path(project_root=None) -> str:
+    return trusted_binary("bwrap", project_root)
+
+
+class Launch:
+    """One sandbox start. `spec_argv` is the daemon's bwrap command line (its argv[0] is only a
+    name: the binary is `bwrap_path()`).
+
+        launch = Launch(spec_argv)
+        pid = launch.spawn(env)                 # or: spawn with launch.argv / launch.pass_fds,
+        launch.spawned()                        #     then call spawned()
+        info = launch.ready()                   # {"pid-namespace", "child-pid"} (blocks briefly)
+        ... tie credentials to info["pid-namespace"], hand over the terminal ...
+        launch.release()                        # the command starts now
+    """
+
+    def __init__(self, spec_argv, project_root=None):
+        self.bwrap = bwrap_path(project_root)
+        self._mine = []          # parent ends, closed by close()
+        self._child = []         # the ends bwrap inherits, closed once it is spawned
+        extra = []
+        prog = program()
+        if prog is not None:
+            fd = os.memfd_create("envgit-seccomp", os.MFD_CLOEXEC)
+            os.write(fd, prog)
+            os.lseek(fd, 0, os.SEEK_SET)
+            self._child.append(fd)
+            extra += ["--seccomp", str(fd)]
+        self.info_r, info_w = os.pipe()
+        block_r, self.block_w = os.pipe()
+        self._mine += [self.info_r, self.block_w]
+        self._child += [info_w, block_r]
+        extra += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
+        self.argv = [self.bwrap, *extra, *spec_argv[1:]]
+        self.pass_fds = tuple(self._child)
+        self.info = None
+        self.pid = None
+
+    def spawn(self, env, *, new_session=False, stdio=None) -> int:
+        """posix_spawn bwrap in a process group of its own (with `new_session`, a session of its
+        own); `stdio`: three fds for its stdin, stdout, stderr (default: this process's)."""
+        for fd in self._child:
+            os.set_inheritable(fd, True)
+        actions = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)] if stdio else []
+        kw = {"setsid": True} if new_session else {"setpgroup": 0}
+        try:
+            # default dispositions: an ignored signal would survive exec into the command
+            self.pid = os.posix_spawn(self.bwrap, self.argv, env, file_actions=actions,
+                                      setsigdef=_RESET_SIGNALS, **kw)
+        finally:
+            self.spawned()
+        return self.pid
+
+    def spawned(self, pid=None):
+        """bwrap has its ends: close them here (else a dead bwrap would leave ready() waiting)."""
+        if pid is not None:
+            self.pid = pid
+        for fd in self._child:
+            os.close(fd)
+        self._child = []
+
+    def ready(self) -> dict:
+        """bwrap's --info-fd document, written once the namespaces exist and before the command
+        runs: {"child-pid", "pid-namespace", …}. ValueError if bwrap ended without one."""
+        if self.info is None:
+            self.info = read_info(self.info_r)
+        return self.info
+
+    def release(self):
+        """Let the command run (bwrap reads one byte from --block-fd)."""
+        if self.block_w is not None:
+            try:
+                os.write(self.block_w, b"x")
+            except OSError:
+                pass             # bwrap is gone; its status says why
+            os.close(self.block_w)
+            self._mine.remove(self.block_w)
+            self.block_w = None
+
+    def command_pids(self) -> list[int]:
+        """The command's processes as this namespace sees them: the children of the sandbox's
+        init (empty before ready() or once they are gone)."""
+        init = (self.info or {}).get("child-pid")
+        if not init:
+            return []
+        try:
+            with open(f"/proc/{init}/task/{init}/children") as f:
+                return [int(p) for p in f.read().split()]
+        except OSError:
+            return []
+
+    def signal(self, signum):
+        """Send `signum` to the command (not to bwrap, which would only die of it and take the
+        command with it by SIGKILL), or to bwrap while the command does not run yet."""
+        for p in self.command_pids() or ([self.pid] if self.pid else []):
+            try:
+                os.kill(p, signum)
+            except OSError:
+                pass
+
+    def close(self):
+        for fd in self._mine + self._child:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._mine, self._child, self.block_w = [], [], None
+
+
+def read_info(fd) -> dict:
+    """bwrap's --info-fd document: its integer fields. Read without `json`, whose import (it
+    pulls in `re`) would cost a step ~5 ms: the document is a flat object of numbers."""
+    data = b""
+    while not data.rstrip().endswith(b"}"):
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise ValueError("bwrap wrote no --info-fd document")
+        data += chunk
+        if len(data) > 65536:
+            raise ValueError("bwrap's --info-fd document is too long")
+    out = {}
+    for item in data.decode().strip().strip("{}").split(","):
+        key, _, value = item.partition(":")
+        out[key.strip().strip('"')] = int(value)
+    return out
+
+
+def _signals():
+    import _signal
+    return tuple(getattr(_signal, n) for n in ("SIGINT", "SIGQUIT", "SIGTSTP", "SIGTTIN", "SIGTTOU",
+                                                "SIGPIPE", "SIGHUP", "SIGTERM", "SIGCHLD"))
+
+
+_RESET_SIGNALS = _signals()
+
+
+class Foreground:
+    """The terminal handed to a step's process group and taken back, as a shell's job control
+    does. Only when this process has a controlling terminal, is in its foreground process
+    group and shares that group with no sibling (in `envgit run cmd | less`, less keeps the
+    terminal: the step stays in the background and the person's Ctrl-C reaches it through
+    this process). The terminal's modes are saved before and restored after, whatever the
+    command did to them."""
+
+    def __init__(self):
+        self.tty = self.modes = self.step_modes = None
+        self.given_to = None
+        try:
+            self.tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            return                                # no controlling terminal
+        try:
+            if os.tcgetpgrp(self.tty) != os.getpgrp() or _shares_group():
+                raise OSError
+            import termios                        # only with a terminal: ~0.5 ms
+            self._termios = termios
+            self.modes = termios.tcgetattr(self.tty)
+        except (OSError, ImportError, Exception):
+            os.close(self.tty)
+            self.tty = None
+
+    @property
+    def active(self) -> bool:
+        """This process may hand the terminal over."""
+        return self.tty is not None
+
+    def give(self, pgid, modes=None):
+        if self.tty is None:
+            return
+        if modes is not None:
+            self._set_modes(modes)
+        try:
+            _ignoring_ttou(os.tcsetpgrp, self.tty, pgid)
+            self.given_to = pgid
+        except OSError:
+            pass
+
+    def take(self):
+        """The terminal back to this process's group, with the modes it had before; the step's
+        modes are kept in step_modes, for give() after a stop."""
+        if self.tty is None or self.given_to is None:
+            return
+        try:
+            self.step_modes = self._termios.tcgetattr(self.tty)
+        except Exception:
+            self.step_modes = None
+        try:
+            _ignoring_ttou(os.tcsetpgrp, self.tty, os.getpgrp())
+        except OSError:
+            pass
+        self.given_to = None
+        self._set_modes(self.modes)
+
+    def is_foreground(self) -> bool:
+        try:
+            return self.tty is not None and os.tcgetpgrp(self.tty) == os.getpgrp()
+        except OSError:
+            return False
+
+    def _set_modes(self, modes):
+        try:
+            _ignoring_ttou(self._termios.tcsetattr, self.tty, self._termios.TCSADRAIN, modes)
+        except Exception:
+            pass
+
+    def close(self):
+        self.take()
+        if self.tty is not None:
+            os.close(self.tty)
+            self.tty = None
+
+
+def _ignoring_ttou(fn, *args):
+    """A background process changing the terminal is sent SIGTTOU (and stopped) unless it
+    ignores it, as shells do when they take the terminal back."""
+    import _signal
+    old = _signal.signal(_signal.SIGTTOU, _signal.SIG_IGN)
+    try:
+        return fn(*args)
+    finally:
+        _signal.signal(_signal.SIGTTOU, old)
+
+
+def _shares_group() -> bool:
+    """Another child of our parent is in our process group: we are one command of a pipeline
+    (`envgit run cmd | less`), whose other members may need the terminal."""
+    me, parent, group = os.getpid(), os.getppid(), os.getpgrp()
+    try:
+        with open(f"/proc/{parent}/task/{parent}/children") as f:
+            siblings = [int(p) for p in f.read().split() if int(p) != me]
+    except OSError:
+        return False
+    for p in siblings:
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(b")") + 2:].split()[2]) == group:
+                return True
+        except (OSError, ValueError, IndexError):
+            pass
+    return False
