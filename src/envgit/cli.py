@@ -21,6 +21,19 @@ def main(argv=None):
     sys.exit(_porcelain(argv))
 
 
+def _at_least_one(argparse):
+    """An argparse type: a whole number, 1 or more (`--keep-last -2` is refused, not obeyed)."""
+    def count(text):
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
+        return n
+    return count
+
+
 def _porcelain(argv):
     import argparse
     from . import commands
@@ -63,7 +76,8 @@ def _porcelain(argv):
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("gc", help="drop snapshots outside a retention rule, and unreachable objects")
-    s.add_argument("--keep-last", type=int, help="keep the snapshots of the last N steps")
+    s.add_argument("--keep-last", type=_at_least_one(argparse), metavar="N",
+                   help="keep the snapshots of the last N steps (N >= 1)")
     s.add_argument("--keep-within", help="keep snapshots younger than this (e.g. 7d, 12h, 30m)")
     s.add_argument("--json", action="store_true")
 

@@ -4,7 +4,13 @@ import json
 import os
 import sys
 
+from .inert import inert, inert_json, inert_line
 from .paths import NoProject, find_project
+
+
+# Exit codes of operational failures (cli.py's docstring lists them all): stable, so scripts
+# can tell "fix the command" from "the daemon is gone" from "the store or journal is damaged".
+EXIT_FAILED, EXIT_USAGE, EXIT_DAEMON, EXIT_STORE, EXIT_JOURNAL = 1, 2, 3, 4, 5
 
 
 def dispatch(args) -> int:
@@ -13,11 +19,43 @@ def dispatch(args) -> int:
         return fn(args)
     except NoProject as e:
         print(f"envgit: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except Exception as e:
+        said = operational(e)
+        if said is None:
+            raise                       # a bug: its traceback is what a report needs
+        text, code = said
+        print(f"envgit: {text}", file=sys.stderr)
+        return code
+
+
+def operational(e: Exception):
+    """(one line with the fix, exit code) for a failure of the machine, the daemon or the
+    data rather than of envgit's code; None for anything else."""
+    import sqlite3
+    from .daemon.client import DaemonError
+    from .journal import JournalError
+    if isinstance(e, DaemonError):
+        return (f"{e}; run the command again (it starts a new session daemon)", EXIT_DAEMON)
+    if isinstance(e, JournalError):
+        return (f"{e}; `envgit fsck` says what is damaged", EXIT_JOURNAL)
+    if isinstance(e, sqlite3.DatabaseError):
+        return (f"the journal (.envgit/journal.sqlite) cannot be read: {e}; `envgit fsck` says "
+                "what is damaged", EXIT_JOURNAL)
+    snapshot = sys.modules.get("envgit.snapshot")    # loaded only by commands that use the store
+    if snapshot is not None and isinstance(e, (snapshot.StoreError, snapshot.CorruptObject)):
+        return (f"{e}; `envgit fsck` lists what is damaged in the snapshot store", EXIT_STORE)
+    if isinstance(e, OSError):
+        return (f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""), EXIT_FAILED)
+    return None
 
 
 def _out(obj):
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
+    print(inert_json(json.dumps(obj, indent=2, ensure_ascii=False)))
+
+
+# Everything a step, an agent or a server chose (names, paths, refs, hosts, command lines,
+# marks) goes through inert() before it is printed: see inert.py.
 
 
 # --- demo --------------------------------------------------------------------------------
@@ -94,9 +132,9 @@ def cmd_log(args):
     for s in steps:
         exit_ = {"running": "run", "interrupted": "int"}.get(s.status, str(s.exit_code))
         dur = f"{s.duration_ms:.0f}ms" if s.duration_ms is not None else "-"
-        marks = " [" + ",".join(s.marks) + "]" if s.marks else ""
+        marks = " [" + inert(",".join(s.marks)) + "]" if s.marks else ""
         print(f"{s.id:>4}  {s.started_at[:19].replace('T', ' ')}  exit {exit_:>3}  {dur:>8}  "
-              f"{_short(s.argv)}{marks}")
+              f"{inert(_short(s.argv))}{marks}")
     return 0
 
 
@@ -112,32 +150,32 @@ def cmd_show(args):
         return 0
     import shlex
     print(f"step {s.id}  ({s.status})")
-    print(f"  command   {shlex.join(s.argv)}")
-    print(f"  cwd       {s.cwd}")
+    print(f"  command   {inert(shlex.join(s.argv))}")
+    print(f"  cwd       {inert(s.cwd)}")
     print(f"  started   {s.started_at}")
     print(f"  ended     {s.ended_at or '-'}")
     print(f"  exit      {s.exit_code if s.exit_code is not None else '-'}"
-          + (f" ({s.signal})" if s.signal else ""))
+          + (f" ({inert(s.signal)})" if s.signal else ""))
     print(f"  duration  {s.duration_ms if s.duration_ms is not None else '-'} ms")
     print(f"  policy    sha256 {s.policy_sha256}")
-    print(f"  user      {s.user}   session {s.session}")
+    print(f"  user      {inert(s.user)}   session {inert(s.session)}")
     if s.tool_call_id:
-        print(f"  tool call {s.tool_call_id}")
+        print(f"  tool call {inert(s.tool_call_id)}")
     if s.marks:
-        print(f"  marks     {', '.join(s.marks)}")
+        print(f"  marks     {inert(', '.join(s.marks))}")
     for p in s.denied_paths:
-        print(f"  denied    {p}")
+        print(f"  denied    {inert(p)}")
     for r in s.requests:
         answer = f", {r['answer']} by {r.get('answered_by')} ({r.get('answered_how')})" if r.get("answer") else ""
-        print(f"  request   {r.get('decision', '?'):5} {r.get('method', '')} {r.get('scheme', '')}://"
-              f"{r.get('host', '')}{r.get('path', '')} -> {r.get('status', '-')}  ({r.get('rule', '')}{answer})")
+        print(inert(f"  request   {r.get('decision', '?'):5} {r.get('method', '')} {r.get('scheme', '')}://"
+                    f"{r.get('host', '')}{r.get('path', '')} -> {r.get('status', '-')}  ({r.get('rule', '')}{answer})"))
     for a in s.approvals:
         q = a.get("question", {})
-        print(f"  approval  {a.get('answer')} {q.get('method')} {q.get('host')}{q.get('path')} "
-              f"by {a.get('who')} ({a.get('how')})")
+        print(inert(f"  approval  {a.get('answer')} {q.get('method')} {q.get('host')}{q.get('path')} "
+                    f"by {a.get('who')} ({a.get('how')})"))
     for e in s.events:
         detail = " ".join(f"{k}={v}" for k, v in e.items() if k != "kind" and not isinstance(v, (dict, list)))
-        print(f"  event     {e['kind']} {detail}")
+        print(inert(f"  event     {e['kind']} {detail}"))
     snap = s.snapshot or {}
     if snap.get("tree"):
         left = snap.get("left_out", {})
@@ -145,9 +183,9 @@ def cmd_show(args):
               f"files, {snap['ms']:.1f} ms" + (f"; left out {left['count']} ({left['bytes']} bytes)"
                                                if left.get("count") else ""))
         for p in snap.get("paths", [])[:20]:
-            print(f"            {p['status'][0].upper()} {p['path']}")
+            print(f"            {p['status'][0].upper()} {inert(p['path'])}")
     elif snap.get("error"):
-        print(f"  snapshot  {snap['error']}")
+        print(f"  snapshot  {inert(snap['error'])}")
     return 0
 
 
@@ -165,7 +203,7 @@ def cmd_fsck(args):
         _out({"ok": not problems, "problems": problems, "snapshots_checked": len(trees)})
     else:
         for p in problems:
-            print(p)
+            print(inert(p))
         print(f"fsck: ok ({len(trees)} snapshot(s), journal chain intact)" if not problems
               else f"fsck: {len(problems)} problem(s)")
     return 1 if problems else 0
@@ -288,7 +326,7 @@ def cmd_diff(args):
             continue
         mark = {"added": "A", "deleted": "D", "modified": "M", "type-changed": "T"}[c.status]
         sizes = f"{c.old_size if c.old_size is not None else '-'} -> {c.new_size if c.new_size is not None else '-'}"
-        print(f"{mark}  {display(c.path)}  ({sizes} bytes)")
+        print(f"{mark}  {inert(display(c.path))}  ({sizes} bytes)")
         if not args.stat:
             _unified(store, a, b, c)
     return 0
@@ -312,8 +350,8 @@ def _unified(store, a, b, c):
     except (ValueError, UnicodeDecodeError):
         print("   (binary or large: contents not shown)")
         return
-    name = display(c.path)
-    sys.stdout.writelines(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
+    name = inert(display(c.path))
+    sys.stdout.writelines(inert_line(line) for line in difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
 
 
 # --- rewind ------------------------------------------------------------------------------
@@ -366,7 +404,7 @@ def _print_preview(p, n):
             return
         print(f"{title} ({len(items)}):")
         for i in items[:20]:
-            print(f"  {i[key]}")
+            print(f"  {inert(i[key])}")
         if len(items) > 20:
             print(f"  … and {len(items) - 20} more")
     print(f"rewind to step {n} (tree {p['target_tree'][:12]}):")
@@ -374,15 +412,15 @@ def _print_preview(p, n):
     show("delete", p["delete"])
     show("keep (left out of snapshots, untouched)", p["keep"])
     for w in p["warnings"]:
-        print(f"warning: {w}")
+        print(f"warning: {inert(w)}")
 
 
 # --- gc ----------------------------------------------------------------------------------
 
 def _duration_s(text):
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    if not text or text[-1] not in units or not text[:-1].isdigit():
-        raise _Usage(f"--keep-within {text!r}: write a number and a unit, e.g. 7d, 12h, 30m")
+    if not text or text[-1] not in units or not text[:-1].isdigit() or int(text[:-1]) < 1:
+        raise _Usage(f"--keep-within {text!r}: write a number (1 or more) and a unit, e.g. 7d, 12h, 30m")
     return int(text[:-1]) * units[text[-1]]
 
 
@@ -420,9 +458,9 @@ def cmd_pending(args):
     for a in asks:
         q = a["question"]
         refs = " ".join(r.get("ref", "") for r in q.get("refs") or [])
-        print(f"{a['id']:>4}  step {a['step']}  {q['method']} {q['host']}{q['path']}  "
-              f"{q.get('kind') or ''} {refs}  rule {q.get('rule')}  "
-              f"waiting {time.time() - a['asked_at']:.0f}s")
+        print(f"{a['id']:>4}  step {a['step']}  " + inert(f"{q['method']} {q['host']}{q['path']}  "
+              f"{q.get('kind') or ''} {refs}  rule {q.get('rule')}") +
+              f"  waiting {time.time() - a['asked_at']:.0f}s")
     return 0
 
 

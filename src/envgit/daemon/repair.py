@@ -10,6 +10,9 @@ def mark_interrupted(journal, reason) -> list[int]:
     """Close every open step but rewinds. Call only as the journal's single writer: the
     daemon at start, or a command holding the daemon lock (so no daemon is running)."""
     done = []
+    if journal.lost_now:            # their ends may be among the lost entries: say so, not "died"
+        reason = ("the journal lost its later entries (see `envgit fsck`): whether this step "
+                  "finished, and how, is not known")
     for s in journal.open_steps():
         if s.rewind:
             continue
@@ -37,6 +40,9 @@ def repair_if_no_daemon(project) -> list[int]:
         finally:
             j.close()
     if rewinds:
-        from .client import connect
-        connect(project).request({"op": "status"})    # its start-up finishes the rewind
+        from .client import DaemonError, connect
+        try:
+            connect(project).request({"op": "status"})    # its start-up finishes the rewind
+        except DaemonError:
+            pass        # the reader goes on; the open rewind shows as running, daemon.log says why
     return done

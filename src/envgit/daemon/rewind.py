@@ -6,8 +6,11 @@ Order of work, so that a kill at any instant loses nothing:
   3. restore (idempotent: only what differs is written, through O_NOFOLLOW directory fds)
   4. snapshot again and journal the `end`
 A rewind found open when a daemon starts is finished by restoring its target again.
+Before anything is written, the journal's hash chain is verified up to the target's entries.
 """
 
+from .. import faults
+from ..policy import PolicyError
 from ..snapshot import StoreError
 from .snapshots import display
 
@@ -24,7 +27,19 @@ def target_tree(journal, n: int) -> str:
         raise RewindError(f"the snapshot of step {n} was dropped by `envgit gc`; pick a later step")
     if not step.snapshot or not step.snapshot.get("tree"):
         raise RewindError(f"step {n} has no snapshot ({step.status}); pick another step")
+    trust_history(journal, step.last_seq, f"step {n}")
     return step.snapshot["tree"]
+
+
+def trust_history(journal, seq: int, what: str) -> None:
+    """Refuse, before anything is written, unless the hash chain verifies from the first entry
+    through `seq` (the last entry of the target): a row edited to name another tree is found
+    here, not after the directory was overwritten with it."""
+    problems = journal.verify_through(seq)
+    if problems:
+        raise RewindError(f"the journal does not verify up to {what}, so its snapshot cannot be "
+                          f"trusted; nothing was changed: {problems[0].removeprefix('journal: ')}"
+                          + (f" (and {len(problems) - 1} more: `envgit fsck`)" if len(problems) > 1 else ""))
 
 
 def irreversible_after(journal, n: int) -> list[str]:
@@ -65,12 +80,14 @@ def apply(sess, n: int, paths: list[str] | None, user: str) -> dict:
         "marks": ["rewind"],
         "rewind": {"to_step": n, "target_tree": preview["target_tree"],
                    "undo_tree": preview["undo_tree"], "paths": paths or None}})
+    faults.point("rewind-begun")
     try:
         sess.snapshotter.restore(p)
-    except StoreError as e:
+    except (StoreError, OSError) as e:
         sess.journal.append(step, "end", {"exit_code": 1, "marks": ["rewind", "refused"],
                                           "error": str(e)})
         raise RewindError(str(e)) from None
+    faults.point("rewind-restored")
     summary = sess.snapshotter.take(pol, preview["undo_tree"])
     sess.journal.append(step, "end", {"exit_code": 0, "marks": ["rewind"], "snapshot": summary})
     return {**preview, "rewind_step": step, "snapshot": summary}
@@ -83,9 +100,19 @@ def finish_interrupted(sess) -> list[int]:
         info = s.rewind
         if not info:
             continue
-        pol = sess.policy()
-        snap = sess.snapshotter
-        snap.restore(snap.plan_restore(pol, info["target_tree"], info.get("paths")))
+        try:
+            trust_history(sess.journal, s.last_seq, f"the interrupted rewind (step {s.id})")
+            pol = sess.policy()
+            snap = sess.snapshotter
+            snap.restore(snap.plan_restore(pol, info["target_tree"], info.get("paths")))
+        except (RewindError, StoreError, PolicyError, OSError) as e:
+            # Closed, not left open: an open rewind would be retried (and fail) by every command.
+            sess.journal.append(s.id, "end", {
+                "exit_code": 1, "marks": ["rewind", "not-finished"],
+                "error": f"the rewind was interrupted and could not be finished: {e}; the directory "
+                         f"may be partly rewound: `envgit rewind {info['to_step']}` again, or "
+                         f"`envgit rewind {s.id - 1}` to go back"})
+            continue
         summary = snap.take(pol, info["undo_tree"])
         sess.journal.append(s.id, "end", {"exit_code": 0, "marks": ["rewind", "finished-after-crash"],
                                           "snapshot": summary})

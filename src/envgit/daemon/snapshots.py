@@ -9,10 +9,14 @@ import os
 import threading
 import time
 
-from ..snapshot import ChangeWatcher, Filter, StatCache, Store
+from ..snapshot import ChangeWatcher, CorruptObject, Filter, StatCache, Store, StoreError
 
 MAX_PATHS = 200           # paths listed on a step; the counts are always complete
 SAVE_CACHE_EVERY_S = 30   # the stat cache is also saved when the daemon exits
+
+
+class SnapshotFailed(Exception):
+    """A step's snapshot could not be taken (the cause is in the message); the step still ends."""
 
 
 def display(path: bytes) -> str:
@@ -24,7 +28,8 @@ class Snapshotter:
     def __init__(self, project):
         self.root = project.root
         self.store = Store(project.state_path("objects"))
-        self.cache = StatCache(project.state_path("statcache"), autosave=False)
+        self.cache_path = project.state_path("statcache")
+        self.cache = StatCache(self.cache_path, autosave=False)
         self.lock = threading.Lock()
         self._watcher = None
         self._watch_key = None
@@ -35,11 +40,16 @@ class Snapshotter:
 
     def plan_restore(self, policy, tree: str, paths: list[str] | None):
         """What bringing the project back to `tree` would change (it snapshots the directory
-        first: `plan.current_tree_id` is the undo point)."""
+        first: `plan.current_tree_id` is the undo point). A damaged object met on the way is
+        quarantined and the directory snapshotted afresh once (see take)."""
         flt = self.filter(policy)
         raw = [p.encode() for p in paths] if paths else None
         with self.lock:
-            return self.store.plan_restore(self.root, tree, flt, raw, self.cache, self._watcher_for(flt))
+            try:
+                return self.store.plan_restore(self.root, tree, flt, raw, self.cache, self._watcher_for(flt))
+            except (StoreError, CorruptObject):
+                self._start_afresh()
+                return self.store.plan_restore(self.root, tree, flt, raw, self.cache, self._watcher_for(flt))
 
     def restore(self, plan):
         with self.lock:
@@ -61,21 +71,63 @@ class Snapshotter:
         return self._watcher
 
     def take(self, policy, prev_tree: str | None) -> dict:
-        """Snapshot the project now; the summary of its changes since `prev_tree`."""
+        """Snapshot the project now; the summary of its changes since `prev_tree`.
+
+        A damaged object (a flipped byte, a pack gone) must not stop every later step: the
+        store quarantines what it found damaged, the stat cache and watcher are dropped, and
+        the directory is snapshotted afresh (every file re-read, every tree re-encoded, the
+        quarantined objects stored again). If the fresh tree is sound but the previous one is
+        not, the summary says the changes cannot be listed (`diff_error`). If the fresh
+        snapshot fails too, SnapshotFailed says why; the caller records it on the step."""
         flt = self.filter(policy)
         with self.lock:
             try:
-                snap = self.store.snapshot(self.root, flt, self.cache, self._watcher_for(flt))
-            except OSError as e:
-                if self._watcher is None:
-                    raise
-                self._watcher.close()       # a watcher gone wrong: fall back to a full walk
-                self._watcher, self._watch_key = None, None
-                snap = self.store.snapshot(self.root, flt, self.cache, None)
-            changes = self.store.diff(prev_tree, snap.tree_id) if prev_tree != snap.tree_id else []
+                snap, changes, problem = self._take(flt, prev_tree)
+            except (StoreError, CorruptObject):
+                self._start_afresh()
+                try:
+                    snap, changes, problem = self._take(flt, prev_tree)
+                except (StoreError, CorruptObject) as e:
+                    self._start_afresh()
+                    raise SnapshotFailed(f"the snapshot could not be taken: {e}") from None
             if time.monotonic() - self._saved_at > SAVE_CACHE_EVERY_S:
                 self.save()
-        return summarize(snap, changes)
+        summary = summarize(snap, changes)
+        if problem:
+            summary["diff_error"] = problem
+        return summary
+
+    def _take(self, flt, prev_tree):
+        """(snapshot, changes since prev_tree, why the changes are unknown or None)."""
+        snap = self._capture(flt)
+        if prev_tree == snap.tree_id:
+            return snap, [], None
+        try:
+            return snap, self.store.diff(prev_tree, snap.tree_id), None
+        except (StoreError, CorruptObject) as e:
+            self.store.check_tree(snap.tree_id)     # raises if the new tree is what is damaged
+            return snap, [], (f"the previous snapshot ({prev_tree}) is damaged, so this step's "
+                              f"changes cannot be listed: {e}")
+
+    def _capture(self, flt):
+        try:
+            return self.store.snapshot(self.root, flt, self.cache, self._watcher_for(flt))
+        except OSError:
+            if self._watcher is None:
+                raise
+            self._watcher.close()       # a watcher gone wrong: fall back to a full walk
+            self._watcher, self._watch_key = None, None
+            return self.store.snapshot(self.root, flt, self.cache, None)
+
+    def _start_afresh(self):
+        """Forget every memo (the cache may name damaged trees as unchanged) and the watcher:
+        the next snapshot walks and reads the whole directory."""
+        self.cache = StatCache(None, autosave=False)
+        self.cache.path = self.cache_path
+        self.cache.changed = True
+        if self._watcher is not None:
+            self._watcher.close()
+        self._watcher, self._watch_key = None, None
 
     def save(self):
         self.cache.save()

@@ -8,6 +8,14 @@ Nothing is ever updated in place. A step is the fold of its entries:
 Each entry carries the hash of the one before it, so `fsck` can prove no entry was changed,
 dropped or reordered. The format is in docs/FORMAT.md.
 
+Rows are checked on the way in (`check_entry`: a known kind, a JSON object whose known keys
+have their types) and read defensively on the way out: a row that is not what it should be is
+skipped by the fold and named by `verify`, so one bad row never stops the rest.
+
+Next to the database, `journal.head` (written after every entry, outside SQLite) says how far
+the journal reached; a journal found short of it lost its tail (a truncated or deleted WAL),
+which the next writer records as a `lost` entry, and step ids continue past the lost ones.
+
 Only the standard library: `envgit log` and `show` read the journal without the daemon.
 """
 
@@ -19,7 +27,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .. import faults
+from .rows import canonical, check_entry, read_body
+
 GENESIS = "0" * 64
+HEAD_FILE = "journal.head"
+
+
+class JournalError(Exception):
+    """An entry that cannot be written as asked, or a journal that does not verify."""
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     seq   INTEGER PRIMARY KEY,
@@ -38,10 +54,6 @@ def entry_hash(seq, step, kind, at_ns, body, prev) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([seq, step, kind, at_ns, body, prev], separators=(",", ":")).encode())
     return h.hexdigest()
-
-
-def canonical(obj) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass
@@ -72,10 +84,12 @@ class Step:
     irreversible: list = field(default_factory=list)
     events: list = field(default_factory=list)   # mcp-call / file-op / note entries, in order
     extra: dict = field(default_factory=dict)    # what a recorded step's caller added at its end
+    last_seq: int = 0                            # the last entry folded in (what rewind verifies)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
         d.pop("started_ns")
+        d.pop("last_seq")
         return d
 
 
@@ -84,10 +98,23 @@ def utc(ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{ns % 1_000_000_000 // 1000:06d}Z"
 
 
+
+class Problem(str):
+    """One thing `verify` found, as text; `seq` is the entry it is about (None: the journal as a
+    whole), `blocks` whether rewind must refuse to trust the history up to there."""
+
+    def __new__(cls, text, seq=None, blocks=True):
+        p = super().__new__(cls, "journal: " + text)
+        p.seq, p.blocks = seq, blocks
+        return p
+
+
 class Journal:
     def __init__(self, path: str, readonly: bool = False):
         self.path = path
+        self.head = HeadRecord(os.path.join(os.path.dirname(path), HEAD_FILE))
         self.lock = threading.RLock()
+        self.lost_now = None            # the `lost` entry this writer recorded on opening
         if readonly:
             if not os.path.exists(path):
                 raise FileNotFoundError(path)
@@ -100,6 +127,8 @@ class Journal:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            self.floor = self._highest_step_known()
+            self.lost_now = self._record_a_lost_tail()
 
     def close(self):
         self.db.close()
@@ -112,55 +141,105 @@ class Journal:
 
     def _append_locked(self, step, kind, body, new_step) -> int:
         db = self.db
+        try:               # checked before anything is written (a new step's id is not known yet)
+            text = check_entry(1 if new_step else step, kind, body)
+        except ValueError as e:
+            raise JournalError(f"not written: {e}") from None
         db.execute("BEGIN IMMEDIATE")
         try:
             row = db.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (row[0] + 1, row[1]) if row else (1, GENESIS)
-            if new_step:
-                step = (db.execute("SELECT MAX(step) FROM entries").fetchone()[0] or 0) + 1
+            if new_step:     # never an id the journal ever gave, even one it lost since
+                step = max(db.execute("SELECT MAX(step) FROM entries").fetchone()[0] or 0, self.floor) + 1
             at = time.time_ns()
-            text = canonical(body)
-            db.execute("INSERT INTO entries VALUES (?,?,?,?,?,?,?)",
-                       (seq, step, kind, at, text, prev, entry_hash(seq, step, kind, at, text, prev)))
+            h = entry_hash(seq, step, kind, at, text, prev)
+            db.execute("INSERT INTO entries VALUES (?,?,?,?,?,?,?)", (seq, step, kind, at, text, prev, h))
+            faults.point("journal-inserted")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:       # a failed COMMIT may have ended it: never hide the cause
+                db.execute("ROLLBACK")
             raise
+        faults.point("journal-committed")
+        self.floor = max(self.floor, step)
+        self.head.write(seq, h, self.floor)
         return step
 
     def begin_step(self, body: dict) -> int:
-        """A new step id (1, 2, 3, … per project) with its `begin` entry."""
+        """A new step id (1, 2, 3, … per project, never reused) with its `begin` entry."""
         return self._append(None, "begin", body, new_step=True)
 
     def append(self, step: int, kind: str, body: dict):
-        """An entry on a step; step 0 holds the project's own entries (gc)."""
+        """An entry on a step; step 0 holds the project's own entries (gc, lost)."""
         self._append(step, kind, body)
+
+    # --- the head record: how far the journal reached ------------------------------------
+
+    def _highest_step_known(self) -> int:
+        floor = self.db.execute("SELECT MAX(step) FROM entries").fetchone()[0] or 0
+        head = self.head.read()
+        if head:
+            floor = max(floor, head["step"])
+        for (body,) in self.db.execute("SELECT body FROM entries WHERE step = 0 AND kind = 'lost'"):
+            b, _ = read_body("lost", body)
+            if b and type(b.get("last_step")) is int:
+                floor = max(floor, b["last_step"])
+        return floor
+
+    def tail_problem(self) -> dict | None:
+        """The body of a `lost` entry if the journal is not what its head record says it
+        reached (entries lost from its tail, or a history rewritten); None if it is."""
+        head = self.head.read()
+        if head is None:
+            return None
+        row = self.db.execute("SELECT seq FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+        last = row[0] if row else 0
+        if last < head["seq"]:
+            return {"entries": [last + 1, head["seq"]], "last_step": head["step"], "head_hash": head["hash"],
+                    "reason": f"the journal ends at entry {last} but had reached entry {head['seq']} "
+                              f"(step {head['step']}): its tail was lost (a truncated or deleted "
+                              "journal.sqlite-wal, or an older copy put back)"}
+        at = self.db.execute("SELECT hash FROM entries WHERE seq = ?", (head["seq"],)).fetchone()
+        if at is None or at[0] != head["hash"]:
+            return {"entries": [1, head["seq"]], "last_step": head["step"], "head_hash": head["hash"],
+                    "rewritten": True,
+                    "reason": f"entry {head['seq']} is not the one the journal had written there: the "
+                              "history up to it was rewritten or replaced"}
+        return None
+
+    def _record_a_lost_tail(self):
+        lost = self.tail_problem()
+        if lost is None:
+            return None
+        self.append(0, "lost", lost)
+        return lost
 
     # --- reading ---------------------------------------------------------------------------
 
     def _rows(self, where="", args=()):
         with self.lock:
-            return self.db.execute(f"SELECT step, kind, at_ns, body FROM entries {where} ORDER BY seq",
+            return self.db.execute(f"SELECT seq, step, kind, at_ns, body FROM entries {where} ORDER BY seq",
                                    args).fetchall()
 
     def steps(self, session: str | None = None) -> list[Step]:
         out: dict[int, Step] = {}
-        for step, kind, at, body in self._rows():
-            _fold(out, step, kind, at, json.loads(body))
+        for row in self._rows():
+            _fold(out, *row)
         steps = sorted(out.values(), key=lambda s: s.id)
         return [s for s in steps if session is None or s.session == session]
 
     def step(self, n: int) -> Step | None:
         out: dict[int, Step] = {}
-        for step, kind, at, body in self._rows("WHERE step = ?", (n,)):
-            _fold(out, step, kind, at, json.loads(body))
+        for row in self._rows("WHERE step = ?", (n,)):
+            _fold(out, *row)
         return out.get(n)
 
     def dropped_snapshots(self) -> set[int]:
         """Steps whose snapshot `envgit gc` dropped (project-level `gc` entries, step 0)."""
         out = set()
-        for (body,) in self.db.execute("SELECT body FROM entries WHERE step = 0 AND kind = 'gc'"):
-            out.update(json.loads(body).get("dropped", []))
+        for _, _, kind, _, text in self._rows("WHERE step = 0 AND kind = 'gc'"):
+            body, _ = read_body(kind, text)
+            out.update((body or {}).get("dropped", []))
         return out
 
     def live_trees(self, dropping=()) -> list[str]:
@@ -180,28 +259,67 @@ class Journal:
     def open_steps(self) -> list[Step]:
         return [s for s in self.steps() if s.status == "running"]
 
+    # --- verifying -------------------------------------------------------------------------
+
     def verify(self) -> list[str]:
-        """Every problem of the chain: a changed, dropped or reordered entry."""
+        """Every problem: a changed, dropped or reordered entry, a row that cannot be read, a
+        tail lost (recorded or not yet), a head record not written by envgit."""
+        return self.problems()
+
+    def verify_through(self, seq: int) -> list[str]:
+        """The problems that make the history up to entry `seq` untrustworthy (rewind asks)."""
+        return [p for p in self.problems(upto=seq) if p.blocks and (p.seq is None or p.seq <= seq)]
+
+    def problems(self, upto: int | None = None) -> list[Problem]:
         problems, prev, expect = [], GENESIS, 1
-        for seq, step, kind, at, body, p, h in self.db.execute(
-                "SELECT seq, step, kind, at_ns, body, prev, hash FROM entries ORDER BY seq"):
+        self.head.read(problems.append)
+        stop = upto
+        rows = self.db.execute("SELECT seq, step, kind, at_ns, body, prev, hash FROM entries"
+                               + (" WHERE seq <= ?" if stop is not None else "") + " ORDER BY seq",
+                               (stop,) if stop is not None else ())
+        for seq, step, kind, at, body, p, h in rows:
             if seq != expect:
-                problems.append(f"journal: entry {expect} is missing (next is {seq})")
+                problems.append(Problem(f"entry {expect} is missing (next is {seq})", seq))
             if p != prev:
-                problems.append(f"journal: entry {seq} does not follow entry {seq - 1} (chain broken)")
-            if entry_hash(seq, step, kind, at, body, p) != h:
-                problems.append(f"journal: entry {seq} ({kind} of step {step}) was changed after it was written")
+                problems.append(Problem(f"entry {seq} does not follow entry {seq - 1} (chain broken)", seq))
             try:
-                json.loads(body)
-            except ValueError:
-                problems.append(f"journal: entry {seq} is not valid JSON")
+                ok = entry_hash(seq, step, kind, at, body, p) == h
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                problems.append(Problem(f"entry {seq} ({kind} of step {step}) was changed after it was written", seq))
+            what = [] if type(step) is int and type(at) is int else ["its step or time is not a number"]
+            parsed, wrong = read_body(kind, body)
+            what += wrong
+            if what:
+                problems.append(Problem(f"entry {seq} ({kind} of step {step}): {'; '.join(what)}; "
+                                        "the rest of the journal is read without it", seq))
+            elif kind == "lost":
+                # A lost tail leaves what came before it sound; a rewritten history does not:
+                # rewind trusts nothing up to where it was found.
+                a, b = parsed.get("entries", [0, 0])
+                problems.append(Problem(f"entry {seq} records that {parsed.get('reason', 'entries were lost')}; "
+                                        f"entries {a}–{b} as they were are gone, and what steps up to "
+                                        f"{parsed.get('last_step')} did after their last recorded entry "
+                                        "is not known", b if parsed.get("rewritten") else seq,
+                                        blocks=bool(parsed.get("rewritten"))))
             prev, expect = h, seq + 1
+        lost = self.tail_problem()
+        if lost is not None:
+            problems.append(Problem(lost["reason"] + " (not yet recorded: the next envgit "
+                                    "command that writes records it)",
+                                    lost["entries"][1] if lost.get("rewritten") else lost["entries"][0]))
         return problems
 
 
-def _fold(out, step, kind, at, body):
+def _fold(out, seq, step, kind, at, text):
+    if type(step) is not int or type(at) is not int:
+        return                          # a row edited out of shape: verify names it
+    body, _ = read_body(kind, text)
+    if body is None:
+        return
     if kind == "begin":
-        s = out[step] = Step(id=step, started_ns=at, started_at=utc(at))
+        s = out[step] = Step(id=step, started_ns=at, started_at=utc(at), last_seq=seq)
         for k in ("argv", "cwd", "session", "user", "policy_sha256", "tool_call_id", "pid", "marks",
                   "baseline", "rewind"):
             if k in body:
@@ -210,6 +328,7 @@ def _fold(out, step, kind, at, body):
     s = out.get(step)
     if s is None:
         return
+    s.last_seq = seq
     if kind == "end":
         s.status = "done"
         s.exit_code, s.signal = body.get("exit_code"), body.get("signal")
@@ -234,10 +353,45 @@ def _fold(out, step, kind, at, body):
         s.approvals.append(body)
     elif kind in ("mcp-call", "file-op", "note"):
         s.events.append({"kind": kind, **body})
-    elif kind == "mark":
-        s.marks = s.marks + [m for m in body.get("marks", []) if m not in s.marks]
 
 
 def _ended(s, at):
     s.ended_at = utc(at)
     s.duration_ms = round((at - s.started_ns) / 1e6, 3)
+
+
+class HeadRecord:
+    """`journal.head`: the last entry's seq and hash and the highest step id, rewritten whole
+    (by rename) after every entry, outside SQLite, so that a journal which lost its tail (a
+    truncated or deleted WAL, an older copy put back) is seen to have, and step ids go on past
+    the lost ones. Unkeyed: whoever can rewrite the journal and recompute its chain can rewrite
+    this file too (docs/THREATS.md)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def write(self, seq: int, h: str, step: int) -> None:
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(json.dumps({"seq": seq, "hash": h, "step": step}, sort_keys=True) + "\n")
+            os.replace(tmp, self.path)
+        except OSError:
+            pass            # best effort: the entry is committed; a stale head only says less
+
+    def read(self, problem=None) -> dict | None:
+        """The record, or None if there is none; a damaged one is told to `problem`."""
+        try:
+            with open(self.path) as f:
+                rec = json.loads(f.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            rec = None
+        if not (isinstance(rec, dict) and type(rec.get("seq")) is int and type(rec.get("step")) is int
+                and isinstance(rec.get("hash"), str)):
+            if problem:
+                problem(Problem(f"{HEAD_FILE} is damaged: a lost tail cannot be told until the next "
+                                "entry rewrites it", blocks=False))
+            return None
+        return rec

@@ -5,6 +5,7 @@ import os
 import zstandard
 from blake3 import blake3
 
+from .. import faults
 from . import packs
 from .encoding import DIR, FILE, EXEC, decode_chunks, decode_tree
 from .ids import BLOB, CHUNKS, KIND_NAMES, TREE, CorruptObject, object_id
@@ -98,31 +99,47 @@ def mark(objects: ObjectStore, root_ids: list[bytes], problems: list | None = No
 
 
 def gc(objects: ObjectStore, keep_root_ids: list[bytes], progress=None) -> int:
-    """Drop every object no kept root reaches; returns the bytes freed. New packs holding the
-    survivors of partly-live packs are sealed before any old pack is removed."""
+    """Drop every object no kept root reaches; returns the bytes freed.
+
+    Crash-safe whatever order kills and reruns come in, by construction (docs/FORMAT.md,
+    crash-safety rule 4):
+      - a pack every object of which is live stays as it is. A rerun after a kill therefore
+        keeps the packs the killed run wrote (all live) and never writes them again, so no
+        new pack can share a name with one it deletes;
+      - the live objects of the other packs that no staying pack holds are copied into new
+        packs, sealed with their indexes, before anything is deleted;
+      - a pack is deleted only after checking that every live object in it is held by a pack
+        that stays; its index goes first, then the pack.
+    """
     objects.flush()
     live = mark(objects, keep_root_ids)      # raises if a kept root is damaged: delete nothing then
     before = _store_bytes(objects)
     pack_ids = sorted(objects.pack_entries)
-    doomed, writer = [], None
+    whole = {p for p in pack_ids if all(e[0] in live for e in objects.pack_entries[p])}
+    held = {e[0] for p in whole for e in objects.pack_entries[p]}
+    doomed, written, writer = [], set(), None
     for n, pack_id in enumerate(pack_ids, 1):
-        entries = objects.pack_entries[pack_id]
-        keep = [e for e in entries if e[0] in live and objects.index[e[0]][0] == pack_id]
-        if len(keep) < len(entries):
+        if pack_id not in whole:
             doomed.append(pack_id)
-            for oid, *_ in keep:
+            for oid, *_ in objects.pack_entries[pack_id]:
+                if oid not in live or oid in held:
+                    continue
+                held.add(oid)
                 objects.get(oid)                   # re-verify before copying
                 loc, stored = objects.read_record(oid)
                 if writer is None:
                     writer = packs.PackWriter(objects.tmp_dir, objects.packs_dir)
                 writer.add(oid, loc[2], loc[3], loc[4], stored)
                 if writer.size >= packs.SEAL_AT:
-                    objects.add_pack(*writer.seal())
+                    written.add(_seal(objects, writer))
                     writer = None
         if progress:
             progress(n, len(pack_ids))
     if writer is not None:
-        objects.add_pack(*writer.seal())
+        written.add(_seal(objects, writer))
+    doomed = [p for p in doomed if p not in written]
+    _check_nothing_live_is_lost(objects, live, doomed)
+    faults.point("gc-sealed")
     for pack_id in doomed:
         objects.forget_pack(pack_id)
         for ext in (".idx", ".pack"):
@@ -130,19 +147,42 @@ def gc(objects: ObjectStore, keep_root_ids: list[bytes], progress=None) -> int:
                 os.unlink(packs.pack_path(objects.packs_dir, pack_id, ext))
             except FileNotFoundError:
                 pass
+            faults.point("gc-deleted-" + ext[1:])
     _drop_leftovers(objects)
     return before - _store_bytes(objects)
 
 
+def _seal(objects: ObjectStore, writer: packs.PackWriter) -> str:
+    pack_id, entries = writer.seal()
+    objects.add_pack(pack_id, entries)
+    return pack_id
+
+
+def _check_nothing_live_is_lost(objects: ObjectStore, live: set, doomed: list[str]) -> None:
+    """The last check before gc deletes: every live object of a doomed pack is in a staying one."""
+    gone = set(doomed)
+    staying = {e[0] for p, entries in objects.pack_entries.items() if p not in gone for e in entries}
+    lost = {e[0] for p in doomed for e in objects.pack_entries[p] if e[0] in live and e[0] not in staying}
+    if lost:
+        raise StoreError(f"gc stopped before deleting anything: {len(lost)} live object(s) (e.g. "
+                         f"{min(lost).hex()}) would have no copy left")
+
+
 def _drop_leftovers(objects: ObjectStore) -> None:
-    """Packs that never got an index (a writer crashed between the renames) and temp files."""
+    """Packs that never got an index (a writer crashed between the renames) and temp files.
+    A pack whose index is there but unreadable is kept: fsck names it, and the pack may be
+    all that is left of what it holds."""
     for name in os.listdir(objects.tmp_dir):
         os.unlink(os.path.join(objects.tmp_dir, name))
+        faults.point("gc-deleted-tmp")
     for sub in os.listdir(objects.packs_dir):
         d = os.path.join(objects.packs_dir, sub)
-        for name in os.listdir(d):
-            if name.endswith(".pack") and name[:-5] not in objects.pack_entries:
+        names = set(os.listdir(d))
+        for name in names:
+            if name.endswith(".pack") and name[:-5] + ".idx" not in names \
+                    and name[:-5] not in objects.pack_entries:
                 os.unlink(os.path.join(d, name))
+                faults.point("gc-deleted-orphan-pack")
 
 
 def _store_bytes(objects: ObjectStore) -> int:

@@ -43,6 +43,7 @@ class ObjectStore:
         self.index: dict[bytes, Location] = {}
         self.pack_entries: dict[str, list[tuple]] = {}   # pack id -> its index entries
         self.index_problems: list[str] = []
+        self.damaged: set[bytes] = set()    # objects found corrupt (dropped from the index)
         self._load_indexes()
         self._fds: dict[str, int] = {}
         self._zd = zstandard.ZstdDecompressor()
@@ -173,16 +174,44 @@ class ObjectStore:
 
     # -- reading --------------------------------------------------------------------------
     def get(self, oid: bytes, kind: int | None = None) -> bytes:
-        """The object's bytes, re-hashed; CorruptObject if they do not match the id."""
+        """The object's bytes, re-hashed; CorruptObject if they do not match the id.
+
+        A damaged copy is never used twice: another copy in another pack (gc and a re-put can
+        leave two) is used instead if it is sound; if none is, the object is dropped from the
+        index (`quarantine`), so the next snapshot of the same content stores it afresh
+        instead of pointing at the damaged copy again."""
         if oid in self._pending:
             self.flush()
         loc = self.index.get(oid)
         if loc is None:
             raise MissingObject(f"object {oid.hex()} is not in the store")
-        pack_id, offset, okind, flags, raw_len, stored_len = loc
-        if kind is not None and okind != kind:
-            raise CorruptObject(f"object {oid.hex()} is a {KIND_NAMES.get(okind, okind)}, "
+        if kind is not None and loc[2] != kind:
+            raise CorruptObject(f"object {oid.hex()} is a {KIND_NAMES.get(loc[2], loc[2])}, "
                                 f"expected a {KIND_NAMES[kind]}")
+        try:
+            return self._read(oid, loc)
+        except CorruptObject:
+            for other in self._other_copies(oid, loc[0]):
+                try:
+                    data = self._read(oid, other)
+                except (CorruptObject, MissingObject):
+                    continue
+                self.index[oid] = other
+                return data
+            self.quarantine(oid)
+            raise
+
+    def quarantine(self, oid: bytes) -> None:
+        """Forget a damaged object: `has` says no, so it is stored again when next seen."""
+        self.index.pop(oid, None)
+        self.damaged.add(oid)
+
+    def _other_copies(self, oid: bytes, but: str) -> list:
+        return [(pid, e[4], e[1], e[2], e[5], e[6]) for pid, entries in self.pack_entries.items()
+                if pid != but for e in entries if e[0] == oid]
+
+    def _read(self, oid: bytes, loc: Location) -> bytes:
+        pack_id, offset, okind, flags, raw_len, stored_len = loc
         record = os.pread(self._fd(pack_id), RECORD.size + stored_len, offset)
         if len(record) != RECORD.size + stored_len or record[:32] != oid:
             raise CorruptObject(f"object {oid.hex()}: pack {pack_id} is damaged at offset {offset}")
@@ -198,14 +227,20 @@ class ObjectStore:
         return data
 
     def read_record(self, oid: bytes) -> tuple[Location, bytes]:
-        """The stored (possibly compressed) bytes as they are in the pack, unverified (gc copies them)."""
+        """The stored (possibly compressed) bytes as they are in the pack, unverified (gc copies
+        them after get() verified the same copy)."""
         loc = self.index[oid]
         return loc, os.pread(self._fd(loc[0]), loc[5], loc[1] + RECORD.size)
 
     def _fd(self, pack_id: str) -> int:
         fd = self._fds.get(pack_id)
         if fd is None:
-            fd = self._fds[pack_id] = os.open(packs.pack_path(self.packs_dir, pack_id, ".pack"), os.O_RDONLY)
+            try:
+                fd = os.open(packs.pack_path(self.packs_dir, pack_id, ".pack"), os.O_RDONLY)
+            except FileNotFoundError:
+                raise MissingObject(f"pack {pack_id} is gone (its index is still there); "
+                                    "the objects it held are missing") from None
+            self._fds[pack_id] = fd
         return fd
 
     def forget_pack(self, pack_id: str) -> None:

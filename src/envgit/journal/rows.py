@@ -1,0 +1,142 @@
+"""What a journal entry may hold: one table of kinds and the types of their known keys, used
+both ways. Writing, `check_entry` refuses an entry that does not fit (nothing is written);
+reading, `read_body` gives back only the keys that fit, and the list of what did not, so a
+row edited by hand, or written by a buggy or hostile peer before this check existed, is
+skipped field by field and named by fsck instead of crashing every reader.
+
+Unknown keys are kept (a producer may add its own); unknown kinds are refused on the way in
+and ignored on the way out. Standard library only.
+"""
+
+import json
+
+
+def _str(v):
+    return isinstance(v, str)
+
+
+def _opt_str(v):
+    return v is None or isinstance(v, str)
+
+
+def _bool(v):
+    return type(v) is bool
+
+
+def _int(v):
+    return type(v) is int
+
+
+def _opt_int(v):
+    return v is None or type(v) is int
+
+
+def _opt_num(v):
+    return v is None or (type(v) in (int, float) and v == v)
+
+
+def _strs(v):
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _ints(v):
+    return isinstance(v, list) and all(type(x) is int for x in v)
+
+
+def _obj(v):
+    return isinstance(v, dict)
+
+
+def _tree(v):
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+def _opt_tree(v):
+    return v is None or _tree(v)
+
+
+def _snapshot(v):
+    """A step's snapshot summary: a tree and its counts, or the error that stopped it."""
+    if not isinstance(v, dict):
+        return False
+    if "tree" not in v:
+        return isinstance(v.get("error"), str)
+    return (_tree(v["tree"]) and all(type(v.get(k, 0)) is int for k in ("added", "modified", "deleted", "bytes"))
+            and _opt_num(v.get("ms")) and isinstance(v.get("paths", []), list)
+            and isinstance(v.get("left_out", {}), dict))
+
+
+def _baseline(v):
+    return isinstance(v, dict) and _tree(v.get("tree")) and _opt_num(v.get("ms"))
+
+
+def _rewind(v):
+    return (isinstance(v, dict) and _int(v.get("to_step")) and _tree(v.get("target_tree"))
+            and _opt_tree(v.get("undo_tree")) and (v.get("paths") is None or _strs(v.get("paths"))))
+
+
+def _lost_range(v):
+    return _ints(v) and len(v) == 2
+
+
+KINDS = {
+    "begin": {"argv": _strs, "cwd": _str, "session": _str, "user": _str, "pid": _opt_int,
+              "policy_sha256": _str, "tool_call_id": _opt_str, "marks": _strs,
+              "baseline": _baseline, "rewind": _rewind},
+    "end": {"exit_code": _opt_int, "signal": _opt_str, "duration_ms": _opt_num, "marks": _strs,
+            "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
+            "error": _str, "refused_by": _str},
+    "interrupted": {"reason": _str, "snapshot": _snapshot},
+    "request": {},
+    "approval": {"question": _obj},
+    "mcp-call": {},
+    "file-op": {},
+    "note": {},
+    "gc": {"dropped": _ints, "kept": _ints, "freed": _opt_int},
+    "gc-done": {"freed": _int},
+    "lost": {"entries": _lost_range, "last_step": _int, "head_hash": _str, "reason": _str,
+             "rewritten": _bool},
+}
+PROJECT_KINDS = {"gc", "gc-done", "lost"}      # entries of step 0, the project's own
+
+
+def check_entry(step, kind, body) -> str:
+    """The canonical text of the body; ValueError saying what is wrong if the entry may not be
+    written (the caller's mistake, or a peer's: nothing is written then)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown entry kind {kind!r}")
+    if type(step) is not int or step < 0 or (step == 0) != (kind in PROJECT_KINDS):
+        raise ValueError(f"a {kind} entry cannot belong to step {step!r}")
+    if not isinstance(body, dict):
+        raise ValueError(f"the body of a {kind} entry must be an object, not {type(body).__name__}")
+    bad = [k for k, ok in KINDS[kind].items() if k in body and not ok(body[k])]
+    if bad:
+        raise ValueError(f"{kind} entry: wrong type for {', '.join(sorted(bad))}")
+    try:
+        text = canonical(body)
+        text.encode()
+    except (TypeError, ValueError, UnicodeEncodeError) as e:
+        raise ValueError(f"{kind} entry: not plain JSON ({e})") from None
+    return text
+
+
+def canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def read_body(kind, text) -> tuple[dict | None, list[str]]:
+    """(the body with only the keys that fit, what was wrong): None when the row is unusable
+    whole (not JSON, not an object, a kind nobody writes)."""
+    if kind not in KINDS:
+        return None, [f"unknown kind {kind!r}"]
+    try:
+        body = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None, ["its body is not valid JSON"]
+    if not isinstance(body, dict):
+        return None, ["its body is not a JSON object"]
+    bad = sorted(k for k, ok in KINDS[kind].items() if k in body and not ok(body[k]))
+    if bad:
+        body = {k: v for k, v in body.items() if k not in bad}
+        return body, [f"wrong type for {', '.join(bad)} (left out when read)"]
+    return body, []

@@ -1,0 +1,58 @@
+"""Helpers of the fault-injection suite: what a directory holds, exactly, and the journal as
+it is on disk (read with sqlite3 directly, not through envgit)."""
+
+import json
+import os
+import sqlite3
+import stat
+
+
+def tree_of(root, skip=(".envgit",)) -> dict:
+    """Every path under `root` -> what a rewind must give back: a file's mode and bytes, a
+    symlink's target, a directory's mode."""
+    out = {}
+    root = os.fspath(root)
+    for d, dirs, files in os.walk(root):
+        rel_d = os.path.relpath(d, root)
+        dirs[:] = [x for x in dirs if not (rel_d == "." and x in skip)]
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            rel = os.path.normpath(os.path.join(rel_d, name))
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", st.st_mode & 0o7777)
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = ("file", st.st_mode & 0o7777, f.read())
+    return out
+
+
+def rows(proj, where="", args=()):
+    db = sqlite3.connect(proj.root / ".envgit" / "journal.sqlite")
+    try:
+        return db.execute(f"SELECT seq, step, kind, body FROM entries {where} ORDER BY seq", args).fetchall()
+    finally:
+        db.close()
+
+
+def dropped(proj) -> set:
+    out = set()
+    for _, _, _, body in rows(proj, "WHERE step = 0 AND kind = 'gc'"):
+        out |= set(json.loads(body).get("dropped", []))
+    return out
+
+
+def no_traceback(r):
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr + r.stdout
+    return r
+
+
+def assert_rewinds_exactly(proj, expected: dict):
+    """Rewind to every step in `expected` (step -> tree_of after it) and compare the whole
+    directory; then the last one again, so the project ends where it was."""
+    for n, tree in expected.items():
+        r = no_traceback(proj.envgit("rewind", str(n), "--yes"))
+        assert r.returncode == 0, f"rewind {n}: {r.stderr}"
+        assert tree_of(proj.root) == tree, f"rewind {n} did not give back its tree"
