@@ -60,8 +60,8 @@ import threading
 import time
 from pathlib import Path
 
-from .. import __version__
-from ..journal import Journal
+from .. import __version__, faults
+from ..journal import Journal, JournalError
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.network import Net
@@ -72,7 +72,8 @@ from . import rewind
 from .client import MAX_FRAME, decode, encode
 from .inner import InnerSocket
 from .repair import mark_interrupted
-from .snapshots import Snapshotter
+from ..snapshot import CorruptObject, StoreError
+from .snapshots import SnapshotFailed, Snapshotter
 
 IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
 
@@ -213,31 +214,43 @@ class Session:
         drop_tmp(info)
         denied = mentioned(info["argv"], info["masked"], self.project.root, info["home"])
         marks = (["denied-read"] if denied else []) + request_marks(info["requests"])
+        if "error" in summary:
+            marks.append("snapshot-failed")
         marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
         escapes = escape_routes_written(info["policy"], summary)
         if escapes:
             marks.append("escape-route-written")
         notices = []
+        if "error" in summary:          # said on the step's terminal, not only in the journal
+            notices.append(f"{summary['error']}; the step is recorded without a snapshot, and the "
+                           "next step's snapshot is taken afresh")
         policy_files = policy_files_written(summary)
         if policy_files:
             marks.append("policy-file-written")
             notices.append("made or changed what would decide a project and its policy (envgit "
                            "will not use it; a project inside a project is refused): "
                            + ", ".join(policy_files))
+        # What the client says is checked here: a value of the wrong type is left out rather
+        # than refused, so the step always ends (journal/rows.py would refuse the whole entry).
         self.journal.append(step, "end", {
-            "exit_code": msg.get("exit_code"), "signal": msg.get("signal"),
-            "duration_ms": msg.get("duration_ms"), "marks": marks, "denied_paths": denied,
+            "exit_code": _typed(msg.get("exit_code"), int), "signal": _typed(msg.get("signal"), str),
+            "duration_ms": _typed(msg.get("duration_ms"), (int, float)), "marks": marks, "denied_paths": denied,
             "snapshot": summary, **({"escape_routes": escapes} if escapes else {}),
             **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
             **({"policy_files": policy_files} if policy_files else {})})
         return {"ok": True, "marks": marks, "snapshot": summary, "notices": notices}
 
     async def _snapshot(self, pol):
-        """The snapshot after a step; None (and a mark) if the store cannot take it."""
+        """The snapshot after a step; {"error": why} if it could not be taken (the step still
+        ends, with the cause recorded, and the next step's snapshot starts afresh)."""
         try:
             summary = await asyncio.to_thread(self.snapshotter.take, pol, self.last_tree)
-        except OSError as e:            # disk full, permissions: the step is still recorded
+        except (OSError, SnapshotFailed) as e:     # disk full, permissions, a damaged store
             return {"error": f"snapshot failed: {e}"}
+        except Exception as e:          # a bug must not leave the step open for ever either
+            import traceback
+            traceback.print_exc()       # to daemon.log
+            return {"error": f"snapshot failed: {type(e).__name__}: {e}"}
         self.last_tree = summary["tree"]
         return summary
 
@@ -258,7 +271,13 @@ class Session:
             return {"error": f"step {step} is not running", "exit": 2}
         if kind not in ("mcp-call", "file-op", "note"):
             return {"error": f"unknown event kind {kind!r}", "exit": 2}
-        self.journal.append(step, kind, msg.get("body") or {})
+        body = msg.get("body") or {}
+        if not isinstance(body, dict):
+            return {"error": f"envgit: an event body must be an object, not {type(body).__name__}", "exit": 2}
+        try:
+            self.journal.append(step, kind, body)
+        except JournalError as e:
+            return {"error": f"envgit: {e}", "exit": 2}
         return {"ok": True}
 
     async def spec(self, msg):
@@ -386,6 +405,8 @@ class Session:
             return preview
         except (rewind.RewindError, PolicyError) as e:
             return {"error": f"envgit: {e}", "exit": 2}
+        except (StoreError, CorruptObject) as e:
+            return {"error": f"envgit: {e}; `envgit fsck` lists what is damaged", "exit": 4}
 
     async def snapshot_now(self, msg):
         """The working tree as a tree id, for `envgit diff`; not recorded on any step."""
@@ -399,11 +420,14 @@ class Session:
         """Drop the snapshots outside the retention rule, then every object nothing kept reaches."""
         if self.live:
             return {"error": f"envgit: step {min(self.live)} is running; gc when no step runs", "exit": 2}
+        last, within = msg.get("keep_last"), msg.get("keep_within_s")
+        bad = gc_arguments_problem(last, within)
+        if bad:
+            return {"error": f"envgit: {bad}", "exit": 2}
         steps = self.journal.steps()
         dropped_before = self.journal.dropped_snapshots()
         with_tree = [s for s in steps if s.snapshot and s.snapshot.get("tree") and s.id not in dropped_before]
         keep = {s.id for s in with_tree}
-        last, within = msg.get("keep_last"), msg.get("keep_within_s")
         if last is not None or within is not None:
             keep = {with_tree[-1].id} if with_tree else set()
             if last:
@@ -422,8 +446,17 @@ class Session:
                 loop.call_soon_threadsafe(self.push, {"conn": conn},
                                           {"push": "progress", "text": f"repacked {done}/{total} packs"})
 
-        freed = await asyncio.to_thread(self.snapshotter.gc, roots, progress)
-        self.journal.append(0, "gc", {"dropped": drop, "freed": freed, "kept": sorted(keep)})
+        # The drop is journaled before the store deletes anything: a gc killed midway has
+        # dropped exactly what its row says, and the next gc finishes the store's part.
+        if drop:
+            self.journal.append(0, "gc", {"dropped": drop, "kept": sorted(keep)})
+        faults.point("gc-journaled")
+        try:
+            freed = await asyncio.to_thread(self.snapshotter.gc, roots, progress)
+        except (StoreError, CorruptObject) as e:
+            return {"error": f"envgit: gc deleted nothing: {e}; `envgit fsck` lists what is damaged "
+                    "(a kept snapshot must read back whole before gc can tell what it reaches)", "exit": 4}
+        self.journal.append(0, "gc-done", {"freed": freed})
         return {"dropped": drop, "freed": freed, "kept": sorted(keep)}
 
     # --- serving ------------------------------------------------------------------------
@@ -540,6 +573,17 @@ def escape_routes_written(pol, summary):
             if any(p["path"] == e or p["path"].startswith(e + "/") for e in entries)]
 
 
+def gc_arguments_problem(last, within):
+    """What is wrong with gc's retention arguments (None: nothing). Checked here, not only
+    by the CLI: nonsense such as a negative count would otherwise select steps to drop."""
+    if last is not None and (type(last) is not int or last < 1):
+        return f"gc --keep-last {last!r}: give a whole number of steps, 1 or more"
+    if within is not None and (type(within) not in (int, float) or not within > 0
+                               or within == float("inf")):
+        return f"gc --keep-within {within!r}: give a duration greater than zero, e.g. 7d, 12h, 30m"
+    return None
+
+
 def policy_files_written(summary):
     """Paths the step created, changed or removed that name a policy or a project's state
     (`envgit.yaml`, `.envgit`) anywhere below the root: a nested project a step made for itself.
@@ -571,6 +615,10 @@ def request_marks(requests):
     if any(r.get("irreversible") for r in requests):
         marks.append("irreversible")
     return marks
+
+
+def _typed(value, kind):
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
 
 def _last_tree(journal):
