@@ -23,23 +23,37 @@ Order of judgement for one request:
   4. `network.l7[host]`: the method and path must be among those listed;
   5. otherwise allowed.
 
-Irreversible matching errs towards matching: a rule matches if the path matches in any of its
-spellings (as sent, percent-decoded, dot-segments resolved, any case), if any of the method
-and its override headers (X-HTTP-Method-Override…) matches, and a body rule matches a body it
-cannot read. An l7 allow-list is checked against the normalised spelling and every method.
+Irreversible matching errs towards matching: a rule matches if the path matches in any of the
+readings a server may give it (urlpath.py: percent-decoded, `;params` dropped, trailing dots
+dropped, dot-segments resolved, any case, …), if any of the method and its override headers
+(X-HTTP-Method-Override…) matches, and a body rule matches a body it cannot read (undecodable,
+or larger than BODY_CAP where the part it needs is past it). An l7 allow-list admits a path
+only if every reading is on it, and checks every method. A path with no trustworthy readings
+(a control character, a `..` above the root) is denied on every judged host.
+
+An upgrade (WebSocket or any other protocol) on a judged host is refused: what flows after it
+is not HTTP and would not be judged. `network.l7[host].websocket: allow` lets WebSocket
+upgrades to that host through (the handshake itself is judged like any request).
+
+An `ask` is answered for one effect, `approval_effect(decision, request)`: for a git push the
+repository and its exact ref updates (old -> new, hence create/delete/force) and push options;
+for GraphQL every operation (type, name, top-level fields); for any other request the method,
+host, port, path and query. A different effect is asked again.
 """
 
 import ipaddress
 import json
-import posixpath
 import re
 import socket
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
-from urllib.parse import unquote
 
-from . import graphql
+from . import graphql, receivepack, urlpath
+
+# What the gate buffers of a request body to judge it (the rest is streamed on once judged):
+# a push's pkt-line command section (about 100 bytes a ref) and any real GraphQL document fit.
+BODY_CAP = 1 << 20
 
 # --- requests and decisions --------------------------------------------------------------
 
@@ -55,6 +69,7 @@ class Request:
     headers: Mapping[str, str] = field(default_factory=dict)   # lower-case names
     body: bytes | None = None                # with Content-Encoding undone; None: none or unreadable
     body_error: str = ""                     # why the body could not be decoded, if it could not
+    body_complete: bool = True               # False: `body` is its first BODY_CAP bytes only
     connect_host: str | None = None          # the CONNECT target, when inside a tunnel
     connect_port: int | None = None
     sni: str | None = None                   # TLS server name the client sent, if any
@@ -69,6 +84,7 @@ class Decision:
     kind: str = ""                           # e.g. "git push"
     intercept: bool = False                  # (CONNECT) terminate TLS to judge each request
     hint: str = ""                           # what to do instead (for people and models)
+    body_rule: str = ""                      # the body predicate of the rule that matched, if any
 
 
 # --- the preset ----------------------------------------------------------------------------
@@ -161,12 +177,18 @@ def _git_ref_updates(req):
 
 def _pypi_upload(req):
     # A byte search, not a multipart parser: whatever spelling the server's parser accepts,
-    # the field name and value are in the body (or the query).
+    # the field name and value are in the body (or the query). Past BODY_CAP, a body a form
+    # parser would read (multipart, urlencoded, or untyped) may hold them further on.
     hay = (req.body or b"") + req.query.encode()
-    return b":action" in hay and b"file_upload" in hay
+    if b":action" in hay and b"file_upload" in hay:
+        return True
+    ctype = req.headers.get("content-type", "").lower()
+    return not req.body_complete and (not ctype or "form" in ctype)
 
 
 def _lfs_upload(req):
+    if not req.body_complete:
+        return True
     try:
         return json.loads(req.body).get("operation") != "download"
     except (TypeError, ValueError, AttributeError):
@@ -175,7 +197,8 @@ def _lfs_upload(req):
 
 def _graphql(wanted):
     def match(req):
-        kind = graphql.classify(req.body, req.headers.get("content-type", ""), req.query)
+        kind = graphql.classify(req.body, req.headers.get("content-type", ""), req.query,
+                                req.body_complete)
         return kind in (wanted, "unknown")
     return match
 
@@ -467,13 +490,6 @@ def judge_connect(policy, host: str, port: int) -> Decision:
 _OVERRIDE_HEADERS = ("x-http-method-override", "x-http-method", "x-method-override")
 
 
-def _path_spellings(path: str) -> set[str]:
-    decoded = unquote(unquote(path))
-    resolved = posixpath.normpath(re.sub(r"/{2,}", "/", "/" + decoded.lstrip("/")))
-    out = {path, decoded, resolved, resolved.rstrip("/") or "/"}
-    return out | {p.lower() for p in out}
-
-
 def _authority(value: str, default_port: int) -> tuple[str, int]:
     host, port = split_entry(value) if value else ("", None)
     return host, port or default_port
@@ -506,14 +522,24 @@ def decide_request(policy, req: Request) -> Decision:
     d = judge_host(policy, req.host, req.port)
     if d.action != "allow":
         return d
+    paths = urlpath.readings(req.path)
+    if paths.doubt:
+        return Decision("deny", "builtin:ambiguous-path", f"the path is ambiguous: {paths.doubt}",
+                        hint="send the path in its plain form (no encoded control characters, "
+                             "no '..' above the root)")
+    key = _l7_entry(policy, req.host, req.port)
+    if "upgrade" in req.headers or "connection" in req.headers and \
+            "upgrade" in req.headers["connection"].lower():
+        d = _judge_upgrade(policy, req, key)
+        if d is not None:
+            return d
     methods = {req.method.upper()} | {req.headers[h].strip().upper() for h in _OVERRIDE_HEADERS
                                       if h in req.headers}
-    paths = _path_spellings(req.path)
     for rule in rules_of(policy):
-        if rule.matches(req, methods, paths):
+        if rule.matches(req, methods, paths.spellings):
             return Decision(rule.action, rule.name, f"{rule.kind} is irreversible; rule {rule.name}",
-                            irreversible=True, kind=rule.kind, hint=rule.hint or _override_hint(rule))
-    key = _l7_entry(policy, req.host, req.port)
+                            irreversible=True, kind=rule.kind, hint=rule.hint or _override_hint(rule),
+                            body_rule=rule.body or "")
     if key is not None:
         spec = policy.l7[key]
         allowed_methods = {m.upper() for m in spec.get("methods", ["*"])}
@@ -521,15 +547,64 @@ def decide_request(policy, req: Request) -> Decision:
             return Decision("deny", f"network.l7[{key}]", f"{req.method} is not among the methods "
                             f"network.l7[{key}] allows ({', '.join(sorted(allowed_methods))})",
                             hint=f"change network.l7 for {key} in envgit.yaml if the step needs it")
-        plain = posixpath.normpath(re.sub(r"/{2,}", "/", "/" + unquote(req.path).lstrip("/")))
-        if "paths" in spec and not any(url_glob(p).fullmatch(plain) and
-                                       url_glob(p).fullmatch(req.path) for p in spec["paths"]):
+        if "paths" in spec and not all(any(url_glob(p).fullmatch(s) for p in spec["paths"])
+                                       for s in paths.spellings):
             return Decision("deny", f"network.l7[{key}]", f"{req.path} is not among the paths "
                             f"network.l7[{key}] allows",
                             hint=f"change network.l7 for {key} in envgit.yaml if the step needs it")
         return Decision("allow", f"network.l7[{key}]", f"{req.method} {req.path} is allowed by "
                         f"network.l7[{key}]")
     return d
+
+
+def _judge_upgrade(policy, req: Request, key) -> Decision | None:
+    """An upgrade request on a judged host: refused (None: let through to be judged as a
+    request), unless network.l7[host] says `websocket: allow` and it is a WebSocket upgrade."""
+    if not needs_interception(policy, req.host, req.port):
+        return None                 # no request-level rule here: as unjudged as a tunnel
+    want = req.headers.get("upgrade", "").strip().lower()
+    if want == "websocket" and key is not None and policy.l7[key].get("websocket") == "allow":
+        return None
+    return Decision("deny", "builtin:upgrade",
+                    f"an upgrade to {want or 'another protocol'!r} on {_hostport(norm_host(req.host), req.port)} "
+                    "is refused: what flows after it would not be judged",
+                    hint=f"set 'websocket: allow' under network.l7 for {norm_host(req.host)} in envgit.yaml "
+                         "if the step needs WebSockets there (their messages are not judged)")
+
+
+# --- what an approval covers -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Effect:
+    key: tuple                               # equal keys: the same effect (within one step)
+    shown: dict                              # what the person is asked about
+    doubt: str = ""                          # why the effect cannot be known: deny, do not ask
+
+
+def approval_effect(d: Decision, req: Request) -> Effect:
+    """What an `ask` about `req` (decided `d`) is a question about, and so what one answer
+    covers (see the module doc). With doubt, nobody can be asked about it."""
+    where = (norm_host(req.host), req.port)
+    if d.body_rule == "git-ref-updates":
+        if req.body_error:
+            return Effect((), {}, f"the push cannot be read ({req.body_error})")
+        push = receivepack.read_push(req.body or b"")
+        if push.doubt:
+            return Effect((), {}, push.doubt)
+        repo = req.path.rsplit("/", 1)[0] or "/"
+        return Effect(("git push", *where, req.path, push.updates, push.options),
+                      {"repository": repo, "refs": [u.to_json() for u in push.updates],
+                       "options": list(push.options)})
+    if d.body_rule.startswith("graphql-"):
+        if req.body_error:
+            return Effect((), {}, f"the GraphQL request cannot be read ({req.body_error})")
+        r = graphql.read(req.body, req.headers.get("content-type", ""), req.query, req.body_complete)
+        if r.doubt:
+            return Effect((), {}, f"its GraphQL operations cannot be read: {r.doubt}")
+        return Effect(("graphql", *where, req.path, r.operations),
+                      {"operations": [o.to_json() for o in r.operations]})
+    return Effect(("request", req.method.upper(), *where, req.path, req.query), {})
 
 
 def _override_hint(rule: Rule) -> str:

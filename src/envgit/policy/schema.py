@@ -201,6 +201,9 @@ SCHEMA = Map({
         "l7": Dict(Str(check=check_host), Map({
             "methods": List(Str(enum=METHODS)),
             "paths": List(Str()),
+            "websocket": Str("'allow': WebSocket upgrades to this host go through (the handshake "
+                             "is judged, the messages after it are not); otherwise refused",
+                             enum=("allow", "deny")),
         }), doc="request-level rules per host; TLS is terminated for these hosts"),
     }, doc="network reach (enforced by the proxy)"),
     "irreversible": List(OneOf({

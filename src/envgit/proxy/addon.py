@@ -12,9 +12,15 @@ Event order for one client connection:
   response / error    the request's record
   client_disconnected the tunnel's record (bytes counted at the socket)
 
-Request bodies are always buffered whole before `request` (mitmproxy's stream_large_bodies
-is left off: it would start streaming a chunked body upstream mid-way, before a body rule has
-seen it); responses are streamed.
+Request bodies are buffered up to network.BODY_CAP before `request` (bodies.py): a larger one
+is judged on its first BODY_CAP bytes (a rule that needs more doubts, and matches), then
+streamed on if allowed, or read to its end and dropped if denied. Nothing reaches the server
+before the request is judged. Responses are streamed.
+
+An `ask` is asked about one effect (network.approval_effect), and the answer covers exactly
+that effect for the rest of the step; while a person decides, the gate reads nothing more
+from that client. An effect that cannot be known (a push whose commands cannot be read, a
+GraphQL request whose operations cannot) is denied without asking.
 """
 
 import base64
@@ -27,12 +33,11 @@ from dataclasses import dataclass, field
 from mitmproxy import http
 
 from ..policy import network
-from . import gitproto
+from . import bodies, gitproto
 
 log = logging.getLogger("envgit.proxy")
 
 _SAFE_QUERY_KEYS = {"service"}               # git's service names are no secret
-_SNIFF = 1 << 20                              # receive-pack: the ref commands are at the start
 
 
 @dataclass
@@ -57,21 +62,25 @@ def redact_path(path: str) -> str:
     return base + "?" + "&".join(parts)
 
 
-def _decoded_body(req: http.Request) -> tuple[bytes | None, str]:
-    if not req.raw_content:
-        return None, ""
-    try:
-        return req.get_content(strict=True), ""
-    except ValueError as e:
-        return None, f"cannot decode Content-Encoding {req.headers.get('content-encoding')!r}: {e}"
+def _headers(r: http.Request) -> dict[str, str]:
+    """Lower-case names; a header sent more than once keeps every value, joined by ", " (so a
+    second Content-Type is seen, not dropped)."""
+    out: dict[str, str] = {}
+    for k, v in r.headers.fields:
+        name, value = k.decode("latin-1").lower(), v.decode("latin-1")
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
 
 
 def as_request(flow: http.HTTPFlow, conn: Conn | None) -> network.Request:
     r = flow.request
-    headers = {k.lower(): v for k, v in r.headers.items(multi=False)}
+    headers = _headers(r)
     if r.authority:                          # absolute-form target or HTTP/2 :authority
         headers[":authority"] = r.authority
-    body, err = _decoded_body(r)
+    body, complete, err = None, True, ""
+    if r.raw_content:
+        body, complete, err = bodies.decode(r.raw_content, headers.get("content-encoding", ""),
+                                            not flow.metadata.get(bodies.PARTIAL))
     # Inside a tunnel mitmproxy sends every request to the tunnel's server, whatever the
     # request names (that is checked against it by the policy); r.host would be the
     # address the gate connected to.
@@ -79,9 +88,15 @@ def as_request(flow: http.HTTPFlow, conn: Conn | None) -> network.Request:
     return network.Request(
         scheme=r.scheme, host=host, port=port, method=r.method, path=r.path.partition("?")[0],
         query=r.path.partition("?")[2], headers=headers, body=body, body_error=err,
+        body_complete=complete,
         connect_host=conn.connect[0] if conn and conn.connect else None,
         connect_port=conn.connect[1] if conn and conn.connect else None,
         sni=flow.client_conn.sni)
+
+
+def _hostport(host, port):
+    host = network.norm_host(host)
+    return host if port in (80, 443) else f"{host}:{port}"
 
 
 def _frame_body(r: http.Request) -> None:
@@ -99,11 +114,12 @@ def _denial_text(flow, d: network.Decision) -> str:
             f"{d.rule}\nenvgit: {d.reason}\n" + (f"envgit: {d.hint}\n" if d.hint else ""))
 
 
-def deny_response(flow: http.HTTPFlow, d: network.Decision) -> http.Response:
+def deny_response(flow: http.HTTPFlow, d: network.Decision, body: bytes | None = None) -> http.Response:
+    """403 with the reason; for a push, a receive-pack report rejecting each ref (`body`: the
+    decoded request body, as judged)."""
     text = _denial_text(flow, d)
     if d.rule.endswith("git-push") and flow.request.path.partition("?")[0].endswith("git-receive-pack"):
-        report = gitproto.rejection(flow.request.get_content(strict=False) or b"",
-                                    f"envgit: {d.reason}", text)
+        report = gitproto.rejection(body or b"", f"envgit: {d.reason}", text)
         if report is not None:
             return http.Response.make(200, report, {"Content-Type": gitproto.RESULT_TYPE,
                                                     "Cache-Control": "no-cache",
@@ -202,6 +218,9 @@ class EnvgitAddon:
     async def request(self, flow: http.HTTPFlow):
         if flow.response is not None:                    # answered already (407)
             return
+        if flow.metadata.get("envgit.judged"):           # the end of a body streamed on
+            return
+        flow.metadata["envgit.judged"] = True
         step = flow.metadata.get("envgit.step")
         if not self.gate.step_open(step):
             d = network.Decision("deny", "builtin:step-closed", f"step {step} has ended",
@@ -209,31 +228,56 @@ class EnvgitAddon:
             flow.response = deny_response(flow, d)
             return
         started = time.time()
-        req = as_request(flow, self.conns.get(flow.client_conn.id))
+        conn = self.conns.get(flow.client_conn.id)
+        req = as_request(flow, conn)
         d = network.decide_request(self.gate.policy(), req)
+        effect = network.approval_effect(d, req) if d.action == "ask" else None
+        if effect is not None and effect.doubt:
+            d = dataclasses.replace(d, action="deny", reason=f"{d.reason}; {effect.doubt}, so "
+                                    "nobody can be asked about it")
         rec = self._record(flow, d, started_at=started, host=req.host, port=req.port)
         flow.metadata["envgit.record"] = rec
         if d.action == "ask":
-            question = self._question(step, flow, d)
-            answer, who, how, at = await self.gate.ask_once(step, question, d)
+            question = self._question(step, flow, d, req, effect)
+            counter = conn.counter if conn else None
+            if counter is not None:
+                counter.hold()
+            try:
+                answer, who, how, at = await self.gate.ask_once(step, effect.key, question, d)
+            finally:
+                if counter is not None:
+                    counter.release()
             rec.update(answer=answer, answered_by=who, answered_how=how, answered_at=at)
             d = dataclasses.replace(d, action="allow") if answer == "allow" else dataclasses.replace(
                 d, action="deny", reason=f"{d.reason}; not approved ({how})")
-        if d.action != "allow":
-            flow.response = deny_response(flow, d)
-            flow.metadata["envgit.answered"] = True
-        else:
-            rec["irreversible"] = d.irreversible
-            _frame_body(flow.request)
         rec["bytes_up"] = len(flow.request.raw_content or b"")
+        if d.action != "allow":
+            flow.response = deny_response(flow, d, req.body)
+            flow.metadata["envgit.answered"] = True
+            return
+        rec["irreversible"] = d.irreversible
+        if not flow.metadata.get(bodies.PARTIAL):
+            _frame_body(flow.request)
+            return
+        rec["bytes_up"] = 0
 
-    def _question(self, step, flow, d) -> dict:
+        def count(chunk: bytes) -> bytes:            # the buffered part, then the rest
+            rec["bytes_up"] += len(chunk)
+            return chunk
+        flow.request.stream = count
+
+    def _question(self, step, flow, d, req, effect) -> dict:
+        """What the person is asked: the request, and the one effect an answer covers."""
         q = {k: v for k, v in self._record(flow, d).items()
-             if k in ("method", "scheme", "host", "port", "path", "rule", "kind", "reason")}
-        q["step"] = step
-        if d.kind == "git push":
-            updates, _ = gitproto.parse_commands((flow.request.get_content(strict=False) or b"")[:_SNIFF])
-            q["refs"] = [u.to_json() for u in updates]
+             if k in ("method", "scheme", "path", "rule", "kind", "reason")}
+        q.update(step=step, host=network.norm_host(req.host), port=req.port, **effect.shown)
+        q["covers"] = {
+            "allow": "this request's effect only" + (
+                ": these ref updates of this repository" if "refs" in effect.shown else
+                ": these GraphQL operations" if "operations" in effect.shown else
+                ": this method, host, path and query") + "; anything else is asked again",
+            "allow-rule": f"every request rule {d.rule} matches on {_hostport(req.host, req.port)} "
+                          "for the rest of this step"}
         return q
 
     @staticmethod

@@ -22,7 +22,7 @@ from typing import Awaitable, Callable
 
 from ..paths import UnixAddress
 from ..policy import network
-from . import ca
+from . import bodies, ca
 from .addon import EnvgitAddon
 
 log = logging.getLogger("envgit.proxy")
@@ -67,8 +67,23 @@ class Counted:
         self._reader, self._writer, self._peer = reader, writer, peername
         self.up = self.down = 0
         self.pidns = pidns        # the pid namespace of the process on the other end (unix socket)
+        self._held: asyncio.Event | None = None
+
+    def hold(self) -> None:
+        """Read nothing more from the client until release(): while a request waits for a
+        person, the body it is still sending stays in the kernel's buffers and the client's,
+        not in the daemon (mitmproxy queues whatever it reads while a hook runs)."""
+        if self._held is None:
+            self._held = asyncio.Event()
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.set()
 
     async def read(self, n=-1):
+        while self._held is not None:
+            await self._held.wait()
         data = await self._reader.read(n)
         self.up += len(data)
         return data
@@ -133,6 +148,8 @@ class Gate:
         from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
         from mitmproxy.master import Master
         from mitmproxy.proxy.mode_servers import ServerInstance
+
+        bodies.install()
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
         confdir = ca.ca_dir(self.state_dir)
@@ -258,13 +275,14 @@ class Gate:
 
     # --- asks ----------------------------------------------------------------------------
 
-    async def ask_once(self, step: int, question: dict, d) -> tuple[str, str, str, float]:
-        """The person's answer about this effect (method, host, path) in this step: asked once,
-        remembered for the step; "allow-rule" widens it to the rule on this host. No answer
-        within ask_timeout is a deny."""
-        effect = (step, question["method"], question["host"], question["port"],
-                  question["path"].partition("?")[0])
-        wide = (step, "rule", d.rule, question["host"])
+    async def ask_once(self, step: int, effect: tuple, question: dict, d) -> tuple[str, str, str, float]:
+        """The person's answer about this effect in this step (network.approval_effect: a
+        push's repository and exact ref updates, GraphQL operations, or method, host, path and
+        query): asked once, remembered for the step, for exactly that effect. "allow-rule"
+        covers what the prompt says: every request the same rule matches on this host and
+        port, for the rest of the step. No answer within ask_timeout is a deny."""
+        effect = (step, *effect)
+        wide = (step, "rule", d.rule, network.norm_host(question["host"]), question["port"])
         for key in (effect, wide):
             if key in self._answers:
                 answer, who, how, at = self._answers[key]

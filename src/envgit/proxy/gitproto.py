@@ -6,22 +6,10 @@ misleading `Everything up-to-date`. A receive-pack status report rejecting each 
 print `! [remote rejected] main -> main (<reason>)`, readable for person and model alike.
 """
 
-from dataclasses import dataclass
+from ..policy.receivepack import RefUpdate
 
 RESULT_TYPE = "application/x-git-receive-pack-result"
 _MAX_COMMANDS = 10_000
-
-
-@dataclass(frozen=True)
-class RefUpdate:
-    old: str
-    new: str
-    ref: str
-
-    def to_json(self) -> dict:
-        zero = set("0")
-        action = "create" if set(self.old) == zero else "delete" if set(self.new) == zero else "update"
-        return {"ref": self.ref, "old": self.old, "new": self.new, "action": action}
 
 
 def _pkt_lines(data: bytes):
@@ -44,7 +32,9 @@ def _pkt_lines(data: bytes):
 
 
 def parse_commands(body: bytes) -> tuple[list[RefUpdate], set[str]]:
-    """The ref updates at the start of a receive-pack request and the capabilities asked for."""
+    """The ref updates at the start of a receive-pack request and the capabilities asked for,
+    read leniently: for the rejection report only (what a push may do is judged by
+    policy.receivepack, strictly)."""
     updates, caps = [], set()
     for line in _pkt_lines(body or b""):
         if line is None:
