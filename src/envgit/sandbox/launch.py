@@ -127,9 +127,13 @@ class Launch:
         actions = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)] if stdio else []
         kw = {"setsid": True} if new_session else {"setpgroup": 0}
         try:
-            # default dispositions: an ignored signal would survive exec into the command
+            # Default dispositions: an ignored signal would survive exec into the command.
+            # SIGINT and SIGQUIT blocked: Ctrl-C reaches the whole foreground group, bwrap's
+            # own processes too, and bwrap dying of it would SIGKILL the command before its
+            # handlers ran (and report 130 for a command that exited 7); bwrap clears the
+            # mask for the command, which gets them as usual.
             self.pid = os.posix_spawn(self.bwrap, self.argv, env, file_actions=actions,
-                                      setsigdef=_RESET_SIGNALS, **kw)
+                                      setsigdef=_RESET_SIGNALS, setsigmask=_HELD_SIGNALS, **kw)
         finally:
             self.spawned()
         return self.pid
@@ -208,13 +212,14 @@ def read_info(fd) -> dict:
     return out
 
 
-def _signals():
+def _signals(*names):
     import _signal
-    return tuple(getattr(_signal, n) for n in ("SIGINT", "SIGQUIT", "SIGTSTP", "SIGTTIN", "SIGTTOU",
-                                                "SIGPIPE", "SIGHUP", "SIGTERM", "SIGCHLD"))
+    return tuple(getattr(_signal, n) for n in names)
 
 
-_RESET_SIGNALS = _signals()
+_RESET_SIGNALS = _signals("SIGINT", "SIGQUIT", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGXFSZ",
+                          "SIGHUP", "SIGTERM", "SIGCHLD")
+_HELD_SIGNALS = _signals("SIGINT", "SIGQUIT")
 
 
 class Foreground:

@@ -1,0 +1,160 @@
+"""Class 10: signals must not leave the sandbox. A step runs in a process group of its own (a
+session of its own when the daemon starts it); `kill -KILL 0` inside reaches only the step's
+own processes, never the `envgit run` waiting for it, the person's shell, its other jobs or
+the session daemon. Interactive use still works: on a real terminal the step gets the
+terminal's foreground (Ctrl-C reaches it, with the network on too) and the terminal's modes
+come back whatever the command did.
+
+Oracles: marker files written by the *outer* shell after `envgit run` returned (it survived),
+by a sibling job, and the daemon answering afterwards."""
+
+import os
+import pty
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ENVGIT
+from harness import attacker  # noqa: F401  (the fixture)
+
+SHIM = Path(__file__).resolve().parents[2] / "src" / "envgit" / "daemon" / "inner_shim.py"
+NETWORK = "version: 1\nnetwork:\n  allow: [example.com]\n"
+
+
+def outer(attacker, script, timeout=90):
+    """`sh -c SCRIPT` outside, as the person, in a session of its own: were the step able to
+    signal its caller's group, it would reach this shell, never the test runner."""
+    return subprocess.run(attacker._argv(["sh", "-c", script]), cwd=attacker.root, env=attacker.env,
+                          capture_output=True, text=True, timeout=timeout, start_new_session=True)
+
+
+def test_kill_0_and_kill_minus_1_stay_in_the_step(attacker):
+    m = attacker.root / "m"
+    m.mkdir()
+    attacker.own(m)
+    script = (f"sleep 60 & job=$!; "
+              f"{ENVGIT} run -- sh -c 'echo inside; kill -KILL 0'; echo \"rc=$?\"; touch m/shell-alive; "
+              f"{ENVGIT} run -- sh -c 'kill -KILL -1; kill -TERM -1; echo after-minus-1'; touch m/shell-alive-2; "
+              f"kill -0 $job && touch m/sibling-alive; kill $job")
+    r = outer(attacker, script)
+    assert (m / "shell-alive").exists() and (m / "shell-alive-2").exists(), r.stdout + r.stderr
+    assert (m / "sibling-alive").exists(), r.stdout + r.stderr
+    assert "inside" in r.stdout and "rc=137" in r.stdout           # the step itself was killed
+    assert "after-minus-1" in r.stdout
+    # the daemon is fine and the next step runs
+    ok = attacker.run("echo next")
+    assert ok.returncode == 0 and ok.stdout == "next\n"
+
+
+def test_kill_0_with_the_network_on(attacker):
+    attacker.write_policy(NETWORK)
+    m = attacker.root / "m"
+    m.mkdir()
+    attacker.own(m)
+    r = outer(attacker, f"{ENVGIT} run -- sh -c 'echo bridged; kill -KILL 0'; touch m/shell-alive")
+    assert (m / "shell-alive").exists(), r.stdout + r.stderr
+    assert "bridged" in r.stdout, r.stderr                  # the step ran, through the bridge
+    ok = attacker.run("echo next")
+    assert ok.returncode == 0 and ok.stdout == "next\n", ok.stderr
+
+
+def test_an_inner_step_cannot_kill_the_daemon(attacker):
+    """An agent's Bash call runs as a sibling sandbox started by the session daemon: `kill 0`
+    and `kill -1` there must not reach the daemon (it would take the gate and every step)."""
+    attacker.run("true")
+    from envgit.daemon.client import connect
+    from envgit.paths import Project
+    conn = connect(Project(str(attacker.root)), start=False)
+    before = conn.request({"op": "status"})["pid"]
+    conn.request({"op": "spec", "argv": ["true"], "cwd": str(attacker.root), "env": {},
+                  "session": "agent-sig", "inner": True})
+    sock = attacker.root / ".envgit" / "inner" / "agent-sig.sock"
+    shim = attacker.home / "inner_shim.py"
+    shutil.copy(SHIM, shim)
+    attacker.own(shim)
+    r = subprocess.run(attacker._argv([sys.executable, str(shim), "sh", "-c", "echo inner; kill -KILL 0; kill -KILL -1"]),
+                       cwd=attacker.root, env={**attacker.env, "ENVGIT_INNER_SOCKET": str(sock)},
+                       capture_output=True, text=True, timeout=60, start_new_session=True)
+    assert "inner" in r.stdout, r.stderr
+    status = conn.request({"op": "status"})
+    assert status["pid"] == before                       # the same daemon, still serving
+    ok = subprocess.run(attacker._argv([sys.executable, str(shim), "sh", "-c", "echo again"]),
+                        cwd=attacker.root, env={**attacker.env, "ENVGIT_INNER_SOCKET": str(sock)},
+                        capture_output=True, text=True, timeout=60)
+    assert ok.stdout == "again\n", ok.stderr
+
+
+def pty_shell(attacker, script, send=None, when=b"", timeout=40):
+    """`sh -c SCRIPT` on a real terminal (as the person); `send` is typed once `when` shows."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(attacker.root)
+        argv = attacker._argv(["sh", "-c", script])
+        os.execvpe(argv[0], argv, attacker.env)
+    out, t0 = b"", time.monotonic()
+    try:
+        while time.monotonic() - t0 < timeout:
+            if send and when in out:
+                time.sleep(0.3)
+                os.write(fd, send)
+                send = None
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status, out.decode(errors="replace")
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        return status, out.decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+def _ctrl_c_reaches_the_step(attacker):
+    script = (f"{ENVGIT} run -- sh -c 'trap \"echo got-int; exit 7\" INT; echo ready; "
+              f"while :; do sleep 0.1; done'; echo \"rc=$?\"")
+    status, out = pty_shell(attacker, script, send=b"\x03", when=b"ready")
+    assert "got-int" in out and "rc=7" in out, out      # the command's trap ran; the shell lived on
+
+
+def test_ctrl_c_reaches_the_command_on_a_terminal(attacker):
+    _ctrl_c_reaches_the_step(attacker)
+
+
+def test_ctrl_c_reaches_the_command_with_the_network_on(attacker):
+    attacker.write_policy(NETWORK)
+    _ctrl_c_reaches_the_step(attacker)
+
+
+def test_terminal_modes_come_back_and_kill_0_spares_the_shell_on_a_terminal(attacker):
+    attacker.write_policy(NETWORK)
+    m = attacker.root / "m"
+    m.mkdir()
+    attacker.own(m)
+    script = (f"stty -g > m/before; "
+              f"{ENVGIT} run -- sh -c 'stty raw -echo; echo changed; kill -KILL 0'; "
+              f"stty -g > m/after; touch m/shell-alive")
+    status, out = pty_shell(attacker, script)
+    assert (m / "shell-alive").exists(), out
+    assert "changed" in out
+    assert (m / "before").read_text() == (m / "after").read_text(), out
+
+
+def test_a_step_reads_the_terminal_and_a_pipeline_keeps_working(attacker):
+    """Interactive use: the step owns the terminal (it reads a typed line); in a pipeline the
+    step stays in the background and the other end of the pipe keeps the terminal."""
+    script = (f"{ENVGIT} run -- sh -c 'echo ask; read line; echo \"typed=$line\"'; "
+              f"{ENVGIT} run -- sh -c 'echo piped' | tr a-z A-Z")
+    status, out = pty_shell(attacker, script, send=b"hello\n", when=b"ask")
+    assert "typed=hello" in out and "PIPED" in out, out
