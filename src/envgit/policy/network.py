@@ -530,9 +530,9 @@ def decide_request(policy, req: Request) -> Decision:
     key = _l7_entry(policy, req.host, req.port)
     if "upgrade" in req.headers or "connection" in req.headers and \
             "upgrade" in req.headers["connection"].lower():
-        d = _judge_upgrade(policy, req, key)
-        if d is not None:
-            return d
+        refused = _judge_upgrade(policy, req, key)
+        if refused is not None:
+            return refused
     methods = {req.method.upper()} | {req.headers[h].strip().upper() for h in _OVERRIDE_HEADERS
                                       if h in req.headers}
     for rule in rules_of(policy):

@@ -1,0 +1,144 @@
+"""Issue 10 class 5: one "allow once" must cover exactly the effect that was shown, nothing
+else in the same step. The oracle is the server's own state: the git server's refs after the
+push, the stub server's record of the requests that reached it.
+
+Each attack is one step (one `envgit run`) that first does what a person approves, then
+something else under the same rule; the person (another terminal, `envgit approve/deny`)
+approves only what it was shown first."""
+
+import json
+import shutil
+
+import pytest
+
+from gatekit import Answerer, clone_into_project, hostport, netproject, refs_of, servers
+from harness import attacker  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+ASK_PUSH = "irreversible:\n  - preset: default\n  - rule: git-push\n    action: ask\n"
+
+
+@pytest.fixture
+def world():
+    with servers() as (git, stub):
+        yield git, stub
+
+
+def test_approved_push_does_not_cover_a_force_push_or_a_delete(attacker, world):
+    git, stub = world
+    netproject(attacker, git, stub, ASK_PUSH)
+    clone_into_project(attacker, git)
+    main_before = git.refs()["refs/heads/main"]
+    first = {}
+
+    def person(q):                     # approves the first push it is shown, nothing after
+        if not first:
+            first.update(q)
+            return "approve"
+        return "deny"
+
+    script = (
+        "git checkout -q -b feature && echo f > f && git add f && git commit -qm f && "
+        "git push -q origin feature; echo push1=$?; "
+        # the same step, the same rule, the same repository: a force push over main …
+        "git checkout -q --orphan evil && git rm -qrf . && echo evil > evil && git add evil && "
+        "git commit -qm evil && git push -q --force origin evil:main; echo push2=$?; "
+        # … and a delete of the branch the person just approved
+        "git push -q origin :feature; echo push3=$?")
+    with Answerer(attacker, person) as a:
+        r = attacker.run(script, timeout=180)
+    refs = git.refs()
+    assert refs["refs/heads/main"] == main_before, (r.stdout, r.stderr)       # the oracle
+    assert "refs/heads/feature" in refs, (r.stdout, r.stderr)                  # approved, landed
+    assert "push1=0" in r.stdout and "push2=0" not in r.stdout and "push3=0" not in r.stdout
+    assert refs_of(first) == ["refs/heads/feature"] and first["refs"][0]["action"] == "create"
+    # each was asked on its own, shown with its own ref update
+    asked = [refs_of(q) for q in a.seen]
+    assert ["refs/heads/main"] in asked and ["refs/heads/feature"] in asked[1:], asked
+    deleted = [q for q in a.seen[1:] if refs_of(q) == ["refs/heads/feature"]]
+    assert deleted and deleted[0]["refs"][0]["action"] == "delete"
+
+
+def test_the_same_push_again_is_covered_but_a_new_commit_is_not(attacker, world):
+    """Approval is for old -> new exactly: pushing more commits to the approved branch is a new
+    effect and is asked again."""
+    git, stub = world
+    netproject(attacker, git, stub, ASK_PUSH)
+    clone_into_project(attacker, git)
+    first = {}
+
+    def person(q):
+        if not first:
+            first.update(q)
+            return "approve"
+        return "deny"
+
+    script = ("echo a > a && git add a && git commit -qm a && git push -q origin main; echo push1=$?; "
+              "echo b > b && git add b && git commit -qm b && git push -q origin main; echo push2=$?")
+    with Answerer(attacker, person) as a:
+        r = attacker.run(script, timeout=180)
+    assert "refs" in first, (a.seen, r.stdout, r.stderr)
+    head_after_first = first["refs"][0]["new"]
+    assert git.refs()["refs/heads/main"] == head_after_first, (r.stdout, r.stderr)
+    assert "push1=0" in r.stdout and "push2=0" not in r.stdout
+    assert len(a.seen) == 2 and a.seen[1]["refs"][0]["old"] == head_after_first
+
+
+def _gql(doc):
+    return json.dumps({"query": doc})
+
+
+def test_approved_graphql_mutation_does_not_cover_another(attacker, world):
+    git, stub = world
+    gql = hostport(stub, "gql.example.test")
+    netproject(attacker, git, stub,
+               "irreversible:\n  - preset: default\n"
+               f"  - net: {{host: \"gql.example.test\", path: \"/graphql\"}}\n"
+               "    body: {graphql: mutation}\n    action: ask\n    name: gql-mutation\n")
+    first = {}
+
+    def person(q):
+        if not first:
+            first.update(q)
+            return "approve"
+        return "deny"
+
+    star = _gql("mutation Star { addStar(input: {starrableId: \"R1\"}) { clientMutationId } }")
+    delete = _gql("mutation Star { deleteRepository(input: {repositoryId: \"R1\"}) { clientMutationId } }")
+    curl = f"curl -s -o /dev/null -w '%{{http_code}}\\n' -H 'Content-Type: application/json' https://{gql}/graphql"
+    script = (f"{curl} --data-binary '{star}'; {curl} --data-binary '{star}'; "
+              f"{curl} --data-binary '{delete}'")
+    with Answerer(attacker, person) as a:
+        r = attacker.run(script, timeout=120)
+    bodies = [q["body"].decode() for q in stub.requests if q["path"] == "/graphql"]
+    assert not any("deleteRepository" in b for b in bodies), bodies        # the oracle
+    assert sum("addStar" in b for b in bodies) == 2, bodies                # approved once, sent twice
+    assert r.stdout.split() == ["200", "200", "403"], r.stdout + r.stderr
+    assert first["operations"] == [{"type": "mutation", "name": "Star", "fields": ["addStar"]}]
+    assert len(a.seen) == 2 and a.seen[1]["operations"][0]["fields"] == ["deleteRepository"]
+
+
+def test_approved_request_does_not_cover_another_path_or_query(attacker, world):
+    git, stub = world
+    api = hostport(stub, "stub.example.test")
+    netproject(attacker, git, stub,
+               "irreversible:\n  - net: {host: \"stub.example.test\", method: POST, path: \"/api/**\"}\n"
+               "    action: ask\n    name: stub-write\n")
+    first = {}
+
+    def person(q):
+        if not first:
+            first.update(q)
+            return "approve"
+        return "deny"
+
+    curl = "curl -s -o /dev/null -w '%{http_code}\\n' -X POST --data-binary x"
+    script = (f"{curl} https://{api}/api/one; {curl} https://{api}/api/one; "
+              f"{curl} https://{api}/api/two; {curl} 'https://{api}/api/one?force=1'")
+    with Answerer(attacker, person):
+        r = attacker.run(script, timeout=120)
+    reached = [q["path"] for q in stub.requests if q["method"] == "POST"]
+    assert reached == ["/api/one", "/api/one"], reached                    # the oracle
+    assert r.stdout.split() == ["200", "200", "403", "403"], r.stdout + r.stderr
+    assert first["covers"]["allow"].startswith("this request's effect only")
