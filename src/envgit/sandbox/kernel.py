@@ -19,7 +19,8 @@ owner bits of root's files let uid 0 read them. So, by rule rather than by list 
            step reads what any user could (/etc/ssl/private, pg_hba.conf, /etc/shadow, …).
            Found by a scan (`find`, ~0.5 s on /etc /usr /opt) in a background thread, shared by
            the daemons of this machine through a root-only cache in /run/envgit and redone
-           every REFRESH_S (the first step waits only when no recent scan exists).
+           every REFRESH_S in the background (a step waits only when no recent scan exists):
+           a root-only file made on the host after a scan is visible until the next one.
 
 Why not run a root's steps as an unprivileged host uid instead: files the step writes in the
 project must stay owned as the person expects (root's project, root's files), and bwrap maps
@@ -45,7 +46,10 @@ PROC_MASKED = ("kcore", "keys", "key-users", "timer_list", "timer_stats", "sched
                "latency_stats", "acpi", "scsi", "asound")
 SYS_MASKED = ("/sys/firmware", "/sys/devices/virtual/powercap", "/sys/fs/selinux")
 
-REFRESH_S = 300
+# How old a scan may be before it is redone (ENVGIT_ROOT_SCAN_MAX_AGE, seconds, in the daemon's
+# environment: 0 scans afresh for every daemon and after every step, for a person who adds
+# root-only files while sessions run).
+REFRESH_S = float(os.environ.get("ENVGIT_ROOT_SCAN_MAX_AGE", "300"))
 CACHE_DIR = "/run/envgit"
 CACHE_FILE = CACHE_DIR + "/root-only-paths"
 
