@@ -66,6 +66,7 @@ from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.network import Net
 from ..sandbox import kernel
+from ..sandbox import routes
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from . import rewind
@@ -163,7 +164,7 @@ class Session:
         if msg.get("record_only"):
             step = self.journal.begin_step({**head, "marks": list(msg.get("marks") or [])})
             self.live[step] = {"masked": [], "argv": argv, "home": "", "policy": pol, "conn": conn,
-                               "requests": []}
+                               "requests": [], "routes": routes.before_step(self.scan)}
             return {"step": step}
         step = self.journal.begin_step(head)
         try:
@@ -179,7 +180,7 @@ class Session:
             return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 2}
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
-                           "requests": [], "tmp": own_tmp}
+                           "requests": [], "tmp": own_tmp, "routes": routes.before_step(self.scan)}
         return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
 
     async def net_for(self, pol, step):
@@ -217,10 +218,14 @@ class Session:
         if "error" in summary:
             marks.append("snapshot-failed")
         marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
-        escapes = escape_routes_written(info["policy"], summary)
+        escapes = escape_routes_written(info, summary, self.project.root, self.scan)
+        notices = []
         if escapes:
             marks.append("escape-route-written")
-        notices = []
+            notices.append("WROTE AN ESCAPE ROUTE, a file a program outside the sandbox obeys "
+                           "(git, direnv, npm, an editor or agent): " + ", ".join(escapes)
+                           + f"; review before running anything here: envgit diff {step}; "
+                           f"undo: envgit rewind {step}")
         if "error" in summary:          # said on the step's terminal, not only in the journal
             notices.append(f"{summary['error']}; the step is recorded without a snapshot, and the "
                            "next step's snapshot is taken afresh")
@@ -564,13 +569,16 @@ async def start_gate(sess):
               "steps run without network", flush=True)
 
 
-def escape_routes_written(pol, summary):
-    """Protected project paths this step changed: a hook or an .envrc that would run outside
-    the sandbox later. An existing one is read-only, so this is one created where none was,
-    or (should the mounts ever be got round) one modified or deleted: any of them is said."""
-    entries = [e.rstrip("/") for e in pol.protect if not e.startswith(("/", "~"))]
-    return [p["path"] for p in (summary or {}).get("paths", [])
-            if any(p["path"] == e or p["path"].startswith(e + "/") for e in entries)]
+def escape_routes_written(info, summary, project, scan):
+    """Escape routes this step created or changed (sandbox/routes.py): a hook, a git config, an
+    .envrc, an .npmrc… An existing protected one is read-only, so this is one created where
+    none was, or (should the mounts ever be got round) one modified or deleted, or a `mark`
+    route (a .pth file): any of them is said, with its path."""
+    try:
+        return routes.written(info["policy"], project, info.get("home") or "", scan,
+                              info.get("routes") or {}, summary)
+    except Exception as e:              # never lose the step's end over it; say so
+        return [f"(escape routes could not be checked: {type(e).__name__}: {e})"]
 
 
 def gc_arguments_problem(last, within):

@@ -11,7 +11,17 @@ DENY_READ = [
     "/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers",
     "/etc/ssh/ssh_host_*_key", "/etc/security/opasswd",
     "**/.env", "**/.env.*",
+    # The same credentials wherever they appear in the project (a copied home, a fixture, a
+    # deploy directory): an agent reads project files freely, so a name alone decides.
+    "**/*.env", "**/.envrc", "**/.netrc", "**/_netrc", "**/.pypirc", "**/.git-credentials",
+    "**/.docker/config.json", "**/.dev.vars", "**/.dev.vars.*", "**/.aws/credentials",
+    "**/id_rsa", "**/id_dsa", "**/id_ecdsa", "**/id_ed25519", "**/id_ecdsa_sk", "**/id_ed25519_sk",
+    "**/*.p12", "**/*.pfx", "**/.git/git-crypt",
 ]
+
+# Files denied by what they hold rather than by name: `*.pem` and `*.key` are often public
+# certificates (a venv's CA bundle), so only those holding a private key are masked.
+DENY_READ_IF_CONTAINS = {"**/*.pem": b"PRIVATE KEY-----", "**/*.key": b"PRIVATE KEY-----"}
 
 # Named groups usable in deny_read.
 GROUPS = {
@@ -37,19 +47,93 @@ GROUPS = {
 ALLOW_READ = [
     "~/.pyenv", "~/.local/bin", "~/.local/lib", "~/.cargo/bin", "~/.cargo/env", "~/.rustup",
     "~/.nvm", "~/.volta", "~/.bun/bin", "~/.deno/bin", "~/go/bin", "~/.sdkman", "~/.asdf",
-    "~/.gitconfig", "~/.config/git/config", "~/.config/git/ignore", "~/.config/git/attributes",
+    "~/.config/git/ignore", "~/.config/git/attributes",
     "**/.env.example", "**/.env.sample", "**/.env.template", "**/.env.dist",
+    "**/example.env", "**/sample.env", "**/template.env",
 ]
+# Git's own configuration (system, ~/.gitconfig, ~/.config/git/config and what they include)
+# is not shown as it is: the sandbox gets a sanitised copy as its global config, without
+# credentials or the keys that run host programs (sandbox/gitconfig.py).
 
 ALLOW_WRITE = ["."]
 
-# Writable tree, read-only paths: places from which a write inside runs code outside later
-# (git hooks and config; direnv; agents' project settings, hooks and MCP servers; editor tasks).
-# One that does not exist yet cannot be covered without creating it: a step that creates one
-# is marked `escape-route-written` instead, naming the path.
-PROTECT = [".git/hooks", ".git/config", ".git/info/attributes", ".envrc", ".claude/settings.json",
-           ".claude/settings.local.json", ".claude/hooks", ".claude/commands", ".claude/agents",
-           ".mcp.json", ".github/hooks", ".codex", ".vscode/tasks.json"]
+# Escape routes: files in the writable project that a program outside the sandbox obeys later
+# (git, direnv, npm, editors, agents, dev containers), so that a write inside runs code outside
+# or routes the person's credentials. ONE list, printed by `envgit policy protected`:
+#   protect  read-only inside a step; one that does not exist yet cannot be covered without
+#            creating it, so a step that creates it is marked `escape-route-written` and told
+#            at the end of the step, naming the path
+#   mark     writable (tools write them legitimately), but any change is marked and told
+# A pattern without '**' names a path at the project root; '**/x' names x at any depth.
+# Beyond these, sandbox/gitroutes.py adds what git itself reads in every repository found in
+# the project (nested ones, submodules, worktrees, a `.git` file's target, `commondir`), the
+# core.hooksPath directory named by any config source, and the files configs include.
+ESCAPE_ROUTES = [
+    # git, in the project's repository and in every one nested in it ('**/' is also the root)
+    ("**/.git/hooks", "protect", "git runs them on commit, checkout, merge, push"),
+    ("**/.git/config", "protect", "core.fsmonitor, core.hooksPath, aliases, filters run programs"),
+    ("**/.git/config.worktree", "protect", "git's per-worktree config"),
+    ("**/.git/commondir", "protect", "sends git to another directory's config and hooks"),
+    ("**/.git/info/attributes", "protect", "selects the filter and diff programs git runs"),
+    ("**/.git/branches", "protect", "legacy remotes: where git fetches and pushes"),
+    ("**/.git/remotes", "protect", "legacy remotes: where git fetches and pushes"),
+    ("**/.git/worktrees/*/commondir", "protect", "a worktree's common dir"),
+    ("**/.git/worktrees/*/config.worktree", "protect", "a worktree's config"),
+    ("**/.git/modules/**/config", "protect", "a submodule's git config"),
+    ("**/.git/modules/**/config.worktree", "protect", "a submodule's git config"),
+    ("**/.git/modules/**/hooks", "protect", "a submodule's git hooks"),
+    ("**/.git/modules/**/commondir", "protect", "a submodule's redirect"),
+    ("**/.git/modules/**/info/attributes", "protect", "a submodule's filter and diff drivers"),
+    ("**/.git", "git", "a .git file (worktree, submodule) sends git to its gitdir: the file "
+                       "is read-only, and that gitdir's config and hooks are protected"),
+    ("**/.gitmodules", "protect", "submodule URLs and paths git clones and updates"),
+    (".envrc", "protect", "direnv runs it on cd"),
+    (".husky", "protect", "husky's hooks directory delegates to the scripts here"),
+    (".claude/settings.json", "protect", "Claude Code hooks and permissions"),
+    (".claude/settings.local.json", "protect", "Claude Code hooks and permissions"),
+    (".claude/hooks", "protect", "Claude Code hooks"),
+    (".claude/commands", "protect", "Claude Code commands"),
+    (".claude/agents", "protect", "Claude Code agents"),
+    (".mcp.json", "protect", "MCP servers an agent starts"),
+    (".github/hooks", "protect", "Copilot agent hooks"),
+    (".codex", "protect", "Codex config, hooks and MCP servers"),
+    (".vscode/tasks.json", "protect", "VS Code tasks (may run on folder open)"),
+    (".vscode/mcp.json", "protect", "MCP servers VS Code starts"),
+    (".cursor/mcp.json", "protect", "MCP servers Cursor starts"),
+    (".cursor/hooks.json", "protect", "Cursor hooks"),
+    (".gemini/settings.json", "protect", "Gemini CLI MCP servers and tools"),
+    (".zed/settings.json", "protect", "Zed language servers, tasks and MCP servers"),
+    ("opencode.json", "protect", "opencode MCP servers and commands"),
+    (".devcontainer", "protect", "initializeCommand runs on the host"),
+    (".devcontainer.json", "protect", "initializeCommand runs on the host"),
+    ("**/.npmrc", "protect", "registry and ${NPM_TOKEN} routing, node-options, script-shell"),
+    ("**/.yarnrc", "protect", "registry and token routing"),
+    ("**/.yarnrc.yml", "protect", "yarnPath runs code, npmRegistryServer routes the token"),
+    ("**/site-packages/*.pth", "mark", "Python runs their import lines at start-up"),
+    ("**/site-packages/sitecustomize.py", "mark", "Python runs it at start-up"),
+    ("**/site-packages/usercustomize.py", "mark", "Python runs it at start-up"),
+    ("**/bin/activate", "mark", "sourced into the person's shell"),
+    (".pre-commit-config.yaml", "mark", "local hooks pre-commit runs on commit"),
+    ("lefthook.yml", "mark", "commands lefthook runs on commit"),
+    (".lefthook.yml", "mark", "commands lefthook runs on commit"),
+    (".lfsconfig", "mark", "where git-lfs sends objects and credentials"),
+    (".vscode/settings.json", "mark", "interpreter paths and terminal settings VS Code uses"),
+    (".vscode/launch.json", "mark", "what VS Code runs on debug"),
+]
+PROTECT = [p for p, action, _ in ESCAPE_ROUTES if action in ("protect", "git")]
+MARK = [p for p, action, _ in ESCAPE_ROUTES if action == "mark"]
+
+
+def render_escape_routes() -> str:
+    """The list above as text (`envgit policy protected`, the README)."""
+    width = max(len(p) for p, _, _ in ESCAPE_ROUTES)
+    lines = [f"{p:<{width}}  {action:<7}  {why}" for p, action, why in ESCAPE_ROUTES]
+    lines += ["", "and, found per step: every repository's config, hooks, commondir and worktrees "
+              "(nested ones, submodules, a .git file's target), the core.hooksPath directory "
+              "named by any git config source (and its parent when it is husky's `_`), and the "
+              "files those configs include"]
+    return "\n".join(lines) + "\n"
+
 
 ENV_PASS = ["PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM", "NO_COLOR",
             "TZ", "USER", "LOGNAME", "SHELL", "PYENV_ROOT", "PYENV_VERSION"]
@@ -57,7 +141,15 @@ ENV_PASS = ["PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM", "NO
 # A variable whose name looks like this reaches the sandbox only when passed by its exact name.
 SECRET_NAME_GLOBS = ["*_TOKEN", "*_TOKEN_*", "*TOKEN", "*_SECRET", "*_SECRET_*", "*SECRET",
                      "*_KEY", "*_KEY_*", "*PASSWORD*", "*PASSWD*", "*_CREDENTIALS*", "*_AUTH",
-                     "*_PAT", "*APIKEY*", "*API_KEY*", "*_COOKIE*", "*SESSION*"]
+                     "*_PAT", "*APIKEY*", "*API_KEY*", "*_COOKIE*", "*SESSION*",
+                     "*_PWD", "*_PASS", "*PASSPHRASE*", "*_DSN", "*DATABASE_URL*", "*_DB_URL",
+                     "*WEBHOOK*", "*CONNECTION_STRING*", "*_CONN_STR*", "*PRIVATE*", "*_SIGNING_*",
+                     "*_CREDS", "*_AUTH_*"]
+# A value that looks like this is a secret whatever its name (for variables passed by a glob):
+# a URL with a password in it, or a well-known token prefix.
+SECRET_VALUE_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-",
+                         "xoxb-", "xoxp-", "xoxa-", "xapp-", "sk-", "sk_live_", "rk_live_",
+                         "AKIA", "ASIA", "AIza", "npm_", "pypi-", "hf_", "dop_v1_", "shpat_")
 
 MAX_FILE_SIZE = 256 * 1024**2
 
@@ -80,8 +172,8 @@ filesystem:
   allow_read: []
   # The project ('.') and a private per-session /tmp are writable; everything else is not.
   allow_write: ["."]
-  # Read-only inside the writable project, added to .git/hooks, .git/config, the
-  # core.hooksPath directory and envgit.yaml itself.
+  # Read-only inside the writable project, added to the escape routes git, direnv, npm,
+  # editors and agents obey (`envgit policy protected` lists them) and envgit.yaml itself.
   protect: []
 
 env:

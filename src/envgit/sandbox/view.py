@@ -6,9 +6,12 @@ The view is built from an allow-list, not by hiding things in a copy of `/`:
   /run /var/tmp                  empty tmpfs: no host sockets (docker.sock, dbus, ssh-agent)
   /tmp                           the session's private tmp under .envgit/
   $HOME                          an empty read-only tmpfs, plus allow_read entries (toolchains)
-  the project                    writable; envgit.yaml, .git/hooks, .git/config, the
-                                 core.hooksPath dir and `protect` read-only; .envgit/ an empty
-                                 read-only directory; denied files masked
+                                 and a sanitised ~/.gitconfig (gitconfig.py)
+  the project                    writable; envgit.yaml, the escape routes (routes.py: git's
+                                 config and hooks in every repository, the core.hooksPath dir,
+                                 .envrc, .npmrc, agents' settings…) and `protect` read-only,
+                                 git configs as sanitised copies; .envgit/ an empty read-only
+                                 directory; denied files masked
 Bind order matters to bwrap (later mounts cover earlier ones), so the list is built in that order.
 
 A masked path is covered by an empty file or directory with mode 000: reading it fails with
@@ -17,13 +20,17 @@ A masked path is covered by an empty file or directory with mode 000: reading it
 
 import glob as globmod
 import os
-import re
+import sys
 from dataclasses import dataclass, field
 
-from ..policy import Rules, is_denied
+from ..policy import Rules, defaults, is_denied
 from ..policy.decide import SYSTEM_DIRS
 from ..policy.globs import has_magic
+from .gitconfig import ConfigCopies
 from .projectscan import ProjectScan
+from .routes import for_project, has_private_key, unshare_links
+
+_COPIES: dict[str, ConfigCopies] = {}      # per state dir: the sanitised git config copies
 
 
 @dataclass
@@ -60,22 +67,62 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         if os.path.exists(p) and p != project:
             a += ["--bind", p, p]
     a += ["--bind", project, project]
+    copies = _COPIES.setdefault(state_dir, ConfigCopies(state_dir))
+    # Git's own config, sanitised (no credentials, no host programs): the originals stay unseen.
+    system = copies.system_config(home) if rules.home else None
+    if system:
+        a += ["--ro-bind", system, "/etc/gitconfig"]
     if has_home:
+        a += _global_git_config(copies, project, home, visible, state_dir)
         a += ["--remount-ro", home]      # the home view is read-only; caches go to /tmp
 
     # Read-only inside the writable project, their parents pinned in place first.
-    protected = _protected(rules)
+    rs = for_project(project).find(rules, scan)
+    scan.routes = rs                     # what the daemon fingerprints before the step
+    protected = _protected(rules, rs)
+    # A second name (hard link) of a protected file would be a writable way to it: broken away.
+    for p in unshare_links(protected):
+        print(f"envgit: {p} had another name (a hard link); it now has an inode of its own",
+              file=sys.stderr, flush=True)
+    configs = {os.path.realpath(c) for c in rs.configs}
     for d in _pinned(protected, _writable(rules)):
         a += ["--bind", d, d]
     for p in protected:
-        a += ["--ro-bind", p, p]
+        src = p
+        if p in configs and os.path.isfile(p):
+            src = copies.repo_config(p, os.path.dirname(p), home) or empty_file
+        elif os.path.basename(p) == ".npmrc" and os.path.isfile(p):
+            src = _npmrc_copy(p, state_dir) or p
+        a += ["--ro-bind", src, p]
     a += ["--ro-bind", blank_dir, os.path.join(project, ".envgit")]
 
     # Denies, last so they cover every bind above.
-    for p in _denied_paths(rules, scan):
+    for p in _denied_paths(rules, rs):
         a += ["--ro-bind", empty_dir if os.path.isdir(p) and not os.path.islink(p) else empty_file, p]
         v.masked.append(p)
     return v
+
+
+def _global_git_config(copies, project, home, visible, state_dir):
+    """The sanitised global config at ~/.gitconfig; where the real ~/.gitconfig or
+    ~/.config/git/config is shown (allow_read of ~ or ~/.config), covered: the first by the
+    copy, the second by an empty file (the copy holds both). Git dies on an unreadable config
+    file, so these are readable, unlike the deny masks."""
+    empty = os.path.join(state_dir, "sandbox", "empty-config")
+    if not os.path.exists(empty):
+        open(empty, "w").close()
+        os.chmod(empty, 0o644)
+    cfg = copies.global_config(project, home) or empty
+    xdg = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "git", "config")
+    first = os.path.join(home, ".gitconfig")
+    shown = lambda p: any(_inside(p, v) for v in visible)
+    out = []
+    has = os.path.exists(first) or os.path.exists(xdg) or os.path.getsize(cfg) > 0
+    if has and (not shown(first) or os.path.exists(first)):
+        out += ["--ro-bind", cfg, first]
+    if shown(xdg) and os.path.exists(xdg):
+        out += ["--ro-bind", empty, xdg]
+    return out
 
 
 def _covered(p):
@@ -113,41 +160,17 @@ def _sentinels(state_dir):
     return empty_dir, empty_file, blank_dir
 
 
-_HOOKS_RE = re.compile(r"^\s*hookspath\s*=\s*(.+?)\s*$", re.I | re.M)
-
-
-def hooks_path(project: str, home: str) -> str | None:
-    """core.hooksPath from the repository's config (then the user's): git runs whatever is
-    there on the next commit outside the sandbox, so it must not be writable inside."""
-    for cfg in (os.path.join(project, ".git", "config"), os.path.join(home, ".gitconfig")):
-        try:
-            text = open(cfg, encoding="utf-8", errors="replace").read()
-        except OSError:
-            continue
-        m = _HOOKS_RE.findall(text)
-        if m:
-            value = m[-1].strip('"')
-            value = os.path.expanduser(value) if value.startswith("~") else value
-            return os.path.normpath(os.path.join(project, value))
-    return None
-
-
-def _protected(rules: Rules):
+def _protected(rules: Rules, rs):
     """The protected paths to bind read-only, resolved: a symlinked component leads to what it
     names (protected if that is writable, left alone if it is outside every writable area,
     where nothing can be written anyway), and nothing is created through a symlink."""
-    project = rules.project
-    paths = [x for p, _ in rules.protect_abs for x in _expand(p)]
-    hp = hooks_path(project, rules.home)
-    if hp:
-        paths.append(hp)
     writable = _writable(rules)
     out = []
-    for p in paths:
+    for p in rs.protect:
         real = os.path.realpath(p)
         if not any(_inside(real, w) for w in writable):
             continue
-        if not os.path.lexists(real) and (p.endswith("/hooks") or p == hp) and \
+        if not os.path.lexists(real) and (p.endswith("/hooks") or p in rs.hook_dirs) and \
                 os.path.isdir(os.path.dirname(real)):
             os.makedirs(real, exist_ok=True)   # an absent hooks dir would be creatable inside
         if os.path.lexists(real) and not os.path.islink(real):
@@ -176,14 +199,65 @@ def _pinned(protected, writable):
     return sorted(out)          # a parent sorts before its children: bound first
 
 
-def _denied_paths(rules: Rules, scan: ProjectScan):
+def _denied_paths(rules: Rules, rs):
     out = []
     for entry, _ in rules.deny_abs:
         for p in _expand(entry):
             if os.path.lexists(p) and is_denied(rules, p) and _visible(rules, p):
                 out.append(p)
-    out += [p for p in scan.matches(rules) if is_denied(rules, p)]
+    out += [p for p in rs.deny_hits if is_denied(rules, p)]
+    # *.pem / *.key: only those holding a private key (a CA bundle stays readable)
+    for p in rs.content_hits:
+        rel = os.path.relpath(p, rules.project)
+        for pattern, marker in defaults.DENY_READ_IF_CONTAINS.items():
+            if _rel_match(pattern, rel) and os.path.isfile(p) and not os.path.islink(p) \
+                    and has_private_key(p, marker) and not _allowed(rules, p):
+                out.append(p)
     return _outermost(out)
+
+
+def _rel_match(pattern, rel):
+    from ..policy.decide import _rx
+    return _rx(pattern).match(rel) is not None
+
+
+def _allowed(rules, p):
+    """An allow_read entry naming the path itself lifts a content deny too."""
+    from ..policy.decide import _deepest, _rel
+    depth, _ = _deepest(rules, p, _rel(rules.project, p), rules.allow_abs, rules.allow_rel)
+    return depth >= p.count("/")
+
+
+_NPM_AUTH = ("_authtoken", "_auth", "_password", "password", "certfile", "keyfile", "cert", "key")
+
+
+def _npmrc_copy(path, state_dir):
+    """A project .npmrc without credentials written in it (a `${NPM_TOKEN}` reference is kept:
+    npm fills it from the step's environment, which holds no token unless passed)."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read(1 << 20).decode("utf-8", "surrogateescape").splitlines()
+    except OSError:
+        return None
+    keep, dropped = [], False
+    for line in lines:
+        k, eq, v = line.partition("=")
+        name = k.strip().rsplit(":", 1)[-1].lower()
+        if eq and name in _NPM_AUTH and not v.strip().startswith("${"):
+            dropped = True
+            continue
+        keep.append(line)
+    if not dropped:
+        return None
+    import hashlib
+    d = os.path.join(state_dir, "sandbox", "npmrc")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    out = os.path.join(d, hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16])
+    with open(out + ".tmp", "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write("\n".join(keep) + "\n")
+    os.chmod(out + ".tmp", 0o644)
+    os.replace(out + ".tmp", out)
+    return out
 
 
 def _visible(rules, p):

@@ -49,10 +49,10 @@ def close_changes(changes: dict, cache: StatCache) -> dict:
     out = {}
     for rel, names in changes.items():
         out[rel] = ALL if names is ALL else {os.fsdecode(n) for n in names}
-    for rel in cache.racy_dirs:
+    for rel in cache.racy_dirs | cache.linked_dirs:
         memo = cache.dirs.get(rel)
-        if memo is not None and memo.racy and out.get(rel) is not ALL:
-            out[rel] = out.get(rel, set()) | memo.racy
+        if memo is not None and (memo.racy or memo.linked) and out.get(rel) is not ALL:
+            out[rel] = out.get(rel, set()) | memo.racy | memo.linked
     for rel in list(out):
         while rel:
             parent, _, name = rel.rpartition(b"/")
@@ -72,6 +72,7 @@ class Capture:
     def __init__(self, objects, flt: Filter, cache: StatCache, changes: dict | None):
         self.objects, self.flt, self.cache, self.changes = objects, flt, cache, changes
         self.fence = time.time_ns() - RACY_SLACK_NS
+        self.new_link = False       # a regular file was seen with a second name it lacked before
         self.stats = dict(dirs_listed=0, dirs_rechecked=0, entries_statted=0, files_hashed=0,
                           bytes_hashed=0, trees_encoded=0)
 
@@ -79,7 +80,14 @@ class Capture:
         fd = os.open(os.fspath(root), _DIR_FLAGS)
         try:
             st = os.fstat(fd)
-            tree_id = self._dir(fd, b"", (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            st5 = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            tree_id = self._dir(fd, b"", st5)
+            if self.new_link and self.changes is not None:
+                # A file got a second name: its first name, elsewhere, had no event and may have
+                # changed through the new one. One walk without the watcher's map finds it (and
+                # from then on both names are re-checked at every snapshot: DirMemo.linked).
+                self.changes = None
+                tree_id = self._dir(fd, b"", st5)
         finally:
             os.close(fd)
         self.cache.root = ((st.st_mode, 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), tree_id)
@@ -191,6 +199,7 @@ class Capture:
         encode = reorder
         touched = bool(missing) or reorder
         added, removed = [], set()
+        linked = memo.linked
         for name in missing:
             kid = kids.pop(name)
             if kid[ENC] is not None:
@@ -198,10 +207,17 @@ class Capture:
                 encode = True
             left.pop(name, None)
             racy.discard(name)
+            linked.discard(name)
             if _is_dir(kid):
                 cache.forget_tree(prefix + os.fsencode(name))
         for name, st in slow:
             old = kids.get(name)
+            if st.st_nlink > 1 and st.st_mode & _S_IFMT == _S_IFREG:
+                if name not in linked:
+                    linked.add(name)
+                    self.new_link = True
+            else:
+                linked.discard(name)
             kid = self._kid(dfd, prefix, name, st, old)
             if kid is None:                       # vanished since the listing
                 if old is None:
@@ -255,6 +271,10 @@ class Capture:
                 self.objects.remember_tree(memo.tree_id, parts)
             self.stats["trees_encoded"] += 1
         memo.trusted = True
+        if linked:
+            cache.linked_dirs.add(rel)
+        else:
+            cache.linked_dirs.discard(rel)
         if not touched:
             return memo.tree_id
         cache.dirs[rel] = memo

@@ -42,7 +42,7 @@ def stamp(st: os.stat_result) -> tuple:
 
 
 class DirMemo:
-    __slots__ = ("tree_id", "kids", "order", "left", "racy", "trusted", "stamp")
+    __slots__ = ("tree_id", "kids", "order", "left", "racy", "linked", "trusted", "stamp")
 
     def __init__(self, tree_id: bytes | None = None, trusted: bool = False):
         self.tree_id = tree_id
@@ -54,6 +54,10 @@ class DirMemo:
         self.order: list[str] | None = None   # names of included kids, in raw-byte order
         self.left: dict[str, tuple] = {}      # name -> (relpath, size, reason) of left-out kids
         self.racy: set[str] = set()           # names of racy kids (re-read every snapshot)
+        # Names of regular files with other names (st_nlink > 1): a write through another name
+        # (outside this directory, or outside the project) gives no event here, so they are
+        # lstat'ed at every snapshot.
+        self.linked: set[str] = set()
         # True when `kids` are exactly what produced `tree_id` under the current filter: only
         # then may a child be reused on its stamp alone.
         self.trusted = trusted
@@ -70,6 +74,7 @@ class StatCache:
         self.root: tuple | None = None           # the root's (stamp, tree id)
         self.left_dirs: set[bytes] = set()       # directories with left-out children
         self.racy_dirs: set[bytes] = set()       # directories with racy children
+        self.linked_dirs: set[bytes] = set()     # directories with hard-linked children
         self.filter_key = None       # the Filter the memos were built with
         if self.path is not None:
             self._load()
@@ -87,6 +92,7 @@ class StatCache:
             memo = self.dirs.pop(rel, None)
             self.left_dirs.discard(rel)
             self.racy_dirs.discard(rel)
+            self.linked_dirs.discard(rel)
             if memo is None:
                 continue
             prefix = rel + b"/" if rel else b""

@@ -1,0 +1,291 @@
+"""Escape routes: the files in a writable place that a program outside the sandbox obeys later
+(defaults.ESCAPE_ROUTES, the policy's `protect`, and what git reads: gitroutes.py).
+
+Before a step (`find`, from the view): every existing one is bound read-only, after any other
+name it has (a hard link) is broken away from it, since a second name would be a writable way
+to the same file. Before and after a step (`fingerprint`): every one, present or not, is
+lstat'ed, so a route the step created (where none could be bound) or changed (should the mounts
+ever be got round) is marked `escape-route-written` on the step and told at its end, with
+its path. `mark` routes are only fingerprinted, never bound: tools write them legitimately.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+from ..policy import defaults
+from ..policy.decide import _rx
+from ..policy.globs import has_magic
+from .gitroutes import HooksPaths, commondir_of, gitdir_of, gitdir_routes
+
+MAX_WALK = 5000          # entries fingerprinted under one protected directory
+_GIT_CONFIG_SUFFIXES = ("/.git/config", "/.git/config.worktree")
+
+
+@dataclass
+class RouteSet:
+    protect: list[str] = field(default_factory=list)   # absolute paths, present, to bind read-only
+    configs: set = field(default_factory=set)          # of those, git configs (bound sanitised)
+    hook_dirs: set = field(default_factory=set)        # hooks directories (made when absent)
+    watch: list[str] = field(default_factory=list)     # absolute paths whose change is marked
+    deny_hits: list[str] = field(default_factory=list)  # project paths a glob deny names
+    content_hits: list[str] = field(default_factory=list)  # paths to check by content
+
+
+_BY_PROJECT: dict = {}
+
+
+def for_project(project: str) -> "Routes":
+    """The daemon's one Routes per project (git's answers are kept between steps)."""
+    r = _BY_PROJECT.get(project)
+    if r is None:
+        r = _BY_PROJECT[project] = Routes()
+    return r
+
+
+class Routes:
+    """Per project in a daemon (it keeps git's answers between steps)."""
+
+    def __init__(self):
+        self.hooks = HooksPaths()
+
+    def patterns(self, rules):
+        """(stop, find) for the project scan: glob denies, and every glob route."""
+        stop = tuple(p for p, _ in rules.deny_rel)
+        find = [_rel_glob(rules.project, e) for e, _ in rules.protect_abs]
+        find += [m for m in defaults.MARK if has_magic(m)]
+        find += list(defaults.DENY_READ_IF_CONTAINS)
+        return stop, tuple(sorted({f for f in find if f}))
+
+    def find(self, rules, scan) -> RouteSet:
+        project, home = rules.project, rules.home
+        stop, find = self.patterns(rules)
+        deny_hits, found = scan.scan(stop, find)
+        rs = RouteSet(deny_hits=[os.path.join(project, h) for h in deny_hits])
+        protect_rx = _alt([_rel_glob(project, e) for e, _ in rules.protect_abs])
+        content_rx = _alt(list(defaults.DENY_READ_IF_CONTAINS))
+        mark_rx = _alt([m for m in defaults.MARK if has_magic(m)])
+        protect, watch = [], []
+        for e, _ in rules.protect_abs:          # literal entries: by path, present or not
+            if not has_magic(e):
+                protect.append(e)
+        for m in defaults.MARK:
+            if not has_magic(m):
+                watch.append(os.path.join(project, m))
+        tops, gitdirs = [], []
+        for h in found:
+            p = os.path.join(project, h)
+            if content_rx and content_rx(h):
+                rs.content_hits.append(p)
+            base = os.path.basename(h)
+            if base == ".git" and os.path.isdir(p) and not os.path.islink(p):
+                pass                            # a repository: what git obeys in it is below
+            elif protect_rx and protect_rx(h):
+                protect.append(p)
+                if p.endswith(_GIT_CONFIG_SUFFIXES) or "/.git/modules/" in p and \
+                        p.endswith(("/config", "/config.worktree")):
+                    rs.configs.add(p)
+            elif mark_rx and mark_rx(h):
+                watch.append(p)
+            if base == ".git":
+                tops.append(os.path.dirname(p))
+                gd = gitdir_of(p)
+                if gd and gd != p:
+                    gitdirs.append(gd)          # a .git file's target, anywhere
+            elif base == "commondir":
+                cd = commondir_of(os.path.dirname(p))
+                if cd:
+                    gitdirs.append(cd)
+        for gd in gitdirs:
+            for r in gitdir_routes(gd):
+                protect.append(r)
+                if r.endswith(("/config", "/config.worktree")):
+                    rs.configs.add(r)
+            cd = commondir_of(gd)
+            if cd:
+                protect += gitdir_routes(cd)
+                rs.configs.add(os.path.join(cd, "config"))
+        if project not in tops:
+            tops.append(project)                # the project may sit inside a repository
+        for top in tops:
+            hooks, origins = self.hooks.get(top, home)
+            if hooks:
+                protect.append(hooks)
+                rs.hook_dirs.add(os.path.normpath(hooks))
+                if os.path.basename(hooks) == "_":
+                    protect.append(os.path.dirname(hooks))   # husky: `_/h` runs ../<hook>
+            protect += [o for o in origins if _inside(o, project)]
+        rs.protect = _dedupe(protect)
+        rs.watch = _dedupe(rs.protect + watch)
+        return rs
+
+
+def _rel_glob(project, entry):
+    """A protect entry as a project-relative glob, or None (a literal path, outside, …)."""
+    if not has_magic(entry) or not entry.startswith(project + "/"):
+        return None
+    return entry[len(project) + 1:]
+
+
+def _alt(patterns):
+    patterns = [p for p in patterns if p]
+    if not patterns:
+        return None
+    import re
+    return re.compile("|".join(f"(?:{_rx(p).pattern})" for p in patterns), re.DOTALL).match
+
+
+def _inside(p, d):
+    return p == d or p.startswith(d.rstrip("/") + "/")
+
+
+def _dedupe(paths):
+    seen, out = set(), []
+    for p in paths:
+        p = os.path.normpath(p)
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    return out
+
+
+# --- before and after a step -----------------------------------------------------------------
+
+def fingerprint(paths) -> dict:
+    """{path: (mode, size, mtime_ns, ctime_ns, ino) or None} for each path and, for a
+    directory, every entry under it (not following symlinks)."""
+    out = {}
+    for p in paths:
+        try:
+            st = os.lstat(p)
+        except OSError:
+            out[p] = None
+            continue
+        out[p] = _stamp(st)
+        if os.path.stat.S_ISDIR(st.st_mode):
+            n = 0
+            for d, dirs, files in os.walk(p):
+                for name in dirs + files:
+                    q = os.path.join(d, name)
+                    try:
+                        out[q] = _stamp(os.lstat(q))
+                    except OSError:
+                        pass
+                    n += 1
+                if n > MAX_WALK:
+                    break
+    return out
+
+
+def changed(before: dict, after: dict) -> list[str]:
+    """The paths whose stamp differs; a directory only when nothing under it is listed (its
+    entries name the change better)."""
+    out = sorted(p for p in before.keys() | after.keys()
+                 if before.get(p) != after.get(p) and (before.get(p) or after.get(p)))
+    return [p for p in out if not any(q.startswith(p + "/") for q in out)]
+
+
+def _stamp(st):
+    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def unshare_links(paths) -> list[str]:
+    """Give every protected regular file with another name (st_nlink > 1) an inode of its own:
+    copied, then renamed over the protected name. The other names keep the old inode, so a
+    write through them no longer reaches the protected path. Returns the paths unshared."""
+    out = []
+    for p in paths:
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if os.path.stat.S_ISDIR(st.st_mode):
+            n = 0
+            for d, _, files in os.walk(p):
+                for name in files:
+                    q = os.path.join(d, name)
+                    if _unshare(q):
+                        out.append(q)
+                    n += 1
+                if n > MAX_WALK:
+                    break
+        elif _unshare(p, st):
+            out.append(p)
+    return out
+
+
+def _unshare(path, st=None) -> bool:
+    try:
+        st = st or os.lstat(path)
+    except OSError:
+        return False
+    if not os.path.stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return False
+    tmp = f"{path}.envgit-unlink.{os.getpid()}"
+    try:
+        src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                while chunk := os.read(src, 1 << 20):
+                    os.write(dst, chunk)
+                if os.geteuid() == 0:
+                    os.fchown(dst, st.st_uid, st.st_gid)
+                os.fchmod(dst, st.st_mode & 0o7777)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+        os.rename(tmp, path)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+def has_private_key(path: str, marker: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return marker in f.read(1 << 16)
+    except OSError:
+        return False
+
+
+def before_step(scan) -> dict:
+    """The fingerprint of the routes the view just bound (ProjectScan.routes), taken before the
+    step's command runs."""
+    rs = getattr(scan, "routes", None)
+    return fingerprint(rs.watch) if rs is not None else {}
+
+
+def written(pol, project: str, home: str, scan, before: dict, summary) -> list[str]:
+    """The escape routes a step created or changed, project-relative (absolute outside it):
+    from the fingerprints before and after the step (whatever the snapshot leaves out or
+    truncates), and from the snapshot's changed paths."""
+    from ..policy import resolve
+    rules = resolve(pol, project, home or os.path.expanduser("~"))
+    rs = for_project(project).find(rules, scan)
+    after = fingerprint(rs.watch)
+    for p in before:
+        if p not in after:
+            try:
+                after[p] = _stamp(os.lstat(p))
+            except OSError:
+                after[p] = None
+    out = set(changed(before, after))
+    # The snapshot's view: a route pattern naming a changed path.
+    pats = [_rel_glob(project, e) or (e[len(project) + 1:] if e.startswith(project + "/") else None)
+            for e, _ in rules.protect_abs] + list(defaults.MARK)
+    pats = [p for p in pats if p]
+    lit = [p for p in pats if not has_magic(p)]
+    rx = _alt([p for p in pats if has_magic(p)])
+    for c in (summary or {}).get("paths", []):
+        path = c.get("path", "")
+        if any(path == e or path.startswith(e + "/") for e in lit) or \
+                (rx and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))):
+            out.add(os.path.join(project, path))
+    rel = lambda p: p[len(project) + 1:] if p.startswith(project + "/") else p
+    return sorted({rel(p) for p in out})
