@@ -105,7 +105,9 @@ class Snapshotter:
         try:
             return snap, self.store.diff(prev_tree, snap.tree_id), None
         except (StoreError, CorruptObject) as e:
-            self.store.check_tree(snap.tree_id)     # raises if the new tree is what is damaged
+            damaged = self.store.check_tree(snap.tree_id)   # is it the new tree that is damaged?
+            if damaged:
+                raise StoreError("; ".join(damaged[:3])) from None
             return snap, [], (f"the previous snapshot ({prev_tree}) is damaged, so this step's "
                               f"changes cannot be listed: {e}")
 

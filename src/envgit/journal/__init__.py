@@ -100,13 +100,19 @@ def utc(ns: int) -> str:
 
 
 class Problem(str):
-    """One thing `verify` found, as text; `seq` is the entry it is about (None: the journal as a
-    whole), `blocks` whether rewind must refuse to trust the history up to there."""
+    """One thing `verify` found, as text. `blocks`: whether a rewind to a step whose entries
+    end at seq T must refuse, which it does for `seq` <= T (<= `until` when set): a changed
+    entry k taints every target at or after it; a history found rewritten up to entry b taints
+    the targets up to b (None: the journal as a whole)."""
 
-    def __new__(cls, text, seq=None, blocks=True):
+    def __new__(cls, text, seq=None, blocks=True, until=None):
         p = super().__new__(cls, "journal: " + text)
-        p.seq, p.blocks = seq, blocks
+        p.seq, p.blocks, p.until = seq, blocks, until
         return p
+
+    def taints(self, target_seq: int) -> bool:
+        return self.blocks and (self.seq is None or self.seq <= target_seq) and \
+            (self.until is None or target_seq <= self.until)
 
 
 class Journal:
@@ -268,7 +274,7 @@ class Journal:
 
     def verify_through(self, seq: int) -> list[str]:
         """The problems that make the history up to entry `seq` untrustworthy (rewind asks)."""
-        return [p for p in self.problems(upto=seq) if p.blocks and (p.seq is None or p.seq <= seq)]
+        return [p for p in self.problems(upto=seq) if p.taints(seq)]
 
     def problems(self, upto: int | None = None) -> list[Problem]:
         problems, prev, expect = [], GENESIS, 1
@@ -295,21 +301,30 @@ class Journal:
                 problems.append(Problem(f"entry {seq} ({kind} of step {step}): {'; '.join(what)}; "
                                         "the rest of the journal is read without it", seq))
             elif kind == "lost":
-                # A lost tail leaves what came before it sound; a rewritten history does not:
-                # rewind trusts nothing up to where it was found.
-                a, b = parsed.get("entries", [0, 0])
-                problems.append(Problem(f"entry {seq} records that {parsed.get('reason', 'entries were lost')}; "
-                                        f"entries {a}–{b} as they were are gone, and what steps up to "
-                                        f"{parsed.get('last_step')} did after their last recorded entry "
-                                        "is not known", b if parsed.get("rewritten") else seq,
-                                        blocks=bool(parsed.get("rewritten"))))
+                problems.append(_recorded_loss(seq, parsed))
             prev, expect = h, seq + 1
+        if stop is not None:        # losses recorded after `upto` may still be about entries before it
+            for seq, _, kind, _, text in self._rows("WHERE step = 0 AND kind = 'lost' AND seq > ?", (stop,)):
+                parsed, wrong = read_body(kind, text)
+                if parsed is not None and not wrong:
+                    problems.append(_recorded_loss(seq, parsed))
         lost = self.tail_problem()
         if lost is not None:
             problems.append(Problem(lost["reason"] + " (not yet recorded: the next envgit "
                                     "command that writes records it)",
-                                    lost["entries"][1] if lost.get("rewritten") else lost["entries"][0]))
+                                    None if lost.get("rewritten") else lost["entries"][0]))
         return problems
+
+
+def _recorded_loss(seq, body) -> Problem:
+    """A `lost` entry, said by fsck every time. A lost tail leaves what came before it sound
+    (rewind goes on trusting it); a rewritten history does not: rewind refuses every target
+    up to where it was found."""
+    a, b = body.get("entries", [0, 0])
+    return Problem(f"entry {seq} records that {body.get('reason', 'entries were lost')}; entries "
+                   f"{a}–{b} as they were are gone, and what steps up to {body.get('last_step')} did "
+                   "after their last recorded entry is not known",
+                   1 if body.get("rewritten") else seq, blocks=bool(body.get("rewritten")), until=b)
 
 
 def _fold(out, seq, step, kind, at, text):

@@ -103,9 +103,11 @@ def gc(objects: ObjectStore, keep_root_ids: list[bytes], progress=None) -> int:
 
     Crash-safe whatever order kills and reruns come in, by construction (docs/FORMAT.md,
     crash-safety rule 4):
-      - a pack every object of which is live stays as it is. A rerun after a kill therefore
-        keeps the packs the killed run wrote (all live) and never writes them again, so no
-        new pack can share a name with one it deletes;
+      - a pack every object of which is live, and the copy the index reads, stays as it is. A
+        rerun after a kill therefore keeps the packs the killed run wrote, and should it write
+        one again byte for byte (same name), that pack is never deleted;
+      - an object with copies in several packs (a crash, a quarantined copy stored again) is
+        read back first, so the index names a sound copy and the damaged one goes;
       - the live objects of the other packs that no staying pack holds are copied into new
         packs, sealed with their indexes, before anything is deleted;
       - a pack is deleted only after checking that every live object in it is held by a pack
@@ -115,7 +117,10 @@ def gc(objects: ObjectStore, keep_root_ids: list[bytes], progress=None) -> int:
     live = mark(objects, keep_root_ids)      # raises if a kept root is damaged: delete nothing then
     before = _store_bytes(objects)
     pack_ids = sorted(objects.pack_entries)
-    whole = {p for p in pack_ids if all(e[0] in live for e in objects.pack_entries[p])}
+    _prefer_sound_copies(objects, live)
+    index = objects.index
+    whole = {p for p in pack_ids
+             if all(e[0] in live and index.get(e[0], ("",))[0] == p for e in objects.pack_entries[p])}
     held = {e[0] for p in whole for e in objects.pack_entries[p]}
     doomed, written, writer = [], set(), None
     for n, pack_id in enumerate(pack_ids, 1):
@@ -150,6 +155,17 @@ def gc(objects: ObjectStore, keep_root_ids: list[bytes], progress=None) -> int:
             faults.point("gc-deleted-" + ext[1:])
     _drop_leftovers(objects)
     return before - _store_bytes(objects)
+
+
+def _prefer_sound_copies(objects: ObjectStore, live: set) -> None:
+    """Read every live object that has more than one copy: get() moves the index to a sound
+    copy when the one it names is damaged (and raises if none is: gc then deletes nothing)."""
+    seen, doubled = set(), set()
+    for entries in objects.pack_entries.values():
+        for e in entries:
+            (doubled if e[0] in seen else seen).add(e[0])
+    for oid in doubled & live:
+        objects.get(oid)
 
 
 def _seal(objects: ObjectStore, writer: packs.PackWriter) -> str:

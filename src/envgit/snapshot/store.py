@@ -124,10 +124,13 @@ class Store:
         and well-formed. Returns the problems found (empty: all good)."""
         return maintenance.fsck(self.objects, [bytes.fromhex(r) for r in root_ids])
 
-    def check_tree(self, tree_id: str) -> None:
-        """Raise (MissingObject, CorruptObject) unless every tree and chunk index under the
-        tree reads back sound and every blob it names is in the store."""
-        maintenance.mark(self.objects, [_raw(tree_id)])
+    def check_tree(self, tree_id: str) -> list[str]:
+        """What is wrong under the tree (empty: every tree and chunk index under it reads back
+        sound and every blob it names is in the store). It goes on past the first problem, so
+        every damaged object it meets is quarantined in one pass (see ObjectStore.get)."""
+        problems: list[str] = []
+        maintenance.mark(self.objects, [_raw(tree_id)], problems)
+        return problems
 
     def gc(self, keep_root_ids: list[str], progress=None) -> int:
         """Drop what no kept root reaches; `progress(done_packs, total_packs)`. Returns bytes
