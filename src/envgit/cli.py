@@ -1,7 +1,10 @@
 """The command line: argument parsing and rendering only.
 
 `envgit run` is dispatched before argparse is even imported: it is the hot path.
-Exit codes: the step's own for `run`; 0 ok, 1 failure, 2 usage or bad input for the rest.
+Exit codes: the step's own for `run`; for the rest 0 ok, 1 failure, 2 usage or bad input,
+3 the session daemon could not be reached or went away, 4 the snapshot store is damaged
+(a missing or corrupt object, pack or index), 5 the journal cannot be read. Operational
+failures are one `envgit: …` line saying what to do (commands.operational), never a traceback.
 """
 
 import sys

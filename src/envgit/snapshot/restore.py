@@ -16,6 +16,15 @@ from .objects import MissingObject, StoreError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _KEEP_IN_MEMORY = 64 << 20     # verified file contents kept between the check and the write
+# Restore never re-creates setuid or setgid bits (files and directories alike): a step could
+# otherwise plant a setuid file that a rewind run as root writes back owned by root. The
+# snapshot keeps the bits as they were (the tree records st_mode & 0o7777); only restore
+# drops them (docs/FORMAT.md, "Tree").
+_NEVER_RESTORED = 0o6000
+
+
+def restored_mode(mode: int) -> int:
+    return mode & 0o7777 & ~_NEVER_RESTORED
 
 
 class RestoreRefused(StoreError):
@@ -101,7 +110,7 @@ def apply_plan(objects, root, plan: RestorePlan) -> None:
         for item in reversed(plan.write):         # last, so read-only dirs were writable above
             if item.type == "dir":
                 fd = dirs.open(item.path)
-                os.fchmod(fd, item.mode)
+                os.fchmod(fd, restored_mode(item.mode))
 
 
 def _verify(objects, plan: RestorePlan) -> dict:
@@ -194,7 +203,7 @@ def _write(objects, dirs: _Dirs, item: Item, contents: dict) -> None:
                     view = memoryview(piece)
                     while view:
                         view = view[os.write(fd, view):]
-                os.fchmod(fd, item.mode)
+                os.fchmod(fd, restored_mode(item.mode))
             finally:
                 os.close(fd)
         os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
