@@ -7,10 +7,11 @@ uid (`/proc/sys/kernel/core_pattern` → a crash runs a program as root on the h
 owner bits of root's files let uid 0 read them. So, by rule rather than by list of known files:
 
   /proc    everything but the per-process directories is read-only: every top-level directory
-           (sys, irq, bus, fs, driver, tty, sysvipc, pressure, …) and every top-level file with
-           a write bit (sysrq-trigger, mtrr, …); every top-level entry others cannot read
-           (kcore, kmsg, timer_list, slabinfo, …) is masked, and so are runc's and Docker's
-           masked paths that others may read but that leak or act on the host (PROC_MASKED).
+           holding a file with a write bit (sys always, irq, bus, pressure, …) and every
+           top-level file with one (mtrr, …); as root, every top-level entry others cannot
+           read (kcore, kmsg, timer_list, slabinfo, sysrq-trigger, …) is masked, and so, for
+           everyone, are runc's and Docker's masked paths that others may read but that leak
+           or act on the host (PROC_MASKED).
   /sys     absent from the view (not in SYSTEM_DIRS); if a policy brings part of it in, that
            part is read-only and /sys/firmware (SYS_MASKED) masked. The same for any policy
            bind under /proc.
@@ -56,11 +57,13 @@ CACHE_FILE = CACHE_DIR + "/root-only-paths"
 _BINDS = ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind", "--dev-bind-try")
 
 
-def mounts(view_args: list[str], state_dir: str, keep: list[str], allowed: list[str]) -> tuple[list[str], list[str]]:
+def mounts(view_args: list[str], state_dir: str, keep: list[str], allowed: list[str],
+           covered: list[str]) -> tuple[list[str], list[str]]:
     """bwrap arguments to append after the view (they must come after its `--proc /proc`), and
     the host paths they mask. `keep`: the project and the writable paths (never masked, nor
     anything that would hide them); `allowed`: paths the policy shows on purpose (a root-only
-    path at or above one of them stays visible: the person named it)."""
+    path at or above one of them stays visible: the person named it); `covered`: paths the
+    view already masks (a deny), not masked twice."""
     hidden_file, hidden_dir = _sentinels(state_dir)
     args, masked = [], []
 
@@ -78,15 +81,16 @@ def mounts(view_args: list[str], state_dir: str, keep: list[str], allowed: list[
     for d in dests:
         if _inside(d, "/proc") or _inside(d, "/sys"):
             args += ["--remount-ro", d]
-    for m in SYS_MASKED:
-        for d in dests:
-            target = m if _inside(m, d) else d if _inside(d, m) else None
-            if target and os.path.exists(target):
-                mask(target, os.path.isdir(target))
+    targets = {t for m in SYS_MASKED for d in dests
+               for t in ([m] if _inside(m, d) else [d] if _inside(d, m) else [])}
+    for t in sorted(targets):
+        if os.path.exists(t):
+            mask(t, os.path.isdir(t))
 
     if os.geteuid() == 0:
         for p in ROOT_ONLY.paths():
-            if any(_inside(p, k) or _inside(k, p) for k in keep) or any(_inside(a, p) for a in allowed):
+            if any(_inside(p, k) or _inside(k, p) for k in keep) or any(_inside(a, p) for a in allowed) \
+                    or any(_inside(p, c) for c in covered):
                 continue
             try:
                 is_dir = stat.S_ISDIR(os.lstat(p).st_mode)
@@ -114,17 +118,21 @@ def _sentinels(state_dir):
     return f, dd
 
 
-_PROC_PLAN = None
+_PROC_PLAN = (0.0, None)
 
 
 def _proc_plan():
     """(paths to bind read-only, (path, is_dir) to mask) in /proc: the same kernel for every
-    step, so listed once per process. The host's /proc has the same global entries as the
-    step's fresh one; the read-only binds take the host's, which show the reader's own
-    namespaces (net, uts, ipc) as the step's own would."""
+    step, so worked out once per daemon and again every REFRESH_S (a module loaded meanwhile
+    may add entries). The host's /proc has the same global entries as the step's fresh one;
+    the read-only binds take the host's, which show the reader's own namespaces (net, uts,
+    ipc) as the step's own would. Each bind costs the step ~0.15 ms, so a directory is bound
+    only when something in it has a write bit (or cannot be listed: deny on doubt)."""
     global _PROC_PLAN
-    if _PROC_PLAN is not None:
-        return _PROC_PLAN
+    at, plan = _PROC_PLAN
+    if plan is not None and time.monotonic() - at < REFRESH_S:
+        return plan
+    root = os.geteuid() == 0
     readonly, masks = [], []
     try:
         names = sorted(os.listdir("/proc"))
@@ -141,12 +149,33 @@ def _proc_plan():
         if stat.S_ISLNK(st.st_mode):
             continue                           # /proc/mounts, /proc/net → self/…
         is_dir = stat.S_ISDIR(st.st_mode)
-        if name in PROC_MASKED or not st.st_mode & 0o004:
-            masks.append((p, is_dir))
-        elif is_dir or st.st_mode & 0o222 or name in PROC_READONLY:
+        if name in PROC_MASKED or (root and not st.st_mode & 0o004):
+            masks.append((p, is_dir))          # (not readable by others: a user cannot read it anyway)
+        elif name in PROC_READONLY or (_holds_writable(p) if is_dir else st.st_mode & 0o222):
             readonly.append(p)
-    _PROC_PLAN = (readonly, masks)
-    return _PROC_PLAN
+    plan = (readonly, masks)
+    _PROC_PLAN = (time.monotonic(), plan)
+    return plan
+
+
+def _holds_writable(d):
+    """Whether a file under `d` has a write bit, or part of `d` cannot be listed (deny on doubt)."""
+    stack = [d]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            return True
+        for e in entries:
+            try:
+                mode = e.stat(follow_symlinks=False).st_mode
+            except OSError:
+                return True
+            if stat.S_ISDIR(mode):
+                stack.append(e.path)
+            elif not stat.S_ISLNK(mode) and mode & 0o222:
+                return True
+    return False
 
 
 class RootOnlyScan:

@@ -51,7 +51,7 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     # /proc and /sys read-only or masked, and (as root) the host files only root can read: after
     # the view, whose `--proc /proc` they cover.
     kargs, kmasked = kernel.mounts(view.args, state_dir, [rules.project] + [p for p, _ in rules.write_abs],
-                                   [p for p, _ in rules.allow_abs])
+                                   [p for p, _ in rules.allow_abs], view.masked)
     view.args += kargs
     view.masked += kmasked
     ours = {"HOME": home, "TMPDIR": "/tmp", **step_env, **agent.get("env", {})}
