@@ -281,10 +281,12 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
             for e, _ in rules.protect_abs] + list(defaults.MARK)
     pats = [p for p in pats if p]
     lit = [p for p in pats if not has_magic(p)]
-    rx = _alt([p for p in pats if has_magic(p)])
+    # `**/.git` names a .git *file* (a directory's routes have patterns of their own)
+    exact = _alt([p for p in pats if has_magic(p) and p.endswith("/.git")])
+    rx = _alt([p for p in pats if has_magic(p) and not p.endswith("/.git")])
     for c in (summary or {}).get("paths", []):
         path = c.get("path", "")
-        if any(path == e or path.startswith(e + "/") for e in lit) or \
+        if any(path == e or path.startswith(e + "/") for e in lit) or (exact and exact(path)) or \
                 (rx and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))):
             out.add(os.path.join(project, path))
     rel = lambda p: p[len(project) + 1:] if p.startswith(project + "/") else p

@@ -170,8 +170,8 @@ def _protected(rules: Rules, rs):
         real = os.path.realpath(p)
         if not any(_inside(real, w) for w in writable):
             continue
-        if not os.path.lexists(real) and (p.endswith("/hooks") or p in rs.hook_dirs) and \
-                os.path.isdir(os.path.dirname(real)):
+        if not os.path.lexists(real) and (p in rs.hook_dirs or p.endswith("/hooks") and
+                                          os.path.isdir(os.path.dirname(real))):
             os.makedirs(real, exist_ok=True)   # an absent hooks dir would be creatable inside
         if os.path.lexists(real) and not os.path.islink(real):
             out.append(real)

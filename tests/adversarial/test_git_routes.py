@@ -1,0 +1,221 @@
+"""Class 4: git runs code from places a step can write. Each attack plants, from inside a step,
+something that would make a plain `git status` or `git commit` run outside the sandbox, then the
+person runs real git on the host. The oracle is a marker file the planted code would touch.
+
+Every variant ends one of two ways, and the test says which it expects: the plant cannot be
+made (the file is read-only inside; the marker never appears), or the file could not exist
+before the step (nothing to bind read-only), so the step that made it is marked
+`escape-route-written`, with the path, and its end says so on the terminal.
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import attacker  # noqa: F401  (the fixture)
+
+NOTICE = "WROTE AN ESCAPE ROUTE"
+ID = "-c user.name=a -c user.email=a@example.com"
+
+
+def last_step(a):
+    steps = json.loads(a.envgit("log", "--json", check=True).stdout)
+    steps = steps.get("steps", steps) if isinstance(steps, dict) else steps
+    return steps[-1]
+
+
+def marked(a, r, *paths):
+    """The step `r` ran as says, on its terminal and in the journal, that it wrote `paths`."""
+    s = last_step(a)
+    assert "escape-route-written" in s["marks"], (s, r.stderr)
+    for p in paths:
+        assert p in s["escape_routes"], (p, s["escape_routes"])
+        assert p in r.stderr and NOTICE in r.stderr, r.stderr
+
+
+def host_git(a, script, marker):
+    """Run real git outside the sandbox, as the person would later; True if the plant ran."""
+    a.host(script)
+    return marker.exists()
+
+
+def fsmonitor_config(marker):
+    return f"[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch {marker}; false\"\n"
+
+
+def test_commondir_redirect_is_marked(attacker):
+    """`.git/commondir` (absent in a plain repository, so nothing to bind) sends git to another
+    directory's config: the step that writes it is marked; the next cannot change it or the
+    config it names."""
+    a = attacker
+    m = a.home / "pwned-commondir"
+    r = a.run(f"cp -r .git evil && git --git-dir=evil config core.fsmonitor 'touch {m}; false' && "
+              "echo ../evil > .git/commondir")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, ".git/commondir")
+    assert host_git(a, "git status", m)          # the oracle is live: that is why it is said
+    m.unlink()
+    r = a.run("echo ../other > .git/commondir")
+    assert r.returncode != 0 and (a.root / ".git" / "commondir").read_text() == "../evil\n"
+    r = a.run(f"git --git-dir=evil config core.fsmonitor 'touch {m}.2; false'")
+    assert r.returncode != 0
+    assert not host_git(a, "git status", a.home / "pwned-commondir.2")
+
+
+def test_nested_gitlink_with_fsmonitor(attacker):
+    """A nested repository added as a gitlink: the outer `git status` looks into it and runs its
+    core.fsmonitor. Made in one step, it is marked; its config cannot be changed by a later one."""
+    a = attacker
+    m = a.home / "pwned-gitlink"
+    r = a.run(f"git init -q sub && git -C sub {ID} commit -q --allow-empty -m x && git add sub")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, "sub/.git/config")
+    r = a.run(f"git -C sub config core.fsmonitor 'touch {m}; false'; "
+              f"echo 'touch {m}' > sub/.git/hooks/post-checkout; chmod +x sub/.git/hooks/post-checkout")
+    assert r.returncode != 0
+    assert not host_git(a, "git status; git -C sub checkout -q HEAD", m)
+    assert "fsmonitor" not in (a.root / "sub" / ".git" / "config").read_text()
+    # the nested repository still works inside (objects, refs, index are writable)
+    r = a.run(f"echo hi > sub/f && git -C sub add f && git -C sub {ID} commit -q -m f && git -C sub log --oneline")
+    assert r.returncode == 0 and " f" in r.stdout, r.stderr
+
+
+def test_nested_repository_made_with_fsmonitor_in_one_step_is_marked(attacker):
+    a = attacker
+    m = a.home / "pwned-nested"
+    r = a.run(f"git init -q sub && git -C sub config core.fsmonitor 'touch {m}; false' && "
+              f"git -C sub {ID} commit -q --allow-empty -m x && git add sub")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, "sub/.git/config")
+
+
+def person(a, script):
+    """The person, outside any sandbox, sets something up."""
+    r = a.host(script)
+    assert r.returncode == 0, r.stderr
+
+
+def _submodule(a):
+    """The person adds a real submodule (its gitdir in .git/modules/lib)."""
+    person(a, f"git init -q -b main ../upstream && git -C ../upstream {ID} commit -q --allow-empty -m u && "
+              "git -c protocol.file.allow=always submodule add -q ../upstream lib")
+    assert (a.root / ".git" / "modules" / "lib" / "config").exists()
+
+
+def test_submodule_config_and_hooks_are_read_only(attacker):
+    a = attacker
+    _submodule(a)
+    m = a.home / "pwned-modules"
+    cfg = a.root / ".git" / "modules" / "lib" / "config"
+    before = cfg.read_text()
+    r = a.run(f"git config --file .git/modules/lib/config core.fsmonitor 'touch {m}; false'")
+    assert r.returncode != 0
+    r = a.run(f"printf '#!/bin/sh\\ntouch {m}\\n' > .git/modules/lib/hooks/post-checkout && "
+              "chmod +x .git/modules/lib/hooks/post-checkout")
+    assert r.returncode != 0
+    assert cfg.read_text() == before
+    assert not host_git(a, "git status; git submodule update --checkout --force lib; git -C lib checkout -q HEAD", m)
+    # a submodule gitdir made from nothing is marked
+    r = a.run(f"mkdir -p .git/modules/evil && printf '{fsmonitor_config(m)}' > .git/modules/evil/config")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, ".git/modules/evil/config")
+
+
+def test_dot_git_file_redirect(attacker):
+    """A `.git` file sends git to any directory: the step that makes one is marked; once it
+    exists, the file and the config and hooks of the directory it names are read-only."""
+    a = attacker
+    m = a.home / "pwned-gitfile"
+    r = a.run("git init -q src && mv src/.git egd && mkdir -p wt && echo 'gitdir: ../egd' > wt/.git")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, "wt/.git")
+    r = a.run(f"git --git-dir=egd config core.fsmonitor 'touch {m}; false'")
+    assert r.returncode != 0
+    r = a.run("echo 'gitdir: /tmp' > wt/.git")
+    assert r.returncode != 0
+    assert not host_git(a, "cd wt && git status", m)
+    assert a.host("cd wt && git status").returncode == 0       # the oracle is live
+    assert (a.root / "wt" / ".git").read_text() == "gitdir: ../egd\n"
+
+
+def _hooks_path_config(a, path, where):
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text(f"[core]\n\thooksPath = {path}\n")
+    a.own(where.parent)
+    a.stop()                       # a daemon started later reads the person's environment
+
+
+def _person_home(a):
+    """The HOME the person's commands run with (runuser gives the test user its own)."""
+    home = Path(a.host("echo $HOME").stdout.strip())
+    if not home.exists():
+        home.mkdir(parents=True)
+        a.own(home)
+    return home
+
+
+@pytest.mark.parametrize("source", ["xdg-default", "xdg-env", "gitconfig-absolute"])
+def test_hooks_path_from_any_config_source(attacker, source):
+    a = attacker
+    home = _person_home(a)
+    m = a.home / f"pwned-hookspath-{source}"
+    made = []
+    if source == "xdg-default":
+        made.append(home / ".config" / "git" / "config")
+        _hooks_path_config(a, ".githooks", made[-1])
+        hooks = a.root / ".githooks"
+    elif source == "xdg-env":
+        xdg = a.home / "xdg"
+        a.env["XDG_CONFIG_HOME"] = str(xdg)
+        _hooks_path_config(a, ".githooks", xdg / "git" / "config")
+        hooks = a.root / ".githooks"
+    else:
+        hooks = a.root / "tools" / "hooks"
+        made.append(home / ".gitconfig")
+        _hooks_path_config(a, str(hooks), made[-1])
+    try:
+        r = a.run(f"mkdir -p {hooks} && printf '#!/bin/sh\\ntouch {m}\\n' > {hooks}/pre-commit && "
+                  f"chmod +x {hooks}/pre-commit")
+        assert r.returncode != 0
+        assert not host_git(a, f"echo x > f && git add f && git {ID} commit -q -m x", m)
+        assert (a.root / "f").exists()          # the commit really ran
+        assert a.host("git config --get core.hooksPath").stdout.strip() == str(hooks.relative_to(a.root)
+                                                                               if source != "gitconfig-absolute" else hooks)
+    finally:
+        for f in made:
+            f.unlink()
+
+
+def test_husky_delegate_scripts_are_read_only(attacker):
+    """husky v9: core.hooksPath is .husky/_, whose scripts run ../<hook>: both are read-only."""
+    a = attacker
+    m = a.home / "pwned-husky"
+    ok = a.home / "husky-ran"
+    husky = a.root / ".husky"
+    (husky / "_").mkdir(parents=True)
+    (husky / "_" / "h").write_text('#!/usr/bin/env sh\nn=$(basename "$0")\n'
+                                   's=$(dirname "$(dirname "$0")")/$n\n[ ! -f "$s" ] && exit 0\n'
+                                   'sh -e "$s" "$@"\n')
+    (husky / "_" / "pre-commit").write_text('#!/usr/bin/env sh\n. "$(dirname "$0")/h"\n')
+    (husky / "pre-commit").write_text(f"touch {ok}\n")
+    for f in (husky / "_" / "h", husky / "_" / "pre-commit"):
+        f.chmod(0o755)
+    a.own(a.home)
+    person(a, "git config core.hooksPath .husky/_")
+    r = a.run(f"echo 'touch {m}' > .husky/pre-commit")
+    assert r.returncode != 0
+    r = a.run(f"echo 'touch {m}' > .husky/_/h")
+    assert r.returncode != 0
+    assert not host_git(a, f"echo x > f && git add f && git {ID} commit -q -m x", m)
+    assert ok.exists()                       # the person's own hook ran: the oracle is live
+
+
+def test_git_still_works_inside(attacker):
+    a = attacker
+    r = a.run(f"echo hi > a.txt && git add a.txt && git {ID} commit -q -m a && git status --short && "
+              "git log --oneline | wc -l")
+    assert r.returncode == 0 and r.stdout.strip().endswith("1"), r.stderr
+    assert "escape-route-written" not in last_step(a)["marks"], last_step(a).get("escape_routes")
