@@ -211,6 +211,7 @@ class Session:
         if self.gate is not None:
             self.gate.close_step(step)
         summary = await self._snapshot(info["policy"])
+        faults.point("step-snapshotted")        # objects sealed, the end entry not yet written
         del self.live[step]
         drop_tmp(info)
         denied = mentioned(info["argv"], info["masked"], self.project.root, info["home"])

@@ -9,6 +9,7 @@ import os
 import struct
 from blake3 import blake3
 
+from .. import faults
 from .ids import ID_LEN
 
 PACK_MAGIC = b"envgit-pack-1\n"
@@ -113,6 +114,7 @@ class PackWriter:
             self.abort()
             raise _full(e) from e
         entries = sorted(self.entries)
+        faults.point("pack-sealed-no-index")     # a pack without its index: invisible, gc's
         write_file_atomically(self.tmp_dir, pack_path(self.packs_dir, pack_id, ".idx"),
                               encode_index(pack_id, entries))
         return pack_id, entries
