@@ -171,15 +171,30 @@ def test_effects_of_graphql_and_plain_requests():
 
 # --- bodies --------------------------------------------------------------------------------
 
-def test_bodies_past_the_cap_doubt_where_the_rule_needs_more():
+def test_bodies_past_the_cap_are_watched_or_doubted_where_the_rule_needs_more():
     big = b"x" * BODY_CAP
-    r = req("POST", "https://pypi.internal.test/legacy/", big, body_complete=False,
-            headers={"content-type": "multipart/form-data; boundary=b"})
     p = pol(allow=["pypi.internal.test"])
-    assert decide_request(p, r).rule == "preset:default/pypi-upload"
-    r = req("POST", "https://pypi.internal.test/other", big, body_complete=False,
-            headers={"content-type": "application/octet-stream"})
-    assert decide_request(p, r).action == "allow"
+    multipart = {"content-type": "multipart/form-data; boundary=b"}
+    d = decide_request(p, req("POST", "https://pypi.internal.test/legacy/", big, body_complete=False,
+                              headers=multipart))
+    assert d.action == "allow" and d.watch.markers == (b":action", b"file_upload")
+    assert d.watch.decision.rule == "preset:default/pypi-upload" and d.watch.decision.action == "deny"
+    d = decide_request(p, req("POST", "https://pypi.internal.test/legacy/", big, body_complete=False,
+                              headers={**multipart, "content-encoding": "gzip"}))
+    assert d.rule == "preset:default/pypi-upload"                # encoded: cannot be scanned
+    d = decide_request(p, req("POST", "https://pypi.internal.test/other", big, body_complete=False,
+                              headers={"content-type": "application/octet-stream"}))
+    assert d.action == "allow" and d.watch is None
+    d = decide_request(p, req("POST", "https://pypi.internal.test/x", big, body_complete=True,
+                              headers=multipart))
+    assert d.watch is None
+
+
+def test_marker_scan_sees_markers_split_across_chunks():
+    from envgit.policy.network import MarkerScan
+    s = MarkerScan((b":action", b"file_upload"))
+    assert not s.feed(b"...:act") and not s.feed(b"ion=...file_up")
+    assert s.feed(b"load...")
 
 
 def test_decode_is_bounded():

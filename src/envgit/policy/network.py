@@ -41,6 +41,7 @@ for GraphQL every operation (type, name, top-level fields); for any other reques
 host, port, path and query. A different effect is asked again.
 """
 
+import dataclasses
 import ipaddress
 import json
 import re
@@ -85,6 +86,35 @@ class Decision:
     intercept: bool = False                  # (CONNECT) terminate TLS to judge each request
     hint: str = ""                           # what to do instead (for people and models)
     body_rule: str = ""                      # the body predicate of the rule that matched, if any
+    watch: "Watch | None" = None             # what to look for in the rest of a body past BODY_CAP
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A rule that would match if the part of the body past BODY_CAP (streamed on, not
+    judged whole) held every one of `markers`: the gate scans the stream, and cuts the request
+    off (the server never receives the chunk that completes them) with `decision`."""
+    markers: tuple
+    decision: Decision
+
+    def scanner(self):
+        return MarkerScan(self.markers)
+
+
+class MarkerScan:
+    """Feed a body chunk by chunk; feed() is True once every marker has been seen (a marker
+    split across chunks too), before the chunk that completes them is let through."""
+
+    def __init__(self, markers):
+        self.missing = set(markers)
+        self.keep = max(map(len, markers)) - 1
+        self.tail = b""
+
+    def feed(self, chunk: bytes) -> bool:
+        hay = self.tail + chunk
+        self.missing = {m for m in self.missing if m not in hay}
+        self.tail = hay[-self.keep:] if self.keep else b""
+        return not self.missing
 
 
 # --- the preset ----------------------------------------------------------------------------
@@ -175,15 +205,28 @@ def _git_ref_updates(req):
     return req.body != b"0000"
 
 
+PYPI_MARKERS = (b":action", b"file_upload")
+
+
+def _form_typed(req):
+    """Would a server's form parser read this body (multipart or urlencoded)?"""
+    ctype = req.headers.get("content-type", "").lower()
+    return ctype.startswith("multipart/") or "x-www-form-urlencoded" in ctype
+
+
 def _pypi_upload(req):
     # A byte search, not a multipart parser: whatever spelling the server's parser accepts,
-    # the field name and value are in the body (or the query). Past BODY_CAP, a body a form
-    # parser would read (multipart, urlencoded, or untyped) may hold them further on.
+    # the field name and value are in the body (or the query). Past BODY_CAP, a form body
+    # may hold them further on: an unencoded one is watched as it streams (see Watch), an
+    # encoded one is doubt.
     hay = (req.body or b"") + req.query.encode()
-    if b":action" in hay and b"file_upload" in hay:
+    if all(m in hay for m in PYPI_MARKERS):
         return True
-    ctype = req.headers.get("content-type", "").lower()
-    return not req.body_complete and (not ctype or "form" in ctype)
+    return not req.body_complete and _form_typed(req) and _encoded(req)
+
+
+def _encoded(req):
+    return req.headers.get("content-encoding", "").strip().lower() not in ("", "identity")
 
 
 def _lfs_upload(req):
@@ -368,6 +411,15 @@ class Rule:
         return any(_rule_host(e, host, port) for e in self.hosts)
 
     def matches(self, req: Request, methods: set, paths: set) -> bool:
+        if not self.matches_head(req, methods, paths):
+            return False
+        if self.body is None:
+            return True
+        # A body that could not be decoded cannot be shown harmless.
+        return bool(req.body_error) or BODY_PREDICATES[self.body](req)
+
+    def matches_head(self, req: Request, methods: set, paths: set) -> bool:
+        """Everything but the body matches."""
         if not self.applies_to_host(req.host, req.port):
             return False
         if self.methods is not None and not (methods & self.methods):
@@ -380,10 +432,7 @@ class Rule:
             name, values = self.header
             if req.headers.get(name, "").strip().lower() not in values:
                 return False
-        if self.body is None:
-            return True
-        # A body that could not be decoded cannot be shown harmless.
-        return bool(req.body_error) or BODY_PREDICATES[self.body](req)
+        return True
 
 
 def _rule_host(entry, host, port):
@@ -535,11 +584,30 @@ def decide_request(policy, req: Request) -> Decision:
             return refused
     methods = {req.method.upper()} | {req.headers[h].strip().upper() for h in _OVERRIDE_HEADERS
                                       if h in req.headers}
+    watch = None
     for rule in rules_of(policy):
-        if rule.matches(req, methods, paths.spellings):
-            return Decision(rule.action, rule.name, f"{rule.kind} is irreversible; rule {rule.name}",
-                            irreversible=True, kind=rule.kind, hint=rule.hint or _override_hint(rule),
-                            body_rule=rule.body or "")
+        if not rule.matches_head(req, methods, paths.spellings):
+            continue
+        if rule.body is None or req.body_error or BODY_PREDICATES[rule.body](req):
+            d = Decision(rule.action, rule.name, f"{rule.kind} is irreversible; rule {rule.name}",
+                         irreversible=True, kind=rule.kind, hint=rule.hint or _override_hint(rule),
+                         body_rule=rule.body or "")
+            return d if watch is None or d.action == "deny" else dataclasses.replace(d, watch=watch)
+        if watch is None and rule.body in _WATCHED and rule.action != "allow" and \
+                not req.body_complete and _form_typed(req):
+            watch = Watch(_WATCHED[rule.body], Decision(
+                "deny", rule.name, f"{rule.kind} is irreversible; rule {rule.name} (found past the "
+                f"first {BODY_CAP >> 20} MiB of the body: the request was cut off there)",
+                irreversible=True, kind=rule.kind, hint=rule.hint or _override_hint(rule)))
+    d = _judge_l7(policy, req, key, methods, paths, d)
+    return d if watch is None or d.action == "deny" else dataclasses.replace(d, watch=watch)
+
+
+# Body rules that can be judged on a stream: their markers.
+_WATCHED = {"pypi-upload": PYPI_MARKERS}
+
+
+def _judge_l7(policy, req, key, methods, paths, d):
     if key is not None:
         spec = policy.l7[key]
         allowed_methods = {m.upper() for m in spec.get("methods", ["*"])}

@@ -265,6 +265,21 @@ class EnvgitAddon:
             rec["bytes_up"] += len(chunk)
             return chunk
         flow.request.stream = count
+        if d.watch is not None:
+            flow.metadata[bodies.CUT] = self._cutter(flow, d.watch, rec)
+
+    def _cutter(self, flow, watch, rec):
+        """chunk -> "" (send it) or why the request is cut off there (a rule's markers are
+        complete: the server must not receive that chunk)."""
+        scan = watch.scanner()
+
+        def cut(chunk: bytes) -> str:
+            if not scan.feed(chunk):
+                return ""
+            w = watch.decision
+            rec.update(decision="deny", rule=w.rule, kind=w.kind, reason=w.reason, irreversible=False)
+            return _denial_text(flow, w)
+        return cut
 
     def _question(self, step, flow, d, req, effect) -> dict:
         """What the person is asked: the request, and the one effect an answer covers."""

@@ -13,7 +13,10 @@ body passes BODY_CAP, the `request` hook runs on those bytes, with
   is sent when the client has finished sending (git reads a push's rejection only then);
 - allowed: the upstream connection is made, and the buffered bytes and the rest are streamed
   through `flow.request.stream` (the hook's callable, if it set one). mitmproxy then runs the
-  `request` hook a second time at the end of the body (the addon ignores it).
+  `request` hook a second time at the end of the body (the addon ignores it). If the hook set
+  `flow.metadata[CUT]` (a rule watches the rest: network.Watch), each chunk is shown to it
+  before it is sent; when it returns a reason, that chunk is not sent, the upstream connection
+  is closed mid-body (the server never has the whole request), and the client gets the reason.
 
 A body within BODY_CAP is buffered whole, as mitmproxy does by default.
 """
@@ -24,6 +27,7 @@ import zlib
 from ..policy.network import BODY_CAP
 
 PARTIAL = "envgit.partial"              # flow.metadata: the body was judged on its first bytes
+CUT = "envgit.cut"                      # flow.metadata: chunk -> reason to cut the request off, or ""
 
 _installed = False
 
@@ -34,8 +38,11 @@ def install() -> None:
     if _installed:
         return
     from mitmproxy.proxy.layers import http as layer
-    from mitmproxy.proxy.layers.http import (HttpRequestHook, HttpResponseHeadersHook,
-                                             RequestData, RequestEndOfMessage, RequestTrailers)
+    from mitmproxy import flow as mflow
+    from mitmproxy.proxy.layers.http import (DropStream, ErrorCode, HttpErrorHook, HttpRequestHook,
+                                             HttpResponseHeadersHook, RequestData,
+                                             RequestEndOfMessage, RequestProtocolError,
+                                             RequestTrailers, ResponseProtocolError, SendHttp)
     from mitmproxy.proxy.utils import expect
 
     consume = layer.HttpStream.state_consume_request_body
@@ -60,7 +67,25 @@ def install() -> None:
             self.flow.request.stream = True
         yield from self.start_request_stream()
         if self.client_state == self.state_stream_request_body:
+            if self.flow.metadata.get(CUT) is not None:
+                self.client_state = self.state_stream_watched_body
             yield from self.handle_event(RequestData(self.stream_id, prefix))
+
+    @expect(RequestData, RequestTrailers, RequestEndOfMessage)
+    def state_stream_watched_body(self, event):
+        """An allowed body streamed on, each chunk shown to the watch before it is sent."""
+        why = self.flow.metadata[CUT](event.data) if isinstance(event, RequestData) else ""
+        if not why:
+            yield from self.state_stream_request_body(event)
+            return
+        self.flow.error = mflow.Error(why)
+        yield SendHttp(RequestProtocolError(self.stream_id, why, ErrorCode.KILL), self.context.server)
+        yield HttpErrorHook(self.flow)
+        yield SendHttp(ResponseProtocolError(self.stream_id, why, ErrorCode.GENERIC_CLIENT_ERROR),
+                       self.context.client)
+        self.flow.live = False
+        self.client_state = self.server_state = self.state_errored
+        yield DropStream(self.stream_id)
 
     @expect(RequestData, RequestTrailers, RequestEndOfMessage)
     def state_drop_request_body(self, event):
@@ -77,6 +102,7 @@ def install() -> None:
 
     layer.HttpStream.state_consume_request_body = state_consume_request_body
     layer.HttpStream.state_drop_request_body = state_drop_request_body
+    layer.HttpStream.state_stream_watched_body = state_stream_watched_body
     _installed = True
 
 
