@@ -31,6 +31,7 @@ from .. import faults
 from .rows import canonical, check_entry, read_body
 
 GENESIS = "0" * 64
+FORMAT_VERSION = 1          # PRAGMA user_version; 0 is a journal made before it was set (= 1)
 HEAD_FILE = "journal.head"
 
 
@@ -126,18 +127,29 @@ class Journal:
                 raise FileNotFoundError(path)
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10,
                                       isolation_level=None)
+            self._check_version()
         else:
             # The daemon's worker threads (rewind) write too: one connection, one lock.
             self.db = sqlite3.connect(path, timeout=10, isolation_level=None,
                                       check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
+            self._check_version()
             self.db.executescript(SCHEMA)
+            if self.db.execute("PRAGMA user_version").fetchone()[0] == 0:
+                self.db.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
             self.floor = self._highest_step_known()
             self.lost_now = self._record_a_lost_tail()
 
     def close(self):
         self.db.close()
+
+    def _check_version(self):
+        v = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if v > FORMAT_VERSION:
+            self.db.close()
+            raise JournalError(f"{self.path} is journal format {v}; this envgit reads format "
+                               f"{FORMAT_VERSION} (upgrade envgit)")
 
     # --- writing: one transaction per entry, so an entry is whole or absent ---------------
 
