@@ -70,9 +70,9 @@ def test_an_inner_step_cannot_kill_the_daemon(attacker):
     from envgit.paths import Project
     conn = connect(Project(str(attacker.root)), start=False)
     before = conn.request({"op": "status"})["pid"]
-    conn.request({"op": "spec", "argv": ["true"], "cwd": str(attacker.root), "env": {},
-                  "session": "agent-sig", "inner": True})
-    sock = attacker.root / ".envgit" / "inner" / "agent-sig.sock"
+    spec = conn.request({"op": "spec", "argv": ["true"], "cwd": str(attacker.root), "env": {},
+                         "session": "agent-sig", "inner": True})
+    sock = spec["bwrap"][spec["bwrap"].index("/run/envgit/control.sock") - 1]
     shim = attacker.home / "inner_shim.py"
     shutil.copy(SHIM, shim)
     attacker.own(shim)
