@@ -112,6 +112,8 @@ def _porcelain(argv):
     x = psub.add_parser("show", help="the effective policy, defaults merged, with sources")
     x.add_argument("--json", action="store_true")
     psub.add_parser("schema", help="the JSON Schema of envgit.yaml")
+    psub.add_parser("protected", help="the escape routes: files a program outside the sandbox "
+                    "obeys, read-only to a step or marked when changed")
 
     s = sub.add_parser("daemon", help="the session daemon (plumbing)")
     dsub = s.add_subparsers(dest="daemon_cmd", metavar="ACTION", required=True)

@@ -216,6 +216,10 @@ def cmd_policy(args):
     if args.policy_cmd == "schema":
         _out(json_schema())
         return 0
+    if args.policy_cmd == "protected":
+        from .policy.defaults import render_escape_routes
+        sys.stdout.write(render_escape_routes())
+        return 0
     project = find_project()
     try:
         pol = load_policy(project.policy)
@@ -224,6 +228,10 @@ def cmd_policy(args):
         return 2
     if args.policy_cmd == "check":
         print(f"{project.policy}: ok (sha256 {pol.sha256[:12]})")
+        from .sandbox.tracked import tracked_denied, warning
+        tracked = tracked_denied(pol, project.root, os.path.expanduser("~"))
+        if tracked:
+            print(f"warning: {warning(tracked)}")
     elif args.json:
         _out(pol.to_json())
     else:

@@ -67,6 +67,7 @@ from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.network import Net
 from ..sandbox import kernel
 from ..sandbox import routes
+from ..sandbox.tracked import tracked_denied, warning
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from . import rewind
@@ -220,7 +221,7 @@ class Session:
             marks.append("snapshot-failed")
         marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
         escapes = escape_routes_written(info, summary, self.project.root, self.scan)
-        notices = []
+        notices = self.tracked_denied_notice(info)
         if escapes:
             marks.append("escape-route-written")
             notices.append("WROTE AN ESCAPE ROUTE, a file a program outside the sandbox obeys "
@@ -245,6 +246,17 @@ class Session:
             **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
             **({"policy_files": policy_files} if policy_files else {})})
         return {"ok": True, "marks": marks, "snapshot": summary, "notices": notices}
+
+    def tracked_denied_notice(self, info):
+        """Once a session: denied files git tracks are readable through its object store."""
+        if getattr(self, "_told_tracked", False) or not info.get("home"):
+            return []
+        self._told_tracked = True
+        try:
+            paths = tracked_denied(info["policy"], self.project.root, info["home"])
+        except Exception:
+            return []
+        return [warning(paths)] if paths else []
 
     async def _snapshot(self, pol):
         """The snapshot after a step; {"error": why} if it could not be taken (the step still
