@@ -1,0 +1,67 @@
+"""Class 8: files host tools obey (npm, dev containers, editors' and agents' MCP configs, husky,
+a virtualenv's .pth files). A step writes a planted command into each; the oracle is that
+command in the file the tool would read. Those that run code or route credentials are
+read-only when they exist, and their creation is marked and told; the rest (.pth: pip writes
+them) are writable, and every change is marked and told."""
+
+import json
+
+import pytest
+
+from harness import attacker  # noqa: F401  (the fixture)
+
+PLANT = "touch /tmp/pwned-by-host-tool"
+PROTECTED = [".npmrc", "packages/web/.npmrc", ".yarnrc.yml", ".devcontainer/devcontainer.json",
+             ".devcontainer.json", ".vscode/mcp.json", ".cursor/mcp.json", ".gemini/settings.json",
+             ".zed/settings.json", "opencode.json", ".husky/pre-commit", ".gitmodules"]
+
+
+def last_step(a):
+    steps = json.loads(a.envgit("log", "--json", check=True).stdout)
+    steps = steps.get("steps", steps) if isinstance(steps, dict) else steps
+    return steps[-1]
+
+
+@pytest.mark.parametrize("rel", PROTECTED)
+def test_an_existing_one_is_read_only(attacker, rel):
+    a = attacker
+    p = a.root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("original\n")
+    a.own(a.root)
+    r = a.run(f"echo '{PLANT}' >> {rel}; echo '{PLANT}' > {rel}.new && mv {rel}.new {rel}")
+    assert r.returncode != 0
+    assert p.read_text() == "original\n"
+    # the project around it stays writable
+    assert a.run("echo ok > notes.txt && rm notes.txt").returncode == 0
+
+
+@pytest.mark.parametrize("rel", PROTECTED)
+def test_a_new_one_is_marked_and_told(attacker, rel):
+    a = attacker
+    r = a.run(f"mkdir -p $(dirname {rel}) && echo '{PLANT}' > {rel}")
+    assert r.returncode == 0, r.stderr
+    s = last_step(a)
+    assert "escape-route-written" in s["marks"] and rel in s["escape_routes"], s
+    assert "ESCAPE ROUTE" in r.stderr and rel in r.stderr, r.stderr
+
+
+def test_a_pth_file_is_writable_and_marked(attacker):
+    a = attacker
+    site = ".venv/lib/python3.12/site-packages"
+    r = a.run(f"mkdir -p {site} && echo 'import os; os.system(\"{PLANT}\")' > {site}/evil.pth")
+    assert r.returncode == 0, r.stderr
+    s = last_step(a)
+    assert "escape-route-written" in s["marks"] and f"{site}/evil.pth" in s["escape_routes"], s
+    assert f"{site}/evil.pth" in r.stderr
+    # an ordinary file in the same venv is not an escape route
+    r = a.run(f"echo x > {site}/module.py")
+    assert r.returncode == 0 and "escape-route-written" not in last_step(a)["marks"]
+
+
+def test_the_list_is_printed_from_one_place(attacker):
+    from envgit.policy import defaults
+    out = attacker.envgit("policy", "protected", check=True).stdout
+    for pattern, action, _ in defaults.ESCAPE_ROUTES:
+        assert pattern in out
+    assert set(defaults.PROTECT) | set(defaults.MARK) == {p for p, _, _ in defaults.ESCAPE_ROUTES}
