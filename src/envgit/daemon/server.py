@@ -234,9 +234,9 @@ class Session:
         policy_files = policy_files_written(summary)
         if policy_files:
             marks.append("policy-file-written")
-            notices.append("made or changed what would decide a project and its policy (envgit "
-                           "will not use it; a project inside a project is refused): "
-                           + ", ".join(policy_files))
+            notices.append("policy-file-written: made or changed what would decide a project and "
+                           "its policy (envgit will not use it: a project inside a project is "
+                           "refused): " + ", ".join(policy_files))
         # What the client says is checked here: a value of the wrong type is left out rather
         # than refused, so the step always ends (journal/rows.py would refuse the whole entry).
         self.journal.append(step, "end", {
