@@ -58,10 +58,10 @@ def test_events_of_the_wrong_type_are_refused_on_the_way_in(bare_proj):
         assert "error" in r, body
     assert conn.request({"op": "event", "step": step, "kind": "note", "body": {"ok": 1}}) == {"ok": True, "rid": conn._rid}
     r = conn.request({"op": "end", "step": step, "exit_code": "zero", "signal": 9, "duration_ms": "x",
-                      "extra": {"k": "v"}})
+                      "extra": {"k": b"not json"}})
     assert r.get("ok"), r
     conn.close()
     s = json.loads(proj.envgit("show", str(step), "--json", check=True).stdout)
-    assert s["status"] == "done" and s["exit_code"] is None and s["signal"] is None
+    assert s["status"] == "done" and s["exit_code"] is None and s["signal"] is None and s["extra"] == {}
     assert [e for e in s["events"]] == [{"kind": "note", "ok": 1}]
     assert no_traceback(proj.envgit("fsck")).returncode == 0

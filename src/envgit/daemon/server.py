@@ -239,12 +239,17 @@ class Session:
                            "refused): " + ", ".join(policy_files))
         # What the client says is checked here: a value of the wrong type is left out rather
         # than refused, so the step always ends (journal/rows.py would refuse the whole entry).
-        self.journal.append(step, "end", {
+        end = {
             "exit_code": _typed(msg.get("exit_code"), int), "signal": _typed(msg.get("signal"), str),
             "duration_ms": _typed(msg.get("duration_ms"), (int, float)), "marks": marks, "denied_paths": denied,
             "snapshot": summary, **({"escape_routes": escapes} if escapes else {}),
             **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
-            **({"policy_files": policy_files} if policy_files else {})})
+            **({"policy_files": policy_files} if policy_files else {})}
+        try:
+            self.journal.append(step, "end", end)
+        except JournalError as e:       # e.g. an `extra` that is not plain JSON: end without it
+            end.pop("extra", None)
+            self.journal.append(step, "end", {**end, "error": f"the step's extra data was not kept: {e}"})
         return {"ok": True, "marks": marks, "snapshot": summary, "notices": notices}
 
     def tracked_denied_notice(self, info):
