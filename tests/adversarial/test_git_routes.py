@@ -219,3 +219,18 @@ def test_git_still_works_inside(attacker):
               "git log --oneline | wc -l")
     assert r.returncode == 0 and r.stdout.strip().endswith("1"), r.stderr
     assert "escape-route-written" not in last_step(a)["marks"], last_step(a).get("escape_routes")
+
+
+def test_a_repository_in_another_writable_place(attacker):
+    """allow_write of a second repository: its hooks and config are protected there too."""
+    a = attacker
+    other = a.home / "other"
+    m = a.home / "pwned-other"
+    person(a, f"git init -q {other}")
+    a.write_policy(f'version: 1\nfilesystem:\n  allow_write: [".", "{other}"]\n')
+    r = a.run(f"printf '#!/bin/sh\\ntouch {m}\\n' > {other}/.git/hooks/pre-commit; "
+              f"chmod +x {other}/.git/hooks/pre-commit; git -C {other} config core.fsmonitor 'touch {m}'")
+    assert r.returncode != 0
+    r = a.run(f"echo hi > {other}/file && git -C {other} add file")   # the rest of it is writable
+    assert r.returncode == 0, r.stderr
+    assert not host_git(a, f"cd {other} && git {ID} commit -q -m x && git status", m)

@@ -95,6 +95,15 @@ class Routes:
                 cd = commondir_of(os.path.dirname(p))
                 if cd:
                     gitdirs.append(cd)
+        for w, _ in rules.write_abs:            # another writable place holding a repository
+            dg = os.path.join(w, ".git")
+            if w != project and not _inside(w, project) and os.path.lexists(dg):
+                tops.append(w)
+                gd = gitdir_of(dg)
+                if gd:
+                    gitdirs.append(gd)
+                if not os.path.isdir(dg):
+                    protect.append(dg)
         for gd in gitdirs:
             for r in gitdir_routes(gd):
                 protect.append(r)
