@@ -17,7 +17,8 @@ NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts
 
 INNER_INSIDE = "/run/envgit/control.sock"
 
-# The home view is read-only: tools that cache there are pointed at the session's /tmp.
+# The home view is read-only: tools that cache there are pointed at /tmp, the step's own
+# (a cache kept between steps would be one a step can poison for the next).
 CACHE_ENV = {"XDG_CACHE_HOME": "/tmp/.cache", "npm_config_cache": "/tmp/.npm",
              "PIP_CACHE_DIR": "/tmp/.cache/pip"}
 
