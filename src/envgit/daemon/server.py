@@ -62,6 +62,7 @@ from pathlib import Path
 
 from .. import __version__, faults
 from ..journal import Journal, JournalError
+from ..inert import inert
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.network import Net
@@ -362,7 +363,7 @@ class Session:
             text = frame.get("text") or (f"envgit: step {frame['question'].get('step')} waits for approval: "
                                          f"envgit approve {frame['id']} / envgit deny {frame['id']}")
             try:
-                os.write(info["stderr_fd"], (text + "\n").encode())
+                os.write(info["stderr_fd"], (inert(text) + "\n").encode())   # a host or path a step chose
             except OSError:
                 pass
 
