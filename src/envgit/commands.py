@@ -184,6 +184,8 @@ def cmd_show(args):
                                                if left.get("count") else ""))
         for p in snap.get("paths", [])[:20]:
             print(f"            {p['status'][0].upper()} {inert(p['path'])}")
+        if snap.get("diff_error"):
+            print(f"            {inert(snap['diff_error'])}")
     elif snap.get("error"):
         print(f"  snapshot  {inert(snap['error'])}")
     return 0

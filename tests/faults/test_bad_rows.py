@@ -23,7 +23,9 @@ def edit(proj, seq, body):
 
 
 @pytest.mark.parametrize("bad", ["[1, 2]", "not json", '{"argv": 5, "cwd": ["x"]}', '"text"',
-                                 '{"exit_code": "zero", "snapshot": {"tree": 7}, "marks": "m"}'])
+                                 '{"exit_code": "zero", "snapshot": {"tree": 7}, "marks": "m"}',
+                                 '{"exit_code": 0, "snapshot": {"tree": "' + "a" * 64 + '", "added": 1, '
+                                 '"modified": 0, "deleted": 0, "ms": 1, "paths": [1], "left_out": {"count": "x"}}}'])
 def test_a_bad_row_is_named_and_the_rest_stays_usable(bare_proj, bad):
     proj = bare_proj
     after = {}

@@ -12,7 +12,7 @@ Before anything is written, the journal's hash chain is verified up to the targe
 from .. import faults
 from ..policy import PolicyError
 from ..snapshot import StoreError
-from .snapshots import display
+from .snapshots import SnapshotFailed, display
 
 
 class RewindError(Exception):
@@ -88,9 +88,18 @@ def apply(sess, n: int, paths: list[str] | None, user: str) -> dict:
                                           "error": str(e)})
         raise RewindError(str(e)) from None
     faults.point("rewind-restored")
-    summary = sess.snapshotter.take(pol, preview["undo_tree"])
+    summary = snapshot_after(sess, pol, preview["undo_tree"])
     sess.journal.append(step, "end", {"exit_code": 0, "marks": ["rewind"], "snapshot": summary})
     return {**preview, "rewind_step": step, "snapshot": summary}
+
+
+def snapshot_after(sess, pol, undo_tree) -> dict:
+    """The snapshot after a restore; a failure is recorded on the rewind (the restore itself is
+    done), never left to keep the rewind open."""
+    try:
+        return sess.snapshotter.take(pol, undo_tree)
+    except (SnapshotFailed, OSError) as e:
+        return {"error": f"snapshot failed: {e}"}
 
 
 def finish_interrupted(sess) -> list[int]:
@@ -113,7 +122,7 @@ def finish_interrupted(sess) -> list[int]:
                          f"may be partly rewound: `envgit rewind {info['to_step']}` again, or "
                          f"`envgit rewind {s.id - 1}` to go back"})
             continue
-        summary = snap.take(pol, info["undo_tree"])
+        summary = snapshot_after(sess, pol, info["undo_tree"])
         sess.journal.append(s.id, "end", {"exit_code": 0, "marks": ["rewind", "finished-after-crash"],
                                           "snapshot": summary})
         done.append(s.id)

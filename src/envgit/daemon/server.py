@@ -423,7 +423,7 @@ class Session:
             if msg.get("apply"):
                 out = await asyncio.to_thread(rewind.apply, self, int(msg["step"]), msg.get("paths"),
                                               _user_name(msg.get("uid")))
-                self.last_tree = out["snapshot"]["tree"]
+                self.last_tree = out["snapshot"].get("tree") or self.last_tree
                 return out
             _, preview = await asyncio.to_thread(rewind.plan, self, int(msg["step"]), msg.get("paths"))
             return preview

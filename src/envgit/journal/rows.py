@@ -61,9 +61,13 @@ def _snapshot(v):
         return False
     if "tree" not in v:
         return isinstance(v.get("error"), str)
-    return (_tree(v["tree"]) and all(type(v.get(k, 0)) is int for k in ("added", "modified", "deleted", "bytes"))
-            and _opt_num(v.get("ms")) and isinstance(v.get("paths", []), list)
-            and isinstance(v.get("left_out", {}), dict))
+    left = v.get("left_out", {})
+    return (_tree(v["tree"]) and all(type(v.get(k)) is int for k in ("added", "modified", "deleted"))
+            and type(v.get("bytes", 0)) is int and type(v.get("ms")) in (int, float)
+            and isinstance(v.get("paths", []), list)
+            and all(isinstance(p, dict) and _str(p.get("path")) and _str(p.get("status")) and p["status"]
+                    for p in v.get("paths", []))
+            and isinstance(left, dict) and all(type(left.get(k, 0)) is int for k in ("count", "bytes")))
 
 
 def _baseline(v):
@@ -87,7 +91,7 @@ KINDS = {
             "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
             "error": _str, "refused_by": _str},
     "interrupted": {"reason": _str, "snapshot": _snapshot},
-    "request": {},
+    "request": {"method": _str, "scheme": _str, "host": _str, "path": _str, "decision": _str},
     "approval": {"question": _obj},
     "mcp-call": {},
     "file-op": {},
