@@ -140,3 +140,17 @@ def test_root_only_host_files_stay_unreadable(attacker, root_only_files):
     assert not (attacker.root / "stolen").exists()
     assert f"public-{tag}" in r.stdout                  # the rest of /etc is still there
     assert r.stdout.strip().endswith("1")
+
+
+def test_the_root_only_scan_never_runs_a_planted_find(attacker):
+    marker = attacker.root / "planted-find-ran"
+    r = attacker.run(f"mkdir -p .venv/bin && printf '#!/bin/sh\\ntouch {marker}\\n' > .venv/bin/find && "
+                     "chmod +x .venv/bin/find")
+    assert r.returncode == 0, r.stderr
+    attacker.stop()                      # the next daemon starts with the venv first on PATH
+    env = {"PATH": f"{attacker.root}/.venv/bin:{attacker.env['PATH']}", "ENVGIT_ROOT_SCAN_MAX_AGE": "0"}
+    r = attacker.envgit("run", "--", "cat", "/etc/hostname", env=env)
+    assert r.returncode == 0, r.stderr
+    r = attacker.envgit("run", "--", "true", env=env)        # a second step: a rescan has run by now
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists()

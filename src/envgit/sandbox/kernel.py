@@ -246,8 +246,13 @@ def scan_root_only(roots: list[str]) -> list[str]:
     expr = ["(", "-type", "d", "(", "!", "-perm", "-o=r", "-o", "!", "-perm", "-o=x", ")", "-prune",
             "-print0", ")", "-o", "(", "!", "-type", "d", "!", "-type", "l", "!", "-perm", "-o=r",
             "-print0", ")"]
+    # find from the system's own directories, never from PATH: a step can plant a `find` in a
+    # project virtualenv that PATH may name, and this runs outside the sandbox, as root.
+    find = next((f for f in ("/usr/bin/find", "/bin/find") if os.access(f, os.X_OK)), None)
+    if find is None:
+        return _walk(roots)
     try:
-        r = subprocess.run(["find", *roots, *expr], capture_output=True, timeout=600)
+        r = subprocess.run([find, *roots, *expr], capture_output=True, timeout=600, env={"LC_ALL": "C"})
         return sorted(os.fsdecode(p) for p in r.stdout.split(b"\0") if p)
     except (OSError, subprocess.SubprocessError):
         return _walk(roots)
