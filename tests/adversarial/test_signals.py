@@ -158,3 +158,60 @@ def test_a_step_reads_the_terminal_and_a_pipeline_keeps_working(attacker):
               f"{ENVGIT} run -- sh -c 'echo piped' | tr a-z A-Z")
     status, out = pty_shell(attacker, script, send=b"hello\n", when=b"ask")
     assert "typed=hello" in out and "PIPED" in out, out
+
+
+def test_ctrl_z_stops_the_job_and_fg_continues_it(attacker):
+    """Job control in an interactive shell: Ctrl-Z stops the step and `envgit run` as one job
+    (the shell gets its prompt back), `fg` gives the terminal back to the step, Ctrl-C then
+    reaches the command's trap."""
+    if shutil.which("bash") is None:
+        import pytest
+        pytest.skip("needs bash for an interactive shell with job control")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(attacker.root)
+        argv = attacker._argv(["bash", "--norc", "--noprofile", "-i"])
+        os.execvpe(argv[0], argv, {**attacker.env, "PS1": "PROMPT$ "})
+    out = b""
+
+    def pump(until, timeout=20):
+        nonlocal out
+        end = time.monotonic() + timeout
+        while until not in out and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    return
+
+    try:
+        pump(b"PROMPT$ ")
+        # (what the terminal shows is checked for strings the typed lines do not contain)
+        os.write(fd, f"{ENVGIT} run -- sh -c 'echo go-$((1+1)); trap \"echo got-\$((2+2)); exit 9\" INT; "
+                     f"while :; do sleep 0.2; done'\n".encode())
+        pump(b"go-2\r\n")
+        time.sleep(0.3)
+        os.write(fd, b"\x1a")
+        pump(b"Stopped")
+        os.write(fd, b"echo back-$((3+3))\n")
+        pump(b"back-6\r\n")
+        os.write(fd, b"fg\n")
+        time.sleep(1.0)
+        os.write(fd, b"\x03")
+        pump(b"got-4")
+        os.write(fd, b"echo rc=$((100+$?))\n")
+        pump(b"rc=1")
+        pump(b"PROMPT$ ", 3)
+        os.write(fd, b"exit\n")
+    finally:
+        time.sleep(0.3)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert "Stopped" in text and "back-6" in text, text
+    assert "got-4" in text and "rc=109" in text, text
