@@ -276,8 +276,15 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
     truncates), and from the snapshot's changed paths."""
     from ..policy import resolve
     rules = resolve(pol, project, home or os.path.expanduser("~"))
-    rs = for_project(project).find(rules, scan)
-    after = fingerprint(rs.watch)
+    summary = summary or {}
+    # The snapshot lists every path the step changed unless it says it did not (too many to
+    # list, left out by size or an exclude, failed): then the routes are looked for again.
+    complete = bool(summary.get("tree")) and not summary.get("paths_truncated") and \
+        not (summary.get("left_out") or {}).get("count")
+    if complete:
+        after = fingerprint([p for p in before if os.path.dirname(p) not in before])
+    else:
+        after = fingerprint(for_project(project).find(rules, scan).watch)
     for p in before:
         if p not in after:
             try:
@@ -293,7 +300,7 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
     # `**/.git` names a .git *file* (a directory's routes have patterns of their own)
     exact = _alt([p for p in pats if has_magic(p) and p.endswith("/.git")])
     rx = _alt([p for p in pats if has_magic(p) and not p.endswith("/.git")])
-    for c in (summary or {}).get("paths", []):
+    for c in summary.get("paths", []):
         path = c.get("path", "")
         if any(path == e or path.startswith(e + "/") for e in lit) or (exact and exact(path)) or \
                 (rx and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))):
