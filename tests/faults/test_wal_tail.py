@@ -21,7 +21,18 @@ def kill_daemon(proj):
     os.kill(st["pid"], signal.SIGKILL)
 
 
-@pytest.mark.parametrize("damage", ["delete", "truncate"])
+def cut_after_a_begin(proj):
+    """The journal as a lost tail leaves it when the cut falls inside a step: step 4's begin
+    kept, its end and everything after gone (what a WAL truncated at that frame leaves)."""
+    import sqlite3
+    db = sqlite3.connect(proj.root / ".envgit" / "journal.sqlite")
+    (seq,) = db.execute("SELECT seq FROM entries WHERE step = 4 AND kind = 'begin'").fetchone()
+    db.execute("DELETE FROM entries WHERE seq > ?", (seq,))
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "cut-after-a-begin"])
 def test_a_lost_wal_tail_is_said_and_ids_are_not_reused(bare_proj, damage):
     proj = bare_proj
     for n in range(1, 7):
@@ -33,8 +44,11 @@ def test_a_lost_wal_tail_is_said_and_ids_are_not_reused(bare_proj, damage):
     if damage == "delete":
         wal.unlink()
         (state / "journal.sqlite-shm").unlink(missing_ok=True)
-    else:
+    elif damage == "truncate":
         os.truncate(wal, wal.stat().st_size // 2)
+    else:
+        proj.stop()
+        cut_after_a_begin(proj)
     log = no_traceback(proj.envgit("log", "--json"))
     assert log.returncode == 0
     kept = json.loads(log.stdout)
@@ -44,6 +58,10 @@ def test_a_lost_wal_tail_is_said_and_ids_are_not_reused(bare_proj, damage):
     for s in kept:                                        # no finished step is said to have died
         if s["status"] == "interrupted":
             assert "envgit run died" not in json.dumps(s)
+    if damage == "cut-after-a-begin":
+        assert [s["id"] for s in kept] == [1, 2, 3, 4] and kept[3]["status"] == "interrupted"
+        reason = [json.loads(b) for _, st, k, b in rows(proj) if st == 4 and k == "interrupted"][0]["reason"]
+        assert "lost" in reason and "not known" in reason
     f = no_traceback(proj.envgit("fsck"))
     assert f.returncode == 1 and "lost" in f.stdout and "tail" in f.stdout
     assert proj.run("echo 7 > f7").returncode == 0
