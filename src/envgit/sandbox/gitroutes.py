@@ -103,5 +103,17 @@ def _ask_git(top, home, env):
             hooks = value.decode("utf-8", "surrogateescape")
     if hooks:
         hooks = os.path.join(home, hooks[2:]) if hooks.startswith("~/") else hooks
-        hooks = os.path.normpath(os.path.join(top, hooks))
+        if not os.path.isabs(hooks):        # relative to the top of the worktree it runs in
+            hooks = os.path.join(_toplevel(top, env) or top, hooks)
+        hooks = os.path.normpath(hooks)
     return hooks or None, origins
+
+
+def _toplevel(top, env):
+    try:
+        r = subprocess.run(["git", "-c", "safe.directory=*", "-C", top, "rev-parse", "--show-toplevel"],
+                           env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = r.stdout.decode("utf-8", "surrogateescape").strip()
+    return out if r.returncode == 0 and out else None

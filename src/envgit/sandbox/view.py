@@ -90,7 +90,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
     for p in protected:
         src = p
         if p in configs and os.path.isfile(p):
-            src = copies.repo_config(p, os.path.dirname(p), home) or empty_file
+            src = copies.repo_config(p, os.path.dirname(p), home) or _empty_config(state_dir)
         elif os.path.basename(p) == ".npmrc" and os.path.isfile(p):
             src = _npmrc_copy(p, state_dir) or p
         a += ["--ro-bind", src, p]
@@ -108,10 +108,7 @@ def _global_git_config(copies, project, home, visible, state_dir):
     ~/.config/git/config is shown (allow_read of ~ or ~/.config), covered: the first by the
     copy, the second by an empty file (the copy holds both). Git dies on an unreadable config
     file, so these are readable, unlike the deny masks."""
-    empty = os.path.join(state_dir, "sandbox", "empty-config")
-    if not os.path.exists(empty):
-        open(empty, "w").close()
-        os.chmod(empty, 0o644)
+    empty = _empty_config(state_dir)
     cfg = copies.global_config(project, home) or empty
     xdg = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "git", "config")
     first = os.path.join(home, ".gitconfig")
@@ -123,6 +120,15 @@ def _global_git_config(copies, project, home, visible, state_dir):
     if shown(xdg) and os.path.exists(xdg):
         out += ["--ro-bind", empty, xdg]
     return out
+
+
+def _empty_config(state_dir):
+    """A readable empty file, shown for a git config that could not be read safely."""
+    empty = os.path.join(state_dir, "sandbox", "empty-config")
+    if not os.path.exists(empty):
+        open(empty, "w").close()
+        os.chmod(empty, 0o644)
+    return empty
 
 
 def _covered(p):
