@@ -68,6 +68,9 @@ class Routes:
         for e, _ in rules.protect_abs:          # literal entries: by path, present or not
             if not has_magic(e):
                 protect.append(e)
+            elif not _rel_glob(project, e):     # a glob elsewhere (another writable path)
+                import glob
+                protect += sorted(glob.glob(e))
         for m in defaults.MARK:
             if not has_magic(m):
                 watch.append(os.path.join(project, m))
@@ -197,11 +200,26 @@ def _stamp(st):
     return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+class LinkedProtectedPath(OSError):
+    pass
+
+
 def unshare_links(paths) -> list[str]:
     """Give every protected regular file with another name (st_nlink > 1) an inode of its own:
     copied, then renamed over the protected name. The other names keep the old inode, so a
-    write through them no longer reaches the protected path. Returns the paths unshared."""
+    write through them no longer reaches the protected path. Returns the paths unshared; one
+    that cannot be unshared (no permission to its directory) refuses the step."""
     out = []
+    try:
+        return _unshare_all(paths, out)
+    except OSError as e:
+        raise LinkedProtectedPath(
+            f"{e.filename} is protected but has another name (a hard link) through which a step "
+            f"could change it, and envgit could not give it an inode of its own ({e.strerror}); "
+            f"remove the other name or copy the file over itself (cp -p F F.new && mv F.new F)") from None
+
+
+def _unshare_all(paths, out):
     for p in paths:
         try:
             st = os.lstat(p)
@@ -231,28 +249,34 @@ def _unshare(path, st=None) -> bool:
         return False
     tmp = f"{path}.envgit-unlink.{os.getpid()}"
     try:
-        src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                while chunk := os.read(src, 1 << 20):
-                    os.write(dst, chunk)
-                if os.geteuid() == 0:
-                    os.fchown(dst, st.st_uid, st.st_gid)
-                os.fchmod(dst, st.st_mode & 0o7777)
-            finally:
-                os.close(dst)
-        finally:
-            os.close(src)
-        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
-        os.rename(tmp, path)
+        _copy_over(path, tmp, st)
         return True
-    except OSError:
+    except OSError as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        return False
+        e.filename = path
+        raise
+
+
+def _copy_over(path, tmp, st):
+    """`path`'s bytes, owner, mode and times in a new inode at `tmp`, renamed over `path`."""
+    src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while chunk := os.read(src, 1 << 20):
+                os.write(dst, chunk)
+            if os.geteuid() == 0:
+                os.fchown(dst, st.st_uid, st.st_gid)
+            os.fchmod(dst, st.st_mode & 0o7777)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+    os.rename(tmp, path)
 
 
 def has_private_key(path: str, marker: bytes) -> bool:
