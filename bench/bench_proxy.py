@@ -122,6 +122,9 @@ async def main():
                     lambda step, rec: records.append(rec), None, upstream_ca=ca.cert_path)
         await gate.start(tcp_port=0)
         cred = gate.open_step(1)
+        # the socat bridge runs in this process's pid namespace: tie the credential to it, as
+        # a step's launcher ties it to its sandbox's (the gate refuses an untied one)
+        gate.bind_step(1, os.stat("/proc/self/ns/pid").st_ino)
         bundle = tmp / "clients.pem"
         bundle.write_bytes(gate.ca_cert_path.read_bytes() + ca.cert_path.read_bytes())
         host, gport = gate.tcp_address
