@@ -127,13 +127,11 @@ class Launch:
         actions = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)] if stdio else []
         kw = {"setsid": True} if new_session else {"setpgroup": 0}
         try:
-            # Default dispositions: an ignored signal would survive exec into the command.
-            # SIGINT and SIGQUIT blocked: Ctrl-C reaches the whole foreground group, bwrap's
-            # own processes too, and bwrap dying of it would SIGKILL the command before its
-            # handlers ran (and report 130 for a command that exited 7); bwrap clears the
-            # mask for the command, which gets them as usual.
+            # Default dispositions and an empty mask: an ignored or blocked signal would
+            # survive exec into the command (bwrap passes both on). (So Ctrl-C, which reaches
+            # the whole foreground group, also ends bwrap, and with it the command.)
             self.pid = os.posix_spawn(self.bwrap, self.argv, env, file_actions=actions,
-                                      setsigdef=_RESET_SIGNALS, setsigmask=_HELD_SIGNALS, **kw)
+                                      setsigdef=_RESET_SIGNALS, setsigmask=(), **kw)
         finally:
             self.spawned()
         return self.pid
@@ -219,7 +217,7 @@ def _signals(*names):
 
 _RESET_SIGNALS = _signals("SIGINT", "SIGQUIT", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGXFSZ",
                           "SIGHUP", "SIGTERM", "SIGCHLD")
-_HELD_SIGNALS = _signals("SIGINT", "SIGQUIT")
+
 
 
 class Foreground:
