@@ -234,3 +234,16 @@ def test_a_repository_in_another_writable_place(attacker):
     r = a.run(f"echo hi > {other}/file && git -C {other} add file")   # the rest of it is writable
     assert r.returncode == 0, r.stderr
     assert not host_git(a, f"cd {other} && git {ID} commit -q -m x && git status", m)
+
+
+def test_a_missing_include_file_is_a_route(attacker):
+    """The repository's config includes a file that does not exist yet: git skips it until it
+    exists, so creating it is marked; once it exists it is read-only."""
+    a = attacker
+    m = a.home / "pwned-include"
+    person(a, "git config include.path ../team.gitconfig")
+    r = a.run(f"printf '[core]\\n\\tfsmonitor = \"touch {m}; false\"\\n' > team.gitconfig")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, "team.gitconfig")
+    r = a.run("echo '[core]' > team.gitconfig")
+    assert r.returncode != 0

@@ -99,8 +99,18 @@ def _ask_git(top, home, env):
             if path not in origins:
                 origins.append(path)
         key, _, value = rec.partition(b"\n")
-        if key.lower() == b"core.hookspath":
+        k = key.lower()
+        if k == b"core.hookspath":
             hooks = value.decode("utf-8", "surrogateescape")
+        elif (k == b"include.path" or k.startswith(b"includeif.") and k.endswith(b".path")) and \
+                o.startswith("file:"):
+            # an included file git skips while it is missing is read once it exists: it is a
+            # route whether or not it is there yet
+            inc = value.decode("utf-8", "surrogateescape")
+            inc = os.path.join(home, inc[2:]) if inc.startswith("~/") else inc
+            inc = os.path.normpath(os.path.join(os.path.dirname(path), inc))
+            if inc not in origins:
+                origins.append(inc)
     if hooks:
         hooks = os.path.join(home, hooks[2:]) if hooks.startswith("~/") else hooks
         if not os.path.isabs(hooks):        # relative to the top of the worktree it runs in
