@@ -121,3 +121,28 @@ def test_a_step_cannot_begin_outside_the_project(attacker, tmp_path):
     conn = connect(Project(str(attacker.root)), start=False)
     r = conn.request({"op": "begin", "argv": ["touch", "marker"], "cwd": str(tmp_path), "env": {}})
     assert "outside the project" in r.get("error", ""), r
+
+
+def test_an_agents_step_that_makes_a_nested_project_is_told_and_marked(attacker):
+    """The same through the inner socket (an agent's Bash call): the notice reaches the
+    agent's own stderr, the step is marked, and the nested project is refused later."""
+    import shutil
+    from pathlib import Path
+    from envgit.daemon.client import connect
+    from envgit.paths import Project
+    attacker.run("true")
+    conn = connect(Project(str(attacker.root)), start=False)
+    spec = conn.request({"op": "spec", "argv": ["true"], "cwd": str(attacker.root), "env": {},
+                         "session": "agent-nest", "inner": True})
+    sock = spec["bwrap"][spec["bwrap"].index("/run/envgit/control.sock") - 1]
+    shim = attacker.home / "inner_shim.py"
+    shutil.copy(Path(__file__).resolve().parents[2] / "src" / "envgit" / "daemon" / "inner_shim.py", shim)
+    attacker.own(shim)
+    r = subprocess.run(attacker._argv([sys.executable, str(shim), "sh", "-c",
+                                       f"mkdir -p deep/x/.envgit && printf '{OPEN_POLICY}' > deep/x/envgit.yaml"]),
+                       cwd=attacker.root, env={**attacker.env, "ENVGIT_INNER_SOCKET": sock},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "policy-file-written" in r.stderr and "deep/x/envgit.yaml" in r.stderr, r.stderr
+    later = attacker.envgit("run", "--", "sh", "-c", "cat ~/.ssh/id_ed25519", cwd=attacker.root / "deep" / "x")
+    assert later.returncode != 0 and CANARY not in later.stdout

@@ -287,8 +287,13 @@ async def run_step(sess, msg, fds, session):
     fd = sess.live.get(step, {}).pop("stderr_fd", None)
     if fd is not None:
         os.close(fd)
-    await sess.end({"step": step, "exit_code": code, "signal": name,
-                    "duration_ms": round((loop.time() - t0) * 1000, 3)})
+    ended = await sess.end({"step": step, "exit_code": code, "signal": name,
+                            "duration_ms": round((loop.time() - t0) * 1000, 3)})
+    for line in ended.get("notices") or ():          # what envgit run would print after the step
+        try:
+            os.write(fds[2], f"envgit: step {step}: {line}\n".encode())
+        except OSError:
+            pass
     return {"step": step, "exit_code": code, "signal": name}
 
 
