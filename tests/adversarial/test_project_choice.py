@@ -146,3 +146,12 @@ def test_an_agents_step_that_makes_a_nested_project_is_told_and_marked(attacker)
     assert "policy-file-written" in r.stderr and "deep/x/envgit.yaml" in r.stderr, r.stderr
     later = attacker.envgit("run", "--", "sh", "-c", "cat ~/.ssh/id_ed25519", cwd=attacker.root / "deep" / "x")
     assert later.returncode != 0 and CANARY not in later.stdout
+
+
+def test_the_persons_own_policy_edit_is_not_blamed_on_a_step(attacker):
+    attacker.run("true")
+    attacker.write_policy("version: 1\n")                 # the person, outside, between steps
+    r = attacker.run("echo ok")
+    assert r.returncode == 0 and "policy-file-written" not in r.stderr, r.stderr
+    steps = json.loads(attacker.envgit("log", "--json", check=True).stdout)
+    assert "policy-file-written" not in steps[-1]["marks"]

@@ -618,7 +618,8 @@ def policy_files_written(summary):
     out = []
     for p in (summary or {}).get("paths", []):
         parts = p["path"].split("/")
-        if parts[-1] == "envgit.yaml" or ".envgit" in parts:
+        # (the root's envgit.yaml is read-only to a step: a change there is the person's)
+        if len(parts) > 1 and (parts[-1] == "envgit.yaml" or ".envgit" in parts):
             out.append(p["path"])
     return out
 

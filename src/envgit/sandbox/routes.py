@@ -19,9 +19,6 @@ from .gitroutes import HooksPaths, commondir_of, gitdir_of, gitdir_routes
 
 MAX_WALK = 5000          # entries fingerprinted under one protected directory
 _GIT_CONFIG_SUFFIXES = ("/.git/config", "/.git/config.worktree")
-# Found inside node_modules these are a package's own files, which npm, yarn and git never read
-# there; protecting them would pin node_modules (a step could no longer remove it).
-_NOT_IN_PACKAGES = {".npmrc", ".yarnrc", ".yarnrc.yml", ".gitmodules"}
 
 
 @dataclass
@@ -80,8 +77,6 @@ class Routes:
         tops, gitdirs = [], []
         for h in found:
             p = os.path.join(project, h)
-            if os.path.basename(h) in _NOT_IN_PACKAGES and "node_modules" in h.split("/"):
-                continue        # a published package's copy: no tool reads it there
             if content_rx and content_rx(h):
                 rs.content_hits.append(p)
             base = os.path.basename(h)
