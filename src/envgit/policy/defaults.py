@@ -117,6 +117,10 @@ ESCAPE_ROUTES = [
     ("lefthook.yml", "mark", "commands lefthook runs on commit"),
     (".lefthook.yml", "mark", "commands lefthook runs on commit"),
     (".lfsconfig", "mark", "where git-lfs sends objects and credentials"),
+    (".env", "mark", "direnv's load_dotenv and dotenv tools load it into the person's shell"),
+    ("mise.toml", "mark", "mise's env, hooks and tasks (once trusted)"),
+    (".mise.toml", "mark", "mise's env, hooks and tasks (once trusted)"),
+    (".config/mise.toml", "mark", "mise's env, hooks and tasks (once trusted)"),
     (".vscode/settings.json", "mark", "interpreter paths and terminal settings VS Code uses"),
     (".vscode/launch.json", "mark", "what VS Code runs on debug"),
 ]
