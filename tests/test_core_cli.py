@@ -46,9 +46,9 @@ def test_doctor(proj):
     assert "bubblewrap" in r.stdout and "namespaces" in r.stdout
     checks = json.loads(proj.envgit("doctor", "--json").stdout)
     assert all(c["ok"] for c in checks if c["required"])
-    # with bwrap missing from PATH, doctor names it and the fix
-    bindir = os.path.dirname(ENVGIT)
-    r = proj.envgit("doctor", env={"PATH": f"{bindir}:/nonexistent"})
+    # with bwrap missing (envgit takes it from system directories, never PATH: here an
+    # ENVGIT_BWRAP naming nothing), doctor names it and the fix
+    r = proj.envgit("doctor", env={"ENVGIT_BWRAP": "/nonexistent/bwrap"})
     assert r.returncode == 1 and "MISS  bubblewrap" in r.stdout and "apt-get install -y bubblewrap" in r.stdout
 
 

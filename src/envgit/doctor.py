@@ -44,10 +44,13 @@ def run_checks() -> list[Check]:
     v = sys.version_info
     out.append(Check("python", v >= (3, 12), f"{sys.version.split()[0]} ({sys.executable})",
                      "install Python >= 3.12 (apt-get install python3.12, or pyenv) and re-run dev/run"))
-    bwrap = shutil.which("bwrap")
-    if not bwrap:
-        out.append(Check("bubblewrap", False, "bwrap not found on PATH", _apt("bubblewrap")))
-    else:
+    from .sandbox.launch import LaunchError, trusted_binary
+    try:
+        bwrap = trusted_binary("bwrap")      # as every sandbox finds it: never from PATH
+    except LaunchError as e:
+        bwrap = None
+        out.append(Check("bubblewrap", False, str(e), _apt("bubblewrap")))
+    if bwrap:
         ver = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
         m = re.search(r"(\d+)\.(\d+)", ver)
         new_enough = bool(m) and (int(m.group(1)), int(m.group(2))) >= (0, 8)
@@ -74,7 +77,13 @@ def run_checks() -> list[Check]:
                          "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"))
     for tool, pkg, why in (("socat", "socat", "the in-sandbox bridge to the proxy"),
                            ("git", "git", "git itself")):
-        path = shutil.which(tool)
+        if tool == "socat":
+            try:
+                path = trusted_binary(tool)
+            except LaunchError:
+                path = None
+        else:
+            path = shutil.which(tool)
         out.append(Check(tool, bool(path), path or f"not found ({why})", _apt(pkg)))
     tiocsti = _read("/proc/sys/dev/tty/legacy_tiocsti")
     if tiocsti is not None:

@@ -1,9 +1,13 @@
 """`envgit run [--] CMD…`: the hot path. Standard library only (checked by a test with
 `python -X importtime`): the daemon decides, this process only execs bwrap and waits.
 
-stdin, stdout, stderr and the terminal are handed to the command as they are; Ctrl-C reaches
-it through the terminal's process group as it would without envgit; SIGTERM and SIGHUP sent
-to this process are passed on to the command; the exit status is the command's own.
+stdin, stdout, stderr and the terminal are handed to the command as they are. The step runs
+in a process group of its own (sandbox/launch.py), so nothing it signals reaches this process
+or the shell; when this process holds the terminal's foreground, the step gets it for its run
+(Ctrl-C and Ctrl-Z reach it as they would without envgit, a stopped step stops this process's
+job) and the terminal's modes are restored after. Signals sent to this process (SIGINT,
+SIGQUIT, SIGTERM, SIGHUP, SIGTSTP) are passed on to the command; the exit status is the
+command's own.
 """
 
 import _signal as signal   # the builtin: `signal` would import enum, ~3 ms per step

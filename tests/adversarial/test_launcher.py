@@ -42,6 +42,9 @@ def test_a_planted_bwrap_on_path_is_not_run(attacker):
     r = attacker.run("echo still-sandboxed; cat ~/.ssh/id_ed25519", env={"PATH": venv_path})
     assert not marker.exists(), "the planted bwrap ran outside the sandbox"
     assert "still-sandboxed" in r.stdout and "CANARY" not in r.stdout, r.stderr
+    doctor = attacker.envgit("doctor", env={"PATH": venv_path})          # runs bwrap outside too
+    assert not marker.exists(), "envgit doctor ran the planted bwrap"
+    assert "/usr/bin/bwrap" in doctor.stdout or "/bin/bwrap" in doctor.stdout, doctor.stdout
 
 
 def test_a_planted_socat_is_not_the_bridge(attacker):

@@ -241,7 +241,7 @@ class Foreground:
             import termios                        # only with a terminal: ~0.5 ms
             self._termios = termios
             self.modes = termios.tcgetattr(self.tty)
-        except (OSError, ImportError, Exception):
+        except Exception:                         # not ours to hand over: leave it be
             os.close(self.tty)
             self.tty = None
 
