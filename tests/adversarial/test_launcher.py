@@ -162,3 +162,16 @@ def test_the_repl_and_inner_steps_start_through_the_launcher():
         if '"--seccomp"' in text or '"--block-fd"' in text or "memfd_create(" in text:
             starters.append(f.relative_to(src).as_posix())
     assert starters == ["sandbox/launch.py"], starters
+
+
+def test_an_agent_binary_planted_in_the_project_is_not_launched(attacker):
+    """`envgit codex` runs Codex itself outside the sandbox: one found inside the project (a
+    step's `.venv/bin/codex` on an activated PATH) is refused."""
+    marker = attacker.home / "codex-ran"
+    r = attacker.run(f"mkdir -p .venv/bin && printf '#!/bin/sh\\ntouch {marker}\\n' > .venv/bin/codex "
+                     "&& chmod +x .venv/bin/codex")
+    assert r.returncode == 0, r.stderr
+    venv_path = f"{attacker.root}/.venv/bin:{attacker.env['PATH']}"
+    out = attacker.envgit("codex", "exec", "hi", env={"PATH": venv_path}, timeout=60)
+    assert not marker.exists(), "the planted codex ran"
+    assert out.returncode != 0 and "inside the project" in out.stderr, out.stderr

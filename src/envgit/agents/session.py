@@ -46,17 +46,32 @@ def envgit_exe() -> str:
 
 
 def agent_binary(name: str, env_var: str, package: str) -> str:
-    """The agent's executable: $ENVGIT_<AGENT>_BIN, else `name` on PATH."""
+    """The agent's executable: $ENVGIT_<AGENT>_BIN, else `name` on PATH; never one inside the
+    project, which any step can write (an activated .venv/bin or node_modules/.bin on PATH
+    would otherwise have the next launch run a step's own `codex` outside the sandbox)."""
     explicit = os.environ.get(env_var)
     if explicit:
         if not os.access(explicit, os.X_OK):
             raise AgentError(f"{env_var}={explicit} is not an executable")
-        return explicit
+        return _outside_project(explicit, name)
     found = shutil.which(name)
     if not found:
         raise AgentError(f"`{name}` is not on PATH: install it with `npm install -g {package}` "
                          f"(or point {env_var} at it)")
-    return found
+    return _outside_project(found, name)
+
+
+def _outside_project(path: str, name: str) -> str:
+    try:
+        root = find_project(os.getcwd()).root
+    except NoProject:
+        return path
+    real = os.path.realpath(path)
+    if real == root or real.startswith(root + "/"):
+        raise AgentError(f"the `{name}` found ({path}) is inside the project {root}, where a step "
+                         f"can replace it; install {name} outside the project (npm install -g), or "
+                         "deactivate the project's environment before starting the agent")
+    return path
 
 
 def announce(agent: str, session: str, how: str):
