@@ -23,10 +23,12 @@ owner bits of root's files let uid 0 read them. So, by rule rather than by list 
            every REFRESH_S in the background (a step waits only when no recent scan exists):
            a root-only file made on the host after a scan is visible until the next one.
 
-Why not run a root's steps as an unprivileged host uid instead: files the step writes in the
-project must stay owned as the person expects (root's project, root's files), and bwrap maps
-the sandbox's uid only to the caller's own; an id-mapped mount of every writable path would
-be needed, which bwrap cannot take. The mask gives a root step what an ordinary user sees.
+Why not run a root's steps as an unprivileged host uid instead: bwrap maps the sandbox's uid
+only to the caller's own, and a user namespace made beforehand (bwrap --userns) mapping it to
+another host uid would make the root-owned project read-only to the step and every file it
+writes owned by that uid, not as the person expects. Only an id-mapped mount of every writable
+path would reconcile the two, and bwrap cannot make or take one. The mask gives a root step
+what an ordinary user sees instead.
 
 A masked path is covered by an empty mode-000 file or directory: opening it fails with
 "Permission denied", as it does for any other user.
