@@ -274,10 +274,12 @@ SSH_HINT = ("use an https remote: git remote set-url origin https://HOST/OWNER/R
 _LEGACY_V4 = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$")
 
 
+@lru_cache(maxsize=4096)          # pure, and asked for every rule of every request
 def norm_host(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
 
 
+@lru_cache(maxsize=4096)          # pure, and asked for every rule of every request
 def ip_literal(host: str):
     """The address `host` spells, also in the legacy IPv4 forms a resolver accepts, or None."""
     h = norm_host(host)
@@ -308,6 +310,7 @@ def is_special(host: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)          # pure, and asked for every rule of every request
 def split_entry(entry: str) -> tuple[str, int | None]:
     """`host`, `host:port`, `[v6]:port`, `*.domain` -> (normalised host pattern, port or None)."""
     e = entry.strip()
@@ -406,9 +409,7 @@ class Rule:
     hint: str
 
     def applies_to_host(self, host: str, port: int) -> bool:
-        if self.hosts is None:
-            return norm_host(host) not in DOWNLOAD_HOSTS
-        return any(_rule_host(e, host, port) for e in self.hosts)
+        return _hosts_apply(self.hosts, host, port)
 
     def matches(self, req: Request, methods: set, paths: set) -> bool:
         if not self.matches_head(req, methods, paths):
@@ -433,6 +434,13 @@ class Rule:
             if req.headers.get(name, "").strip().lower() not in values:
                 return False
         return True
+
+
+@lru_cache(maxsize=4096)
+def _hosts_apply(hosts, host, port) -> bool:
+    if hosts is None:
+        return norm_host(host) not in DOWNLOAD_HOSTS
+    return any(_rule_host(e, host, port) for e in hosts)
 
 
 def _rule_host(entry, host, port):
