@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from gatekit import clone_into_project, hostport, netproject, servers
+from gatekit import Answerer, clone_into_project, hostport, netproject, servers
 from harness import attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
@@ -171,13 +171,17 @@ def test_a_pypi_upload_hidden_past_the_cap_is_cut_off_before_it_completes(attack
 
 
 def test_a_big_approved_push_is_streamed_and_lands(attacker, world):
+    """Past the cap, asked about on its first MiB (the ref update is there), held while the
+    person answers, then streamed on whole."""
     git, stub = world
-    netproject(attacker, git, stub, "irreversible:\n  - preset: default\n  - rule: git-push\n    action: allow\n")
+    netproject(attacker, git, stub, "irreversible:\n  - preset: default\n  - rule: git-push\n    action: ask\n")
     clone_into_project(attacker, git)
-    r = attacker.run("head -c 3000000 /dev/urandom > blob && git add blob && git commit -qm blob && "
-                     "git push -q origin main && git rev-parse HEAD", timeout=180)
+    with Answerer(attacker, lambda q: "approve") as a:
+        r = attacker.run("head -c 3000000 /dev/urandom > blob && git add blob && git commit -qm blob && "
+                         "git push -q origin main && git rev-parse HEAD", timeout=180)
     assert r.returncode == 0, r.stderr
     assert git.refs()["refs/heads/main"] == r.stdout.split()[-1]             # the oracle
+    assert [q["refs"][0]["new"] for q in a.seen] == [r.stdout.split()[-1]]    # asked once, on the refs
 
 
 def test_websocket_upgrades_refused_on_judged_hosts_unless_allowed(attacker, world):
