@@ -97,3 +97,14 @@ def test_the_ask_prompt_and_pending_show_inert_names(capfd, monkeypatch):
     assert _controls(out + err) == [], out + err
     assert "git.example\\x1b[2K" in err and "refs/heads/\\x1b]8;;http://x\\x07main" in err
     assert "git.example\\x1b[2K" in out and "git-receive-pack\\r" in out
+
+
+def test_the_notices_after_a_step_name_paths_inert(attacker):
+    """What envgit run says after a step (a policy file or escape route written) names the
+    paths the step chose."""
+    r = attacker.envgit("run", "--", "sh", "-c", 'mkdir -p "$1" && echo "version: 1" > "$1/envgit.yaml"',
+                        "sh", ESC_NAME)
+    assert r.returncode == 0, r.stderr
+    assert "policy-file-written" in r.stderr
+    assert _controls(r.stderr) == [], r.stderr
+    assert SHOWN + "/envgit.yaml" in r.stderr

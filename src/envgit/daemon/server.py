@@ -251,7 +251,8 @@ class Session:
         except JournalError as e:       # e.g. an `extra` that is not plain JSON: end without it
             end.pop("extra", None)
             self.journal.append(step, "end", {**end, "error": f"the step's extra data was not kept: {e}"})
-        return {"ok": True, "marks": marks, "snapshot": summary, "notices": notices}
+        # the paths a notice names are the step's choice: inert before any terminal (inert.py)
+        return {"ok": True, "marks": marks, "snapshot": summary, "notices": [inert(n) for n in notices]}
 
     def tracked_denied_notice(self, info):
         """Once a session: denied files git tracks are readable through its object store."""
