@@ -233,7 +233,7 @@ def cmd_policy(args):
         from .sandbox.tracked import tracked_denied, warning
         tracked = tracked_denied(pol, project.root, os.path.expanduser("~"))
         if tracked:
-            print(f"warning: {warning(tracked)}")
+            print(f"warning: {inert(warning(tracked))}")
     elif args.json:
         _out(pol.to_json())
     else:
