@@ -147,7 +147,7 @@ def _wait(pid, conn, term, fg, wake_r):
             asking = not asking
             if asking:
                 fg.take()
-            elif fg.is_foreground():
+            else:
                 fg.give(pid, fg.step_modes)
         watch = [wake_r] + ([sock] if sock is not None else []) + term.fds()
         ready, _, _ = select.select(watch, [], [])
@@ -182,8 +182,7 @@ def _job_stopped(pid, fg):
         os.kill(0, signal.SIGTSTP)
     finally:
         signal.signal(signal.SIGTSTP, old)
-    if fg.active and fg.is_foreground():
-        fg.give(pid, fg.step_modes)
+    fg.give(pid, fg.step_modes)             # only if this process holds the terminal again
     _kill_group(pid, signal.SIGCONT)
 
 

@@ -218,3 +218,53 @@ def test_ctrl_z_stops_the_job_and_fg_continues_it(attacker):
     text = out.decode(errors="replace")
     assert "Stopped" in text and "back-6" in text, text
     assert "rc=109" in text or "rc=230" in text, text      # its trap's 9, or SIGINT's 130
+
+
+def test_a_step_started_in_the_background_gets_the_terminal_after_fg(attacker):
+    """`envgit run … &` in an interactive shell: the step reading the terminal stops the job
+    (as any background job would), `fg` hands the terminal to the step, which reads the line."""
+    if shutil.which("bash") is None:
+        import pytest
+        pytest.skip("needs bash for an interactive shell with job control")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(attacker.root)
+        argv = attacker._argv(["bash", "--norc", "--noprofile", "-i"])
+        os.execvpe(argv[0], argv, {**attacker.env, "PS1": "PROMPT$ "})
+    out = b""
+
+    def pump(until, timeout=20):
+        nonlocal out
+        end = time.monotonic() + timeout
+        while until not in out and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    return
+
+    try:
+        pump(b"PROMPT$ ")
+        os.write(fd, f"{ENVGIT} run -- sh -c 'read x; echo got=$x-$((1+1))' &\n".encode())
+        deadline = time.monotonic() + 40
+        while b"Stopped" not in out and time.monotonic() < deadline:
+            time.sleep(1)
+            os.write(fd, b"jobs\n")        # reading the terminal from the background stops it
+            pump(b"Stopped", 1)
+        os.write(fd, b"fg\n")
+        time.sleep(1.0)
+        os.write(fd, b"hello\n")
+        pump(b"got=hello-2")
+        os.write(fd, b"exit\n")
+        pump(b"exit", 3)
+    finally:
+        time.sleep(0.3)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert "Stopped" in text and "got=hello-2" in text, text

@@ -222,11 +222,11 @@ _RESET_SIGNALS = _signals("SIGINT", "SIGQUIT", "SIGTSTP", "SIGTTIN", "SIGTTOU", 
 
 class Foreground:
     """The terminal handed to a step's process group and taken back, as a shell's job control
-    does. Only when this process has a controlling terminal, is in its foreground process
-    group and shares that group with no sibling (in `envgit run cmd | less`, less keeps the
-    terminal: the step stays in the background and the person's Ctrl-C reaches it through
-    this process). The terminal's modes are saved before and restored after, whatever the
-    command did to them."""
+    does. Only while this process has a controlling terminal, holds its foreground (now, or
+    after the person's `fg` of a job started in the background) and shares its process group
+    with no sibling (in `envgit run cmd | less`, less keeps the terminal: the step stays in the
+    background and the person's Ctrl-C reaches it through this process). The terminal's modes
+    are saved before and restored after, whatever the command did to them."""
 
     def __init__(self):
         self.tty = self.modes = self.step_modes = None
@@ -236,23 +236,29 @@ class Foreground:
         except OSError:
             return                                # no controlling terminal
         try:
-            if os.tcgetpgrp(self.tty) != os.getpgrp() or _shares_group():
+            if _shares_group():
                 raise OSError
             import termios                        # only with a terminal: ~0.5 ms
             self._termios = termios
-            self.modes = termios.tcgetattr(self.tty)
         except Exception:                         # not ours to hand over: leave it be
             os.close(self.tty)
             self.tty = None
 
     @property
     def active(self) -> bool:
-        """This process may hand the terminal over."""
+        """This process may hand the terminal over (when it holds it)."""
         return self.tty is not None
 
     def give(self, pgid, modes=None):
-        if self.tty is None:
+        """The foreground to `pgid`, if this process holds it (else nothing: a background job
+        is left in the background)."""
+        if not self.is_foreground():
             return
+        if self.modes is None:
+            try:
+                self.modes = self._termios.tcgetattr(self.tty)
+            except Exception:
+                return
         if modes is not None:
             self._set_modes(modes)
         try:
