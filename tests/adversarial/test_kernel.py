@@ -154,3 +154,17 @@ def test_the_root_only_scan_never_runs_a_planted_find(attacker):
     r = attacker.envgit("run", "--", "true", env=env)        # a second step: a rescan has run by now
     assert r.returncode == 0, r.stderr
     assert not marker.exists()
+
+
+def test_a_policy_cannot_bring_in_the_hosts_proc(attacker):
+    """allow_read: [/proc] would bind the host's /proc over the step's own: every host
+    process (its environment, its root) in view. The step keeps its own /proc."""
+    attacker.write_policy("version: 1\nfilesystem:\n  allow_read: [/proc, /proc/1]\n")
+    me = os.getpid()
+    r = attacker.run(f"[ -e /proc/{me} ] && echo HOST-PID-VISIBLE; ls /proc | grep -c '^[0-9]'; "
+                     "(true > /proc/sys/kernel/hostname) && echo SYSCTL-WRITABLE; "
+                     "cat /proc/1/comm")
+    assert r.returncode == 0, r.stderr
+    assert "HOST-PID-VISIBLE" not in r.stdout and "SYSCTL-WRITABLE" not in r.stdout
+    assert int(r.stdout.split()[0]) < 10                  # the step's own few processes
+    assert r.stdout.split()[-1] in ("bwrap", "sh")         # pid 1 is the sandbox's init

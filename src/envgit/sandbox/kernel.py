@@ -59,6 +59,21 @@ CACHE_FILE = CACHE_DIR + "/root-only-paths"
 _BINDS = ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind", "--dev-bind-try")
 
 
+def without_host_proc(view_args: list[str]) -> list[str]:
+    """The view without any bind of the host's /proc (a policy's allow_read of /proc or a
+    path in it): the step has its own, and the host's shows the host's processes (their
+    environments, roots, fds) whatever the pid namespace. Nothing in it is the step's to need."""
+    out, i = [], 0
+    while i < len(view_args):
+        a = view_args[i]
+        if a in _BINDS and i + 2 < len(view_args) and _inside(view_args[i + 2], "/proc"):
+            i += 3
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def mounts(view_args: list[str], state_dir: str, keep: list[str], allowed: list[str],
            covered: list[str]) -> tuple[list[str], list[str]]:
     """bwrap arguments to append after the view (they must come after its `--proc /proc`), and

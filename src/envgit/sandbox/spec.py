@@ -49,6 +49,7 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
                                     write_abs=rules.write_abs + extra("write"),
                                     protect_abs=rules.protect_abs + extra("protect"))
     view = build_view(rules, state_dir, session_tmp, scan)
+    view.args = kernel.without_host_proc(view.args)
     # /proc and /sys read-only or masked, and (as root) the host files only root can read: after
     # the view, whose `--proc /proc` they cover.
     kargs, kmasked = kernel.mounts(view.args, state_dir, [rules.project] + [p for p, _ in rules.write_abs],
