@@ -200,3 +200,23 @@ def test_a_record_from_inside_is_marked_and_cannot_claim_hiding_marks(attacker):
     assert "from-inner" in step["marks"] and "agent-edit" in step["marks"]
     notes = [e for e in step.get("events") or [] if e.get("kind") == "note"]
     assert notes and notes[0]["from"] == "inner" and notes[0]["tool"] == "Write"
+
+
+def test_a_connection_flood_is_refused_and_the_daemon_serves_on(attacker):
+    conn, path = _setup(attacker, "agent-fl")
+    pid = conn.request({"op": "status"})["pid"]
+    held = []
+    for _ in range(200):                              # each stalls mid-frame
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+            s.sendall(b"\x00\x00")
+        except OSError:
+            s.close()
+            continue
+        held.append(s)
+    assert conn.request({"op": "status"})["pid"] == pid
+    for s in held:
+        s.close()
+    time.sleep(0.5)
+    _alive(conn, path, pid)

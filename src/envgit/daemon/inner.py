@@ -42,6 +42,7 @@ MAX_ID = 256
 MAX_BODY_KEYS = 32
 RECV_TIMEOUT_S = 30                  # a caller that stops mid-frame does not hold a thread for ever
 RECORD_MARKS = ("agent-edit",)       # the marks a record from inside may carry
+MAX_CONNECTIONS = 64                 # at once, per socket: each holds a thread (and a step)
 
 
 class BadRequest(ValueError):
@@ -165,6 +166,7 @@ class InnerSocket:
         finally:
             os.umask(old)
         self.sock.listen(64)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         threading.Thread(target=self._accept, daemon=True, name=f"inner-{session}").start()
 
     def close(self):
@@ -181,9 +183,18 @@ class InnerSocket:
                 conn, _ = self.sock.accept()
             except OSError:
                 return                   # closed
+            if not self.slots.acquire(blocking=False):
+                conn.close()             # a flood from inside: refused, the daemon serves on
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
+        try:
+            self._serve_one(conn)
+        finally:
+            self.slots.release()
+
+    def _serve_one(self, conn):
         fds = []
         with conn:
             try:
