@@ -52,7 +52,14 @@ SYS_MASKED = ("/sys/firmware", "/sys/devices/virtual/powercap", "/sys/fs/selinux
 # How old a scan may be before it is redone (ENVGIT_ROOT_SCAN_MAX_AGE, seconds, in the daemon's
 # environment: 0 scans afresh for every daemon and after every step, for a person who adds
 # root-only files while sessions run).
-REFRESH_S = float(os.environ.get("ENVGIT_ROOT_SCAN_MAX_AGE", "300"))
+def _max_age():
+    try:
+        return max(0.0, float(os.environ.get("ENVGIT_ROOT_SCAN_MAX_AGE", "300")))
+    except ValueError:
+        return 0.0                             # unreadable: scan afresh (deny on doubt)
+
+
+REFRESH_S = _max_age()
 CACHE_DIR = "/run/envgit"
 CACHE_FILE = CACHE_DIR + "/root-only-paths"
 
