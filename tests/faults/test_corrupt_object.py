@@ -104,3 +104,25 @@ def test_a_snapshot_that_cannot_be_taken_is_recorded_on_its_step(bare_proj):
     assert no_traceback(proj.envgit("rewind", "2", "--yes")).returncode != 0  # no snapshot: said
     assert_rewinds_exactly(proj, {1: after1, 3: after3})
     assert proj.envgit("fsck").returncode == 0
+
+
+def test_gc_heals_what_the_directory_still_holds(bare_proj):
+    """A damaged subtree of an unchanged directory: the stat cache would reuse its id for ever
+    without reading it. gc finds it, stores it again from the directory, and finishes; the
+    damaged copy goes with its pack."""
+    proj = bare_proj
+    assert proj.run("mkdir d && echo x > d/x && echo 1 > a").returncode == 0
+    assert proj.run("echo 2 > a").returncode == 0
+    after2 = tree_of(proj.root)
+    tree2 = show(proj, 2)["snapshot"]["tree"]
+    d_tree = subtree(proj, tree2, b"d")
+    proj.stop()
+    flip(proj, d_tree)
+    assert proj.run("echo 3 > a").returncode == 0         # reuses d's id: nothing reads it
+    after3 = tree_of(proj.root)
+    f = no_traceback(proj.envgit("fsck"))
+    assert f.returncode == 1 and d_tree in f.stdout
+    r = no_traceback(proj.envgit("gc"))
+    assert r.returncode == 0, r.stderr
+    assert no_traceback(proj.envgit("fsck")).returncode == 0
+    assert_rewinds_exactly(proj, {2: after2, 3: after3})

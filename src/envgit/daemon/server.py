@@ -478,9 +478,16 @@ class Session:
         faults.point("gc-journaled")
         try:
             freed = await asyncio.to_thread(self.snapshotter.gc, roots, progress)
-        except (StoreError, CorruptObject) as e:
-            return {"error": f"envgit: gc deleted nothing: {e}; `envgit fsck` lists what is damaged "
-                    "(a kept snapshot must read back whole before gc can tell what it reaches)", "exit": 4}
+        except (StoreError, CorruptObject):
+            # What gc found damaged is quarantined now: a snapshot of the directory (recorded on
+            # no step) stores again whatever of it the directory still holds; then gc once more.
+            try:
+                await asyncio.to_thread(self.snapshotter.take, self.policy(), None)
+                freed = await asyncio.to_thread(self.snapshotter.gc, roots, progress)
+            except (StoreError, CorruptObject, SnapshotFailed, OSError, PolicyError) as e:
+                return {"error": f"envgit: gc deleted nothing: {e}; `envgit fsck` lists what is "
+                        "damaged (a kept snapshot must read back whole before gc can tell what it "
+                        "reaches; `envgit gc --keep-last N` can drop the damaged steps)", "exit": 4}
         self.journal.append(0, "gc-done", {"freed": freed})
         return {"dropped": drop, "freed": freed, "kept": sorted(keep)}
 
