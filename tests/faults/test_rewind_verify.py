@@ -87,3 +87,25 @@ def test_a_recomputed_history_is_seen_by_the_head_record(bare_proj):
     after4 = tree_of(proj.root)
     assert proj.run("echo 5 > a").returncode == 0
     assert_rewinds_exactly(proj, {4: after4})
+
+
+def test_an_interrupted_rewind_with_an_edited_target_is_not_finished(bare_proj):
+    """The daemon finishes a rewind it finds open only if the chain verifies up to it: the
+    begin row of a killed rewind, edited to name another tree, is closed as not finished, and
+    nothing is written."""
+    proj = bare_proj
+    after = three_steps(proj)
+    r = no_traceback(proj.envgit("rewind", "2", "--yes", env={"ENVGIT_FAULT": "rewind-begun"}))
+    assert r.returncode == 3                                  # killed after its begin entry
+    seq, body = next((s, b) for s, st, k, b in rows(proj) if st == 4 and k == "begin")
+    edited = json.loads(body)
+    _, body1 = end_row(proj, 1)
+    edited["rewind"]["target_tree"] = json.loads(body1)["snapshot"]["tree"]
+    set_body(proj, seq, json.dumps(edited, sort_keys=True, separators=(",", ":")))
+    before = tree_of(proj.root)
+    assert before == after[3]
+    steps = json.loads(no_traceback(proj.envgit("log", "--json")).stdout)
+    assert steps[3]["status"] == "done" and "not-finished" in steps[3]["marks"]
+    assert tree_of(proj.root) == before                       # not one byte written
+    f = no_traceback(proj.envgit("fsck"))
+    assert f.returncode == 1 and f"entry {seq}" in f.stdout
