@@ -83,6 +83,9 @@ class Snapshotter:
         with self.lock:
             try:
                 snap, changes, problem = self._take(flt, prev_tree)
+            except OSError:                 # disk full, permissions: the next one starts afresh
+                self._start_afresh()
+                raise
             except (StoreError, CorruptObject):
                 self._start_afresh()
                 try:
