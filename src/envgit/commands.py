@@ -286,7 +286,9 @@ def _step_tree(j, n):
 
 
 class _Usage(Exception):
-    pass
+    def __init__(self, text, code=None):
+        super().__init__(text)
+        self.code = code        # an operational exit code (EXIT_DAEMON…) the daemon gave, if any
 
 
 def _daemon(project, msg):
@@ -295,7 +297,9 @@ def _daemon(project, msg):
     conn.on_push = lambda f: print(f"envgit: {f['text']}", file=sys.stderr) if f.get("push") == "progress" else None
     reply = conn.request(msg)
     if "error" in reply:
-        raise _Usage(reply["error"].removeprefix("envgit: "))
+        code = reply.get("exit")
+        raise _Usage(reply["error"].removeprefix("envgit: "),
+                     code if code in (EXIT_DAEMON, EXIT_STORE, EXIT_JOURNAL) else None)
     return reply
 
 
@@ -373,7 +377,7 @@ def cmd_rewind(args):
         preview = _daemon(project, msg)
     except _Usage as e:
         print(f"envgit: {e}", file=sys.stderr)
-        return 2
+        return e.code or 2
     if not args.json:
         _print_preview(preview, args.step)
     if args.dry_run:
@@ -399,7 +403,7 @@ def cmd_rewind(args):
         done = _daemon(project, {**msg, "apply": True})
     except _Usage as e:
         print(f"envgit: {e}", file=sys.stderr)
-        return 1
+        return e.code or 1
     if args.json:
         _out(done)
         return 0
@@ -442,7 +446,7 @@ def cmd_gc(args):
         r = _daemon(project, {"op": "gc", "keep_last": args.keep_last, "keep_within_s": within})
     except _Usage as e:
         print(f"envgit: {e}", file=sys.stderr)
-        return 2
+        return e.code or 2
     if args.json:
         _out(r)
     else:

@@ -44,7 +44,7 @@ def test_a_missing_pack_or_index_is_one_line(bare_proj, ext):
     os.unlink(pack_of(proj, 1, b"data.bin")[:-5] + ext)
     one_line(proj.envgit("diff", "1", "2"), 4)
     r = no_traceback(proj.envgit("rewind", "1", "--yes"))
-    assert r.returncode != 0 and "fsck" in r.stderr and not (proj.root / "data.bin").exists()
+    assert r.returncode == 4 and "fsck" in r.stderr and not (proj.root / "data.bin").exists()
     f = no_traceback(proj.envgit("fsck"))
     assert f.returncode == 1
     assert no_traceback(proj.run("echo goes on > b")).returncode == 0

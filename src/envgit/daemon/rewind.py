@@ -86,6 +86,8 @@ def apply(sess, n: int, paths: list[str] | None, user: str) -> dict:
     except (StoreError, OSError) as e:
         sess.journal.append(step, "end", {"exit_code": 1, "marks": ["rewind", "refused"],
                                           "error": str(e)})
+        if isinstance(e, StoreError):
+            raise                       # the store is damaged: said as such (exit 4)
         raise RewindError(str(e)) from None
     faults.point("rewind-restored")
     summary = snapshot_after(sess, pol, preview["undo_tree"])
