@@ -93,6 +93,8 @@ def test_graphql_reads_that_stay_allowed():
                         (json.dumps({"query": Q, "operationName": None}), "application/json"),
                         (json.dumps([{"query": Q}, {"query": "{ b }"}]), "application/json")]:
         assert graphql.classify(body.encode(), ctype) == "query", body
+    # an operation name in the URL (clients add it for logs) is not a second request
+    assert graphql.classify(json.dumps({"query": Q}).encode(), "application/json", "operationName=Foo") == "query"
     h = hashlib.sha256(Q.encode()).hexdigest()
     body = json.dumps({"query": Q, "extensions": {"persistedQuery": {"version": 1, "sha256Hash": h}}})
     assert graphql.classify(body.encode(), "application/json") == "query"

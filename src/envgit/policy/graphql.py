@@ -39,6 +39,7 @@ MAX_FRAGMENT_DEPTH = 20
 _RANK = {"query": 0, "subscription": 1, "mutation": 2, "unknown": 3}
 _ID_KEYS = ("id", "documentId", "doc_id", "queryId", "persistedQueryId", "hash")
 _CARRYING = ("query", "extensions", "operationName", "variables", *_ID_KEYS)
+_URL_OPERATION = ("query", "extensions", *_ID_KEYS)   # what makes a query string a GraphQL request
 _FORM_SPLITS = (re.compile("&"), re.compile("[&;]"))
 
 
@@ -83,7 +84,7 @@ def read(body: bytes | None, content_type: str = "", query_string: str = "",
     try:
         if query_string:
             fields = _form_fields(query_string)
-            if any(k in fields for k in _CARRYING):
+            if any(k in fields for k in _URL_OPERATION):
                 ops += _from_fields(fields, from_url=True)
         if body:
             ops += _from_body(body, content_type, body_complete)
