@@ -207,7 +207,17 @@ class Journal:
 
     def tail_problem(self) -> dict | None:
         """The body of a `lost` entry if the journal is not what its head record says it
-        reached (entries lost from its tail, or a history rewritten); None if it is."""
+        reached (entries lost from its tail, or a history rewritten); None if it is. A reader
+        may meet the head half rewritten by the writer (one small pwrite, not atomic against a
+        concurrent read): a problem is believed only if it is still there a moment later."""
+        for attempt in range(3):
+            found = self._tail_problem_once()
+            if found is None:
+                return None
+            time.sleep(0.02 * (attempt + 1))
+        return found
+
+    def _tail_problem_once(self) -> dict | None:
         head = self.head.read()
         if head is None:
             return None
@@ -420,14 +430,19 @@ class HeadRecord:
             self.fd = None
 
     def read(self, problem=None) -> dict | None:
-        """The record, or None if there is none; a damaged one is told to `problem`."""
-        try:
-            with open(self.path) as f:
-                rec = json.loads(f.read())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            rec = None
+        """The record, or None if there is none; a damaged one is told to `problem` (after a
+        second look: the writer may have been halfway through rewriting it)."""
+        for attempt in range(3):
+            try:
+                with open(self.path) as f:
+                    rec = json.loads(f.read())
+            except FileNotFoundError:
+                return None
+            except (OSError, ValueError):
+                rec = None
+            if isinstance(rec, dict):
+                break
+            time.sleep(0.02)
         if not (isinstance(rec, dict) and type(rec.get("seq")) is int and type(rec.get("step")) is int
                 and isinstance(rec.get("hash"), str)):
             if problem:
