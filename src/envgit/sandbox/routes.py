@@ -19,6 +19,9 @@ from .gitroutes import HooksPaths, commondir_of, gitdir_of, gitdir_routes
 
 MAX_WALK = 5000          # entries fingerprinted under one protected directory
 _GIT_CONFIG_SUFFIXES = ("/.git/config", "/.git/config.worktree")
+# Found inside node_modules these are a package's own files, which npm, yarn and git never read
+# there; protecting them would pin node_modules (a step could no longer remove it).
+_NOT_IN_PACKAGES = {".npmrc", ".yarnrc", ".yarnrc.yml", ".gitmodules"}
 
 
 @dataclass
@@ -77,6 +80,8 @@ class Routes:
         tops, gitdirs = [], []
         for h in found:
             p = os.path.join(project, h)
+            if os.path.basename(h) in _NOT_IN_PACKAGES and "node_modules" in h.split("/"):
+                continue        # a published package's copy: no tool reads it there
             if content_rx and content_rx(h):
                 rs.content_hits.append(p)
             base = os.path.basename(h)
@@ -304,7 +309,8 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
     # The snapshot lists every path the step changed unless it says it did not (too many to
     # list, left out by size or an exclude, failed): then the routes are looked for again.
     complete = bool(summary.get("tree")) and not summary.get("paths_truncated") and \
-        not (summary.get("left_out") or {}).get("count")
+        not (summary.get("left_out") or {}).get("count") and \
+        all(_inside(w, project) for w, _ in rules.write_abs)     # no snapshot of other places
     if complete:
         after = fingerprint([p for p in before if os.path.dirname(p) not in before])
     else:
