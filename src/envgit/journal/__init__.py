@@ -221,14 +221,15 @@ class Journal:
         head = self.head.read()
         if head is None:
             return None
-        row = self.db.execute("SELECT seq FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+        with self.lock:
+            row = self.db.execute("SELECT seq FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+            at = self.db.execute("SELECT hash FROM entries WHERE seq = ?", (head["seq"],)).fetchone()
         last = row[0] if row else 0
         if last < head["seq"]:
             return {"entries": [last + 1, head["seq"]], "last_step": head["step"], "head_hash": head["hash"],
                     "reason": f"the journal ends at entry {last} but had reached entry {head['seq']} "
                               f"(step {head['step']}): its tail was lost (a truncated or deleted "
                               "journal.sqlite-wal, or an older copy put back)"}
-        at = self.db.execute("SELECT hash FROM entries WHERE seq = ?", (head["seq"],)).fetchone()
         if at is None or at[0] != head["hash"]:
             return {"entries": [1, head["seq"]], "last_step": head["step"], "head_hash": head["hash"],
                     "rewritten": True,
@@ -303,9 +304,10 @@ class Journal:
         problems, prev, expect = [], GENESIS, 1
         self.head.read(problems.append)
         stop = upto
-        rows = self.db.execute("SELECT seq, step, kind, at_ns, body, prev, hash FROM entries"
-                               + (" WHERE seq <= ?" if stop is not None else "") + " ORDER BY seq",
-                               (stop,) if stop is not None else ())
+        with self.lock:     # the daemon's connection is shared with its worker threads
+            rows = self.db.execute("SELECT seq, step, kind, at_ns, body, prev, hash FROM entries"
+                                   + (" WHERE seq <= ?" if stop is not None else "") + " ORDER BY seq",
+                                   (stop,) if stop is not None else ()).fetchall()
         for seq, step, kind, at, body, p, h in rows:
             if seq != expect:
                 problems.append(Problem(f"entry {expect} is missing (next is {seq})", seq))
