@@ -190,7 +190,7 @@ def test_ctrl_z_stops_the_job_and_fg_continues_it(attacker):
     try:
         pump(b"PROMPT$ ")
         # (what the terminal shows is checked for strings the typed lines do not contain)
-        os.write(fd, f"{ENVGIT} run -- sh -c 'echo go-$((1+1)); trap \"echo got-\$((2+2)); exit 9\" INT; "
+        os.write(fd, f"{ENVGIT} run -- sh -c 'echo go-$((1+1)); trap \"echo got-\\$((2+2)); exit 9\" INT; "
                      f"while :; do sleep 0.2; done'\n".encode())
         pump(b"go-2\r\n")
         time.sleep(0.3)
