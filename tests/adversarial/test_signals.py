@@ -268,3 +268,29 @@ def test_a_step_started_in_the_background_gets_the_terminal_after_fg(attacker):
         os.close(fd)
     text = out.decode(errors="replace")
     assert "Stopped" in text and "got=hello-2" in text, text
+
+
+def test_the_mcp_repl_cannot_signal_the_mcp_server(attacker):
+    """The MCP server's Node REPL runs the model's code in a sandbox started through the same
+    launcher, in a session of its own: `process.kill(0, 'SIGKILL')` there ends the REPL only;
+    the server answers the next call (with a fresh REPL)."""
+    import anyio
+    from mcp import Client, StdioServerParameters
+    from mcp_fixture_server import make_corpus
+    from test_mcp_server import mcp_section
+    corpus = make_corpus(attacker.home.parent / "c")
+    with open(attacker.root / "envgit.yaml", "a") as f:
+        f.write(mcp_section(corpus))
+    attacker.own(attacker.root / "envgit.yaml", corpus)
+    argv = attacker._argv([ENVGIT, "mcp", "--project", str(attacker.root)])
+    params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(attacker.home), env=attacker.env)
+
+    async def main():
+        async with Client(params) as client:
+            with anyio.fail_after(120):
+                first = await client.call_tool("execute", {"code": "globalThis.x = 1; process.kill(0, 'SIGKILL'); 2"})
+                second = await client.call_tool("execute", {"code": "40 + 2"})
+                return first, second
+    first, second = anyio.run(main)
+    text = "".join(b.text for b in second.content if b.type == "text")
+    assert not second.is_error and text == "42", text
