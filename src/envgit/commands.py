@@ -165,6 +165,8 @@ def cmd_show(args):
         print(f"  marks     {inert(', '.join(s.marks))}")
     for p in s.denied_paths:
         print(f"  denied    {inert(p)}")
+    for p in s.escape_routes:       # a file a program outside the sandbox obeys (escape-route-written)
+        print(f"  escape    {inert(p)}")
     for r in s.requests:
         answer = f", {r['answer']} by {r.get('answered_by')} ({r.get('answered_how')})" if r.get("answer") else ""
         print(inert(f"  request   {r.get('decision', '?'):5} {r.get('method', '')} {r.get('scheme', '')}://"

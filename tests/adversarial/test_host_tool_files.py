@@ -65,3 +65,17 @@ def test_the_list_is_printed_from_one_place(attacker):
     for pattern, action, _ in defaults.ESCAPE_ROUTES:
         assert pattern in out
     assert set(defaults.PROTECT) | set(defaults.MARK) == {p for p, _, _ in defaults.ESCAPE_ROUTES}
+
+
+def test_a_packages_own_copies_do_not_pin_node_modules(attacker):
+    """The legitimate use: `rm -rf node_modules` (npm ci does it) still works when a published
+    package carries its own .yarnrc or .gitmodules, which no tool reads there."""
+    a = attacker
+    pkg = a.root / "node_modules" / "left-pad"
+    pkg.mkdir(parents=True)
+    for name in (".yarnrc", ".gitmodules", ".npmrc", "index.js"):
+        (pkg / name).write_text("x\n")
+    a.own(a.root)
+    r = a.run("rm -rf node_modules && echo gone")
+    assert r.returncode == 0 and "gone" in r.stdout, r.stderr
+    assert not (a.root / "node_modules").exists()
