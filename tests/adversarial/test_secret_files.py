@@ -82,6 +82,8 @@ PROJECT_SECRETS = {
     "certs/server.pem": f"-----BEGIN PRIVATE KEY-----\n{CANARY}\n-----END PRIVATE KEY-----\n",
     "certs/tls.key": f"-----BEGIN RSA PRIVATE KEY-----\n{CANARY}\n",
     "certs/client.p12": f"{CANARY}\n",
+    ".git/git-crypt/keys/default": f"{CANARY}\n",
+    "infra/.aws/credentials": f"aws_secret_access_key={CANARY}\n",
 }
 
 
@@ -97,7 +99,7 @@ def test_credential_files_in_the_project_are_denied(attacker):
     (a.root / "certs" / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIPUBLIC\n")
     a.own(a.root)
     script = "; ".join(f"cat '{rel}' 2>/dev/null" for rel in [*PROJECT_SECRETS, ".npmrc", "certs/ca.pem"])
-    r = a.run(script + "; grep -r . . 2>/dev/null | grep -v '^./.git/'")
+    r = a.run(script + "; grep -r . . 2>/dev/null | grep -v '^./.git/objects/'")
     assert CANARY not in r.stdout, r.stdout
     assert "registry=https://registry.example/" in r.stdout          # npm still finds its registry
     assert "${NPM_TOKEN}" in r.stdout                                 # a reference is no secret
