@@ -118,6 +118,10 @@ def test_submodule_config_and_hooks_are_read_only(attacker):
     assert r.returncode != 0
     assert cfg.read_text() == before
     assert not host_git(a, "git status; git submodule update --checkout --force lib; git -C lib checkout -q HEAD", m)
+    # the submodule still works inside: its config is shown (sanitised), its objects writable
+    r = a.run(f"git status --short && echo x > lib/new && git -C lib add new && git -C lib {ID} commit -q -m n "
+              "&& git -C lib log --oneline | wc -l")
+    assert r.returncode == 0 and r.stdout.strip().endswith("2"), r.stdout + r.stderr
     # a submodule gitdir made from nothing is marked
     r = a.run(f"mkdir -p .git/modules/evil && printf '{fsmonitor_config(m)}' > .git/modules/evil/config")
     assert r.returncode == 0, r.stderr
