@@ -120,9 +120,7 @@ def _short(argv, width=60):
 def cmd_log(args):
     project = find_project()
     j = _journal(project)
-    steps = j.steps(session=args.session) if j else []
-    if args.n:
-        steps = steps[-args.n:]
+    steps = j.steps(session=args.session, last=args.n or None) if j else []
     if args.json:
         _out([s.to_json() for s in steps])
         return 0
@@ -311,12 +309,11 @@ def cmd_diff(args):
     project = find_project()
     j = _journal(project)
     try:
-        steps = j.steps() if j else []
-        done = [s for s in steps if s.snapshot and s.snapshot.get("tree")]
-        if args.a is None and not done:
+        latest = j.last_snapshot_step() if j and args.a is None else None
+        if args.a is None and latest is None:
             raise _Usage("no snapshots yet: envgit run -- CMD takes one after every step")
-        a_name = f"step {args.a}" if args.a is not None else f"step {done[-1].id}"
-        a = _step_tree(j, args.a) if args.a is not None else done[-1].snapshot["tree"]
+        a_name = f"step {args.a}" if args.a is not None else f"step {latest.id}"
+        a = _step_tree(j, args.a) if args.a is not None else latest.snapshot["tree"]
         if args.b is not None:
             b, b_name = _step_tree(j, args.b), f"step {args.b}"
         else:

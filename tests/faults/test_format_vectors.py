@@ -102,9 +102,19 @@ def test_the_checked_in_version_1_store_and_journal_read_back(tmp_path):
     assert os.readlink(out / "link") == "a.txt" and (out / "empty").is_dir()
 
     j = Journal(str(copy / "journal.sqlite"), readonly=True)
-    assert j.db.execute("PRAGMA user_version").fetchone()[0] == FORMAT_VERSION == 1
+    assert j.db.execute("PRAGMA user_version").fetchone()[0] == 1 and FORMAT_VERSION == 2
     assert j.verify() == []
     (step,) = j.steps()
     assert step.argv == ["sh", "-c", "make"] and step.status == "done" and step.snapshot["tree"] == STORED_TREE
     assert j.live_trees() == [STORED_TREE] and j.dropped_snapshots() == set()
+    assert j.open_steps() == [] and j.last_snapshot_step().id == 1
     j.close()
+    # Its first writer migrates it to version 2 (the open-steps table, the (kind, step) index)
+    w = Journal(str(copy / "journal.sqlite"))
+    assert w.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert w.verify() == [] and w.open_steps() == []
+    n = w.begin_step({"argv": ["true"], "cwd": "/"})
+    assert [s.id for s in w.open_steps()] == [n] == [2]
+    w.append(n, "end", {"exit_code": 0})
+    assert w.open_steps() == [] and w.verify() == []
+    w.close()

@@ -658,8 +658,8 @@ def _typed(value, kind):
 
 
 def _last_tree(journal):
-    trees = [s.snapshot["tree"] for s in journal.steps() if s.snapshot and s.snapshot.get("tree")]
-    return trees[-1] if trees else None
+    s = journal.last_snapshot_step()        # newest first through the index, not the whole fold
+    return s.snapshot["tree"] if s else None
 
 
 def _user_name(uid):

@@ -31,7 +31,11 @@ from .. import faults
 from .rows import canonical, check_entry, read_body
 
 GENESIS = "0" * 64
-FORMAT_VERSION = 1          # PRAGMA user_version; 0 is a journal made before it was set (= 1)
+FORMAT_VERSION = 2          # PRAGMA user_version; 0 is a journal made before it was set (= 1)
+# Version 2 adds `open_steps` (the steps with a begin and no end yet, kept in the same
+# transaction as the entry that opens or closes one) and an index on (kind, step), so that
+# opening a journal, `log -n`, `show` and a daemon's start read a few rows, not all of them.
+# A version-1 journal is migrated by its first writer; a reader of one folds it whole.
 HEAD_FILE = "journal.head"
 
 
@@ -49,6 +53,11 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_step ON entries(step);
 """
+SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS open_steps (step INTEGER PRIMARY KEY);
+CREATE INDEX IF NOT EXISTS entries_kind_step ON entries(kind, step);
+"""
+CLOSING = ("end", "interrupted")
 
 
 def entry_hash(seq, step, kind, at_ns, body, prev) -> str:
@@ -127,17 +136,17 @@ class Journal:
                 raise FileNotFoundError(path)
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10,
                                       isolation_level=None)
-            self._check_version()
+            self.version = self._check_version()
         else:
             # The daemon's worker threads (rewind) write too: one connection, one lock.
             self.db = sqlite3.connect(path, timeout=10, isolation_level=None,
                                       check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self._check_version()
+            self.version = self._check_version()
             self.db.executescript(SCHEMA)
-            if self.db.execute("PRAGMA user_version").fetchone()[0] == 0:
-                self.db.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+            if self.version < FORMAT_VERSION:
+                self._migrate()
             self.floor = self._highest_step_known()
             self.lost_now = self._record_a_lost_tail()
 
@@ -145,12 +154,55 @@ class Journal:
         self.db.close()
         self.head.close()
 
-    def _check_version(self):
+    def _check_version(self) -> int:
         v = self.db.execute("PRAGMA user_version").fetchone()[0]
         if v > FORMAT_VERSION:
             self.db.close()
             raise JournalError(f"{self.path} is journal format {v}; this envgit reads format "
                                f"{FORMAT_VERSION} (upgrade envgit)")
+        return max(v, 1)
+
+    def _migrate(self):
+        """Version 1 (or 0) to 2: the index and the open-steps table, filled from a fold of
+        the begin/end/interrupted rows, in one transaction with the new version number."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for stmt in SCHEMA_V2.strip().split(";"):
+                    if stmt.strip():
+                        self.db.execute(stmt)
+                self._fill_open_steps()
+                self.db.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        self.version = FORMAT_VERSION
+
+    def _fill_open_steps(self):
+        self.db.execute("DELETE FROM open_steps")
+        self.db.executemany("INSERT INTO open_steps VALUES (?)",
+                            [(n,) for n in sorted(self._open_by_fold())])
+
+    def _open_by_fold(self) -> set[int]:
+        out: dict[int, Step] = {}
+        for row in self.db.execute("SELECT seq, step, kind, at_ns, body FROM entries WHERE kind IN "
+                                   "('begin', 'end', 'interrupted') ORDER BY seq"):
+            _fold(out, *row)
+        return {n for n, s in out.items() if s.status == "running"}
+
+    def rebuild_open_steps(self) -> None:
+        """Make the open-steps table what the entries say again (fsck --repair)."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self._fill_open_steps()
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
 
     # --- writing: one transaction per entry, so an entry is whole or absent ---------------
 
@@ -173,6 +225,10 @@ class Journal:
             at = time.time_ns()
             h = entry_hash(seq, step, kind, at, text, prev)
             db.execute("INSERT INTO entries VALUES (?,?,?,?,?,?,?)", (seq, step, kind, at, text, prev, h))
+            if kind == "begin":
+                db.execute("INSERT OR IGNORE INTO open_steps VALUES (?)", (step,))
+            elif kind in CLOSING:
+                db.execute("DELETE FROM open_steps WHERE step = ?", (step,))
             faults.point("journal-inserted")
             db.execute("COMMIT")
         except BaseException:
@@ -241,6 +297,7 @@ class Journal:
         lost = self.tail_problem()
         if lost is None:
             return None
+        self.rebuild_open_steps()   # what the journal lost or had replaced, the derived table may still say
         self.append(0, "lost", lost)
         return lost
 
@@ -251,7 +308,11 @@ class Journal:
             return self.db.execute(f"SELECT seq, step, kind, at_ns, body FROM entries {where} ORDER BY seq",
                                    args).fetchall()
 
-    def steps(self, session: str | None = None) -> list[Step]:
+    def steps(self, session: str | None = None, last: int | None = None) -> list[Step]:
+        """Every step (of `session`), or with `last` the last that many, read through the
+        (kind, step) index newest first: what `log -n` costs does not grow with the journal."""
+        if last is not None:
+            return self._last_steps(last, session)
         out: dict[int, Step] = {}
         for row in self._rows():
             _fold(out, *row)
@@ -259,10 +320,54 @@ class Journal:
         return [s for s in steps if session is None or s.session == session]
 
     def step(self, n: int) -> Step | None:
+        return self._fold_steps([n]).get(n)
+
+    def _fold_steps(self, ids) -> dict[int, Step]:
         out: dict[int, Step] = {}
-        for row in self._rows("WHERE step = ?", (n,)):
-            _fold(out, *row)
-        return out.get(n)
+        ids = list(ids)
+        for i in range(0, len(ids), 500):       # SQLite's bound on parameters
+            part = ids[i:i + 500]
+            for row in self._rows(f"WHERE step IN ({','.join('?' * len(part))})", part):
+                _fold(out, *row)
+        return out
+
+    def steps_newest_first(self, session: str | None = None, batch: int = 32):
+        """Steps from the highest id down, folded a batch at a time (begin rows through the
+        index; a session is matched in SQL, a body that is not JSON never matches)."""
+        below = (1 << 62)
+        where = "kind = 'begin' AND step < ?"
+        if session is not None:
+            where += " AND CASE WHEN json_valid(body) THEN json_extract(body, '$.session') END = ?"
+        while True:
+            with self.lock:
+                ids = [r[0] for r in self.db.execute(
+                    f"SELECT step FROM entries WHERE {where} ORDER BY step DESC LIMIT ?",
+                    (below, session, batch) if session is not None else (below, batch))]
+            if not ids:
+                return
+            folded = self._fold_steps(ids)
+            for n in ids:
+                s = folded.get(n)
+                if s is not None and (session is None or s.session == session):
+                    yield s
+            below = ids[-1]
+            batch = min(batch * 2, 4096)
+
+    def _last_steps(self, n: int, session=None) -> list[Step]:
+        out = []
+        if n > 0:
+            for s in self.steps_newest_first(session, batch=max(n, 8)):
+                out.append(s)
+                if len(out) == n:
+                    break
+        return out[::-1]
+
+    def last_snapshot_step(self) -> Step | None:
+        """The step with the highest id that has a snapshot tree (the daemon's start, diff)."""
+        for s in self.steps_newest_first():
+            if s.snapshot and s.snapshot.get("tree"):
+                return s
+        return None
 
     def dropped_snapshots(self) -> set[int]:
         """Steps whose snapshot `envgit gc` dropped (project-level `gc` entries, step 0)."""
@@ -287,7 +392,14 @@ class Journal:
         return out
 
     def open_steps(self) -> list[Step]:
-        return [s for s in self.steps() if s.status == "running"]
+        """Steps with a begin and no end: from the open-steps table (version 2), each then
+        folded and checked; a version-1 journal a reader opened is folded whole."""
+        if self.version < 2:
+            return [s for s in self.steps() if s.status == "running"]
+        with self.lock:
+            ids = [r[0] for r in self.db.execute("SELECT step FROM open_steps ORDER BY step")]
+        folded = self._fold_steps(ids)
+        return [folded[n] for n in ids if n in folded and folded[n].status == "running"]
 
     # --- verifying -------------------------------------------------------------------------
 
@@ -333,12 +445,31 @@ class Journal:
                 parsed, wrong = read_body(kind, text)
                 if parsed is not None and not wrong:
                     problems.append(_recorded_loss(seq, parsed))
+        if stop is None and self.version >= 2:
+            problems += self._open_steps_problems(rows)
         lost = self.tail_problem()
         if lost is not None:
             problems.append(Problem(lost["reason"] + " (not yet recorded: the next envgit "
                                     "command that writes records it)",
                                     None if lost.get("rewritten") else lost["entries"][0]))
         return problems
+
+
+    def _open_steps_problems(self, rows) -> list[Problem]:
+        """The open-steps table is derived (not in the hash chain): it must say what the
+        entries say, or a step would never be closed, or a closed one reopened."""
+        out: dict[int, Step] = {}
+        for seq, step, kind, at, body, _, _ in rows:
+            if kind == "begin" or kind in CLOSING:
+                _fold(out, seq, step, kind, at, body)
+        want = {n for n, s in out.items() if s.status == "running"}
+        with self.lock:
+            have = {r[0] for r in self.db.execute("SELECT step FROM open_steps")}
+        if want == have:
+            return []
+        return [Problem("the table of open steps does not match the entries (steps "
+                        f"{', '.join(map(str, sorted(want ^ have)[:10]))}); `envgit fsck --repair` "
+                        "rebuilds it from the entries", blocks=False)]
 
 
 def _recorded_loss(seq, body) -> Problem:
