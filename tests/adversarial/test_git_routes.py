@@ -251,3 +251,16 @@ def test_a_missing_include_file_is_a_route(attacker):
     marked(a, r, "team.gitconfig")
     r = a.run("echo '[core]' > team.gitconfig")
     assert r.returncode != 0
+
+
+def test_a_route_behind_many_changes_or_an_exclude_is_still_marked(attacker):
+    """The snapshot lists at most 200 paths and leaves excluded ones out: a route hidden
+    behind 300 other files, or in an excluded directory, is found all the same."""
+    a = attacker
+    a.write_policy('version: 1\nsnapshot:\n  exclude: ["vendor/**"]\n')
+    r = a.run("mkdir -p many && for i in $(seq 300); do echo $i > many/a$i; done && git init -q zz")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, "zz/.git/config")
+    r = a.run("mkdir -p vendor && git init -q vendor/dep")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, "vendor/dep/.git/config")
