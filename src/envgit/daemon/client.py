@@ -28,6 +28,10 @@ def decode(body: bytes):
     return obj
 
 START_TIMEOUT_S = 30
+try:        # how long a connected daemon may take to say its first word (a wedged or full one)
+    ANSWER_TIMEOUT_S = float(__import__("os").environ.get("ENVGIT_DAEMON_ANSWER_TIMEOUT", "10"))
+except ValueError:
+    ANSWER_TIMEOUT_S = 10.0
 
 
 class DaemonError(Exception):
@@ -109,7 +113,29 @@ def connect(project, start: bool = True) -> Conn:
     if s is None:
         raise DaemonError(f"no session daemon answers on {project.socket}; "
                           f"see {project.state_path('daemon.log')}")
-    return Conn(s)
+    return _greeted(Conn(s), project)
+
+
+def _greeted(conn, project) -> Conn:
+    """A connection the daemon has answered on. connect() succeeding says only that the
+    kernel queued it: a daemon out of file descriptors, or stuck, never accepts or reads it,
+    and a step would wait for ever. One `hello` round trip (~0.1 ms) with a timeout says so."""
+    conn.sock.settimeout(ANSWER_TIMEOUT_S)
+    try:
+        reply = conn.request({"op": "hello"})
+    except TimeoutError:
+        conn.close()
+        raise DaemonError(f"the session daemon did not answer in {ANSWER_TIMEOUT_S:g} s (too "
+                          "many connections, or stuck); see "
+                          f"{project.state_path('daemon.log')}, or `envgit daemon stop` and retry") from None
+    except OSError as e:
+        conn.close()
+        raise DaemonError(f"the session daemon could not be reached: {e}") from None
+    if reply.get("error") and reply.get("exit") == 3:     # full (an older daemon: "unknown op")
+        conn.close()
+        raise DaemonError(reply["error"].removeprefix("envgit: "))
+    conn.sock.settimeout(None)
+    return conn
 
 
 def _spawn(project):

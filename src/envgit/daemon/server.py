@@ -50,6 +50,7 @@ Snapshots run in a worker thread, so a long one never stalls the event loop (and
 """
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import secrets
@@ -72,7 +73,8 @@ from ..sandbox.tracked import tracked_denied, warning
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from . import rewind
-from .client import MAX_FRAME, decode, encode
+from . import frames
+from .client import decode, encode
 from .inner import InnerSocket
 from .repair import mark_interrupted
 from ..snapshot import CorruptObject, StoreError
@@ -89,6 +91,8 @@ class Session:
         self.id = time.strftime("s%Y%m%d-%H%M%S-") + secrets.token_hex(2)
         self.live: dict[int, dict] = {}
         self.clients = 0
+        self.in_request = 0
+        self.frame_budget = frames.Budget()
         self.last_activity = time.monotonic()
         self._policy = None
         self._policy_key = None
@@ -494,24 +498,53 @@ class Session:
     # --- serving ------------------------------------------------------------------------
 
     async def handle(self, reader, writer):
+        """One client connection, within the bounds of frames.py: a cap on connections, on a
+        frame's size and on the bytes of frames read at once, a time for a frame to arrive
+        whole, and a connection with no step that stays silent is closed."""
+        if self.clients >= frames.MAX_CONNS:
+            writer.write(encode({"error": f"envgit: the session daemon already serves {self.clients} "
+                                 "connections; try again when some steps have ended", "exit": 3}))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            writer.close()
+            return
         self.clients += 1
         mine = set()
+        first = True
         try:
             while True:
+                # Between frames a connection may wait as long as it holds a step (a step
+                # lasts what its command lasts); one without a step must speak soon.
+                wait = None if mine else (frames.FIRST_FRAME_S if first else frames.QUIET_S)
                 try:
-                    size = int.from_bytes(await reader.readexactly(4), "big")
-                    if size > MAX_FRAME:
+                    head = await asyncio.wait_for(reader.readexactly(4), wait)
+                    size = int.from_bytes(head, "big")
+                    if size > frames.IN_FRAME_MAX:
+                        writer.write(encode({"error": f"envgit daemon: a {size}-byte frame is more than "
+                                             f"{frames.IN_FRAME_MAX} bytes", "exit": 2}))
                         break
-                    body = await reader.readexactly(size)
-                except asyncio.IncompleteReadError:
+                    counted = size > frames.SMALL      # a step's own frames never wait for room
+                    if counted and not await self.frame_budget.take(size):
+                        break
+                    try:
+                        body = await asyncio.wait_for(reader.readexactly(size), frames.FRAME_S)
+                    finally:
+                        if counted:
+                            await self.frame_budget.give(size)
+                except (asyncio.IncompleteReadError, asyncio.TimeoutError):
                     break
+                first = False
                 self.last_activity = time.monotonic()
+                self.in_request += 1
                 msg = {}
                 try:
-                    msg = decode(body)
+                    msg = await decode_checked(body)
                     reply = await self.dispatch(msg, writer)
                 except Exception as e:          # a bad message must not take the daemon down
                     reply = {"error": f"envgit daemon: {type(e).__name__}: {e}", "exit": 1}
+                finally:
+                    self.in_request -= 1
+                    self.last_activity = time.monotonic()
                 if msg.get("op") == "begin" and "step" in reply and "refused" not in reply:
                     mine.add(reply["step"])
                 elif msg.get("op") == "end":
@@ -562,6 +595,8 @@ class Session:
             return await self.snapshot_now(msg)
         if op == "gc":
             return await self.gc(msg, conn)
+        if op == "hello":                    # a new connection's first word (client.connect)
+            return {"ok": True}
         if op == "status":
             return {"pid": os.getpid(), "session": self.id, "live": sorted(self.live),
                     "version": __version__}
@@ -572,7 +607,9 @@ class Session:
     async def idle_watch(self):
         while not self.stopping.is_set():
             await asyncio.sleep(min(1.0, IDLE_S))
-            if self.clients == 0 and not self.live and time.monotonic() - self.last_activity > IDLE_S:
+            # Connections do not count: one with no step is closed when silent (frames.QUIET_S),
+            # so only open steps and requests in progress keep the daemon up.
+            if not self.live and not self.in_request and time.monotonic() - self.last_activity > IDLE_S:
                 self.stopping.set()
 
 
@@ -657,6 +694,29 @@ def _typed(value, kind):
     return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
 
+def raise_fd_limit():
+    """The soft limit on open files up to the hard one (at most 65536): connections, packs
+    and the gate's sockets share it, and the connection cap (frames.MAX_CONNS) sits well
+    below it, so accept() never fails for want of a descriptor."""
+    import resource
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = min(hard if hard != resource.RLIM_INFINITY else 65536, 65536)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError):
+        pass
+
+
+async def decode_checked(body):
+    """A client's frame as a dict, its counts checked against its length first (frames.py);
+    a big one off the event loop, so that no frame stalls the other steps."""
+    def load():
+        frames.check_marshal(body)
+        return decode(body)
+    return await asyncio.to_thread(load) if len(body) > frames.THREAD_AT else load()
+
+
 def _last_tree(journal):
     s = journal.last_snapshot_step()        # newest first through the index, not the whole fold
     return s.snapshot["tree"] if s else None
@@ -723,6 +783,7 @@ async def serve(project: Project):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0                         # another daemon serves this project
+    raise_fd_limit()
     sess = Session(project)
     kernel.ROOT_ONLY.warm()             # as root: the scan for root-only host files, now
     try:
