@@ -116,6 +116,7 @@ def test_approved_graphql_mutation_does_not_cover_another(attacker, world):
     assert sum("addStar" in b for b in bodies) == 2, bodies                # approved once, sent twice
     assert r.stdout.split() == ["200", "200", "403"], r.stdout + r.stderr
     assert first["operations"] == [{"type": "mutation", "name": "Star", "fields": ["addStar"]}]
+    assert first["kind"] == "gql-mutation: mutation Star { addStar }"       # what the prompt prints
     assert len(a.seen) == 2 and a.seen[1]["operations"][0]["fields"] == ["deleteRepository"]
 
 

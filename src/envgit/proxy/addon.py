@@ -286,6 +286,13 @@ class EnvgitAddon:
         q = {k: v for k, v in self._record(flow, d).items()
              if k in ("method", "scheme", "path", "rule", "kind", "reason")}
         q.update(step=step, host=network.norm_host(req.host), port=req.port, **effect.shown)
+        # The prompt and `envgit pending` print the kind: it names what the answer covers
+        # beyond the refs they print themselves.
+        ops = "; ".join(f"{o['type']} {o['name'] + ' ' if o['name'] else ''}{{ {', '.join(o['fields'])} }}"
+                        for o in effect.shown.get("operations", ()))
+        opts = ", ".join(effect.shown.get("options", ()))
+        if ops or opts:
+            q["kind"] = f"{q['kind']}: {ops}" if ops else f"{q['kind']} with push options {opts}"
         q["covers"] = {
             "allow": "this request's effect only" + (
                 ": these ref updates of this repository" if "refs" in effect.shown else
