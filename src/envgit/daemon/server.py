@@ -96,6 +96,7 @@ class Session:
         self.last_activity = time.monotonic()
         self._policy = None
         self._policy_key = None
+        self._policy_error = None
         self.stopping = asyncio.Event()
         self.snapshotter = Snapshotter(project)
         self.last_tree = _last_tree(self.journal)
@@ -107,14 +108,35 @@ class Session:
         self.inner: dict[str, InnerSocket] = {}     # session -> its inner control socket
         self._ask_ids = iter(range(1, 1 << 62))
 
-    # The policy is re-read whenever the file changes, so an edit applies to the next step.
+    # The policy is re-read whenever the file changes, so an edit applies to the next step:
+    # parsed and checked once per change (a bad file's error is kept too, not re-parsed on
+    # every call), and by `load_policy_off_loop` in a thread before a request uses it, so a
+    # big or slow file never stalls the event loop (the other steps, the network gate).
     def policy(self):
-        st = os.stat(self.project.policy)
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        key = self._policy_stat()
         if key != self._policy_key:
-            self._policy = load_policy(self.project.policy)
+            try:
+                self._policy, self._policy_error = load_policy(self.project.policy), None
+            except PolicyError as e:
+                self._policy, self._policy_error = None, e
             self._policy_key = key
+        if self._policy_error is not None:
+            raise self._policy_error
         return self._policy
+
+    def _policy_stat(self):
+        try:
+            st = os.stat(self.project.policy)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
+
+    async def load_policy_off_loop(self):
+        if self._policy_stat() != self._policy_key:
+            try:
+                await asyncio.to_thread(self.policy)
+            except PolicyError:
+                pass                    # said by the request that uses it
 
     def session_tmp(self, session):
         d = self.project.state_path("sessions", session, "tmp")
@@ -147,9 +169,9 @@ class Session:
         try:
             pol = self.policy()
         except PolicyError as e:
-            return {"error": str(e), "exit": 2}
+            return {"error": f"envgit: {e}", "exit": 2}
         except OSError as e:
-            return {"error": f"{self.project.policy}: {e.strerror}", "exit": 2}
+            return {"error": f"envgit: {self.project.policy}: {e.strerror}", "exit": 2}
         session = msg.get("session") or self.id
         head = {"argv": argv, "cwd": cwd, "session": session, "pid": msg.get("pid"),
                 "user": _user_name(msg.get("uid")), "policy_sha256": pol.sha256,
@@ -566,6 +588,8 @@ class Session:
 
     async def dispatch(self, msg, conn=None):
         op = msg.get("op")
+        if op in POLICY_OPS:
+            await self.load_policy_off_loop()
         if op == "begin":
             return await self.begin(msg, conn)
         if op == "pending":
@@ -706,6 +730,9 @@ def raise_fd_limit():
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     except (ValueError, OSError):
         pass
+
+
+POLICY_OPS = frozenset(("begin", "spec", "baseline", "ask", "rewind", "snapshot", "gc"))
 
 
 async def decode_checked(body):

@@ -202,6 +202,16 @@ def _command_words(words):
         if words else [], None
 
 
+@lru_cache(maxsize=8192)
+def _pattern_words(pattern: str) -> list:
+    """A shell deny pattern's words, split once per pattern text, not once per step (shlex is
+    slow: a long pattern split on every step cost minutes; the schema caps its length)."""
+    try:
+        return shlex.split(pattern)
+    except ValueError:
+        return []
+
+
 def decide_command(policy, argv: list[str]) -> CommandDecision:
     """The `shell:` rules on a command line: a courtesy refusal, never the enforcement."""
     if not policy.shell:
@@ -221,7 +231,7 @@ def decide_command(policy, argv: list[str]) -> CommandDecision:
                 continue
             for i, rule in enumerate(policy.shell):
                 for pattern in rule["deny"]:
-                    pw = shlex.split(pattern)
+                    pw = _pattern_words(pattern)
                     if pw and cmd[:len(pw)] == pw:
                         return CommandDecision("deny", f"shell[{i}] deny {pattern!r}",
                                                rule.get("reason", ""))

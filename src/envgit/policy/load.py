@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import defaults
-from .schema import PolicyError, validate
+from .schema import MAX_BYTES, PolicyError, validate
 
 POLICY_FILE = "envgit.yaml"
 MCP_DEFAULTS = {"servers": {}, "rules": [], "max_return_bytes": 20 * 1024,
@@ -47,6 +47,10 @@ def load_policy(path) -> Policy:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise PolicyError(path, 0, 0, "no policy file; run `envgit init` to write the default one") from None
+    if len(raw) > MAX_BYTES:          # refused before the YAML parser sees it (~1 s a MiB)
+        raise PolicyError(path, raw[:MAX_BYTES].count(b"\n") + 1, 1,
+                          f"the file is {len(raw)} bytes; a policy is at most {MAX_BYTES} bytes "
+                          "(this line is where it passes that)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -73,13 +77,15 @@ def _merge(data, where, path, sha) -> Policy:
     prov: dict[str, str] = {}
 
     def extend(key, base, extra):
-        out = []
+        out, seen = [], set()           # a set: `v not in out` was quadratic in the list
         for v in base:
-            if v not in out:
+            if v not in seen:
+                seen.add(v)
                 prov[f"{key}[{len(out)}]"] = "default"
                 out.append(v)
         for i, v in enumerate(extra):
-            if v not in out:
+            if v not in seen:
+                seen.add(v)
                 prov[f"{key}[{len(out)}]"] = where[f"{key}[{i}]"]
                 out.append(v)
         return out

@@ -156,6 +156,14 @@ def check_identifier(text):
     return f"{text!r} is not a name the code can call it by (letters, digits, _)"
 
 
+def check_shell_pattern(text):
+    import shlex
+    try:
+        return None if shlex.split(text) else "an empty pattern matches nothing; remove it"
+    except ValueError as e:
+        return f"cannot be split into words ({e}); close the quote"
+
+
 def check_path_glob(text):
     if text.startswith("/") or text.startswith("~/") or text == "~":
         return None if "**" not in text else f"'**' only works in project patterns, not in {text!r}"
@@ -225,7 +233,7 @@ SCHEMA = Map({
     }, doc="an irreversible action: a preset, a request rule, or an override of a preset rule"),
         doc="actions that cannot be taken back: deny, ask, or allow-and-mark"),
     "shell": List(OneOf({
-        "deny": Map({"deny": List(Str()), "reason": Str()}, required=("deny",)),
+        "deny": Map({"deny": List(Str(check=check_shell_pattern)), "reason": Str()}, required=("deny",)),
     }), doc="early refusal of matching command lines (a courtesy; the network rule enforces)"),
     "snapshot": Map({
         "max_file_size": Size("files larger than this are left out of snapshots (and said so)"),
@@ -261,11 +269,35 @@ def json_schema() -> dict:
 
 # --- validation over YAML nodes ----------------------------------------------------------
 
+# Limits: what a policy may hold. The daemon reads the policy before a step can start, so a
+# file far past any real policy (20 MB, 200,000 deny_read entries, a 5 MB shell pattern, a
+# YAML alias bomb) is refused with its file:line instead of stalling every step.
+MAX_BYTES = 512 * 1024          # the file (checked before it is parsed, in load.py)
+MAX_ITEMS = 4096                # entries of one list or mapping
+MAX_TEXT = 4096                 # characters of one value (a path, glob, host, shell pattern)
+MAX_VALUES = 50_000             # values in the whole policy (aliases counted each time used)
+
+
 def validate(node, path) -> tuple[dict, dict]:
     """(data, where): the plain data, and dotted key -> 'file:line' for every value."""
     where: dict[str, str] = {}
     data = _check(SCHEMA, node, "", path, where)
     return data, where
+
+
+def _limits(node, key, path, where):
+    import yaml
+    if len(where) > MAX_VALUES:
+        raise _err(path, node, f"the policy holds more than {MAX_VALUES} values (YAML aliases "
+                   "count each time they are used); a policy this size is refused")
+    label = key or "the policy"
+    if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) and len(node.value) > MAX_ITEMS:
+        extra = node.value[MAX_ITEMS]
+        raise _err(path, extra[0] if isinstance(extra, tuple) else extra,
+                   f"{label} has {len(node.value)} entries; at most {MAX_ITEMS} are read (use a glob "
+                   "or a group such as 'browser-profiles' for many paths)")
+    if isinstance(node, yaml.ScalarNode) and len(node.value) > MAX_TEXT:
+        raise _err(path, node, f"{label} is {len(node.value)} characters long; at most {MAX_TEXT}")
 
 
 def _err(path, node, msg):
@@ -280,6 +312,7 @@ def _kind(node):
 def _check(spec, node, key, path, where):
     import yaml  # the daemon and `policy` commands only; never on the hot path
     where[key] = f"{path}:{node.start_mark.line + 1}"
+    _limits(node, key, path, where)
     label = key or "the policy"
     if isinstance(spec, (Map, Dict, OneOf)):
         if not isinstance(node, yaml.MappingNode):
