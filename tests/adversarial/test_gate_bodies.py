@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import shutil
+import time
 import zlib
 from urllib.parse import quote
 
@@ -113,6 +114,27 @@ def test_a_large_body_costs_the_daemon_one_buffer_not_its_size(attacker, world):
     assert sizes == [BIG, BIG]                                            # all of it arrived
     grew = (_peak_kib(pid) - base) * 1024
     assert grew < 48 * MIB, f"the daemon grew by {grew / MIB:.0f} MiB for a {BIG // MIB} MiB body"
+
+
+def test_a_body_still_being_sent_waits_in_the_kernel_while_a_person_decides(attacker, world):
+    git, stub = world
+    netproject(attacker, git, stub, "irreversible:\n  - net: {host: \"stub.example.test\", method: POST, "
+               "path: \"/api/**\"}\n    action: ask\n    name: stub-write\n")
+    up = f"https://{hostport(stub, 'stub.example.test')}"
+    assert attacker.run(f"{CURL} {up}/warm").stdout.strip() == "200"
+    pid = _daemon_pid(attacker)
+    _reset_peak(pid)
+    base = _rss_kib(pid)
+
+    def slow_person(q):
+        time.sleep(4)                      # the client goes on sending meanwhile
+        return "approve"
+    with Answerer(attacker, slow_person):
+        r = attacker.run(f"head -c {BIG} /dev/zero | {CURL} -T - -X POST {up}/api/blob", timeout=300)
+    assert r.stdout.split() == ["200"], r.stdout + r.stderr
+    assert [len(q["body"]) for q in stub.requests if q["path"] == "/api/blob"] == [BIG]
+    grew = (_peak_kib(pid) - base) * 1024
+    assert grew < 48 * MIB, f"the daemon grew by {grew / MIB:.0f} MiB while the question waited"
 
 
 def test_what_a_rule_needs_past_the_cap_is_doubt(attacker, world):
