@@ -236,3 +236,33 @@ def test_websocket_key_in_the_schema(tmp_path):
     f.write_text("version: 1\nnetwork:\n  l7:\n    ws.example.test: {websocket: yes}\n")
     with pytest.raises(PolicyError):
         load_policy(f)
+
+
+# --- what the gate remembers of an answer ------------------------------------------------------
+
+def test_an_answer_covers_its_effect_and_allow_rule_its_rule_on_its_host_and_port(tmp_path):
+    import asyncio
+
+    from envgit.proxy import Gate
+    asked, answers = [], ["allow", "allow-rule", "deny", "deny", "allow"]
+
+    async def ask(step, q):
+        asked.append((step, q["host"], q["port"]))
+        return answers.pop(0), "tester", "test"
+
+    gate = Gate(lambda: None, tmp_path, {}, lambda s, r: None, ask)
+    d = Decision("ask", "preset:default/git-push", "x")
+    gh, gl, gh2 = ({"host": "github.com", "port": 443}, {"host": "gitlab.com", "port": 443},
+                   {"host": "github.com", "port": 8443})
+
+    async def seq():
+        out = []
+        for step, effect, q in [(1, "a", gh), (1, "a", gh), (1, "b", gh), (1, "c", gh),
+                                (1, "c", gl), (1, "c", gh2), (2, "a", gh)]:
+            out.append((await gate.ask_once(step, ("git push", effect), q, d))[0])
+        return out
+    assert asyncio.run(seq()) == ["allow", "allow", "allow", "allow", "deny", "deny", "allow"]
+    assert asked == [(1, "github.com", 443), (1, "github.com", 443), (1, "gitlab.com", 443),
+                     (1, "github.com", 8443), (2, "github.com", 443)]
+    gate.close_step(1)
+    assert not [k for k in gate._answers if k[0] == 1]

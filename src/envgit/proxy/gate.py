@@ -281,8 +281,9 @@ class Gate:
         query): asked once, remembered for the step, for exactly that effect. "allow-rule"
         covers what the prompt says: every request the same rule matches on this host and
         port, for the rest of the step. No answer within ask_timeout is a deny."""
-        effect = (step, *effect)
-        wide = (step, "rule", d.rule, network.norm_host(question["host"]), question["port"])
+        where = (network.norm_host(question["host"]), question["port"])
+        effect = (step, "effect", *where, *effect)       # never across hosts, whatever the effect
+        wide = (step, "rule", d.rule, *where)
         for key in (effect, wide):
             if key in self._answers:
                 answer, who, how, at = self._answers[key]
