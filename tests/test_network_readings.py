@@ -169,6 +169,8 @@ def test_effects_of_graphql_and_plain_requests():
     assert r1.key != _effect("POST", "https://x.test/api/one?force=1", rule="").key
     assert r1.key != _effect("PUT", "https://x.test/api/one", rule="").key
     assert r1.key == _effect("POST", "https://x.test/api/one", b"other body", rule="").key
+    over = _effect("POST", "https://x.test/api/one", rule="", headers={"x-http-method-override": "DELETE"})
+    assert over.key != r1.key and over.shown == {"method_override": ["DELETE"]}
 
 
 # --- bodies --------------------------------------------------------------------------------

@@ -680,7 +680,9 @@ def approval_effect(d: Decision, req: Request) -> Effect:
             return Effect((), {}, f"its GraphQL operations cannot be read: {r.doubt}")
         return Effect(("graphql", *where, req.path, r.operations),
                       {"operations": [o.to_json() for o in r.operations]})
-    return Effect(("request", req.method.upper(), *where, req.path, req.query), {})
+    overrides = sorted({req.headers[h].strip().upper() for h in _OVERRIDE_HEADERS if h in req.headers})
+    return Effect(("request", req.method.upper(), *overrides, *where, req.path, req.query),
+                  {"method_override": overrides} if overrides else {})
 
 
 def _override_hint(rule: Rule) -> str:
