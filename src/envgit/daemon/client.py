@@ -105,11 +105,13 @@ def _try(path):
 def connect(project, start: bool = True) -> Conn:
     s = _try(project.socket)
     if s is None and start:
-        _spawn(project)
+        proc = _spawn(project)
         deadline = time.monotonic() + START_TIMEOUT_S
         while s is None and time.monotonic() < deadline:
             time.sleep(0.02)
             s = _try(project.socket)
+            if s is None and proc.poll() not in (None, 0):     # it died: say why, do not wait
+                raise DaemonError(_last_words(project))
     if s is None:
         raise DaemonError(f"no session daemon answers on {project.socket}; "
                           f"see {project.state_path('daemon.log')}")
@@ -141,7 +143,30 @@ def _greeted(conn, project) -> Conn:
 def _spawn(project):
     import subprocess   # only when the daemon has to be started
     log = open(project.state_path("daemon.log"), "ab")
-    subprocess.Popen([sys.executable, "-m", "envgit.daemon", project.root],
-                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                     start_new_session=True, close_fds=True, cwd=project.root)
+    proc = subprocess.Popen([sys.executable, "-m", "envgit.daemon", project.root],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            start_new_session=True, close_fds=True, cwd=project.root)
     log.close()
+    return proc
+
+
+def _last_words(project) -> str:
+    """Why the daemon this client started exited: its `envgit:` line in daemon.log."""
+    path = project.state_path("daemon.log")
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    said = [line for line in lines if line.startswith("envgit: ")]
+    if said:
+        return said[-1].removeprefix("envgit: ")
+    try:                                # a full disk may not have let it write even that line
+        full = __import__("os").statvfs(path).f_bavail == 0
+    except OSError:
+        full = False
+    if full:
+        return ("the disk holding .envgit is full: the session daemon could not start; free some "
+                "space and run the command again")
+    return f"the session daemon could not start; see {path}"

@@ -32,11 +32,20 @@ def repair_if_no_daemon(project) -> list[int]:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return []                   # a daemon is running: it owns the journal
-        j = Journal(project.journal)
+        try:
+            j = Journal(project.journal)
+        except Exception as e:
+            if _said_disk_full(e):
+                return []                # read what is there; the next writer repairs
+            raise
         try:
             open_steps = j.open_steps()
             done = mark_interrupted(j, "no session daemon was running; the step's envgit run died")
             rewinds = [s for s in open_steps if s.rewind]
+        except Exception as e:
+            if _said_disk_full(e):
+                return []
+            raise
         finally:
             j.close()
     if rewinds:
@@ -46,3 +55,14 @@ def repair_if_no_daemon(project) -> list[int]:
         except DaemonError:
             pass        # the reader goes on; the open rewind shows as running, daemon.log says why
     return done
+
+
+def _said_disk_full(e) -> bool:
+    """A full disk while repairing before a read: said once, and the read goes on."""
+    import sys
+    from ..journal import disk_full
+    if not disk_full(e):
+        return False
+    print("envgit: the disk is full: steps left open are closed once there is room (free some "
+          "space)", file=sys.stderr)
+    return True

@@ -56,13 +56,14 @@ import os
 import secrets
 import shutil
 import signal
+import sqlite3
 import sys
 import threading
 import time
 from pathlib import Path
 
 from .. import __version__, faults
-from ..journal import Journal, JournalError
+from ..journal import Journal, JournalError, disk_full
 from ..inert import inert
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
@@ -97,6 +98,7 @@ class Session:
         self._policy = None
         self._policy_key = None
         self._policy_error = None
+        self.unrecorded = []            # (step, kind, body) a full disk held back, oldest first
         self.stopping = asyncio.Event()
         self.snapshotter = Snapshotter(project)
         self.last_tree = _last_tree(self.journal)
@@ -273,12 +275,45 @@ class Session:
             **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
             **({"policy_files": policy_files} if policy_files else {})}
         try:
-            self.journal.append(step, "end", end)
+            recorded = self.record(step, "end", end)
         except JournalError as e:       # e.g. an `extra` that is not plain JSON: end without it
             end.pop("extra", None)
-            self.journal.append(step, "end", {**end, "error": f"the step's extra data was not kept: {e}"})
+            recorded = self.record(step, "end", {**end, "error": f"the step's extra data was not kept: {e}"})
+        if not recorded:                # said once, with what was and was not recorded
+            notices = [n for n in notices if not n.startswith("snapshot failed")]
+            notices.append(disk_full_notice(step, end))
         # the paths a notice names are the step's choice: inert before any terminal (inert.py)
-        return {"ok": True, "marks": marks, "snapshot": summary, "notices": [inert(n) for n in notices]}
+        reply = {"ok": True, "marks": marks, "snapshot": summary, "notices": [inert(n) for n in notices]}
+        if not recorded:
+            reply.update(error="envgit: " + notices[-1], exit=EXIT_DISK_FULL)
+        return reply
+
+    # --- a full disk: entries kept in memory until there is room ------------------------
+
+    def record(self, step, kind, body) -> bool:
+        """Append, or, when the disk is full, keep the entry to write before anything else
+        once there is room (False)."""
+        try:
+            if self.unrecorded:
+                self.flush_unrecorded()
+            self.journal.append(step, kind, body)
+            return True
+        except (OSError, sqlite3.OperationalError) as e:
+            if not disk_full(e):
+                raise
+            self.unrecorded.append((step, kind, body))
+            log_line(f"envgit daemon: the disk is full: the {kind} of step {step} is kept in memory "
+                     "until there is room")
+            return False
+
+    def flush_unrecorded(self):
+        """Write the entries a full disk held back, in order, each saying it is late; raises
+        (the disk still full) with the rest still held."""
+        while self.unrecorded:
+            step, kind, body = self.unrecorded[0]
+            self.journal.append(step, kind, {**body, "late": "written when the disk had room again: "
+                                             "it was full when the step ended"})
+            self.unrecorded.pop(0)
 
     def tracked_denied_notice(self, info):
         """Once a session: denied files git tracks are readable through its object store."""
@@ -314,7 +349,7 @@ class Session:
         summary = await self._snapshot(info["policy"])
         if self.live.pop(step, None) is not None:
             drop_tmp(info)
-            self.journal.append(step, "interrupted", {"reason": reason, "snapshot": summary})
+            self.record(step, "interrupted", {"reason": reason, "snapshot": summary})
 
     def event(self, msg):
         step, kind = msg.get("step"), msg.get("kind")
@@ -563,7 +598,8 @@ class Session:
                     msg = await decode_checked(body)
                     reply = await self.dispatch(msg, writer)
                 except Exception as e:          # a bad message must not take the daemon down
-                    reply = {"error": f"envgit daemon: {type(e).__name__}: {e}", "exit": 1}
+                    reply = ({"error": DISK_FULL, "exit": EXIT_DISK_FULL} if disk_full(e) else
+                             {"error": f"envgit daemon: {type(e).__name__}: {e}", "exit": 1})
                 finally:
                     self.in_request -= 1
                     self.last_activity = time.monotonic()
@@ -588,6 +624,8 @@ class Session:
 
     async def dispatch(self, msg, conn=None):
         op = msg.get("op")
+        if self.unrecorded and op in WRITE_OPS:
+            self.flush_unrecorded()     # raises while the disk is still full: said as such
         if op in POLICY_OPS:
             await self.load_policy_off_loop()
         if op == "begin":
@@ -732,6 +770,29 @@ def raise_fd_limit():
         pass
 
 
+WRITE_OPS = frozenset(("begin", "event", "rewind", "gc", "baseline"))
+EXIT_DISK_FULL = 5          # the journal could not be written (commands.EXIT_JOURNAL)
+DISK_FULL = ("envgit: the disk holding .envgit is full: nothing was started and nothing new "
+             "recorded; free some space and run the command again")
+
+
+def log_line(text):
+    """A line to daemon.log that a full disk cannot turn into an exception."""
+    try:
+        print(text, flush=True)
+    except OSError:
+        pass
+
+
+def disk_full_notice(step, end) -> str:
+    snap = end.get("snapshot") or {}
+    return (f"the disk is full: step {step} ran (exit {end.get('exit_code')}) but its end is not "
+            "recorded yet" + (", and no snapshot was taken" if "error" in snap else
+                              f" (its snapshot {snap.get('tree', '')[:12]} is stored)")
+            + "; free some space: the next envgit command records it (until then `envgit log` "
+            "shows it running)")
+
+
 POLICY_OPS = frozenset(("begin", "spec", "baseline", "ask", "rewind", "snapshot", "gc"))
 
 
@@ -811,13 +872,27 @@ async def serve(project: Project):
     except OSError:
         return 0                         # another daemon serves this project
     raise_fd_limit()
-    sess = Session(project)
+    try:
+        sess = Session(project)
+    except (OSError, sqlite3.OperationalError) as e:
+        if not disk_full(e):
+            raise
+        # One line the waiting client shows (client.py reads daemon.log's last `envgit:` line
+        # when the daemon it started exits), not a traceback after 30 s of waiting.
+        log_line(f"envgit: the disk holding {project.state_path()} is full: the session daemon "
+                 "cannot open the journal; free some space and run the command again")
+        return 5
     kernel.ROOT_ONLY.warm()             # as root: the scan for root-only host files, now
     try:
         rewind.finish_interrupted(sess)
     except Exception as e:              # keep serving; `envgit fsck` and the log say what happened
         print(f"envgit daemon: could not finish an interrupted rewind: {e}", flush=True)
-    mark_interrupted(sess.journal, "the session daemon stopped before the step ended")
+    try:
+        mark_interrupted(sess.journal, "the session daemon stopped before the step ended")
+    except (OSError, sqlite3.OperationalError) as e:
+        if not disk_full(e):
+            raise                       # a full disk: serve; each write says it is full
+        log_line("envgit daemon: the disk is full: orphaned steps are closed once there is room")
     try:
         os.unlink(project.socket)
     except FileNotFoundError:
@@ -840,6 +915,11 @@ async def serve(project: Project):
         pass
     for step in list(sess.live):
         await sess.interrupted(step, "the session daemon stopped before the step ended")
+    try:
+        sess.flush_unrecorded()
+    except (OSError, sqlite3.OperationalError) as e:
+        log_line(f"envgit daemon: stopping with {len(sess.unrecorded)} entries not recorded ({e}); "
+                 "the next daemon closes those steps as interrupted")
     shutil.rmtree(project.state_path("sessions", sess.id), ignore_errors=True)
     for inner in sess.inner.values():
         inner.close()

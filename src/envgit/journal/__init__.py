@@ -41,6 +41,14 @@ HEAD_FILE = "journal.head"
 
 class JournalError(Exception):
     """An entry that cannot be written as asked, or a journal that does not verify."""
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether `e` is the disk (or quota) being full: SQLite's SQLITE_FULL, or ENOSPC/EDQUOT."""
+    import errno
+    if isinstance(e, sqlite3.OperationalError):
+        return "full" in str(e)
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     seq   INTEGER PRIMARY KEY,
