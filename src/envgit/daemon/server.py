@@ -74,6 +74,7 @@ from ..sandbox.tracked import tracked_denied, warning
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from . import rewind
+from . import special_bits
 from . import frames
 from .client import decode, encode
 from .inner import InnerSocket
@@ -99,6 +100,7 @@ class Session:
         self._policy_key = None
         self._policy_error = None
         self.unrecorded = []            # (step, kind, body) a full disk held back, oldest first
+        self.orphans_pending = False    # the start-up could not close orphaned steps (disk full)
         self.stopping = asyncio.Event()
         self.snapshotter = Snapshotter(project)
         self.last_tree = _last_tree(self.journal)
@@ -266,6 +268,11 @@ class Session:
             notices.append("policy-file-written: made or changed what would decide a project and "
                            "its policy (envgit will not use it: a project inside a project is "
                            "refused): " + ", ".join(policy_files))
+        stripped = await asyncio.to_thread(special_bits.strip, self.project.root, summary)
+        if stripped:                    # the seccomp filter refuses these bits: a way round it
+            marks.append("setuid-stripped")
+            notices.append("setuid-stripped: a setuid or setgid bit the step's files had was "
+                           "removed (a program anyone could run as their owner): " + ", ".join(stripped))
         # What the client says is checked here: a value of the wrong type is left out rather
         # than refused, so the step always ends (journal/rows.py would refuse the whole entry).
         end = {
@@ -305,6 +312,18 @@ class Session:
             log_line(f"envgit daemon: the disk is full: the {kind} of step {step} is kept in memory "
                      "until there is room")
             return False
+
+    def close_orphans(self):
+        """What the start-up could not do on a full disk: close the steps a dead daemon or
+        client left open (not this daemon's own live steps, nor rewinds)."""
+        if not self.orphans_pending:
+            return
+        for st in self.journal.open_steps():
+            if st.id not in self.live and not st.rewind:
+                self.journal.append(st.id, "interrupted", {
+                    "reason": "the session daemon stopped before the step ended (closed late: "
+                              "the disk was full when this daemon started)"})
+        self.orphans_pending = False
 
     def flush_unrecorded(self):
         """Write the entries a full disk held back, in order, each saying it is late; raises
@@ -624,8 +643,9 @@ class Session:
 
     async def dispatch(self, msg, conn=None):
         op = msg.get("op")
-        if self.unrecorded and op in WRITE_OPS:
+        if (self.unrecorded or self.orphans_pending) and op in WRITE_OPS:
             self.flush_unrecorded()     # raises while the disk is still full: said as such
+            self.close_orphans()
         if op in POLICY_OPS:
             await self.load_policy_off_loop()
         if op == "begin":
@@ -892,6 +912,7 @@ async def serve(project: Project):
     except (OSError, sqlite3.OperationalError) as e:
         if not disk_full(e):
             raise                       # a full disk: serve; each write says it is full
+        sess.orphans_pending = True
         log_line("envgit daemon: the disk is full: orphaned steps are closed once there is room")
     try:
         os.unlink(project.socket)
