@@ -105,6 +105,8 @@ def _porcelain(argv):
 
     s = sub.add_parser("fsck", help="verify the journal chain (and the snapshot store)")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--repair", action="store_true", help="rebuild a damaged journal.sqlite keeping "
+                   "every entry that can still be read (the damaged file is kept beside it)")
 
     s = sub.add_parser("policy", help="check, show or describe the policy")
     psub = s.add_subparsers(dest="policy_cmd", metavar="ACTION", required=True)

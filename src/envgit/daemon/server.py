@@ -902,6 +902,10 @@ async def serve(project: Project):
         log_line(f"envgit: the disk holding {project.state_path()} is full: the session daemon "
                  "cannot open the journal; free some space and run the command again")
         return 5
+    except sqlite3.DatabaseError as e:
+        log_line(f"envgit: the journal (.envgit/journal.sqlite) is damaged ({e}): no step can be "
+                 "recorded; `envgit fsck` says what, `envgit fsck --repair` keeps every entry it can read")
+        return 5
     kernel.ROOT_ONLY.warm()             # as root: the scan for root-only host files, now
     try:
         rewind.finish_interrupted(sess)
@@ -909,9 +913,13 @@ async def serve(project: Project):
         print(f"envgit daemon: could not finish an interrupted rewind: {e}", flush=True)
     try:
         mark_interrupted(sess.journal, "the session daemon stopped before the step ended")
-    except (OSError, sqlite3.OperationalError) as e:
+    except sqlite3.DatabaseError as e:
         if not disk_full(e):
-            raise                       # a full disk: serve; each write says it is full
+            log_line(f"envgit: the journal (.envgit/journal.sqlite) is damaged ({e}): no step can "
+                     "be recorded; `envgit fsck` says what, `envgit fsck --repair` keeps every entry "
+                     "it can read")
+            sess.journal.close()
+            return 5
         sess.orphans_pending = True
         log_line("envgit daemon: the disk is full: orphaned steps are closed once there is room")
     try:

@@ -420,8 +420,19 @@ class Journal:
         """The problems that make the history up to entry `seq` untrustworthy (rewind asks)."""
         return [p for p in self.problems(upto=seq) if p.taints(seq)]
 
+    def _repaired_gaps(self) -> dict[int, int]:
+        """seq -> the `lost` entry (fsck --repair) that recorded it unreadable in a damaged file."""
+        out = {}
+        for seq, _, kind, _, text in self._rows("WHERE step = 0 AND kind = 'lost'"):
+            body, _ = read_body(kind, text)
+            missing = (body or {}).get("missing")
+            if isinstance(missing, list):
+                out.update((m, seq) for m in missing if type(m) is int)
+        return out
+
     def problems(self, upto: int | None = None) -> list[Problem]:
         problems, prev, expect = [], GENESIS, 1
+        gaps = self._repaired_gaps()
         self.head.read(problems.append)
         stop = upto
         with self.lock:     # the daemon's connection is shared with its worker threads
@@ -429,9 +440,15 @@ class Journal:
                                    + (" WHERE seq <= ?" if stop is not None else "") + " ORDER BY seq",
                                    (stop,) if stop is not None else ()).fetchall()
         for seq, step, kind, at, body, p, h in rows:
-            if seq != expect:
+            # A gap fsck --repair recorded (rows a damaged file lost) is said, not a rewrite:
+            # the chain on either side of it still verifies, so rewinds trust it.
+            known = seq != expect and all(k in gaps for k in range(expect, seq))
+            if known:
+                problems.append(Problem(f"entries {expect}–{seq - 1} were lost with a damaged "
+                                        f"journal.sqlite (recorded by entry {gaps[expect]})", seq, blocks=False))
+            elif seq != expect:
                 problems.append(Problem(f"entry {expect} is missing (next is {seq})", seq))
-            if p != prev:
+            if p != prev and not known:
                 problems.append(Problem(f"entry {seq} does not follow entry {seq - 1} (chain broken)", seq))
             try:
                 ok = entry_hash(seq, step, kind, at, body, p) == h
