@@ -11,6 +11,17 @@ It refuses what namespaces do not cover:
   them) and a key or keyring whose owner is host uid 0 grants its user permissions to a root
   step, so the caller's keys would be readable and its keyrings writable. Nothing a step needs
   uses them; they fail with EPERM.
+- setting a setuid or setgid bit, by every call that takes a mode: chmod, fchmod, fchmodat,
+  fchmodat2 with mode & 06000, and open, openat, creat, mkdir, mkdirat, mknod, mknodat when
+  they create (O_CREAT or O_TMPFILE; creat, mkdir and mknod always) with mode & 06000: EPERM.
+  A root step is host uid 0 (caps dropped do not matter to the bit: the file's owner may set
+  it), and bwrap's nosuid mounts hold only inside its namespace: a step's `chmod 4755` of a
+  copied shell would be a root shell for every user of the host. A user's step likewise would
+  plant a program that runs as that user for anyone. openat2 takes its mode inside a struct
+  the filter cannot read, and io_uring opens files with a mode from a ring in memory: both are
+  refused with ENOSYS, as by a kernel without them (libc and runtimes fall back to openat).
+  The other ways a mode reaches the disk keep no such bit: chown and a write by anyone but
+  root-with-CAP_FSETID clear it, and setxattr of file capabilities needs CAP_SETFCAP.
 Nested user namespaces are refused by bwrap's own --disable-userns.
 """
 
@@ -28,15 +39,33 @@ _ERRNO = 0x00050000
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 
+_JSET_K = 0x45        # BPF_JMP | BPF_JSET | BPF_K
+
+SPECIAL_BITS = 0o6000                   # S_ISUID | S_ISGID
+CREATES = 0o100 | 0o20000000            # O_CREAT | __O_TMPFILE (the same on x86-64 and arm64)
+
 # machine -> (AUDIT_ARCH, ioctl syscall number, first number of a foreign ABI or None,
-#             refused syscalls: add_key, request_key, keyctl)
+#             refused syscalls: add_key, request_key, keyctl,
+#             calls whose argument i is a mode, as (nr, i): chmod, fchmod, fchmodat, fchmodat2,
+#             creat, mkdir, mkdirat, mknod, mknodat,
+#             calls that create with flags in argument f and a mode in m, as (nr, f, m): open, openat,
+#             calls refused as absent (ENOSYS): openat2, io_uring_setup)
 _ARCHES = {
-    "x86_64": (0xC000003E, 16, 0x40000000, (248, 249, 250)),
-    "aarch64": (0xC00000B7, 29, None, (217, 218, 219)),
+    "x86_64": (0xC000003E, 16, 0x40000000, (248, 249, 250),
+               ((90, 1), (91, 1), (268, 2), (452, 2), (85, 1), (83, 1), (258, 2), (133, 1), (259, 2)),
+               ((2, 1, 2), (257, 2, 3)), (437, 425)),
+    "aarch64": (0xC00000B7, 29, None, (217, 218, 219),
+                ((52, 1), (53, 2), (452, 2), (34, 2), (33, 2)),
+                ((56, 2, 3),), (437, 425)),
 }
 
-# offsets in struct seccomp_data: nr (u32), arch (u32), ip (u64), args[6] (u64)
-_NR, _ARCH, _ARG1_LO = 0, 4, 24
+# offsets in struct seccomp_data: nr (u32), arch (u32), ip (u64), args[6] (u64); an argument's
+# low word comes first on these little-endian machines (a mode or flags is 32 bits or less)
+_NR, _ARCH = 0, 4
+
+
+def _arg_lo(i):
+    return 16 + 8 * i
 
 
 def _op(code, k, jt=0, jf=0):
@@ -48,8 +77,9 @@ def program() -> bytes | None:
     arch = _ARCHES.get(os.uname().machine)
     if arch is None:
         return None
-    audit_arch, ioctl_nr, foreign, refused = arch
+    audit_arch, ioctl_nr, foreign, refused, mode_calls, open_calls, absent = arch
     deny = _ERRNO | errno.EPERM
+    enosys = _ERRNO | errno.ENOSYS
     ops = [
         _op(_LD_W_ABS, _ARCH),
         _op(_JEQ_K, audit_arch, jt=1),      # our ABI: go on; else fall into the deny below
@@ -60,10 +90,26 @@ def program() -> bytes | None:
         ops += [_op(_JGE_K, foreign, jt=0, jf=1), _op(_RET_K, deny)]
     for nr in refused:
         ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, deny)]
+    for nr in absent:
+        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, enosys)]
+    for nr, m in mode_calls:                # a setuid/setgid bit in the mode: refused
+        ops += [_op(_JEQ_K, nr, jt=0, jf=4),
+                _op(_LD_W_ABS, _arg_lo(m)),
+                _op(_JSET_K, SPECIAL_BITS, jt=0, jf=1),
+                _op(_RET_K, deny),
+                _op(_RET_K, _ALLOW)]
+    for nr, f, m in open_calls:             # the same when the call creates
+        ops += [_op(_JEQ_K, nr, jt=0, jf=6),
+                _op(_LD_W_ABS, _arg_lo(f)),
+                _op(_JSET_K, CREATES, jt=0, jf=3),
+                _op(_LD_W_ABS, _arg_lo(m)),
+                _op(_JSET_K, SPECIAL_BITS, jt=0, jf=1),
+                _op(_RET_K, deny),
+                _op(_RET_K, _ALLOW)]
     ops += [
         _op(_JEQ_K, ioctl_nr, jt=1),        # ioctl: look at its request; else allow
         _op(_RET_K, _ALLOW),
-        _op(_LD_W_ABS, _ARG1_LO),           # the request is an unsigned int: the low word
+        _op(_LD_W_ABS, _arg_lo(1)),           # the request is an unsigned int: the low word
         _op(_JEQ_K, TIOCSTI, jt=2),
         _op(_JEQ_K, TIOCLINUX, jt=1),
         _op(_RET_K, _ALLOW),
