@@ -6,6 +6,8 @@ What every start gets, here and nowhere else:
 - bwrap itself from a trusted system directory (`trusted_binary`), never from PATH: a step can
   write to a project's `.venv/bin`, which is on PATH whenever that venv is active;
 - the seccomp filter (seccomp.py), handed to bwrap as a memfd;
+- only fds 0, 1, 2 and the launcher's own: every other fd the caller inherited (a shell's
+  `exec 7</secret`, a harness's pipe) is closed for bwrap, so the step sees none of them;
 - bwrap's --info-fd (the sandbox's pid namespace and init pid, known before the command runs)
   and --block-fd (the command waits until the caller releases it): between the two, the caller
   ties the step's proxy credentials to that pid namespace (the gate refuses them from any
@@ -122,6 +124,8 @@ class Launch:
     def spawn(self, env, *, new_session=False, stdio=None) -> int:
         """posix_spawn bwrap in a process group of its own (with `new_session`, a session of its
         own); `stdio`: three fds for its stdin, stdout, stderr (default: this process's)."""
+        keep = {*self._child, 0, 1, 2}
+        _not_inherited(keep)
         for fd in self._child:
             os.set_inheritable(fd, True)
         actions = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)] if stdio else []
@@ -190,6 +194,24 @@ class Launch:
             except OSError:
                 pass
         self._mine, self._child, self.block_w = [], [], None
+
+
+def _not_inherited(keep):
+    """Every open fd of this process but `keep` marked close-on-exec: fds the caller's shell or
+    harness left open (`exec 7</secret 8>>/outside; envgit run …`) are inheritable here, and
+    posix_spawn would hand them to bwrap and so to the step, a way out of its view and policy.
+    (Python's own fds are close-on-exec already; spawning through subprocess closes the rest.)
+    A few µs per fd: /proc/self/fd lists what is open."""
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:                         # no /proc: every fd number up to the limit
+        fds = range(3, os.sysconf("SC_OPEN_MAX"))
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass                        # the listing's own fd, closed since
 
 
 def read_info(fd) -> dict:
