@@ -1,6 +1,6 @@
 """The session daemon's server.
 
-Protocol: frames (see client.py: length + marshal'd dict) over the unix socket `.envgit/daemon.sock` (mode 0600, in `.envgit/`,
+Protocol: frames (see client.py: length + marshal'd dict, bounded by frames.py) over the unix socket `.envgit/daemon.sock` (mode 0600, in `.envgit/`,
 which no sandbox can see). A client keeps its connection open for the length of its step;
 a connection that closes with its step still open marks the step `interrupted`.
 
@@ -38,6 +38,7 @@ reply carries "notices", lines the client prints after the step (a nested envgit
 .envgit the step made: marked policy-file-written).
   {"op": "pending"} -> {"asks": [...]}: questions waiting for a person
   {"op": "answer", "id", "answer": "allow"|"allow-rule"|"deny", "how"?, "uid"} -> {"ok"}
+  {"op": "hello"}   -> {"ok": true}: a client's first request (client.connect), answered at once
   {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
   {"op": "stop"}    -> {"ok": true}, then the daemon exits
 A request may carry "rid"; its reply then carries the same "rid". While a step runs, the
