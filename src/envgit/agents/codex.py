@@ -49,14 +49,15 @@ def build_overlay(project, session: str, user_home: str) -> str:
             with open(config) as user:
                 f.write(user.read())
     calls = os.path.join(session_dir(project, session), "codex-current-call")
-    args = ["-m", "envgit.agents.execserver", "--project", project.root, "--session", session,
+    # -P: codex starts these in the project, which `-m` would put first on sys.path
+    args = ["-P", "-m", "envgit.agents.execserver", "--project", project.root, "--session", session,
             "--calls", calls]
     with open(os.path.join(home, "environments.toml"), "w") as f:
         f.write("# written by envgit codex: every command and file operation is an envgit step\n"
                 'default = "envgit"\ninclude_local = false\n\n[[environments]]\nid = "envgit"\n'
                 f"program = {_toml_str(sys.executable)}\n"
                 f"args = [{', '.join(_toml_str(a) for a in args)}]\n")
-    hook = f"{_sh(sys.executable)} -m envgit.agents.codex_hook {_sh(calls)}"
+    hook = f"{_sh(sys.executable)} -P -m envgit.agents.codex_hook {_sh(calls)}"
     with open(os.path.join(home, "hooks.json"), "w") as f:
         json.dump({"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [
             {"type": "command", "command": hook, "timeout": 30}]}]}}, f, indent=2)

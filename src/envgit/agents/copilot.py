@@ -26,7 +26,8 @@ from .session import AgentError, agent_binary, announce, new_session, project_he
 def build_plugin(project, session: str) -> str:
     d = os.path.join(session_dir(project, session), "copilot-plugin")
     os.makedirs(d, exist_ok=True)
-    hook = [sys.executable, "-m", "envgit.agents.copilot_hook", "--project", project.root, "--session", session]
+    # -P: copilot runs hooks in the project, which `-m` would put first on sys.path
+    hook = [sys.executable, "-P", "-m", "envgit.agents.copilot_hook", "--project", project.root, "--session", session]
 
     def cmd(event):
         return shlex.join([*hook, event])

@@ -42,7 +42,7 @@ def envgit_exe() -> str:
     found = shutil.which("envgit")
     if not found:
         raise AgentError("cannot find the `envgit` executable to route the agent's commands through")
-    return found
+    return _outside_project(found, "envgit")      # not a step's own, from an activated .venv/bin
 
 
 def agent_binary(name: str, env_var: str, package: str) -> str:

@@ -142,10 +142,14 @@ def _greeted(conn, project) -> Conn:
 
 def _spawn(project):
     import subprocess   # only when the daemon has to be started
+    from .importpath import PYTHON_ARGS, SPAWN_CWD, project_entries, refusal, spawn_env, spawn_path
+    # -P from "/": nothing the project holds is on the daemon's import path (importpath.py)
+    if inside := project_entries(project.root, spawn_path()):
+        raise DaemonError(refusal(project.root, inside))
     log = open(project.state_path("daemon.log"), "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "envgit.daemon", project.root],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=True, close_fds=True, cwd=project.root)
+    proc = subprocess.Popen([sys.executable, *PYTHON_ARGS, "-m", "envgit.daemon", project.root],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=spawn_env(),
+                            start_new_session=True, close_fds=True, cwd=SPAWN_CWD)
     log.close()
     return proc
 

@@ -84,8 +84,14 @@ def trust_dir(state_dir: Path, system_certs: str = "/etc/ssl/certs") -> Path:
 
 def _rehash(d: Path) -> None:
     # The <subject-hash>.0 links OpenSSL's directory lookup (CApath) uses.
+    # from a trusted system directory, never PATH (an activated project venv's bin/ is first)
+    from ..sandbox.launch import LaunchError, trusted_binary
     for tool in (["openssl", "rehash", str(d)], ["c_rehash", str(d)]):
-        if shutil.which(tool[0]):
+        try:
+            tool[0] = trusted_binary(tool[0])
+        except LaunchError:
+            continue
+        if tool[0]:
             r = subprocess.run(tool, capture_output=True, timeout=60)
             if r.returncode == 0:
                 return

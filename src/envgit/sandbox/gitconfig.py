@@ -4,29 +4,34 @@ Git's config holds credentials (`url.<base>.insteadOf` with a token in the base,
 with a password, `http.extraHeader: AUTHORIZATION: basic …` written by CI checkouts,
 `credential.*` helpers) and names host programs (`core.fsmonitor`, `core.sshCommand`,
 `!` aliases, `diff.external`, `*.textconv`). A step gets the same configuration with those
-removed, flattened (includes resolved, so no included file needs to be visible), as files
-under the state directory bound read-only where git looks:
-  the system config   over /etc/gitconfig (when there is one)
+removed, as files under the state directory bound read-only where git looks:
+  the system config   over /etc/gitconfig (when there is one), includes folded in
   the global config   at ~/.gitconfig inside the empty home (~/.gitconfig, ~/.config/git/config
                       and what they include, folded; the originals are not shown)
-  a repository's      over its .git/config (the project's, nested ones, submodules')
+  a repository's      over its .git/config (the project's, nested ones, submodules'), that one
+                      file only: its `include.path`/`includeIf` keys are kept, not resolved, so
+                      git inside the step follows them in the step's own view (what the step
+                      cannot read there, git skips). A step can write or redirect a repository
+                      config (`.git/commondir`, a `.git` file), so the daemon never resolves
+                      its includes on the host: `[include] path = ~/.my.cnf` would otherwise
+                      fold a host-only file into a copy the step reads.
 
 Kept on purpose: filter drivers (`filter.*.clean/smudge/process`: without its clean filter
 `git add` would store what the filter exists to keep out, e.g. git-crypt's plaintext or an LFS
 object instead of its pointer), pager and editor (they run inside the sandbox, like the step).
 
-Git itself reads the files (`git config --list -z`), so quoting, continuation lines and
-includes are read as git reads them; each copy is rewritten only when a source changed.
+Git itself reads the files (`git config --list -z`, hostgit.py: a trusted binary, `git config`
+and nothing else), so quoting and continuation lines are read as git reads them; each copy is
+rewritten only when a source changed.
 """
 
 import hashlib
 import os
 import re
-import subprocess
 
 from ..policy import defaults
-
-GIT_TIMEOUT_S = 5
+from . import hostgit
+from .hostgit import GIT_TIMEOUT_S  # noqa: F401  (kept for importers)
 
 # Keys dropped whole: credentials, and host integrations a sandboxed git must not start.
 _DROP = re.compile(r"""(
@@ -35,7 +40,6 @@ _DROP = re.compile(r"""(
     | core\.(fsmonitor|sshcommand|askpass)
     | ssh\.variant
     | diff\.external | diff\..*\.(textconv|command) | .*\.textconv
-    | include\..* | includeif\..*
     | sendemail\.smtppass | .*\.(token|oauthtoken|accesstoken|password|secret|apikey|api-key)
 )\Z""", re.X | re.I)
 
@@ -61,11 +65,18 @@ def _secret_value(value: str) -> bool:
     return v.lower().startswith(("authorization:", "bearer ", "basic ", "token "))
 
 
-def sanitise(entries):
-    """[(key, value or None)] with credentials and host-program keys removed."""
+_INCLUDE = re.compile(r"(include|includeif\..*)\.path\Z", re.I)
+
+
+def sanitise(entries, keep_includes: bool = False):
+    """[(key, value or None)] with credentials and host-program keys removed; include keys
+    too, unless `keep_includes` (a repository's copy: git in the step follows them)."""
     out = []
     for key, value in entries:
         if _DROP.match(key):
+            continue
+        if key.lower().startswith(("include.", "includeif.")) and \
+                not (keep_includes and _INCLUDE.match(key)):
             continue
         section, _, rest = key.partition(".")
         sub, _, name = rest.rpartition(".")
@@ -106,33 +117,14 @@ def render(entries) -> str:
 
 def read(args, cwd, env) -> list | None:
     """`git config ARGS --list -z` as [(key, value or None)]; None if git could not say."""
-    try:
-        r = subprocess.run(["git", "-c", "safe.directory=*", "config", *args, "--list", "-z"],
-                           cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                           timeout=GIT_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if r.returncode not in (0, 1):          # 1: nothing set
-        return None
-    out = []
-    for rec in r.stdout.split(b"\0"):
-        if not rec:
-            continue
-        key, nl, value = rec.partition(b"\n")
-        out.append((key.decode("utf-8", "surrogateescape"),
-                    value.decode("utf-8", "surrogateescape") if nl else None))
-    return out
+    out = hostgit.config_list(args, cwd, env if env is not None else
+                              hostgit.base_env(os.path.expanduser("~")))
+    return None if out is None else hostgit.parse(out)
 
 
 def git_env(home: str) -> dict:
-    """The environment git reads the person's config with: their home, and the daemon's own
-    XDG/GIT_CONFIG_* settings (inherited from the person's `envgit run` that started it)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LC_ALL": "C",
-           "GIT_TERMINAL_PROMPT": "0"}
-    for k in ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"):
-        if k in os.environ:
-            env[k] = os.environ[k]
-    return env
+    """The environment git reads the person's config with (hostgit.person_env)."""
+    return hostgit.person_env(home)
 
 
 class ConfigCopies:
@@ -142,7 +134,7 @@ class ConfigCopies:
         self.dir = os.path.join(state_dir, "sandbox", "git")
         self._made: dict[str, tuple] = {}      # copy path -> key of the sources it was made from
 
-    def _write(self, name, key, entries_fn) -> str | None:
+    def _write(self, name, key, entries_fn, keep_includes=False) -> str | None:
         path = os.path.join(self.dir, name)
         if self._made.get(path) == key and os.path.exists(path):
             return path
@@ -152,18 +144,18 @@ class ConfigCopies:
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(render(sanitise(entries)))
+            f.write(render(sanitise(entries, keep_includes)))
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
         self._made[path] = key
         return path
 
     def repo_config(self, config: str, cwd: str, home: str) -> str | None:
-        """A sanitised copy of the repository config file `config` (includes folded in)."""
+        """A sanitised copy of the repository config file `config`: that file alone, its
+        includes kept as keys for git inside the step to follow (never resolved here)."""
         name = "repo-" + hashlib.sha256(config.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-        env = {**git_env(home), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
         return self._write(name, _stamps([config]),
-                           lambda: read(["--file", config, "--includes"], os.path.dirname(config), env))
+                           lambda: hostgit.file_entries(config, home), keep_includes=True)
 
     def global_config(self, project: str, home: str) -> str | None:
         """The person's global config (~/.gitconfig, XDG, includes), sanitised."""

@@ -5,13 +5,15 @@ submodules have). Each gitdir holds files git obeys (GITDIR_ROUTES); `commondir`
 another directory for its config and hooks, and a `.git` file to any directory at all, so both
 are followed. The hooks directory named by `core.hooksPath` may come from any config source
 (system, ~/.gitconfig, ~/.config/git/config, $XDG_CONFIG_HOME/git/config, the repository,
-include/includeIf files), so git itself is asked, once per change of the files it read.
+include/includeIf files), so all are read, once per change of the files read. Only with
+`git config` (hostgit.py), never a git command that could run something a step configured; a
+repository's files one by one, their includes followed here for core.hooksPath alone.
 """
 
 import os
-import subprocess
 
-from .gitconfig import GIT_TIMEOUT_S, git_env
+from . import hostgit
+from .hostgit import person_env
 
 GITDIR_ROUTES = ("config", "config.worktree", "hooks", "commondir", "info/attributes", "branches",
                  "remotes")
@@ -48,19 +50,19 @@ def gitdir_routes(gitdir: str) -> list[str]:
 
 
 class HooksPaths:
-    """core.hooksPath and the config files git read, per worktree top, asked of git."""
+    """core.hooksPath and the config files it may come from, per worktree top."""
 
     def __init__(self):
         self._cache: dict[str, tuple] = {}     # top -> (key, hooks dir or None, origin files)
 
     def get(self, top: str, home: str) -> tuple[str | None, list[str]]:
         """(the hooks directory git would use in `top`, the config files it read)."""
-        env = git_env(home)
+        env = person_env(home)
         c = self._cache.get(top)
         key = self._key(top, home, env, c[2] if c else ())
         if c and c[0] == key:
             return c[1], c[2]
-        hooks, origins = _ask_git(top, home, env)
+        hooks, origins = _hooks_path(top, home, env)
         self._cache[top] = (self._key(top, home, env, origins), hooks, origins)
         return hooks, origins
 
@@ -81,49 +83,88 @@ class HooksPaths:
         return tuple(out)
 
 
-def _ask_git(top, home, env):
-    try:
-        r = subprocess.run(["git", "-c", "safe.directory=*", "-C", top, "config", "--list",
-                            "--show-origin", "-z"], env=env, stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=GIT_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return None, []
-    if r.returncode not in (0, 1):
-        return None, []
-    parts = r.stdout.split(b"\0")
+def find_gitdir(top: str) -> tuple[str, str] | None:
+    """(worktree top, gitdir) of the repository `top` is in: its own `.git`, else the nearest
+    above it (the project may sit inside a repository)."""
+    d = os.path.abspath(top)
+    while True:
+        dotgit = os.path.join(d, ".git")
+        if os.path.lexists(dotgit):
+            gd = gitdir_of(dotgit)
+            if gd:
+                return d, gd
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
+
+
+def repo_config_files(gitdir: str) -> list[str]:
+    """The repository config files git reads for `gitdir`, in its order."""
+    common = commondir_of(gitdir) or gitdir
+    return [os.path.join(common, "config"), os.path.join(gitdir, "config.worktree")]
+
+
+MAX_INCLUDE_DEPTH = 10      # git's own limit
+
+
+def _hooks_path(top, home, env):
+    """core.hooksPath as git would resolve it in `top`, last one wins, in git's order:
+    system and global (the person's, includes resolved by git: a step cannot write them),
+    then the repository's files, each read alone by `git config --file --no-includes`
+    (hostgit.py: nothing in them can run) with their includes followed here, for that one
+    key: a step may point them anywhere, and nothing else of what they hold is used. Every
+    file read, and every include named, present or not, is an origin (a route)."""
     hooks, origins = None, []
-    for origin, rec in zip(parts[0::2], parts[1::2]):
-        o = origin.decode("utf-8", "surrogateescape")
-        if o.startswith("file:"):
-            path = os.path.normpath(os.path.join(top, o[5:]))
-            if path not in origins:
+    found = find_gitdir(top)
+    for scope in ("--system", "--global"):
+        out = hostgit.config_list([scope, "--includes", "--show-origin"], top, env)
+        for origin, key, value in hostgit.parse(out or b"", True):
+            path = _origin_path(origin, top)
+            if path and path not in origins:
                 origins.append(path)
-        key, _, value = rec.partition(b"\n")
-        k = key.lower()
-        if k == b"core.hookspath":
-            hooks = value.decode("utf-8", "surrogateescape")
-        elif (k == b"include.path" or k.startswith(b"includeif.") and k.endswith(b".path")) and \
-                o.startswith("file:"):
-            # an included file git skips while it is missing is read once it exists: it is a
-            # route whether or not it is there yet
-            inc = value.decode("utf-8", "surrogateescape")
-            inc = os.path.join(home, inc[2:]) if inc.startswith("~/") else inc
-            inc = os.path.normpath(os.path.join(os.path.dirname(path), inc))
-            if inc not in origins:
-                origins.append(inc)
+            if key.lower() == "core.hookspath" and value:
+                hooks = _expand(value, home)
+    worktree = found[0] if found else top
+    if found:
+        for cfg in repo_config_files(found[1]):
+            h, wt = _repo_file(cfg, home, origins, 0)
+            hooks = h or hooks
+            worktree = wt or worktree
     if hooks:
-        hooks = os.path.join(home, hooks[2:]) if hooks.startswith("~/") else hooks
         if not os.path.isabs(hooks):        # relative to the top of the worktree it runs in
-            hooks = os.path.join(_toplevel(top, env) or top, hooks)
+            hooks = os.path.join(worktree, hooks)
         hooks = os.path.normpath(hooks)
     return hooks or None, origins
 
 
-def _toplevel(top, env):
-    try:
-        r = subprocess.run(["git", "-c", "safe.directory=*", "-C", top, "rev-parse", "--show-toplevel"],
-                           env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
+def _repo_file(path, home, origins, depth):
+    """(core.hooksPath, core.worktree) set by the repository config file `path` or what it
+    includes (the last of each), recording origins."""
+    if path not in origins:
+        origins.append(path)
+    if depth > MAX_INCLUDE_DEPTH or not os.path.isfile(path):
+        return None, None
+    hooks = worktree = None
+    for key, value in hostgit.file_entries(path, home) or []:
+        k = key.lower()
+        if k == "core.hookspath" and value:
+            hooks = _expand(value, home)
+        elif k == "core.worktree" and value:
+            worktree = os.path.normpath(os.path.join(os.path.dirname(path), _expand(value, home)))
+        elif value and (k == "include.path" or k.startswith("includeif.") and k.endswith(".path")):
+            # conditions are not evaluated: a hooks directory that may apply is protected
+            inc = os.path.normpath(os.path.join(os.path.dirname(path), _expand(value, home)))
+            h, w = _repo_file(inc, home, origins, depth + 1)
+            hooks, worktree = h or hooks, w or worktree
+    return hooks, worktree
+
+
+def _expand(value, home):
+    return os.path.join(home, value[2:]) if value.startswith("~/") else value
+
+
+def _origin_path(origin, top):
+    if not origin or not origin.startswith("file:"):
         return None
-    out = r.stdout.decode("utf-8", "surrogateescape").strip()
-    return out if r.returncode == 0 and out else None
+    return os.path.normpath(os.path.join(top, origin[5:]))

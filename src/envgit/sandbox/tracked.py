@@ -5,27 +5,125 @@ at all, and every committed version of a file is in it: `git show HEAD:.env` pri
 .env that was ever committed. envgit cannot hide one object among the others, so it says so:
 `envgit policy check` lists them, and the first step of a session tells its terminal. The fix
 is the person's: untrack the file and rotate what it held (it is in the history too).
+
+The index is read here, not by git: the daemon runs on the host, often as root, and any git
+command that reads the index obeys a config a step can write or redirect (core.fsmonitor runs
+a program on every index read; a partial clone's lazy fetch runs a remote helper). Parsing the
+file runs nothing, whatever the repository holds (hostgit.py says which git the daemon runs).
+Index versions 2, 3 and 4, SHA-1 and SHA-256, and a split index's shared part are read; a
+sparse index's directory entries stand for the files under them; a file only in HEAD (untracked
+but not yet committed so) is not listed.
 """
 
 import os
-import subprocess
 
 from ..policy import is_denied, resolve
+from . import hostgit
+from .gitroutes import commondir_of, find_gitdir
+
+MAX_INDEX_BYTES = 256 * 1024 * 1024
 
 
 def tracked_denied(pol, project: str, home: str) -> list[str]:
-    """Project paths denied by the policy that git tracks (the index or HEAD)."""
+    """Project paths denied by the policy that git tracks (in the index)."""
     rules = resolve(pol, project, home)
-    names = set()
-    for args in (["ls-files", "-z", "--cached"], ["ls-tree", "-r", "-z", "--name-only", "HEAD"]):
-        try:
-            r = subprocess.run(["git", "-c", "safe.directory=*", "-C", project, *args],
-                               stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if r.returncode == 0:
-            names.update(n.decode("utf-8", "surrogateescape") for n in r.stdout.split(b"\0") if n)
-    return sorted(n for n in names if is_denied(rules, os.path.join(project, n)))
+    found = find_gitdir(project)
+    if not found:
+        return []
+    top, gitdir = found
+    names = index_names(gitdir, home)
+    prefix = "" if top == project else os.path.relpath(project, top) + "/"
+    out = set()
+    for n in names:
+        if n.startswith(prefix):
+            out.add(n[len(prefix):].rstrip("/"))
+    return sorted(n for n in out if n and is_denied(rules, os.path.join(project, n)))
+
+
+def index_names(gitdir: str, home: str = "") -> set[str]:
+    """The paths git's index in `gitdir` lists (empty if there is none or it cannot be read)."""
+    hash_len = 32 if _object_format(gitdir, home) == "sha256" else 20
+    names, shared = _read_index(os.path.join(gitdir, "index"), hash_len)
+    if shared:
+        names |= _read_index(os.path.join(gitdir, f"sharedindex.{shared}"), hash_len)[0]
+    return names
+
+
+def _object_format(gitdir, home):
+    cfg = os.path.join(commondir_of(gitdir) or gitdir, "config")
+    for key, value in hostgit.file_entries(cfg, home) or []:
+        if key.lower() == "extensions.objectformat" and value:
+            return value.lower()
+    return "sha1"
+
+
+def _read_index(path, hash_len) -> tuple[set, str | None]:
+    """(names, the shared index's hex id when this is a split index)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_INDEX_BYTES)
+    except OSError:
+        return set(), None
+    try:
+        return _parse(memoryview(data), hash_len)
+    except (IndexError, ValueError):
+        return set(), None          # damaged or a format this does not know: nothing said
+
+
+def _parse(data, hash_len):
+    if bytes(data[:4]) != b"DIRC":
+        raise ValueError("not an index")
+    version = int.from_bytes(data[4:8], "big")
+    count = int.from_bytes(data[8:12], "big")
+    if version not in (2, 3, 4):
+        raise ValueError(f"index version {version}")
+    pos, names, prev = 12, set(), b""
+    fixed = 40 + hash_len          # times, dev, ino, mode, uid, gid, size, then the object id
+    for _ in range(count):
+        start = pos
+        flags = int.from_bytes(data[pos + fixed:pos + fixed + 2], "big")
+        pos += fixed + 2
+        if version >= 3 and flags & 0x4000:
+            pos += 2                # extended flags
+        if version == 4:
+            strip, pos = _varint(data, pos)
+            end = _nul(data, pos)
+            name = prev[:len(prev) - strip] + bytes(data[pos:end])
+            pos = end + 1
+        else:
+            end = _nul(data, pos)
+            name = bytes(data[pos:end])
+            pos = start + ((end - start + 8) & ~7)     # 1-8 NULs pad an entry to 8 bytes
+        if pos > len(data):
+            raise ValueError("truncated")
+        names.add(name.decode("utf-8", "surrogateescape"))
+        prev = name
+    shared = None
+    while pos + 8 <= len(data) - hash_len:
+        sig, size = bytes(data[pos:pos + 4]), int.from_bytes(data[pos + 4:pos + 8], "big")
+        if sig == b"link" and size >= hash_len:
+            shared = bytes(data[pos + 8:pos + 8 + hash_len]).hex()
+        pos += 8 + size
+    return names, shared
+
+
+def _nul(data, pos):
+    i = bytes(data[pos:pos + 65536]).find(b"\0")
+    if i < 0:
+        raise ValueError("unterminated name")
+    return pos + i
+
+
+def _varint(data, pos):
+    """git's offset varint (index v4's prefix length)."""
+    c = data[pos]
+    pos += 1
+    val = c & 0x7F
+    while c & 0x80:
+        c = data[pos]
+        pos += 1
+        val = ((val + 1) << 7) | (c & 0x7F)
+    return val, pos
 
 
 def warning(paths: list[str]) -> str:
