@@ -73,3 +73,14 @@ def test_policy_example_loads(tmp_path):
     r = subprocess.run([str(Path(sys.executable).parent / "envgit"), "policy", "check"], cwd=tmp_path,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_every_promise_names_a_test_that_exists():
+    """Each row of "What a step cannot do" names tests that exist in tests/adversarial/."""
+    section = README.split("### What a step cannot do", 1)[1].split("\n## ", 1)[0]
+    refs = re.findall(r"`(test_\w+\.py)::(test_\w+)`", section)
+    rows = [l for l in section.splitlines() if l.startswith("| ") and "::" in l]
+    assert len(rows) >= 15 and all("::" in r for r in rows)
+    for path, name in refs:
+        text = (ROOT / "tests" / "adversarial" / path).read_text()
+        assert re.search(rf"^def {name}\(", text, re.M), f"{path}::{name} named in README is not a test"
