@@ -62,7 +62,7 @@ def timed(argv, cwd) -> float:
 def daemon_start(project: Project) -> float:
     """Spawn the daemon, wait until it answers, stop it; the time to the answer."""
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "envgit.daemon", project.root], cwd=project.root,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "envgit.daemon", project.root], cwd=project.root,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:
