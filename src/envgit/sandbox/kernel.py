@@ -18,10 +18,12 @@ owner bits of root's files let uid 0 read them. So, by rule rather than by list 
   as root  every file and directory of the read-only system view (SYSTEM_DIRS) that others
            cannot read (a file without o+r, a directory without o+r or o+x) is masked: a root
            step reads what any user could (/etc/ssl/private, pg_hba.conf, /etc/shadow, …).
-           Found by a scan (`find`, ~0.5 s on /etc /usr /opt) in a background thread, shared by
-           the daemons of this machine through a root-only cache in /run/envgit and redone
-           every REFRESH_S in the background (a step waits only when no recent scan exists):
-           a root-only file made on the host after a scan is visible until the next one.
+           Current at every step's start (RootOnlyScan): the hand-edited trees (/etc, /opt,
+           /usr/local) are watched with inotify, so a step re-checks only what changed since
+           the last (~20 µs when nothing did); the package-managed rest (/usr, …) is scanned
+           with `find` (~0.5 s) in a background thread, shared by the daemons of this machine
+           through a root-only cache in /run/envgit, and rescanned before the next step
+           whenever the package database changed (an install), else every REFRESH_S.
 
 Why not run a root's steps as an unprivileged host uid instead: bwrap maps the sandbox's uid
 only to the caller's own, and a user namespace made beforehand (bwrap --userns) mapping it to
@@ -34,8 +36,10 @@ A masked path is covered by an empty mode-000 file or directory: opening it fail
 "Permission denied", as it does for any other user.
 """
 
+import errno
 import os
 import stat
+import struct
 import subprocess
 import threading
 import time
@@ -49,9 +53,9 @@ PROC_MASKED = ("kcore", "keys", "key-users", "timer_list", "timer_stats", "sched
                "latency_stats", "acpi", "scsi", "asound")
 SYS_MASKED = ("/sys/firmware", "/sys/devices/virtual/powercap", "/sys/fs/selinux")
 
-# How old a scan may be before it is redone (ENVGIT_ROOT_SCAN_MAX_AGE, seconds, in the daemon's
-# environment: 0 scans afresh for every daemon and after every step, for a person who adds
-# root-only files while sessions run).
+# How old a scan of the package-managed trees may be before it is redone in the background
+# (ENVGIT_ROOT_SCAN_MAX_AGE, seconds, in the daemon's environment: 0 scans afresh for every
+# daemon and after every step, for a person who changes modes by hand under /usr).
 def _max_age():
     try:
         return max(0.0, float(os.environ.get("ENVGIT_ROOT_SCAN_MAX_AGE", "300")))
@@ -60,8 +64,9 @@ def _max_age():
 
 
 REFRESH_S = _max_age()
+YOUNG_S = 0.2          # a root-only path this new is masked only if it still exists this much later
 CACHE_DIR = "/run/envgit"
-CACHE_FILE = CACHE_DIR + "/root-only-paths"
+CACHE_FILE = CACHE_DIR + "/root-only-paths-2"    # (2: with the package stamp)
 
 _BINDS = ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind", "--dev-bind-try")
 
@@ -112,16 +117,31 @@ def mounts(view_args: list[str], state_dir: str, keep: list[str], allowed: list[
             mask(t, os.path.isdir(t))
 
     if os.geteuid() == 0:
+        young = []
         for p in ROOT_ONLY.paths():
             if any(_inside(p, k) or _inside(k, p) for k in keep) or any(_inside(a, p) for a in allowed) \
                     or any(_inside(p, c) for c in covered):
                 continue
             try:
-                is_dir = stat.S_ISDIR(os.lstat(p).st_mode)
+                st = os.lstat(p)
             except OSError:
                 continue                       # gone since the scan: nothing to hide
-            mask(p, is_dir)
+            if time.time() - st.st_ctime < YOUNG_S:
+                young.append(p)
+                continue
+            mask(p, stat.S_ISDIR(st.st_mode))
             masked.append(p)
+        if young:
+            # A lock or temporary file (useradd's /etc/group.lock, sed -i's) may be gone by the
+            # time bwrap mounts over it, and bwrap cannot create the missing mount point in the
+            # read-only /etc: the step would fail to start. Let such a file live YOUNG_S first.
+            time.sleep(YOUNG_S)
+            for p in young:
+                try:
+                    mask(p, stat.S_ISDIR(os.lstat(p).st_mode))
+                    masked.append(p)
+                except OSError:
+                    pass
     return args, masked
 
 
@@ -202,12 +222,32 @@ def _holds_writable(d):
     return False
 
 
+# The trees of the view a person edits by hand: watched (inotify), so a root-only file made in
+# them is masked from the next step on. The rest of the view (/usr, /snap, /nix) changes with
+# the package manager: rescanned when its database changes (PACKAGE_DBS), and every REFRESH_S.
+ADMIN_TREES = ("/etc", "/opt", "/usr/local")
+PACKAGE_DBS = ("/var/lib/dpkg/status", "/var/lib/dpkg/info", "/var/lib/rpm", "/usr/lib/sysimage/rpm",
+               "/var/lib/pacman/local", "/lib/apk/db/installed", "/nix/var/nix/db", "/var/lib/snapd/state.json")
+
+
 class RootOnlyScan:
-    """The paths of the system view that only root can read, kept fresh off the hot path."""
+    """The paths of the system view that only root can read, current at every step's start.
+
+    Two parts. The admin trees (ADMIN_TREES) are walked once per daemon with an inotify watch on
+    every directory others can enter; each step first reads the events queued since (a new
+    name, a chmod, a rename) and re-checks only those paths: a few µs when nothing changed.
+    The package-managed rest is scanned with find (~0.5 s), shared by the daemons of this
+    machine through a root-only cache in /run/envgit; a step uses it while the package
+    databases' stamps (PACKAGE_DBS) are those of the scan, and waits for a rescan when they
+    are not (an install or upgrade); it is also redone in the background every REFRESH_S, for a
+    hand-made change there. Deny on doubt: a queue overflow or a failed watch rescans."""
 
     def __init__(self):
-        self._paths = None
+        self._paths = None                    # package-managed part
+        self._stamp = None
         self._at = 0.0
+        self._admin = None
+        self._admin_lock = threading.Lock()
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._running = False
@@ -216,32 +256,44 @@ class RootOnlyScan:
         """Start a scan now unless a recent one is at hand (the daemon calls this at start)."""
         if os.geteuid() == 0:
             self._refresh(wait=False)
+            threading.Thread(target=self._admin_paths, daemon=True, name="root-only-watch").start()
 
     def paths(self) -> list[str]:
         self._refresh(wait=True)
-        return self._paths or []
+        return sorted({*(self._paths or []), *self._admin_paths()})
+
+    def _admin_paths(self):
+        with self._admin_lock:
+            if self._admin is None:
+                self._admin = AdminTrees([t for t in ADMIN_TREES if os.path.isdir(t) and not os.path.islink(t)])
+            return self._admin.current()
 
     def _refresh(self, wait):
+        stamp = package_stamp()
         with self._lock:
             if self._paths is None:
                 cached = _read_cache()
-                if cached is not None:
-                    self._at, self._paths = cached
+                if cached is not None and cached[1] == stamp:
+                    self._at, self._stamp, self._paths = cached
                     self._done.set()
-            stale = time.time() - self._at > REFRESH_S
+            changed = self._paths is not None and self._stamp != stamp
+            if changed:                        # packages installed since: the old list is no answer
+                self._paths = None
+                self._done.clear()
+            stale = changed or self._paths is None or time.time() - self._at > REFRESH_S
             if stale and not self._running:
                 self._running = True
                 threading.Thread(target=self._scan, daemon=True, name="root-only-scan").start()
         if wait and self._paths is None:
-            self._done.wait()                  # no scan yet: the first step waits (deny on doubt)
+            self._done.wait()                  # no current scan: the step waits (deny on doubt)
 
     def _scan(self):
-        at = time.time()
+        at, stamp = time.time(), package_stamp()
         try:
-            paths = scan_root_only(_roots())
+            paths = scan_root_only(_roots(), prune=ADMIN_TREES)
             with self._lock:
-                self._paths, self._at = paths, at
-            _write_cache(at, paths)
+                self._paths, self._at, self._stamp = paths, at, stamp
+            _write_cache(at, stamp, paths)
         finally:
             with self._lock:
                 self._running = False
@@ -253,33 +305,180 @@ class RootOnlyScan:
 ROOT_ONLY = RootOnlyScan()
 
 
+def package_stamp() -> str:
+    """The package databases' change times: what moves when packages are installed."""
+    out = []
+    for p in PACKAGE_DBS:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        out.append(f"{p}={st.st_mtime_ns}.{st.st_ctime_ns}.{st.st_ino}")
+    return ";".join(out)
+
+
+class AdminTrees:
+    """The root-only paths under `roots`, kept current by an inotify watch on every directory
+    others can list and enter: an event (a name created, moved in, its mode changed) has the
+    path re-checked, and a new or newly readable directory walked and watched. Without inotify
+    (or out of watches) every call rescans the trees (~0.1 s): slower, never stale."""
+
+    _MASK = 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x01000000 | 0x02000000 | 0x04000000
+    #       ATTRIB MOVED_FROM MOVED_TO CREATE DELETE DELETE_SELF MOVE_SELF ONLYDIR DONT_FOLLOW EXCL_UNLINK
+    _Q_OVERFLOW, _IGNORED = 0x4000, 0x8000
+
+    def __init__(self, roots):
+        self.roots = roots
+        self.fd = -1
+        self.paths = set()
+        self.dirs = {}                         # watch descriptor -> directory
+        try:
+            import ctypes
+            self._libc = ctypes.CDLL(None, use_errno=True)
+            self._errno = ctypes.get_errno
+            self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            self.fd = -1
+        self._rebuild()
+
+    def _rebuild(self):
+        self.paths, self.dirs = set(), {}
+        if self.fd < 0:
+            return
+        try:
+            self._drain()                      # what came before the new walk: it sees it all
+        except OSError:
+            pass
+        for r in self.roots:
+            if not self._walk(r):
+                os.close(self.fd)              # out of watches: rescan every time instead
+                self.fd = -1
+                print("envgit daemon: cannot watch the system's directories (inotify: out of "
+                      "watches); root-only files are looked for at every step", flush=True)
+                return
+
+    def current(self) -> set:
+        if self.fd < 0:
+            return set(scan_root_only(self.roots))
+        try:
+            events = self._drain()
+        except OSError:
+            events = None
+        if events is None:                     # overflowed: the queue lost events
+            self._rebuild()
+            return self.current() if self.fd < 0 else set(self.paths)
+        for path in events:
+            self._recheck(path)
+        return set(self.paths)
+
+    def _drain(self):
+        """The paths named by queued events; None after a queue overflow."""
+        out, overflow = [], False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            i = 0
+            while i + 16 <= len(data):
+                wd, mask, _cookie, n = struct.unpack_from("iIII", data, i)
+                name = data[i + 16:i + 16 + n].rstrip(b"\0")
+                i += 16 + n
+                if mask & self._Q_OVERFLOW:
+                    overflow = True
+                    continue
+                d = self.dirs.get(wd)
+                if mask & self._IGNORED:
+                    self.dirs.pop(wd, None)
+                if d is not None:
+                    out.append(os.path.join(d, os.fsdecode(name)) if name else d)
+        return None if overflow else out
+
+    def _recheck(self, path):
+        self.paths = {p for p in self.paths if not _inside(p, path)}
+        try:
+            m = os.lstat(path).st_mode
+        except OSError:
+            return
+        if stat.S_ISLNK(m):
+            return
+        if stat.S_ISDIR(m):
+            if m & 0o005 != 0o005:
+                self.paths.add(path)
+            elif not self._walk(path):
+                self._rebuild()
+        elif not m & 0o004:
+            self.paths.add(path)
+
+    def _walk(self, top) -> bool:
+        """Watch `top` and every directory under it others can enter, each before it is listed
+        (what appears while it is listed has an event); note what others cannot read."""
+        try:
+            m = os.lstat(top).st_mode
+        except OSError:
+            return True
+        if m & 0o005 != 0o005:
+            self.paths.add(top)
+            return True
+        stack = [top]
+        while stack:
+            d = stack.pop()
+            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(d), self._MASK)
+            if wd < 0:
+                if self._errno() == errno.ENOSPC:
+                    return False
+                continue                       # gone meanwhile
+            self.dirs[wd] = d
+            try:
+                it = os.scandir(d)
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    try:
+                        em = e.stat(follow_symlinks=False).st_mode
+                    except OSError:
+                        continue
+                    if stat.S_ISLNK(em):
+                        continue
+                    if stat.S_ISDIR(em):
+                        (stack.append if em & 0o005 == 0o005 else self.paths.add)(e.path)
+                    elif not em & 0o004:
+                        self.paths.add(e.path)
+        return True
+
+
 def _roots():
     out = []
     for name in SYSTEM_DIRS:
         p = "/" + name
-        if os.path.isdir(p) and not os.path.islink(p):
+        if os.path.isdir(p) and not os.path.islink(p) and p not in ADMIN_TREES:
             out.append(p)
     return out
 
 
-def scan_root_only(roots: list[str]) -> list[str]:
+def scan_root_only(roots: list[str], prune=()) -> list[str]:
     """Every file others cannot read and every directory others cannot list or enter, not
-    descending into the latter. `find` does it in ~0.5 s where a Python walk takes ~2.5 s."""
+    descending into the latter (nor into `prune`). `find` does it in ~0.5 s where a Python walk
+    takes ~2.5 s."""
     if not roots:
         return []
-    expr = ["(", "-type", "d", "(", "!", "-perm", "-o=r", "-o", "!", "-perm", "-o=x", ")", "-prune",
+    skip = []
+    for p in prune:
+        skip += ["-path", p, "-prune", "-o"]
+    expr = [*skip, "(", "-type", "d", "(", "!", "-perm", "-o=r", "-o", "!", "-perm", "-o=x", ")", "-prune",
             "-print0", ")", "-o", "(", "!", "-type", "d", "!", "-type", "l", "!", "-perm", "-o=r",
             "-print0", ")"]
     # find from the system's own directories, never from PATH: a step can plant a `find` in a
     # project virtualenv that PATH may name, and this runs outside the sandbox, as root.
     find = next((f for f in ("/usr/bin/find", "/bin/find") if os.access(f, os.X_OK)), None)
     if find is None:
-        return _walk(roots)
+        return [p for p in _walk(roots) if not any(_inside(p, x) for x in prune)]
     try:
         r = subprocess.run([find, *roots, *expr], capture_output=True, timeout=600, env={"LC_ALL": "C"})
         return sorted(os.fsdecode(p) for p in r.stdout.split(b"\0") if p)
     except (OSError, subprocess.SubprocessError):
-        return _walk(roots)
+        return [p for p in _walk(roots) if not any(_inside(p, x) for x in prune)]
 
 
 def _walk(roots):
@@ -306,7 +505,8 @@ def _walk(roots):
 
 
 def _read_cache():
-    """(scanned at, paths) from the machine's cache, if root wrote it and nobody else can."""
+    """(scanned at, package stamp, paths) from the machine's cache, if root wrote it and nobody
+    else can."""
     try:
         fd = os.open(CACHE_FILE, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -317,15 +517,15 @@ def _read_cache():
             return None
         data = f.read().split(b"\0")
     try:
-        at = float(data[0])
+        at, stamp = float(data[0]), "" if data[1] == b"-" else os.fsdecode(data[1])
     except (ValueError, IndexError):
         return None
     if not 0 <= time.time() - at <= REFRESH_S:
         return None
-    return at, [os.fsdecode(p) for p in data[1:] if p]
+    return at, stamp, [os.fsdecode(p) for p in data[2:] if p]
 
 
-def _write_cache(at, paths):
+def _write_cache(at, stamp, paths):
     try:
         os.makedirs(CACHE_DIR, mode=0o700, exist_ok=True)
         st = os.lstat(CACHE_DIR)
@@ -334,7 +534,8 @@ def _write_cache(at, paths):
         tmp = f"{CACHE_FILE}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(b"\0".join([repr(at).encode(), *(os.fsencode(p) for p in paths)]))
+            f.write(b"\0".join([repr(at).encode(), os.fsencode(stamp) or b"-",
+                                 *(os.fsencode(p) for p in paths)]))
         os.replace(tmp, CACHE_FILE)
     except OSError:
         pass
