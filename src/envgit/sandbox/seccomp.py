@@ -72,9 +72,10 @@ def _op(code, k, jt=0, jf=0):
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def program() -> bytes | None:
-    """The filter for this machine, or None where the architecture is not known."""
-    arch = _ARCHES.get(os.uname().machine)
+def program(machine: str | None = None) -> bytes | None:
+    """The filter for this machine (or `machine`, as `uname -m` names it), or None where the
+    architecture is not known."""
+    arch = _ARCHES.get(machine or os.uname().machine)
     if arch is None:
         return None
     audit_arch, ioctl_nr, foreign, refused, mode_calls, open_calls, absent = arch
