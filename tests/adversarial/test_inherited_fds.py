@@ -47,3 +47,37 @@ def test_stdio_still_reaches_the_step(attacker):
 def _readable(fd):
     import select
     return bool(select.select([fd], [], [], 0)[0])
+
+
+def test_a_step_the_daemon_starts_gets_only_its_three_fds(proj):
+    """An agent's Bash call through the inner socket: the daemon starts the step on the three
+    fds the shim sent (SCM_RIGHTS); none of the daemon's own (journal, sockets, watches) nor the
+    outer sandbox's extra fd reaches it."""
+    import shutil
+    from pathlib import Path
+    from envgit.daemon.client import connect
+    from envgit.paths import Project
+    from envgit.sandbox.seccomp import program
+    shim = Path(__file__).resolve().parents[2] / "src" / "envgit" / "daemon" / "inner_shim.py"
+    proj.run("true")
+    conn = connect(Project(str(proj.root)))
+    helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": str(proj.root), "env": proj.env,
+                           "record_only": True, "session": "fds-s1"})
+    shutil.copy(shim, proj.root / "shim.py")
+    spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", str(proj.root / "shim.py"), "sh", "-c",
+                                                "ls /proc/self/fd"],
+                         "cwd": str(proj.root), "env": proj.env, "session": "fds-s1", "inner": True,
+                         "step": helper["step"]})
+    assert "bwrap" in spec, spec
+    fd = os.memfd_create("s", 0)
+    os.write(fd, program())
+    os.lseek(fd, 0, 0)
+    extra_r, extra_w = os.pipe()
+    try:
+        r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
+                           pass_fds=[fd, extra_w], capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(extra_r), os.close(extra_w), os.close(fd)
+    conn.request({"op": "end", "step": helper["step"], "exit_code": 0})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split() == ["0", "1", "2", "3"], (r.stdout, r.stderr)
