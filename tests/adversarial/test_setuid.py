@@ -93,3 +93,22 @@ def test_a_setuid_file_among_a_steps_changes_is_stripped_and_marked(attacker):
     assert "setuid-stripped" in r.stderr and "planted" in r.stderr
     log = a.envgit("log")
     assert "setuid-stripped" in log.stdout, log.stdout
+
+
+def test_stripping_a_hard_link_leaves_the_file_it_shares_alone(attacker, tmp_path):
+    """A setuid file hard-linked into the project (a root step can link one of root's own):
+    the daemon gives the project's name a copy without the bits; the other name keeps them."""
+    a = attacker
+    assert a.run("true").returncode == 0
+    other = a.root.parent / "elsewhere-setuid"
+    other.write_bytes(b"#!/bin/sh\necho ran\n")
+    a.own(other)
+    os.chmod(other, 0o4755)
+    os.link(other, a.root / "linked")
+    r = a.run("true")
+    assert r.returncode == 0, r.stderr
+    assert _mode(other) == 0o4755                         # the other name: untouched
+    assert _mode(a.root / "linked") == 0o755
+    assert os.stat(a.root / "linked").st_ino != os.stat(other).st_ino
+    assert (a.root / "linked").read_bytes() == other.read_bytes()
+    assert "setuid-stripped" in r.stderr

@@ -52,12 +52,42 @@ def _strip_one(path) -> bool | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not st.st_mode & SPECIAL:
             return False
+        if st.st_nlink > 1:
+            # a hard link to a file elsewhere (a root step may link /usr/bin/passwd in): its
+            # mode is that file's too, so the project's name gets a copy of its own instead
+            return _unshare_without_bits(path, fd, st)
         os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SPECIAL)
         return True
     except OSError:
         return False
     finally:
         os.close(fd)
+
+
+def _unshare_without_bits(path, fd, st) -> bool:
+    """Replace the link `path` with a copy of the file, mode less the special bits."""
+    tmp = f"{path}.envgit-unshare-{os.getpid()}"
+    src = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while chunk := os.read(src, 1 << 20):
+                os.write(out, chunk)
+            if os.geteuid() == 0:
+                os.fchown(out, st.st_uid, st.st_gid)
+            os.fchmod(out, stat.S_IMODE(st.st_mode) & ~SPECIAL)
+        finally:
+            os.close(out)
+        os.rename(tmp, path)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+    finally:
+        os.close(src)
 
 
 def _find_special(root):
