@@ -269,7 +269,7 @@ class Session:
             notices.append("policy-file-written: made or changed what would decide a project and "
                            "its policy (envgit will not use it: a project inside a project is "
                            "refused): " + ", ".join(policy_files))
-        stripped = await asyncio.to_thread(special_bits.strip, self.project.root, summary)
+        stripped = await special_bits.after_step(self.project.root, summary)
         if stripped:                    # the seccomp filter refuses these bits: a way round it
             marks.append("setuid-stripped")
             notices.append("setuid-stripped: a setuid or setgid bit the step's files had was "

@@ -19,14 +19,26 @@ import subprocess
 SPECIAL = stat.S_ISUID | stat.S_ISGID
 
 
+async def after_step(root: str, summary: dict) -> list[str]:
+    """strip(), on the daemon's loop when the step's list of changes is whole (a few µs a
+    path: cheaper than a thread hop, ~80 µs), in a thread when the project must be searched."""
+    if _whole(summary or {}):
+        return strip(root, summary)
+    import asyncio
+    return await asyncio.to_thread(strip, root, summary)
+
+
+def _whole(summary) -> bool:
+    return bool(summary.get("tree")) and not summary.get("paths_truncated") and \
+        not (summary.get("left_out") or {}).get("count")
+
+
 def strip(root: str, summary: dict) -> list[str]:
     """Remove setuid/setgid from the regular files among the step's changes; the project-relative
     paths it removed them from."""
     summary = summary or {}
     listed = [p.get("path", "") for p in summary.get("paths", []) if p.get("status") != "deleted"]
-    whole = bool(summary.get("tree")) and not summary.get("paths_truncated") and \
-        not (summary.get("left_out") or {}).get("count")
-    out, unsure = [], not whole
+    out, unsure = [], not _whole(summary)
     for rel in listed:
         done = _strip_one(os.path.join(root, rel))
         if done is None:
