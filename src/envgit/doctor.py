@@ -77,7 +77,7 @@ def run_checks() -> list[Check]:
                          "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"))
     for tool, pkg, why in (("socat", "socat", "the in-sandbox bridge to the proxy"),
                            ("git", "git", "git itself")):
-        if tool == "socat":
+        if tool in ("socat", "git"):        # as the daemon finds them: never from PATH
             try:
                 path = trusted_binary(tool)
             except LaunchError:

@@ -9,6 +9,7 @@ or a canary in a file only the host can read.
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -33,6 +34,19 @@ def committed(a, extra=""):
     """The setup of every repro: `git init`, `envgit init` (the fixture), one commit."""
     r = a.host(f"echo hello > README && {extra} git add -A && git {ID} commit -q -m one")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture
+def person_home(attacker):
+    """$HOME as the person's processes see it (runuser gives the test user its passwd home)."""
+    home = Path(attacker.host("echo $HOME").stdout.strip())
+    made = not home.exists()
+    if made:
+        home.mkdir(parents=True)
+        attacker.own(home)
+    yield home
+    if made:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def restart(a):
@@ -138,7 +152,7 @@ def test_daemon_git_is_not_taken_from_path(attacker, marker):
     assert r2.returncode == 0, r2.stderr
 
 
-def test_repository_config_includes_are_not_read_on_the_host(attacker, marker):
+def test_repository_config_includes_are_not_read_on_the_host(attacker, marker, person_home):
     """A step points a repository config (through .git/commondir) at files only the host can
     read, by `[include] path`: the sanitised copy the daemon makes must not hold them, and a
     step's `git config --list` shows no canary. An include the step itself can see still works,
@@ -148,10 +162,11 @@ def test_repository_config_includes_are_not_read_on_the_host(attacker, marker):
     a.host("git config include.path ../shared.gitconfig")
     secret_tmp = Path(f"{marker}.ini")
     secret_tmp.write_text(f"[secret]\n\tvalue = {CANARY}-tmp\n")
-    (a.home / ".my.cnf").write_text(f"[client]\n\tuser = {CANARY}-home\n")
-    a.own(secret_tmp, a.home / ".my.cnf")
+    my_cnf = person_home / ".my.cnf"
+    my_cnf.write_text(f"[client]\n\tuser = {CANARY}-home\n")
+    a.own(secret_tmp, my_cnf)
     os.chmod(secret_tmp, 0o600)
-    os.chmod(a.home / ".my.cnf", 0o600)
+    os.chmod(my_cnf, 0o600)
     r = a.run("git config --get alias.shared")               # legitimate: followed in the step
     assert r.returncode == 0 and r.stdout.strip() == "log", (r.stdout, r.stderr)
     r = a.run("git init -q --bare evil && "
@@ -165,3 +180,18 @@ def test_repository_config_includes_are_not_read_on_the_host(attacker, marker):
     for p in copies.glob("*"):
         assert CANARY not in p.read_text(errors="replace"), p
     assert "include.path" in r.stdout, r.stdout       # the keys reach the step's git, unresolved
+
+
+def test_the_persons_config_survives_a_repository_git_cannot_read(attacker, person_home):
+    """A step redirects the repository to one whose config git cannot parse (git then refuses
+    to read any config there, the person's too): the person's global config is still read,
+    without its conditional includes, so a step cannot blank what the daemon learns from it."""
+    a = attacker
+    committed(a)
+    (person_home / ".gitconfig").write_text("[alias]\n\tmine = log --oneline\n")
+    a.own(person_home / ".gitconfig")
+    r = a.run("mkdir -p evil/objects evil/refs && echo 'ref: refs/heads/main' > evil/HEAD && "
+              "printf '[core\\nbroken' > evil/config && echo ../evil > .git/commondir")
+    assert r.returncode == 0, r.stderr
+    r = a.run("cd /tmp && git config --global --get alias.mine")
+    assert r.returncode == 0 and r.stdout.strip() == "log --oneline", (r.stdout, r.stderr)

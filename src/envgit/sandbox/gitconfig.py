@@ -164,14 +164,17 @@ class ConfigCopies:
         sources = [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"),
                    env.get("GIT_CONFIG_GLOBAL", "")]
         return self._write("global", _stamps(sources + [project]),
-                           lambda: read(["--global", "--includes"], project, env))
+                           lambda: _entries(hostgit.person_config("--global", project, home)))
 
     def system_config(self, home: str) -> str | None:
         if not os.path.isfile("/etc/gitconfig"):
             return None
-        env = git_env(home)
         return self._write("system", _stamps(["/etc/gitconfig"]),
-                           lambda: read(["--system", "--includes"], "/", env))
+                           lambda: _entries(hostgit.person_config("--system", "/", home)))
+
+
+def _entries(out):
+    return None if out is None else hostgit.parse(out)
 
 
 def _stamps(paths):

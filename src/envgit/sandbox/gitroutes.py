@@ -118,7 +118,7 @@ def _hooks_path(top, home, env):
     hooks, origins = None, []
     found = find_gitdir(top)
     for scope in ("--system", "--global"):
-        out = hostgit.config_list([scope, "--includes", "--show-origin"], top, env)
+        out = hostgit.person_config(scope, top, home, ["--show-origin"])
         for origin, key, value in hostgit.parse(out or b"", True):
             path = _origin_path(origin, top)
             if path and path not in origins:

@@ -79,6 +79,18 @@ def config_list(args, cwd: str, env: dict) -> bytes | None:
     return r.stdout
 
 
+def person_config(scope: str, cwd: str, home: str, extra=()) -> bytes | None:
+    """The person's `--system` or `--global` config, includes resolved (a step cannot write
+    those files). Read from `cwd` so `includeIf "gitdir:…"` applies as there; git refuses to
+    read from a repository it does not understand (an unknown extension a step wrote), so then
+    it is read from nowhere, without the conditional includes, rather than not at all."""
+    args = [scope, "--includes", *extra]
+    out = config_list(args, cwd, person_env(home))
+    if out is None:
+        out = config_list(args, "/", {**person_env(home), "GIT_DIR": os.devnull})
+    return out
+
+
 def file_entries(path: str, home: str, origins: bool = False) -> list | None:
     """One config file's entries [(key, value or None)] (with origins: [(origin, key, value)]),
     its includes not followed."""
