@@ -64,7 +64,16 @@ ALLOW_WRITE = ["."]
 #            creating it, so a step that creates it is marked `escape-route-written` and told
 #            at the end of the step, naming the path
 #   mark     writable (tools write them legitimately), but any change is marked and told
-# A pattern without '**' names a path at the project root; '**/x' names x at any depth.
+# A pattern without '**' names a path at the project root; '**/x' names x at any depth;
+# '<venv>/x' names x in every virtualenv (a directory holding pyvenv.cfg) at any depth.
+# The line drawn: a route is a file a program obeys WITHOUT the person choosing to run the
+# project's code: git, their shell (direnv, an activated venv), a package manager's install,
+# an editor or agent opening the folder, CI once pushed; or one that routes their credentials.
+# A Makefile, package.json scripts, justfile, test files or node_modules/.bin are not: the
+# person runs them by choosing to run the project (make, npm test, npx), and a step may change
+# any project code; that is what its diff is for. node_modules/.bin in particular is rewritten
+# by every npm/yarn/pnpm install and only links to code under node_modules/<pkg>, writable
+# anyway, so marking it would mark every install and close nothing.
 # Beyond these, sandbox/gitroutes.py adds what git itself reads in every repository found in
 # the project (nested ones, submodules, worktrees, a `.git` file's target, `commondir`), the
 # core.hooksPath directory named by any config source, and the files configs include.
@@ -87,6 +96,18 @@ ESCAPE_ROUTES = [
     ("**/.git", "git", "a .git file (worktree, submodule) sends git to its gitdir: the file "
                        "is read-only, and that gitdir's config and hooks are protected"),
     ("**/.gitmodules", "protect", "submodule URLs and paths git clones and updates"),
+    # State git leaves between commands. Writable (a rebase or cherry-pick inside a step writes
+    # them) but one left behind at the step's end is marked, in every repository's gitdir:
+    ("**/.git/rebase-merge", "mark", "a rebase in progress: the person's `git rebase "
+                                     "--continue` runs its todo list's `exec` lines"),
+    ("**/.git/rebase-apply", "mark", "an am/rebase in progress: `--continue` applies its patches"),
+    ("**/.git/sequencer", "mark", "a cherry-pick/revert in progress: `--continue` picks its todo"),
+    ("**/.git/objects/info/alternates", "mark", "other object stores git reads, even outside"),
+    ("**/.git/info/grafts", "mark", "rewrites commits' parents: changes the history git shows"),
+    ("**/.git/shallow", "mark", "cuts history off at the commits it lists"),
+    ("**/.git/refs/replace", "mark", "replacement objects git shows instead of the real ones"),
+    ("**/.gitattributes", "mark", "names filter, diff and merge drivers the person's own "
+                                  "git config defines (git runs them)"),
     (".envrc", "protect", "direnv runs it on cd"),
     (".husky", "protect", "husky's hooks directory delegates to the scripts here"),
     (".claude/settings.json", "protect", "Claude Code hooks and permissions"),
@@ -109,10 +130,30 @@ ESCAPE_ROUTES = [
     ("**/.npmrc", "protect", "registry and ${NPM_TOKEN} routing, node-options, script-shell"),
     ("**/.yarnrc", "protect", "registry and token routing"),
     ("**/.yarnrc.yml", "protect", "yarnPath runs code, npmRegistryServer routes the token"),
+    (".yarn/releases", "protect", "the yarn release yarnPath names: runs on every yarn command"),
+    (".yarn/plugins", "protect", "yarn loads them on every yarn command"),
+    ("**/.pnpmfile.cjs", "protect", "pnpm runs its hooks on every install"),
+    ("**/.pnpmfile.mjs", "protect", "pnpm runs its hooks on every install"),
+    ("pnpm-workspace.yaml", "mark", "pnpm settings: which packages run install scripts, "
+                                    "registries, the pnpmfile"),
+    ("**/bunfig.toml", "protect", "bun's preload scripts run on bun run/test; install "
+                                  "registries route the token"),
+    ("**/.cargo/config.toml", "protect", "cargo: registry replacement, credential providers, "
+                                         "rustc wrappers and runners run programs"),
+    ("**/.cargo/config", "protect", "cargo: registry replacement, credential providers, "
+                                    "rustc wrappers and runners run programs"),
+    ("rust-toolchain.toml", "mark", "rustup's toolchain `path` sends every cargo to a program"),
+    ("rust-toolchain", "mark", "rustup's toolchain `path` sends every cargo to a program"),
     ("**/site-packages/*.pth", "mark", "Python runs their import lines at start-up"),
     ("**/site-packages/sitecustomize.py", "mark", "Python runs it at start-up"),
     ("**/site-packages/usercustomize.py", "mark", "Python runs it at start-up"),
     ("**/bin/activate", "mark", "sourced into the person's shell"),
+    ("**/pyvenv.cfg", "mark", "a virtualenv's `home`: where its Python loads the standard "
+                              "library from"),
+    ("<venv>/bin", "mark", "a virtualenv's python, pip and scripts: on the person's PATH once "
+                           "activated"),
+    ("<venv>/pip.conf", "mark", "the index a virtualenv's pip installs from (and sends "
+                                "credentials to)"),
     (".pre-commit-config.yaml", "mark", "local hooks pre-commit runs on commit"),
     ("lefthook.yml", "mark", "commands lefthook runs on commit"),
     (".lefthook.yml", "mark", "commands lefthook runs on commit"),
@@ -123,9 +164,19 @@ ESCAPE_ROUTES = [
     (".config/mise.toml", "mark", "mise's env, hooks and tasks (once trusted)"),
     (".vscode/settings.json", "mark", "interpreter paths and terminal settings VS Code uses"),
     (".vscode/launch.json", "mark", "what VS Code runs on debug"),
+    # CI: runs with the repository's secrets once the person pushes
+    (".github/workflows", "mark", "GitHub Actions runs them with the repository's secrets"),
+    (".github/actions", "mark", "local actions the workflows run"),
+    (".gitlab-ci.yml", "mark", "GitLab CI runs it with the project's secrets"),
+    (".circleci", "mark", "CircleCI runs it with the project's secrets"),
 ]
 PROTECT = [p for p, action, _ in ESCAPE_ROUTES if action in ("protect", "git")]
 MARK = [p for p, action, _ in ESCAPE_ROUTES if action == "mark"]
+VENV = "<venv>/"
+MARK_IN_VENV = [p[len(VENV):] for p in MARK if p.startswith(VENV)]   # relative to the venv
+MARK_IN_PROJECT = [p for p in MARK if not p.startswith(VENV)]
+# What git itself leaves in a gitdir: watched in every repository found, present or not
+MARK_IN_GITDIR = [p[len("**/.git/"):] for p in MARK if p.startswith("**/.git/")]
 
 
 def render_escape_routes() -> str:
@@ -135,7 +186,8 @@ def render_escape_routes() -> str:
     lines += ["", "and, found per step: every repository's config, hooks, commondir and worktrees "
               "(nested ones, submodules, a .git file's target), the core.hooksPath directory "
               "named by any git config source (and its parent when it is husky's `_`), and the "
-              "files those configs include"]
+              "files those configs include",
+              "<venv> is any directory holding pyvenv.cfg (a virtualenv)"]
     return "\n".join(lines) + "\n"
 
 

@@ -19,9 +19,17 @@ from .gitroutes import HooksPaths, commondir_of, gitdir_of, gitdir_routes
 
 MAX_WALK = 5000          # entries fingerprinted under one protected directory
 _GIT_CONFIG_SUFFIXES = ("/.git/config", "/.git/config.worktree")
-# Found inside node_modules these are a package's own files, which npm, yarn and git never read
-# there; protecting them would pin node_modules (a step could no longer remove it).
-_NOT_IN_PACKAGES = {".npmrc", ".yarnrc", ".yarnrc.yml", ".gitmodules"}
+# Found inside node_modules these are a package's own files, which npm, yarn, pnpm, bun, cargo
+# and git never read there; protecting them would pin node_modules (a step could no longer
+# remove it), and marking them would mark every install.
+_NOT_IN_PACKAGES = {".npmrc", ".yarnrc", ".yarnrc.yml", ".gitmodules", ".gitattributes",
+                    ".pnpmfile.cjs", ".pnpmfile.mjs", "bunfig.toml"}
+
+
+def _a_packages_copy(rel: str) -> bool:
+    parts = rel.split("/")
+    return "node_modules" in parts and (parts[-1] in _NOT_IN_PACKAGES or
+                                        len(parts) > 1 and parts[-2] == ".cargo")
 
 
 @dataclass
@@ -55,7 +63,7 @@ class Routes:
         """(stop, find) for the project scan: glob denies, and every glob route."""
         stop = tuple(p for p, _ in rules.deny_rel)
         find = [_rel_glob(rules.project, e) for e, _ in rules.protect_abs]
-        find += [m for m in defaults.MARK if has_magic(m)]
+        find += [m for m in defaults.MARK_IN_PROJECT if has_magic(m)]
         find += list(defaults.DENY_READ_IF_CONTAINS)
         return stop, tuple(sorted({f for f in find if f}))
 
@@ -66,7 +74,7 @@ class Routes:
         rs = RouteSet(deny_hits=[os.path.join(project, h) for h in deny_hits])
         protect_rx = _alt([_rel_glob(project, e) for e, _ in rules.protect_abs])
         content_rx = _alt(list(defaults.DENY_READ_IF_CONTAINS))
-        mark_rx = _alt([m for m in defaults.MARK if has_magic(m)])
+        mark_rx = _alt([m for m in defaults.MARK_IN_PROJECT if has_magic(m)])
         protect, watch = [], []
         for e, _ in rules.protect_abs:          # literal entries: by path, present or not
             if not has_magic(e):
@@ -74,14 +82,16 @@ class Routes:
             elif not _rel_glob(project, e):     # a glob elsewhere (another writable path)
                 import glob
                 protect += sorted(glob.glob(e))
-        for m in defaults.MARK:
+        for m in defaults.MARK_IN_PROJECT:
             if not has_magic(m):
                 watch.append(os.path.join(project, m))
-        tops, gitdirs = [], []
+        tops, gitdirs, repos = [], [], []
         for h in found:
             p = os.path.join(project, h)
-            if os.path.basename(h) in _NOT_IN_PACKAGES and "node_modules" in h.split("/"):
+            if _a_packages_copy(h):
                 continue        # a published package's copy: no tool reads it there
+            if os.path.basename(h) == "pyvenv.cfg":     # a virtualenv: what its tools run
+                watch += [os.path.join(os.path.dirname(p), t) for t in defaults.MARK_IN_VENV]
             if content_rx and content_rx(h):
                 rs.content_hits.append(p)
             base = os.path.basename(h)
@@ -99,6 +109,8 @@ class Routes:
                 gd = gitdir_of(p)
                 if gd and gd != p:
                     gitdirs.append(gd)          # a .git file's target, anywhere
+                elif gd:
+                    repos.append(gd)
             elif base == "commondir":
                 cd = commondir_of(os.path.dirname(p))
                 if cd:
@@ -112,6 +124,10 @@ class Routes:
                     gitdirs.append(gd)
                 if not os.path.isdir(dg):
                     protect.append(dg)
+                else:
+                    repos.append(dg)
+        for gd in repos + gitdirs:              # git's own state, present or not
+            watch += _gitdir_marks(gd)
         for gd in gitdirs:
             for r in gitdir_routes(gd):
                 protect.append(r)
@@ -121,6 +137,7 @@ class Routes:
             if cd:
                 protect += gitdir_routes(cd)
                 rs.configs.add(os.path.join(cd, "config"))
+                watch += _gitdir_marks(cd)
         if project not in tops:
             tops.append(project)                # the project may sit inside a repository
         for top in tops:
@@ -134,6 +151,39 @@ class Routes:
         rs.protect = _dedupe(protect)
         rs.watch = _dedupe(rs.protect + watch)
         return rs
+
+
+def _gitdir_marks(gitdir):
+    """The state git leaves in `gitdir` and in each of its linked worktrees' gitdirs (a rebase
+    in a worktree keeps its todo list there), present or not: a step that leaves one behind
+    is marked, one that creates and finishes it (a rebase inside the step) is not."""
+    dirs = [gitdir]
+    try:
+        dirs += [e.path for e in os.scandir(os.path.join(gitdir, "worktrees"))
+                 if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        pass
+    return [os.path.join(d, t) for d in dirs for t in defaults.MARK_IN_GITDIR]
+
+
+class _VenvPaths:
+    """Whether a project-relative path is a `<venv>/…` route: below a directory holding
+    pyvenv.cfg (as it is after the step), under one of defaults.MARK_IN_VENV."""
+
+    def __init__(self, project):
+        self.project, self.is_venv = project, {}
+        self.rx = _alt(defaults.MARK_IN_VENV)
+
+    def __call__(self, path):
+        parts = path.split("/")
+        for i in range(len(parts) - 1):
+            d = "/".join(parts[:i])
+            v = self.is_venv.get(d)
+            if v is None:
+                v = self.is_venv[d] = os.path.isfile(os.path.join(self.project, d, "pyvenv.cfg"))
+            if v and any(self.rx("/".join(parts[i:n])) for n in range(i + 1, len(parts) + 1)):
+                return True
+        return False
 
 
 def _rel_glob(project, entry):
@@ -321,19 +371,27 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
                 after[p] = _stamp(os.lstat(p))
             except OSError:
                 after[p] = None
-    out = set(changed(before, after))
+    # A mark route the step removed runs nothing (a rebase the step finished, a venv removed);
+    # a protected one it removed got round its mount and is told.
+    bound = getattr(getattr(scan, "routes", None), "protect", ())
+    out = {p for p in changed(before, after)
+           if after.get(p) is not None or os.path.lexists(p) or any(_inside(p, b) for b in bound)}
     # The snapshot's view: a route pattern naming a changed path.
     pats = [_rel_glob(project, e) or (e[len(project) + 1:] if e.startswith(project + "/") else None)
-            for e, _ in rules.protect_abs] + list(defaults.MARK)
+            for e, _ in rules.protect_abs] + list(defaults.MARK_IN_PROJECT)
     pats = [p for p in pats if p]
     lit = [p for p in pats if not has_magic(p)]
     # `**/.git` names a .git *file* (a directory's routes have patterns of their own)
     exact = _alt([p for p in pats if has_magic(p) and p.endswith("/.git")])
     rx = _alt([p for p in pats if has_magic(p) and not p.endswith("/.git")])
+    in_venv = _VenvPaths(project)
     for c in summary.get("paths", []):
         path = c.get("path", "")
+        if _a_packages_copy(path) or not os.path.lexists(os.path.join(project, path)):
+            continue            # a package's own copy; a route removed runs nothing
         if any(path == e or path.startswith(e + "/") for e in lit) or (exact and exact(path)) or \
-                (rx and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))):
+                (rx and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))) \
+                or in_venv(path):
             out.add(os.path.join(project, path))
     rel = lambda p: p[len(project) + 1:] if p.startswith(project + "/") else p
     return sorted({rel(p) for p in out})
