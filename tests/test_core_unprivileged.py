@@ -11,23 +11,11 @@ from pathlib import Path
 import pytest
 
 from conftest import CANARY, ENVGIT, make_home
+sys.path.insert(0, str(Path(__file__).resolve().parent / "adversarial"))
+from harness import open_path_to  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
                                 reason="creating a test user needs root and useradd")
-
-
-def _open_path_to(path):
-    """Give others search permission on the directories above `path` that lack it (the
-    venv's Python may live under root's pyenv); returns what to restore."""
-    changed = []
-    d = os.path.dirname(os.path.realpath(path))
-    while d != "/":
-        mode = os.stat(d).st_mode & 0o7777
-        if not mode & 0o001:
-            os.chmod(d, mode | 0o001)
-            changed.append((d, mode))
-        d = os.path.dirname(d)
-    return changed
 
 
 @pytest.fixture
@@ -40,17 +28,15 @@ def user():
     proj = home / "proj"
     proj.mkdir()
     subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
-    restore = _open_path_to(os.path.realpath(sys.executable)) + _open_path_to(ENVGIT)
-    try:
-        yield name, home, proj
-    finally:
-        subprocess.run(["runuser", "-u", name, "--", ENVGIT, "daemon", "stop"], cwd=proj,
-                       env={"PATH": os.environ["PATH"], "HOME": str(home)}, capture_output=True)
-        subprocess.run(["pkill", "-u", name], capture_output=True)
-        subprocess.run(["userdel", name], capture_output=True)
-        for d, mode in reversed(restore):
-            os.chmod(d, mode)
-        shutil.rmtree(base, ignore_errors=True)
+    with open_path_to(os.path.realpath(sys.executable), ENVGIT):
+        try:
+            yield name, home, proj
+        finally:
+            subprocess.run(["runuser", "-u", name, "--", ENVGIT, "daemon", "stop"], cwd=proj,
+                           env={"PATH": os.environ["PATH"], "HOME": str(home)}, capture_output=True)
+            subprocess.run(["pkill", "-u", name], capture_output=True)
+            subprocess.run(["userdel", name], capture_output=True)
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def as_user(user, *args, input=None):

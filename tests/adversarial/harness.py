@@ -10,6 +10,9 @@ done. A test that cannot apply to one of the two says so with an explicit `pytes
 why; root-only parametrizations are skipped only where the machine cannot create a user.
 """
 
+import contextlib
+import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -24,18 +27,45 @@ import pytest
 from conftest import CANARY, ENVGIT, Env, make_home
 
 
-def _open_path_to(path):
-    """Give others search permission on the directories above `path` that lack it (the venv's
-    Python may live under root's home); returns what to restore."""
-    changed = []
-    d = os.path.dirname(os.path.realpath(path))
-    while d != "/":
-        mode = os.stat(d).st_mode & 0o7777
-        if not mode & 0o001:
-            os.chmod(d, mode | 0o001)
-            changed.append((d, mode))
-        d = os.path.dirname(d)
-    return changed
+_PATH_LOCK = "/tmp/envgit-test-open-path.lock"
+_PATH_STATE = "/tmp/envgit-test-open-path.json"
+
+
+@contextlib.contextmanager
+def open_path_to(*paths):
+    """Give others search permission on the directories above `paths` that lack it (the venv's
+    Python may live under root's home) for as long as any test run on this machine needs it:
+    a count shared under a lock, so one run's teardown does not close the path under another
+    run's test user; the last one out restores the modes."""
+    with open(_PATH_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            state = json.loads(Path(_PATH_STATE).read_text())
+        except (OSError, ValueError):
+            state = {"users": 0, "changed": []}
+        for path in paths:
+            d = os.path.dirname(os.path.realpath(path))
+            while d != "/":
+                mode = os.stat(d).st_mode & 0o7777
+                if not mode & 0o001:
+                    os.chmod(d, mode | 0o001)
+                    state["changed"].append([d, mode])
+                d = os.path.dirname(d)
+        state["users"] += 1
+        Path(_PATH_STATE).write_text(json.dumps(state))
+    try:
+        yield
+    finally:
+        with open(_PATH_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = json.loads(Path(_PATH_STATE).read_text())
+            state["users"] -= 1
+            if state["users"] <= 0:
+                for d, mode in reversed(state["changed"]):
+                    os.chmod(d, mode)
+                os.unlink(_PATH_STATE)
+            else:
+                Path(_PATH_STATE).write_text(json.dumps(state))
 
 
 class Attacker(Env):
@@ -105,18 +135,16 @@ def attacker(request, tmp_path):
     root.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
     subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
-    restore = _open_path_to(os.path.realpath(sys.executable)) + _open_path_to(ENVGIT)
     a = Attacker(home, root, name)
-    try:
-        a.envgit("init", check=True)
-        yield a
-    finally:
-        a.stop()
-        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-        subprocess.run(["userdel", name], capture_output=True)
-        for d, mode in reversed(restore):
-            os.chmod(d, mode)
-        shutil.rmtree(base, ignore_errors=True)
+    with open_path_to(os.path.realpath(sys.executable), ENVGIT):
+        try:
+            a.envgit("init", check=True)
+            yield a
+        finally:
+            a.stop()
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+            subprocess.run(["userdel", name], capture_output=True)
+            shutil.rmtree(base, ignore_errors=True)
 
 
-__all__ = ["CANARY", "Attacker", "attacker"]
+__all__ = ["CANARY", "Attacker", "attacker", "open_path_to"]
