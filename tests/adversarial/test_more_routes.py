@@ -245,3 +245,24 @@ def test_gitattributes_driver_really_runs(attacker):
     marked(a, r, ".gitattributes")
     a.host("git diff")
     assert m.exists()
+
+
+def test_a_packed_replace_ref_is_marked_and_really_shown(attacker):
+    """`git replace` then `git pack-refs`: no loose ref is left, packed-refs holds it, and the
+    person's `git log` shows the step's commit in place of their own."""
+    a = attacker
+    two_commits(a)
+    r = a.run(f"git {ID} commit -q --allow-empty -m planted-history && new=$(git rev-parse HEAD) && "
+              f"git reset -q --hard HEAD~1 && git replace HEAD $new && git pack-refs --all && "
+              f"test ! -e .git/refs/replace/$(git rev-parse HEAD)")
+    assert r.returncode == 0, r.stderr
+    marked(a, r, ".git/packed-refs")
+    assert "planted-history" in a.host("git log --oneline -1").stdout   # the oracle is live
+
+
+def test_packing_refs_without_replace_refs_is_not_marked(attacker):
+    a = attacker
+    two_commits(a)
+    r = a.run("git branch topic && git pack-refs --all && git branch -D topic && git gc -q")
+    assert r.returncode == 0, r.stderr
+    not_marked(a)

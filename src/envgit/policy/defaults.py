@@ -106,6 +106,7 @@ ESCAPE_ROUTES = [
     ("**/.git/info/grafts", "mark", "rewrites commits' parents: changes the history git shows"),
     ("**/.git/shallow", "mark", "cuts history off at the commits it lists"),
     ("**/.git/refs/replace", "mark", "replacement objects git shows instead of the real ones"),
+    ("**/.git/packed-refs", "mark", "only when it holds refs/replace/: the same, packed"),
     ("**/.gitattributes", "mark", "names filter, diff and merge drivers the person's own "
                                   "git config defines (git runs them)"),
     (".envrc", "protect", "direnv runs it on cd"),
@@ -177,6 +178,9 @@ MARK_IN_VENV = [p[len(VENV):] for p in MARK if p.startswith(VENV)]   # relative 
 MARK_IN_PROJECT = [p for p in MARK if not p.startswith(VENV)]
 # What git itself leaves in a gitdir: watched in every repository found, present or not
 MARK_IN_GITDIR = [p[len("**/.git/"):] for p in MARK if p.startswith("**/.git/")]
+# Mark routes that are one only while they hold this (by the file's name): git rewrites
+# packed-refs on gc, fetch and branch deletion, which is no route unless it packs replace refs.
+MARK_IF_CONTAINS = {"packed-refs": b" refs/replace/"}
 
 
 def render_escape_routes() -> str:

@@ -393,5 +393,17 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
                 (rx and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))) \
                 or in_venv(path):
             out.add(os.path.join(project, path))
+    out = {p for p in out if _holds(p, defaults.MARK_IF_CONTAINS.get(os.path.basename(p)))}
     rel = lambda p: p[len(project) + 1:] if p.startswith(project + "/") else p
     return sorted({rel(p) for p in out})
+
+
+def _holds(path, marker) -> bool:
+    """True without a marker; else whether the file holds it (read whole: packed-refs)."""
+    if marker is None:
+        return True
+    try:
+        with open(path, "rb") as f:
+            return marker in f.read()
+    except OSError:
+        return False
