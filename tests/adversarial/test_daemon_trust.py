@@ -195,3 +195,27 @@ def test_the_persons_config_survives_a_repository_git_cannot_read(attacker, pers
     assert r.returncode == 0, r.stderr
     r = a.run("cd /tmp && git config --global --get alias.mine")
     assert r.returncode == 0 and r.stdout.strip() == "log --oneline", (r.stdout, r.stderr)
+
+
+def test_an_interpreter_inside_the_project_does_not_start_the_daemon(attacker, marker):
+    """envgit run by a project venv's python (`.venv/bin/python -m envgit`): the daemon would be
+    started with that interpreter, which a step can replace. The client refuses instead."""
+    a = attacker
+    committed(a)
+    a.envgit("daemon", "stop")
+    venv = a.root / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
+                    str(venv)], check=True, capture_output=True)
+    a.own(venv)
+    py = venv / "bin" / "python"
+    # what a step would do to it: replaced by a script that leaves a mark, then runs python
+    r = a.run(f"rm .venv/bin/python && printf '#!/bin/sh\\ntouch {marker}\\nexec {sys.executable} \"$@\"\\n'"
+              " > .venv/bin/python && chmod +x .venv/bin/python")
+    assert r.returncode == 0, r.stderr
+    a.envgit("daemon", "stop", check=True)
+    r = subprocess.run(a._argv([sys.executable, "-c", "import os, sys; sys.executable = sys.argv[1]; "
+                                "from envgit.cli import main; sys.argv = ['envgit', 'run', '--', 'true']; main()",
+                                str(py)]),
+                       cwd=a.root, env=a.env, capture_output=True, text=True, timeout=60)
+    assert not marker.exists(), "the daemon was started with the step's interpreter"
+    assert r.returncode != 0 and "inside the project" in r.stderr, r.stderr

@@ -25,11 +25,12 @@ def inside(path: str, root: str) -> bool:
 def project_entries(root: str, path=None) -> list[str]:
     """The entries of sys.path (or `path`) that are the project or inside it, or would be
     ("" and "." are the working directory)."""
-    root = os.path.realpath(root)
+    roots = {os.path.realpath(root), os.path.abspath(root)}
     out = []
     for entry in sys.path if path is None else path:
-        real = os.path.realpath(entry or os.getcwd())
-        if inside(real, root):
+        # the name as given too: a symlink in the project (a venv's bin/python) is replaceable
+        names = {os.path.abspath(entry or "."), os.path.realpath(entry or ".")}
+        if any(inside(n, r) for n in names for r in roots):
             out.append(entry or "(the working directory)")
     return out
 
@@ -47,8 +48,11 @@ def envgit_dir() -> str:
 
 
 def spawn_path() -> list[str]:
-    """What a spawned envgit Python is told to import from beyond its site directories."""
-    return [envgit_dir(), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    """What a spawned envgit Python runs and is told to import from beyond its site
+    directories: the interpreter itself (a project venv's python a step can replace), envgit's
+    own directory, PYTHONPATH."""
+    return [sys.executable, envgit_dir(),
+            *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
 
 
 def spawn_env() -> dict:
