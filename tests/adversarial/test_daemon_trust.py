@@ -219,3 +219,18 @@ def test_an_interpreter_inside_the_project_does_not_start_the_daemon(attacker, m
                        cwd=a.root, env=a.env, capture_output=True, text=True, timeout=60)
     assert not marker.exists(), "the daemon was started with the step's interpreter"
     assert r.returncode != 0 and "inside the project" in r.stderr, r.stderr
+
+
+def test_an_agent_binary_symlinked_from_the_project_is_not_launched(attacker, marker):
+    """A step's `.venv/bin/codex` that is a symlink to a trusted interpreter (python3) outside
+    the project: its target is outside, but which program runs, with envgit's arguments (files
+    in the project's working directory, to python), is the step's choice. Refused by its name."""
+    a = attacker
+    body = f"open('{marker}', 'a').write('ran')\n"
+    r = a.run("mkdir -p .venv/bin && ln -sf /usr/bin/python3 .venv/bin/codex && "
+              f"for f in exec app-server; do printf \"{body}\" > $f; done")
+    assert r.returncode == 0, r.stderr
+    venv_path = f"{a.root}/.venv/bin:{a.env['PATH']}"
+    out = a.envgit("codex", "exec", "hi", env={"PATH": venv_path}, timeout=60)
+    assert not marker.exists(), "python ran the step's file as codex"
+    assert out.returncode != 0 and "inside the project" in out.stderr, out.stderr

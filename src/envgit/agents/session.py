@@ -66,8 +66,9 @@ def _outside_project(path: str, name: str) -> str:
         root = find_project(os.getcwd()).root
     except NoProject:
         return path
-    real = os.path.realpath(path)
-    if real == root or real.startswith(root + "/"):
+    # the name as found too: a symlink in the project (`.venv/bin/codex -> /usr/bin/python3`)
+    # is the step's choice of what runs, whatever it points at today
+    if any(p == root or p.startswith(root + "/") for p in (os.path.realpath(path), os.path.abspath(path))):
         raise AgentError(f"the `{name}` found ({path}) is inside the project {root}, where a step "
                          f"can replace it; install {name} outside the project (npm install -g), or "
                          "deactivate the project's environment before starting the agent")
