@@ -62,7 +62,7 @@ class HooksPaths:
         key = self._key(top, home, env, c[2] if c else ())
         if c and c[0] == key:
             return c[1], c[2]
-        hooks, origins = _hooks_path(top, home, env)
+        hooks, origins = _hooks_path(top, home)
         self._cache[top] = (self._key(top, home, env, origins), hooks, origins)
         return hooks, origins
 
@@ -108,7 +108,7 @@ def repo_config_files(gitdir: str) -> list[str]:
 MAX_INCLUDE_DEPTH = 10      # git's own limit
 
 
-def _hooks_path(top, home, env):
+def _hooks_path(top, home):
     """core.hooksPath as git would resolve it in `top`, last one wins, in git's order:
     system and global (the person's, includes resolved by git: a step cannot write them),
     then the repository's files, each read alone by `git config --file --no-includes`
