@@ -81,7 +81,8 @@ def test_a_planted_rebase_is_marked_and_really_runs(attacker):
     ({".git/info/grafts": "0" * 40 + "\\n"}, ".git/info/grafts"),
     ({".git/shallow": "0" * 40 + "\\n"}, ".git/shallow"),
     ({".git/refs/replace/" + "1" * 40: "0" * 40 + "\\n"}, ".git/refs/replace"),
-], ids=["rebase-apply", "sequencer", "alternates", "grafts", "shallow", "replace"])
+    ({".git/info/exclude": "evil.sh\\n"}, ".git/info/exclude"),
+], ids=["rebase-apply", "sequencer", "alternates", "grafts", "shallow", "replace", "exclude"])
 def test_git_state_left_behind_is_marked(attacker, files, route):
     a = attacker
     script = " && ".join(f"mkdir -p $(dirname {p}) && printf '{c}' > {p}" for p, c in files.items())
@@ -204,7 +205,7 @@ PROTECTED = [".pnpmfile.cjs", ".pnpmfile.mjs", "bunfig.toml", "packages/app/bunf
              ".yarn/plugins/plugin-evil.cjs", ".yarn/releases/yarn-4.0.0.cjs"]
 MARKED = [".github/workflows/ci.yml", ".github/actions/setup/action.yml", ".gitlab-ci.yml",
           ".circleci/config.yml", ".gitattributes", "src/.gitattributes", "pnpm-workspace.yaml",
-          "rust-toolchain.toml", "rust-toolchain"]
+          "rust-toolchain.toml", "rust-toolchain", ".tool-versions", "team.code-workspace"]
 PLANT = "touch /tmp/pwned-by-more-routes"
 
 

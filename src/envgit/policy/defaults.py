@@ -107,6 +107,8 @@ ESCAPE_ROUTES = [
     ("**/.git/shallow", "mark", "cuts history off at the commits it lists"),
     ("**/.git/refs/replace", "mark", "replacement objects git shows instead of the real ones"),
     ("**/.git/packed-refs", "mark", "only when it holds refs/replace/: the same, packed"),
+    ("**/.git/info/exclude", "mark", "hides untracked files from the person's git status, "
+                                     "unseen (a .gitignore change shows in the diff)"),
     ("**/.gitattributes", "mark", "names filter, diff and merge drivers the person's own "
                                   "git config defines (git runs them)"),
     (".envrc", "protect", "direnv runs it on cd"),
@@ -145,6 +147,8 @@ ESCAPE_ROUTES = [
                                     "rustc wrappers and runners run programs"),
     ("rust-toolchain.toml", "mark", "rustup's toolchain `path` sends every cargo to a program"),
     ("rust-toolchain", "mark", "rustup's toolchain `path` sends every cargo to a program"),
+    (".tool-versions", "mark", "asdf's and mise's `path:` versions send node, python, … to "
+                               "a program"),
     ("**/site-packages/*.pth", "mark", "Python runs their import lines at start-up"),
     ("**/site-packages/sitecustomize.py", "mark", "Python runs it at start-up"),
     ("**/site-packages/usercustomize.py", "mark", "Python runs it at start-up"),
@@ -165,6 +169,8 @@ ESCAPE_ROUTES = [
     (".config/mise.toml", "mark", "mise's env, hooks and tasks (once trusted)"),
     (".vscode/settings.json", "mark", "interpreter paths and terminal settings VS Code uses"),
     (".vscode/launch.json", "mark", "what VS Code runs on debug"),
+    ("*.code-workspace", "mark", "VS Code workspace: its tasks (run on open), settings and "
+                                 "launch configs"),
     # CI: runs with the repository's secrets once the person pushes
     (".github/workflows", "mark", "GitHub Actions runs them with the repository's secrets"),
     (".github/actions", "mark", "local actions the workflows run"),
