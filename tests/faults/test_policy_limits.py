@@ -26,7 +26,7 @@ CASES = {
     "5,000 deny_read entries": (deny_read(5000, "/s"), f"has 5000 entries; at most {MAX_ITEMS}"),
     "5 MB shell pattern": ('version: 1\nshell:\n  - deny: ["' + "rm -rf " * (5 * 1024 * 1024 // 7) + '"]\n',
                            f"a policy is at most {MAX_BYTES} bytes"),
-    "8,000-character shell pattern": ('version: 1\nshell:\n  - deny: ["' + "rm " * 2700 + '"]\n',
+    "30,000-character shell pattern": ('version: 1\nshell:\n  - deny: ["' + "rm " * 10000 + '"]\n',
                                       f"at most {MAX_TEXT}"),
     "unbalanced quote in a shell pattern": ('version: 1\nshell:\n  - deny: ["rm \'x"]\n', "close the quote"),
 }

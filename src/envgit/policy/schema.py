@@ -274,7 +274,7 @@ def json_schema() -> dict:
 # YAML alias bomb) is refused with its file:line instead of stalling every step.
 MAX_BYTES = 512 * 1024          # the file (checked before it is parsed, in load.py)
 MAX_ITEMS = 4096                # entries of one list or mapping
-MAX_TEXT = 4096                 # characters of one value (a path, glob, host, shell pattern)
+MAX_TEXT = 16384               # characters of one value (a path, glob, host, shell pattern, env value)
 MAX_VALUES = 50_000             # values in the whole policy (aliases counted each time used)
 
 
