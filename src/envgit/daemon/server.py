@@ -100,6 +100,7 @@ class Session:
         self._policy = None
         self._policy_key = None
         self._policy_error = None
+        self._reloading = False
         self.unrecorded = []            # (step, kind, body) a full disk held back, oldest first
         self.orphans_pending = False    # the start-up could not close orphaned steps (disk full)
         self.stopping = asyncio.Event()
@@ -135,6 +136,27 @@ class Session:
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
+
+    def policy_for_gate(self):
+        """The gate judges requests on the event loop: after an edit it keeps judging by the
+        policy it has while the new one is parsed in a thread (a step begun after the edit
+        waits for that parse in `dispatch`, so its requests are judged by the new policy)."""
+        if self._policy is not None and self._policy_stat() != self._policy_key:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return self.policy()            # not on the loop: parsing here stalls nothing
+            if not self._reloading:
+                self._reloading = True
+                loop.create_task(self._reload_policy())
+            return self._policy
+        return self.policy()
+
+    async def _reload_policy(self):
+        try:
+            await self.load_policy_off_loop()
+        finally:
+            self._reloading = False
 
     async def load_policy_off_loop(self):
         if self._policy_stat() != self._policy_key:
@@ -705,7 +727,7 @@ async def start_gate(sess):
     sess.gate_failed = True            # one try per daemon; a success clears it
     try:
         from ..proxy import Gate, resolve_from_env, upstream_ca_from_env
-        gate = Gate(sess.policy, Path(sess.project.state_path("net")), resolve_from_env(), sess.record_request,
+        gate = Gate(sess.policy_for_gate, Path(sess.project.state_path("net")), resolve_from_env(), sess.record_request,
                     sess.ask, upstream_ca=upstream_ca_from_env())
         await gate.start()
         sess.certs_dir = gate.ca_bundle_dir()
