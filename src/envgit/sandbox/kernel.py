@@ -305,6 +305,21 @@ class RootOnlyScan:
 ROOT_ONLY = RootOnlyScan()
 
 
+# shadow-utils' lock files (useradd, passwd, chpasswd…: <db>.lock, <db>.<pid>, .pwd.lock): they
+# hold a process id, and come and go within milliseconds, so one may vanish between the mask's
+# list and bwrap's mount, and bwrap then fails the step (it cannot create the mount point in the
+# read-only /etc). Left unmasked: nothing in them to read.
+_LOCK_DBS = ("passwd", "group", "shadow", "gshadow", "subuid", "subgid")
+
+
+def _lock_file(path) -> bool:
+    d, name = os.path.split(path)
+    if d != "/etc":
+        return False
+    base, _, ext = name.rpartition(".")
+    return name == ".pwd.lock" or (base in _LOCK_DBS and (ext == "lock" or ext.isdigit()))
+
+
 def package_stamp() -> str:
     """The package databases' change times: what moves when packages are installed."""
     out = []
@@ -359,7 +374,7 @@ class AdminTrees:
 
     def current(self) -> set:
         if self.fd < 0:
-            return set(scan_root_only(self.roots))
+            return {p for p in scan_root_only(self.roots) if not _lock_file(p)}
         try:
             events = self._drain()
         except OSError:
@@ -407,7 +422,7 @@ class AdminTrees:
                 self.paths.add(path)
             elif not self._walk(path):
                 self._rebuild()
-        elif not m & 0o004:
+        elif not m & 0o004 and not _lock_file(path):
             self.paths.add(path)
 
     def _walk(self, top) -> bool:
@@ -443,7 +458,7 @@ class AdminTrees:
                         continue
                     if stat.S_ISDIR(em):
                         (stack.append if em & 0o005 == 0o005 else self.paths.add)(e.path)
-                    elif not em & 0o004:
+                    elif not em & 0o004 and not _lock_file(e.path):
                         self.paths.add(e.path)
         return True
 
