@@ -268,3 +268,122 @@ def test_an_answer_covers_its_effect_and_allow_rule_its_rule_on_its_host_and_por
                      (1, "github.com", 8443), (2, "github.com", 443)]
     gate.close_step(1)
     assert not [k for k in gate._answers if k[0] == 1]
+
+
+# --- preset gaps: Hugging Face writes, GraphQL spellings and methods, NAT64 -----------------
+
+def _decide(method, url, body=b"{}", headers=None):
+    return decide_request(pol(allow=["huggingface.co", "hf.co", "api.github.com", "gitlab.com"]),
+                          req(method, url, body, headers))
+
+
+@pytest.mark.parametrize("method,url,rule", [
+    ("POST", "https://huggingface.co/api/models/o/m/super-squash/main", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/models/o/m/discussions/1/merge", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/models/o/m/discussions", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/spaces/o/s/secrets", "huggingface-repo-write"),
+    ("DELETE", "https://huggingface.co/api/spaces/o/s/secrets", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/spaces/o/s/hardware", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/spaces/o/s/restart", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/spaces/o/s/duplicate", "huggingface-repo-write"),
+    ("PUT", "https://huggingface.co/api/datasets/o/d/settings", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/datasets/o/d/lfs-files/batch", "huggingface-repo-write"),
+    ("DELETE", "https://huggingface.co/api/models/o/m/branch/dev", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/buckets/o/b/batch", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/repos/create", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/repos/move", "huggingface-repo-write"),
+    ("PROPPATCH", "https://huggingface.co/api/models/o/m/settings", "huggingface-repo-write"),
+    ("POST", "https://hf.co/api/models/o/m/super-squash/main", "huggingface-repo-write"),
+    # paths-info is a read only where the path says paths-info as the server routes it
+    ("POST", "https://huggingface.co/api/models/o/paths-info/super-squash/main", "huggingface-repo-write"),
+    ("POST", "https://huggingface.co/api/models/o/m/paths-info/..%2Fsuper-squash/main", "huggingface-repo-write"),
+    ("GET", "https://huggingface.co/api/models/o/m/xet-write-token/main", "huggingface-upload"),
+    ("POST", "https://huggingface.co/o/m.git/info/lfs/objects/verify", "huggingface-lfs-write"),
+    ("POST", "https://huggingface.co/api/complete_multipart?uploadId=1", "huggingface-lfs-write"),
+])
+def test_huggingface_writes_are_irreversible_whatever_the_endpoint(method, url, rule):
+    d = _decide(method, url)
+    assert (d.action, d.rule, d.irreversible) == ("deny", "preset:default/" + rule, True), (url, d)
+    # a method override does not make a write a read
+    if method != "GET":
+        d = _decide("GET", url, headers={"x-http-method-override": method})
+        assert d.action == "deny", (url, d)
+
+
+@pytest.mark.parametrize("method,url,body", [
+    ("GET", "https://huggingface.co/api/models/o/m", b""),
+    ("GET", "https://huggingface.co/api/models/o/m/tree/main", b""),
+    ("HEAD", "https://huggingface.co/api/models/o/m/revision/main", b""),
+    ("GET", "https://huggingface.co/api/models/o/m/xet-read-token/main", b""),
+    ("POST", "https://huggingface.co/api/models/o/m/paths-info/main", b"paths=a"),
+    ("POST", "https://huggingface.co/api/datasets/o/d/paths-info/main", b"paths=a"),
+    ("POST", "https://huggingface.co/api/models/bert-base-uncased/paths-info/main", b"paths=a"),
+    ("POST", "https://huggingface.co/o/m.git/info/lfs/objects/batch",
+     b'{"operation": "download", "objects": []}'),
+    ("POST", "https://huggingface.co/o/m.git/git-upload-pack", b"0000"),
+])
+def test_huggingface_reads_stay_allowed(method, url, body):
+    assert _decide(method, url, body).action == "allow", url
+
+
+MUTATION = json.dumps({"query": "mutation { addStar(input: {}) { x } }"}).encode()
+QUERY = json.dumps({"query": "{ viewer { login } }"}).encode()
+GQL_JSON = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize("url,rule", [
+    ("https://gitlab.com/api/graphql", "gitlab-graphql-mutation"),
+    ("https://gitlab.com/api/graphql.json", "gitlab-graphql-mutation"),
+    ("https://gitlab.com/api/graphql.xml", "gitlab-graphql-mutation"),
+    ("https://gitlab.com/api/graphql/", "gitlab-graphql-mutation"),
+    ("https://gitlab.com/api/graphql.json/", "gitlab-graphql-mutation"),
+    ("https://gitlab.com/api/graphql%2Ejson", "gitlab-graphql-mutation"),
+    ("https://gitlab.example.org/api/graphql.json", "gitlab-graphql-mutation"),
+    ("https://api.github.com/graphql.json", "github-graphql-mutation"),
+    ("https://api.github.com/graphql/", "github-graphql-mutation"),
+])
+def test_graphql_endpoints_with_a_format_suffix_are_judged_as_graphql(url, rule):
+    p = pol(allow=["gitlab.com", "gitlab.example.org", "api.github.com"])
+    d = decide_request(p, req("POST", url, MUTATION, GQL_JSON))
+    assert (d.action, d.rule) == ("deny", "preset:default/" + rule), (url, d)
+    assert decide_request(p, req("POST", url, QUERY, GQL_JSON)).action == "allow", url
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE", "PROPFIND", "OPTIONS"])
+@pytest.mark.parametrize("url,rule", [
+    ("https://api.github.com/graphql", "github-graphql-method"),
+    ("https://api.github.com/graphql.json", "github-graphql-method"),
+    ("https://gitlab.com/api/graphql", "gitlab-graphql-method"),
+    ("https://gitlab.com/api/graphql.json/", "gitlab-graphql-method"),
+])
+def test_graphql_by_any_method_but_get_and_post_is_irreversible(method, url, rule):
+    for body in (MUTATION, QUERY):
+        d = _decide(method, url, body, GQL_JSON)
+        assert (d.action, d.rule, d.irreversible) == ("deny", "preset:default/" + rule, True), (url, d)
+    # nor through an override on a POST whose body is a query
+    d = _decide("POST", url, QUERY, {**GQL_JSON, "x-http-method-override": method})
+    assert (d.action, d.rule) == ("deny", "preset:default/" + rule), (url, d)
+    # GET and POST keep being judged by operation
+    assert _decide("POST", url, QUERY, GQL_JSON).action == "allow"
+    assert _decide("GET", url + "?query=%7Bviewer%7Blogin%7D%7D", b"").action == "allow"
+
+
+@pytest.mark.parametrize("addr", ["64:ff9b::7f00:1", "64:ff9b::127.0.0.1", "64:ff9b::a9fe:a9fe",
+                                  "64:ff9b::0.0.0.0", "64:ff9b::a00:1", "64:ff9b:1:7f00:0:100::",
+                                  "64:ff9b:1::7f00:1", "::ffff:127.0.0.1"])
+def test_nat64_addresses_are_judged_by_their_embedded_ipv4_address(addr):
+    from envgit.policy.network import is_special, judge_address
+    p = pol(allow=["*.example.test"])
+    d = judge_address(p, "a.example.test", 443, addr)
+    assert (d.action, d.rule) == ("deny", "builtin:resolved-address"), addr
+    assert judge_address(pol(allow=["a.example.test"]), "a.example.test", 443, addr).action == "allow"
+    assert is_special(addr) is not None
+
+
+def test_nat64_of_public_and_metadata_addresses():
+    from envgit.policy.network import is_special, judge_address
+    p = pol(allow=["*.example.test"])
+    for addr in ["64:ff9b::8.8.8.8", "64:ff9b::5db8:d822", "2606:4700::1"]:      # DNS64 networks
+        assert judge_address(p, "a.example.test", 443, addr).action == "allow", addr
+    assert is_special("64:ff9b::169.254.169.254") == "a cloud metadata address"
+    assert is_special("[64:ff9b::a9fe:a9fe]") == "a cloud metadata address"

@@ -129,6 +129,11 @@ GITLAB = ("gitlab.com", "gitlab.*")
 NPM = ("registry.npmjs.org", "registry.yarnpkg.com", "npm.pkg.github.com")
 PYPI_UPLOAD = ("upload.pypi.org", "test.pypi.org")
 HUGGINGFACE = ("huggingface.co", "hf.co")
+HF_REPO_TYPES = ("models", "datasets", "spaces", "buckets", "repos")
+# GraphQL endpoints, also with a format suffix (Rails routes `/api/graphql(.:format)`) and a
+# trailing slash (spelled out: a not_paths list must hold every reading, urlpath.py).
+GITHUB_GRAPHQL = [p + s for p in ("/graphql", "/graphql.*") for s in ("", "/")]
+GITLAB_GRAPHQL = [p + s for p in ("/api/graphql", "/api/graphql.*") for s in ("", "/")]
 
 # Download hosts: no irreversible action is known on them, so the rules that apply to any
 # host (git push, OCI push, …) skip them, and they are tunnelled untouched (no TLS
@@ -145,7 +150,8 @@ DOWNLOAD_HOSTS = (
 )
 
 # The default preset, as data. Fields: name (cited as preset:default/<name>), kind (what the
-# person reads), hosts (None: any host but DOWNLOAD_HOSTS), methods, paths (URL globs: `*`
+# person reads), hosts (None: any host but DOWNLOAD_HOSTS), methods ("*": any), not_methods
+# (the rule matches only if a method of the request, or an override, is not among them), paths (URL globs: `*`
 # within a segment, `**` across), not_paths, header (name, values) that must be present,
 # body (a predicate name from BODY_PREDICATES), hint.
 PRESET_RULES = [
@@ -184,18 +190,37 @@ PRESET_RULES = [
     dict(name="oci-delete", kind="image delete", methods="DELETE",
          paths=["/v2/**/manifests/*", "/v2/**/blobs/*"]),
     dict(name="github-graphql-mutation", kind="GitHub GraphQL mutation", hosts=("api.github.com",),
-         methods="POST GET", paths=["/graphql"], body="graphql-mutation"),
+         methods="POST GET", paths=GITHUB_GRAPHQL, body="graphql-mutation"),
+    # Only GET and POST are read as GraphQL: what a server does with a document sent by any
+    # other method is not known, so that is irreversible (deny on doubt).
+    dict(name="github-graphql-method", kind="GitHub GraphQL request by another method",
+         hosts=("api.github.com",), methods="*", not_methods="GET POST", paths=GITHUB_GRAPHQL),
     dict(name="github-rest-write", kind="GitHub API write", hosts=GITHUB_API, methods=WRITES,
-         not_paths=["/graphql"]),
+         not_paths=GITHUB_GRAPHQL),
     dict(name="gitlab-graphql-mutation", kind="GitLab GraphQL mutation", hosts=GITLAB,
-         methods="POST GET", paths=["/api/graphql"], body="graphql-mutation"),
+         methods="POST GET", paths=GITLAB_GRAPHQL, body="graphql-mutation"),
+    dict(name="gitlab-graphql-method", kind="GitLab GraphQL request by another method",
+         hosts=GITLAB, methods="*", not_methods="GET POST", paths=GITLAB_GRAPHQL),
     dict(name="gitlab-rest-write", kind="GitLab API write", hosts=GITLAB, methods=WRITES,
          paths=["/api/v4/**"]),
+    # Every request but a read on a repository's API is a write (commit, branch, tag,
+    # super-squash, discussion merge, settings, Space secrets/hardware/restart, LFS file
+    # deletion, …): an allow-list of reads, not a list of the writes known today. The one
+    # read sent as POST, paths-info, stays a read (repo id: one or two segments).
     dict(name="huggingface-repo-write", kind="Hugging Face repo write", hosts=HUGGINGFACE,
-         methods=WRITES,
-         paths=["/api/repos/create", "/api/repos/delete", "/api/repos/move",
-                "/api/*s/**/settings", "/api/*s/**/preupload/*", "/api/*s/**/commit/**",
-                "/api/*s/**/branch/**", "/api/*s/**/tag/**", "/api/*s/**/resource-group"]),
+         methods="*", not_methods="GET HEAD OPTIONS",
+         paths=[p for t in HF_REPO_TYPES for p in (f"/api/{t}", f"/api/{t}/**")],
+         not_paths=[f"/api/{t}/{r}/paths-info/*{s}" for t in HF_REPO_TYPES if t != "repos"
+                    for r in ("*", "*/*") for s in ("", "/")]),
+    # Uploads: a write capability for the Xet storage (a GET, but what it grants is a write),
+    # and the LFS endpoints past the batch (verify, multipart completion, locks). The LFS
+    # batch itself is judged by git-lfs-upload (a download batch stays allowed).
+    dict(name="huggingface-upload", kind="Hugging Face upload", hosts=HUGGINGFACE,
+         methods="*", paths=["/api/**/xet-write-token", "/api/**/xet-write-token/**"]),
+    dict(name="huggingface-lfs-write", kind="Hugging Face upload", hosts=HUGGINGFACE,
+         methods="*", not_methods="GET HEAD OPTIONS",
+         paths=["/**/info/lfs/**", "/api/complete_multipart", "/api/complete_multipart/**"],
+         not_paths=["/**/info/lfs/objects/batch"]),
 ]
 PRESET_NAMES = tuple(r["name"] for r in PRESET_RULES)
 
@@ -295,12 +320,33 @@ def ip_literal(host: str):
     return None
 
 
+_NAT64_WKP = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def embedded_v4(ip) -> tuple:
+    """The IPv4 addresses an IPv6 address leads to: `::ffff:a.b.c.d`, and NAT64 (RFC 6052):
+    the well-known prefix 64:ff9b::/96 and the local-use 64:ff9b:1::/48, whose prefix length
+    the network chooses (/48, /56, /64 or /96: every embedding is taken)."""
+    if ip.version != 6:
+        return ()
+    if ip.ipv4_mapped is not None:
+        return (ip.ipv4_mapped,)
+    b = ip.packed
+    if ip in _NAT64_WKP:
+        return (ipaddress.IPv4Address(b[12:16]),)
+    if ip in _NAT64_LOCAL:
+        return tuple(ipaddress.IPv4Address(x) for x in (b[6:8] + b[9:11], b[7:8] + b[9:12],
+                                                        b[9:13], b[12:16]))
+    return ()
+
+
 def is_special(host: str) -> str | None:
     """Why `host` is reachable only when named exactly, or None for an ordinary name."""
     h = norm_host(host)
     ip = ip_literal(h)
     if ip is not None:
-        if ip in METADATA_IPS or (ip.version == 6 and ip.ipv4_mapped in METADATA_IPS):
+        if ip in METADATA_IPS or any(v4 in METADATA_IPS for v4 in embedded_v4(ip)):
             return "a cloud metadata address"
         return "an IP address; name the host instead"
     if h in METADATA_NAMES:
@@ -381,8 +427,7 @@ def judge_address(policy, host: str, port: int, address: str) -> Decision:
     ip = ip_literal(address)
     if ip is None or is_special(host) or not (
             ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or
-            ip in METADATA_IPS or (ip.version == 6 and ip.ipv4_mapped is not None and
-                                   not ip.ipv4_mapped.is_global)):
+            ip in METADATA_IPS or any(not v4.is_global for v4 in embedded_v4(ip))):
         return Decision("allow", "network.allow", f"{host} resolved to {address}")
     if any(entry_matches(e, host, port, exact=True) for e in policy.network_allow):
         return Decision("allow", "network.allow", f"{host} resolved to {address}, named exactly")
@@ -402,6 +447,7 @@ class Rule:
     action: str
     hosts: tuple | None          # entries; None: any host but DOWNLOAD_HOSTS
     methods: frozenset | None
+    not_methods: frozenset
     paths: tuple | None          # compiled URL globs
     not_paths: tuple
     header: tuple | None
@@ -424,6 +470,8 @@ class Rule:
         if not self.applies_to_host(req.host, req.port):
             return False
         if self.methods is not None and not (methods & self.methods):
+            return False
+        if self.not_methods and methods <= self.not_methods:
             return False
         if self.paths is not None and not any(rx.fullmatch(p) for rx in self.paths for p in paths):
             return False
@@ -466,6 +514,7 @@ def _methods(spec) -> frozenset | None:
 def _preset_rule(d, action) -> Rule:
     return Rule(name=f"preset:{PRESET}/{d['name']}", kind=d["kind"], action=action,
                 hosts=d.get("hosts"), methods=_methods(d.get("methods")),
+                not_methods=_methods(d.get("not_methods")) or frozenset(),
                 paths=tuple(url_glob(p) for p in d["paths"]) if "paths" in d else None,
                 not_paths=tuple(url_glob(p) for p in d.get("not_paths", ())),
                 header=d.get("header"), body=d.get("body"), hint=d.get("hint", ""))
@@ -478,7 +527,7 @@ def _user_rule(i, entry) -> Rule:
     kind = entry.get("name") or " ".join(x for x in (method, net["host"] + net.get("path", "")) if x)
     body = entry.get("body", {}).get("graphql")
     return Rule(name=name, kind=kind, action=entry["action"], hosts=(net["host"],),
-                methods=_methods(method), paths=(url_glob(net["path"]),) if "path" in net else None,
+                methods=_methods(method), not_methods=frozenset(), paths=(url_glob(net["path"]),) if "path" in net else None,
                 not_paths=(), header=None, body=f"graphql-{body}" if body else None,
                 hint=f"change the action of {name} in envgit.yaml (only a person outside the "
                      "sandbox can)")
