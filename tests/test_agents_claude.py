@@ -154,6 +154,30 @@ def test_claudes_own_file_tools_are_under_the_mounts(cproj, claude_bin):
     assert not any(s["argv"][0].startswith("claude:") for s in steps(cproj))
 
 
+def test_claudes_config_in_its_state_dir_is_read_only_inside(cproj, claude_bin):
+    """~/.claude is read-only inside but for the directories Claude writes during a session: its
+    Write tool cannot leave an MCP server, a hook or a program there for the next plain
+    `claude` to run outside the sandbox, and the session's own state is still written."""
+    state = cproj.home / ".claude"
+    marker = cproj.home / "mcp-ran"
+    mcp = json.dumps({"mcpServers": {"x": {"command": "touch", "args": [str(marker)]}}})
+    escapes = [state / ".config.json", state / ".mcp.json", state / "settings.json",
+               state / "local" / "claude", state / "rules" / "r.md", state / "newdir" / "x.json"]
+    todo = state / "todos" / "mine.json"
+    with ModelServer([*(Call("Write", {"file_path": str(p), "content": mcp}) for p in escapes),
+                      Call("Write", {"file_path": str(todo), "content": "[]\n"})]) as model:
+        cproj.write_policy(policy(model))
+        r = run_claude(cproj, claude_bin, model)
+    assert r.returncode == 0, r.stderr
+    *refused, (_, _, ok) = model.results()
+    assert all("read-only file system" in text.lower() for _, _, text in refused), refused
+    for p in escapes:
+        assert not p.exists() or "mcpServers" not in p.read_text(), p
+    assert not marker.exists()
+    assert todo.read_text() == "[]\n", ok                              # its state dirs: writable
+    assert any((state / "projects").rglob("*.jsonl"))                  # the session's transcript
+
+
 @pytest.fixture
 def remote(tmp_path):
     with GitServer(root=tmp_path / "srv") as srv:

@@ -6,7 +6,8 @@ traffic (the model API included) goes through the network gate, recorded on the 
                      requests are recorded on it, and its end carries the last snapshot
   the sandbox        the daemon's `spec` with the inner control socket bound in, the Claude
                      binary's directory and a generated directory of stdlib-only scripts
-                     read-only, Claude's state (~/.claude, ~/.claude.json) writable
+                     read-only, Claude's state (~/.claude, ~/.claude.json) read-only but for
+                     the directories Claude writes during a session (CLAUDE_WRITABLE)
   CLAUDE_CODE_SHELL_PREFIX
                      claude_shim.py: each Bash call is sent over the inner socket and runs as
                      a step of its own in a sibling sandbox, argv ["bash", "-c", <the model's
@@ -81,30 +82,44 @@ def settings(hook_pre: str, hook_post: str) -> dict:
                                                           "timeout": 60}]}]}}
 
 
-# In ~/.claude, what Claude Code runs or obeys the next time it starts, inside envgit or not:
-# kept read-only, else a step could leave a hook that runs outside the sandbox later.
-CLAUDE_ESCAPES_DIRS = ("hooks", "commands", "agents", "plugins", "skills")
-CLAUDE_ESCAPES_FILES = ("settings.json", "settings.local.json", "CLAUDE.md")
+# In ~/.claude, the only paths writable inside: what Claude Code writes for a session to work
+# (seen with its own tests and its binary's strings, 2.1.x), none of which it reads as settings,
+# hooks, commands, MCP servers or a program to run. Everything else there stays read-only:
+# settings*.json, .config.json and .mcp.json (MCP servers: run the next time Claude starts,
+# outside envgit too), CLAUDE.md, hooks/ commands/ agents/ plugins/ skills/ rules/
+# output-styles/ workflows/ monitors/, local/ (a local install of Claude itself), ide/ (which
+# IDE to connect to), backups/ (what ~/.claude.json is restored from), and any name a later
+# Claude Code adds: read-only unless named here.
+CLAUDE_WRITABLE = (
+    "projects",         # the session transcripts (-p writes them too; --resume reads them)
+    "sessions",         # the running sessions' records, made at start
+    "session-env",      # a session's environment for its Bash calls, made at start
+    "shell-snapshots",  # the user's shell functions/aliases, sourced before each Bash call
+    "todos",            # TodoWrite's lists
+    "file-history",     # the edits' checkpoints (/rewind)
+    "plans",            # plan mode's plans
+    "debug",            # --debug's logs
+    "statsig",          # feature-flag cache
+    "paste-cache", "image-cache",   # pasted text and images of interactive sessions
+)
 
 
-def claude_state(home: str) -> tuple[list[str], list[str], list[str]]:
-    """(read, write, protect) for Claude's own state: ~/.claude writable (created when absent:
-    a bind needs something to bind) but for its escape routes, created empty when absent so
-    they cannot be created inside; ~/.claude.json read-only (Claude rewrites it through a
-    temporary file beside it, in the home directory, which is read-only inside)."""
+def claude_state(home: str) -> tuple[list[str], list[str]]:
+    """(read, write) for Claude's own state: ~/.claude and ~/.claude.json read-only
+    (Claude rewrites the latter through a temporary file beside it, in the home directory,
+    which is read-only inside), the CLAUDE_WRITABLE directories of ~/.claude writable, created
+    when absent (a bind needs something to bind, and none could be created inside). One that
+    is a symlink stays read-only: binding it would make its target writable."""
     d, cfg = os.path.join(home, ".claude"), os.path.join(home, ".claude.json")
     os.makedirs(d, exist_ok=True)
-    protect = []
-    for name in CLAUDE_ESCAPES_DIRS:
-        os.makedirs(os.path.join(d, name), exist_ok=True)
-        protect.append(os.path.join(d, name))
-    for name in CLAUDE_ESCAPES_FILES:
+    write = []
+    for name in CLAUDE_WRITABLE:
         path = os.path.join(d, name)
-        if not os.path.exists(path):
-            with open(path, "w") as f:
-                f.write("{}\n" if name.endswith(".json") else "")
-        protect.append(path)
-    return [cfg], [d], protect
+        if os.path.islink(path):
+            continue
+        os.makedirs(path, exist_ok=True)
+        write.append(path)
+    return [d, cfg], write
 
 
 def model_endpoint(env: dict) -> tuple[str, int]:
@@ -152,13 +167,19 @@ def launch(argv: list[str]) -> int:
         with open(settings_file, "w") as f:
             json.dump(settings(pre, post), f, indent=2)
         set_env = {k: v for k, v in os.environ.items() if k.startswith(CLAUDE_VARS)}
+        # ENVGIT_CLAUDE_CALLS stays writable inside Claude's sandbox, so Claude's own Write tool
+        # could put an id there: the PreToolUse hook that must write it runs in that sandbox, as
+        # Claude's child, under the same mounts (a mount cannot tell the two apart). What bounds
+        # it: the hook rewrites it right before each Bash call, the model's Bash steps run in
+        # sibling sandboxes without this directory, and a tool_call_id sent from inside is the
+        # agent's label on a step (recorded with origin "inner"), never an authority.
         set_env.update({"CLAUDE_CODE_SHELL_PREFIX": os.path.join(bin_dir, "claude_shim.py"),
                         "ENVGIT_CLAUDE_HOOKS": "\n".join((pre, post)),
                         "ENVGIT_CLAUDE_CALLS": os.path.join(state, "current-call")})
         if os.geteuid() == 0:
             set_env["IS_SANDBOX"] = "1"     # as root, --dangerously-skip-permissions asks for it
         cwd = os.path.realpath(os.getcwd())
-        state_read, state_write, state_protect = claude_state(home)
+        state_read, state_write = claude_state(home)
         try:
             conn = connect(project)
             conn.request({"op": "baseline"})
@@ -172,7 +193,7 @@ def launch(argv: list[str]) -> int:
                                                         *argv],
                                  "cwd": cwd, "env": dict(os.environ), "session": session, "step": step,
                                  "inner": True, "read": [package_dir(claude), bin_dir, *python_dirs, *state_read],
-                                 "write": [*state_write, state], "protect": state_protect,
+                                 "write": [*state_write, state],
                                  "set_env": set_env})
             if "error" in spec:
                 conn.request({"op": "end", "step": step, "exit_code": 125, "signal": None, "duration_ms": 0})
