@@ -98,3 +98,32 @@ def test_an_agents_writable_state_keeps_its_escape_routes_read_only(proj, tmp_pa
     assert (state / "settings.json").read_text() == "{}\n"        # its escape routes are not
     assert not (state / "hooks" / "pre").exists()
     assert "Read-only file system" in r.stderr
+
+
+def test_the_home_of_a_step_from_inside_is_its_sessions_not_the_frames(proj, tmp_path):
+    """A frame's env.HOME does not choose the sibling step's home view: the view is built on
+    the home the agent was launched with (the spec that made the socket)."""
+    other = tmp_path / "elsewhere"
+    (other / ".local" / "bin").mkdir(parents=True)
+    (other / ".local" / "bin" / "secret").write_text("CANARY-elsewhere\n")
+    (proj.home / ".local" / "bin").mkdir(parents=True, exist_ok=True)
+    (proj.home / ".local" / "bin" / "tool").write_text("tool-of-the-real-home\n")
+    proj.run("true")
+    conn = connect(Project(str(proj.root)))
+    helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": str(proj.root), "env": proj.env,
+                           "record_only": True, "session": "agent-s4"})
+    shutil.copy(SHIM, proj.root / "shim.py")
+    spec = conn.request({"op": "spec", "argv": ["env", f"HOME={other}", "/usr/bin/python3", str(proj.root / "shim.py"),
+                                                "sh", "-c", f"echo home=$HOME; cat {other}/.local/bin/secret; "
+                                                f"cat {proj.home}/.local/bin/tool"],
+                         "cwd": str(proj.root), "env": proj.env, "session": "agent-s4", "inner": True,
+                         "step": helper["step"]})
+    assert "bwrap" in spec, spec
+    fd = os.memfd_create("s", 0)
+    os.write(fd, program())
+    os.lseek(fd, 0, 0)
+    r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
+                       pass_fds=[fd], capture_output=True, text=True, timeout=60)
+    conn.request({"op": "end", "step": helper["step"], "exit_code": 0})
+    assert "CANARY" not in r.stdout + r.stderr
+    assert f"home={proj.home}\n" in r.stdout and "tool-of-the-real-home" in r.stdout, r.stdout + r.stderr

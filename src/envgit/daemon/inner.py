@@ -153,8 +153,9 @@ def check_request(msg: dict, root: str) -> dict:
 
 
 class InnerSocket:
-    def __init__(self, sess, session: str, path: str, loop):
+    def __init__(self, sess, session: str, path: str, loop, home: str):
         self.sess, self.session, self.path, self.loop = sess, session, path, loop
+        self.home = home        # from the agent's launch: a frame's env.HOME never picks the view
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -234,7 +235,7 @@ class InnerSocket:
                 return await record_step(self.sess, msg, self.session)
             if len(fds) != 3:
                 return {"error": "envgit: run needs stdin, stdout and stderr passed as fds", "exit": 2}
-            return await run_step(self.sess, msg, fds, self.session)
+            return await run_step(self.sess, msg, fds, self.session, self.home)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -253,9 +254,9 @@ async def record_step(sess, msg, session):
     return {"step": begin["step"]}
 
 
-async def run_step(sess, msg, fds, session):
+async def run_step(sess, msg, fds, session, home):
     """Begin a step, run it in its own sandbox on the given stdio fds, end it (snapshot)."""
-    begin = await sess.begin({"argv": msg["argv"], "cwd": msg["cwd"], "env": msg["env"],
+    begin = await sess.begin({"argv": msg["argv"], "cwd": msg["cwd"], "env": msg["env"], "home": home,
                               "pid": None, "uid": os.getuid(), "session": session,
                               "tool_call_id": msg["tool_call_id"], "origin": "inner"})
     if "error" in begin:

@@ -227,7 +227,8 @@ class Session:
             tmp, own_tmp = self.step_tmp(session, step)
             spec = build(pol, self.project.root, cwd, argv, msg.get("env") or {},
                          self.project.state, tmp, self.scan,
-                         {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session}, net)
+                         {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session}, net,
+                         home=msg.get("home"))
         except Exception as e:          # never leave a begun step without an end
             if self.gate is not None:
                 self.gate.close_step(step)
@@ -421,7 +422,8 @@ class Session:
             outside = outside_project(msg.get("cwd") or "", self.project.root)
             if outside:
                 return {"error": outside, "exit": 2}
-            inner = self.inner_socket(session) if msg.get("inner") else None
+            # The agent's launch (this spec) fixes the home its inner steps' views are built on.
+            inner = self.inner_socket(session, (msg.get("env") or {}).get("HOME")) if msg.get("inner") else None
             agent = {k: msg[k] for k in ("read", "write", "protect") if msg.get(k)}
             if msg.get("set_env"):
                 agent["env"] = dict(msg["set_env"])
@@ -433,7 +435,7 @@ class Session:
             return {"error": f"envgit: {e}", "exit": 2}
         return {"bwrap": sp.argv, "env": sp.env, "bind": net is not None}
 
-    def inner_socket(self, session) -> str:
+    def inner_socket(self, session, home=None) -> str:
         if session not in self.inner:
             d = self.project.state_path("inner")
             os.makedirs(d, mode=0o700, exist_ok=True)
@@ -441,7 +443,8 @@ class Session:
             if len(os.fsencode(path)) > 100:      # an AF_UNIX path ends at 107 bytes
                 import tempfile
                 path = os.path.join(tempfile.mkdtemp(prefix="envgit-inner-"), "control.sock")
-            self.inner[session] = InnerSocket(self, session, path, asyncio.get_running_loop())
+            self.inner[session] = InnerSocket(self, session, path, asyncio.get_running_loop(),
+                                              home or os.path.expanduser("~"))
         return self.inner[session].path
 
     # --- the gate's callbacks ----------------------------------------------------------

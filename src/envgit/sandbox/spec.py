@@ -33,14 +33,15 @@ class Spec:
 
 def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
           session_tmp: str, scan: ProjectScan, step_env: dict, net: network.Net | None = None,
-          inner_socket: str | None = None, agent: dict | None = None) -> Spec:
+          inner_socket: str | None = None, agent: dict | None = None, home: str | None = None) -> Spec:
     """`net`: the gate to reach, or None for a step with no network at all. `inner_socket`:
     the daemon's inner control socket to bind in (an agent's sandbox, whose shim asks for
     steps through it). `agent`: what an agent's own sandbox needs besides the policy, from
     its envgit adapter: {"read": [paths], "write": [paths], "protect": [paths inside those
     writable paths that stay read-only], "env": {name: value}}; the policy's denies still
-    cover them."""
-    home = os.path.normpath(host_env.get("HOME") or os.path.expanduser("~"))
+    cover them. `home`: the home whose view the step gets, when not `host_env`'s HOME (a
+    step asked for from inside an agent's sandbox: its session's, never the request's)."""
+    home = os.path.normpath(home or host_env.get("HOME") or os.path.expanduser("~"))
     rules = resolve(policy, project, home)
     agent = agent or {}
     if agent.get("read") or agent.get("write") or agent.get("protect"):
