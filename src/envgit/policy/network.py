@@ -423,7 +423,9 @@ def _hostport(host, port):
 def judge_address(policy, host: str, port: int, address: str) -> Decision:
     """The address a name resolved to, before connecting: an allowed name must not lead to a
     loopback, link-local or metadata address unless network.allow names the host exactly.
-    (Private networks stay reachable: a company's git server has a 10.x address.)"""
+    (Private networks stay reachable: a company's git server has a 10.x address.) An IPv6
+    address that leads to an IPv4 one (embedded_v4) is judged by it: any but a global one is
+    refused."""
     ip = ip_literal(address)
     if ip is None or is_special(host) or not (
             ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast or
