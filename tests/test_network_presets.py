@@ -115,6 +115,10 @@ def test_real_npm_publish_is_denied(world, tmp_path):
     ("PUT", "gitlab.com", "/api/v4/projects/1/repository/files/README", "gitlab-rest-write"),
     ("POST", "huggingface.co", "/api/repos/create", "huggingface-repo-write"),
     ("POST", "huggingface.co", "/api/models/me/m/commit/main", "huggingface-repo-write"),
+    ("POST", "huggingface.co", "/api/models/me/m/super-squash/main", "huggingface-repo-write"),
+    ("POST", "huggingface.co", "/api/spaces/me/s/secrets", "huggingface-repo-write"),
+    ("POST", "gitlab.com", "/api/graphql.json", "gitlab-graphql-mutation"),
+    ("PUT", "api.github.com", "/graphql", "github-graphql-method"),
 ])
 def test_preset_fires_on_the_wire(world, method, name, path, rule):
     before = len(world.stub.requests)
