@@ -117,3 +117,26 @@ def test_file_calls_are_steps_under_the_policy(wire, proj):
     assert not outside.exists()
     argv0 = [s["argv"][0] for s in json.loads(proj.envgit("log", "--json", check=True).stdout)]
     assert argv0 == ["mkdir", "sh", "cp", "find", "cat", "rm", "cat", "sh"]
+
+
+def test_the_requested_env_is_the_steps_not_the_host_launchers(wire, proj, tmp_path):
+    """process/start's env reaches the command inside as the policy passes it, and never the
+    host-side launcher: a PYTHONPATH with a sitecustomize.py in it does not run on the host."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "sitecustomize-ran"
+    (planted / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    proj.write_policy("version: 1\nenv:\n  pass: [MODEL_SET_VAR]\n")
+    r = wire.call("process/start", processId="e1", argv=["sh", "-c", "echo var=$MODEL_SET_VAR home=$HOME"],
+                  cwd=f"file://{proj.root}", env={"PYTHONPATH": str(planted), "MODEL_SET_VAR": "hello",
+                                                  "HOME": str(tmp_path)},
+                  metadata={"threadId": "t", "toolCallId": "call-e1"}, sandbox=None, tty=False)
+    assert r["result"]["processId"] == "e1", r
+    assert wire.until("process/exited", "e1")["params"]["exitCode"] == 0
+    out = wire.call("process/read", processId="e1", afterSeq=0, maxBytes=100000, waitMs=1000)["result"]
+    text = b"".join(base64.b64decode(c["chunk"]) for c in out["chunks"]).decode()
+    assert "var=hello" in text, text                      # an ordinary variable still reaches the step
+    assert f"home={proj.home}\n" in text, text           # HOME, which decides the view, is the session's
+    assert not marker.exists()                            # PYTHONPATH acted on no host process
+    steps = json.loads(proj.envgit("log", "--json", check=True).stdout)
+    assert [s["tool_call_id"] for s in steps if s["argv"][:2] == ["sh", "-c"]] == ["call-e1"]

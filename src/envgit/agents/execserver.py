@@ -140,8 +140,9 @@ class ExecServer:
 
     # --- steps ---------------------------------------------------------------------------
 
-    def step_env(self, extra=None, tool_call_id=None):
-        env = {**os.environ, **(extra or {}), "ENVGIT_SESSION": self.session}
+    def step_env(self, tool_call_id=None):
+        """The environment of a host-side launcher: this server's own, never the request's."""
+        env = {**os.environ, "ENVGIT_SESSION": self.session}
         env.pop("ENVGIT_TOOL_CALL_ID", None)
         call = tool_call_id or self.current_call()
         if call:
@@ -197,23 +198,39 @@ class ExecServer:
             raise RpcError(INVALID_REQUEST, f"process id {key} is already in use")
         cwd = self.inside(path_of(params.get("cwd") or file_uri(self.root)))
         call = (params.get("metadata") or {}).get("toolCallId")
-        env = self.step_env(params.get("env"), call)
+        requested = params.get("env") or {}
+        if not isinstance(requested, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in requested.items()):
+            raise RpcError(INVALID_PARAMS, "process/start's env must be an object of strings")
+        env = self.step_env(call)
+        # The launcher runs on the host with this server's environment; the requested one is the
+        # step's, sent to the daemon (steprun.py), whose policy scrubs it for the sandbox. HOME
+        # stays this session's: it decides the step's view.
+        wanted = {**env, **requested, "HOME": env.get("HOME", self.home)}
+        env_r, env_w = os.pipe()
         tty = bool(params.get("tty"))
-        cmd = [self.envgit, "run", "--", *argv]
-        if tty:
-            import pty
-            master, slave = pty.openpty()
-            popen = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
-                                     start_new_session=True, preexec_fn=_take_tty)
-            os.close(slave)
-            proc = Process(key, popen, master, True)
-            streams = [(master, "pty")]
-        else:
-            popen = subprocess.Popen(cmd, cwd=cwd, env=env,
-                                     stdin=subprocess.PIPE if params.get("pipeStdin") else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-            proc = Process(key, popen, popen.stdin.fileno() if popen.stdin else None, False)
-            streams = [(popen.stdout.fileno(), "stdout"), (popen.stderr.fileno(), "stderr")]
+        cmd = [sys.executable, "-I", "-m", "envgit.agents.steprun", str(env_r), "--", *argv]
+        try:
+            if tty:
+                import pty
+                master, slave = pty.openpty()
+                popen = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
+                                         start_new_session=True, preexec_fn=_take_tty, pass_fds=(env_r,))
+                os.close(slave)
+                proc = Process(key, popen, master, True)
+                streams = [(master, "pty")]
+            else:
+                popen = subprocess.Popen(cmd, cwd=cwd, env=env, pass_fds=(env_r,),
+                                         stdin=subprocess.PIPE if params.get("pipeStdin") else subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                proc = Process(key, popen, popen.stdin.fileno() if popen.stdin else None, False)
+                streams = [(popen.stdout.fileno(), "stdout"), (popen.stderr.fileno(), "stderr")]
+        except BaseException:
+            os.close(env_w)
+            raise
+        finally:
+            os.close(env_r)
+        threading.Thread(target=_feed, args=(env_w, json.dumps(wanted).encode()), daemon=True).start()
         self.procs[key] = proc
         # The answer goes out before any output notification of this process.
         self.send({"id": rid, "result": {"processId": key, "sandboxType": "none"}})
@@ -396,6 +413,17 @@ class ExecServer:
             return f"the policy cannot be read: {e}"
         d = decide_path(self._policy, os.path.normpath(path), self.root, self.home)
         return d.rule if d.access == "none" else None
+
+
+def _feed(fd, data):
+    """The step's environment to its launcher's pipe (in a thread: it may be over a pipe's buffer)."""
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _take_tty():
