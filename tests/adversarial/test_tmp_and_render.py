@@ -74,7 +74,7 @@ def test_escape_codes_in_file_names_are_shown_inert(attacker):
 
 def test_the_ask_prompt_and_pending_show_inert_names(capfd, monkeypatch):
     """The question a person answers: its host, path and ref names are the step's choice."""
-    from envgit import commands
+    from envgit.commands import asks as commands
     from envgit.run import Terminal
     q = {"step": 3, "method": "POST", "host": "git.example\x1b[2K", "path": "/r.git/git-receive-pack\r",
          "kind": "git-push", "rule": "irreversible", "refs": [{"ref": "refs/heads/\x1b]8;;http://x\x07main",

@@ -1,0 +1,146 @@
+"""Setting a project up and looking at the machine: init, demo, policy, doctor, daemon."""
+
+import os
+import sys
+
+from ..inert import inert
+from ..paths import find_project
+from . import out
+
+
+def add_parsers(sub, argparse):
+    s = sub.add_parser("init", help="write envgit.yaml and .envgit/ in this directory")
+    s.add_argument("--force", action="store_true", help="overwrite an existing envgit.yaml")
+    s.set_defaults(fn=cmd_init)
+
+    s = sub.add_parser("demo", help="a scripted agent against a local git remote: push denied, "
+                       "history destroyed, rewind recovers it (about 10 s, no API key)")
+    s.add_argument("--keep", metavar="DIR", help="build the demo in DIR and leave it there to explore")
+    s.add_argument("--policy", metavar="FILE", help="run the demo under this envgit.yaml instead ({remote} in it stands for "
+                   "the demo remote's host:port)")
+    s.add_argument("--json", action="store_true", help="one JSON record per step, then the result")
+    s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("doctor", help="what this machine is missing, with the fix for each")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_doctor)
+
+    s = sub.add_parser("policy", help="check, show or describe the policy")
+    s.set_defaults(fn=cmd_policy)
+    psub = s.add_subparsers(dest="policy_cmd", metavar="ACTION", required=True)
+    psub.add_parser("check", help="validate envgit.yaml")
+    x = psub.add_parser("show", help="the effective policy, defaults merged, with sources")
+    x.add_argument("--json", action="store_true")
+    psub.add_parser("schema", help="the JSON Schema of envgit.yaml")
+    psub.add_parser("protected", help="the escape routes: files a program outside the sandbox "
+                    "obeys, read-only to a step or marked when changed")
+
+    s = sub.add_parser("daemon", help="the session daemon (plumbing)")
+    s.set_defaults(fn=cmd_daemon)
+    dsub = s.add_subparsers(dest="daemon_cmd", metavar="ACTION", required=True)
+    dsub.add_parser("status")
+    dsub.add_parser("stop")
+
+
+# --- demo --------------------------------------------------------------------------------
+
+def cmd_demo(args):
+    from ..demo import main
+    return main(args)
+
+
+# --- init --------------------------------------------------------------------------------
+
+def cmd_init(args):
+    from ..policy import defaults
+    root = os.path.realpath(os.getcwd())
+    home = os.path.realpath(os.path.expanduser("~"))
+    if root in ("/", home) and not args.force:
+        print(f"envgit: {root} is {'/' if root == '/' else 'your home directory'}: as a project, all of it "
+              "would be visible and writable to every step; run `envgit init` in a project's "
+              "directory (or pass --force)", file=sys.stderr)
+        return 2
+    policy = os.path.join(root, "envgit.yaml")
+    if os.path.exists(policy) and not args.force:
+        print(f"envgit: {policy} exists; keeping it (use --force to overwrite)", file=sys.stderr)
+    else:
+        tmp = policy + ".tmp"
+        with open(tmp, "w") as f:       # whole or absent: write, then rename
+            f.write(defaults.TEMPLATE)
+        os.replace(tmp, policy)
+        print(f"wrote {policy}")
+    state = os.path.join(root, ".envgit")
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    gi = os.path.join(root, ".gitignore")
+    lines = open(gi).read().splitlines() if os.path.exists(gi) else []
+    if not any(l.strip() in (".envgit", ".envgit/", "/.envgit", "/.envgit/") for l in lines):
+        with open(gi, "a") as f:
+            if lines and lines[-1] != "":
+                f.write("\n")
+            f.write(".envgit/\n")
+        print(f"added .envgit/ to {gi}")
+    print(f"initialised envgit in {root}; next: envgit run -- CMD")
+    return 0
+
+
+# --- policy ------------------------------------------------------------------------------
+
+def cmd_policy(args):
+    from ..policy import PolicyError, json_schema, load_policy, render
+    if args.policy_cmd == "schema":
+        out(json_schema())
+        return 0
+    if args.policy_cmd == "protected":
+        from ..policy.defaults import render_escape_routes
+        sys.stdout.write(render_escape_routes())
+        return 0
+    project = find_project()
+    try:
+        pol = load_policy(project.policy)
+    except PolicyError as e:
+        print(f"envgit: {e}", file=sys.stderr)
+        return 2
+    if args.policy_cmd == "check":
+        print(f"{project.policy}: ok (sha256 {pol.sha256[:12]})")
+        from ..sandbox.tracked import tracked_denied, warning
+        tracked = tracked_denied(pol, project.root, os.path.expanduser("~"))
+        if tracked:
+            print(f"warning: {inert(warning(tracked))}")
+    elif args.json:
+        out(pol.to_json())
+    else:
+        sys.stdout.write(render(pol))
+    return 0
+
+
+# --- doctor ------------------------------------------------------------------------------
+
+def cmd_doctor(args):
+    from ..doctor import run_checks
+    checks = run_checks()
+    if args.json:
+        out([c.__dict__ for c in checks])
+    else:
+        for c in checks:
+            mark = "ok  " if c.ok else ("MISS" if c.required else "warn")
+            print(f"{mark}  {c.name}: {c.detail}")
+            if not c.ok and c.fix:
+                print(f"      fix: {c.fix}")
+    return 1 if any(c.required and not c.ok for c in checks) else 0
+
+
+# --- daemon (plumbing) -------------------------------------------------------------------
+
+def cmd_daemon(args):
+    from ..daemon.client import DaemonError, connect
+    project = find_project()
+    try:
+        conn = connect(project, start=args.daemon_cmd == "status")
+    except DaemonError as e:
+        if args.daemon_cmd == "stop":
+            print("no daemon running")
+            return 0
+        print(f"envgit: {e}", file=sys.stderr)
+        return 1
+    out(conn.request({"op": args.daemon_cmd}))
+    return 0
