@@ -96,3 +96,34 @@ def ask_daemon(project, msg):
 def argparse_namespace(**kw):
     import argparse
     return argparse.Namespace(**kw)
+
+
+# --- step references ---------------------------------------------------------------------
+
+STEP_HELP = "a step: its number, `last`, or `last~K` (K steps before the last)"
+
+
+def step_ref(text) -> str:
+    """An argparse type for a step reference: checked for shape here, resolved against the
+    journal by resolve_step (argparse cannot open the journal)."""
+    import argparse
+    t = str(text)
+    if t.isdigit() and int(t) >= 1:
+        return t
+    if t == "last" or (t.startswith("last~") and t[5:].isdigit()):
+        return t
+    raise argparse.ArgumentTypeError(f"{text!r}: give a step number (1 or more), `last` or `last~K`")
+
+
+def resolve_step(j, ref) -> int:
+    """The step number a reference names: N itself; `last` the highest step; `last~K` the
+    K-th step before it (counting steps that exist, as `git log`'s HEAD~K counts commits).
+    Raises Usage when there is no such step."""
+    ref = str(ref)
+    if ref.isdigit():
+        return int(ref)
+    back = int(ref[5:]) if ref.startswith("last~") else 0
+    steps = j.steps(last=back + 1) if j else []
+    if len(steps) < back + 1:
+        raise Usage(f"no step {ref}: the journal has {len(steps)} step(s); `envgit log` lists them")
+    return steps[0].id
