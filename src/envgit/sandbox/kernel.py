@@ -484,10 +484,13 @@ def scan_root_only(roots: list[str], prune=()) -> list[str]:
     expr = [*skip, "(", "-type", "d", "(", "!", "-perm", "-o=r", "-o", "!", "-perm", "-o=x", ")", "-prune",
             "-print0", ")", "-o", "(", "!", "-type", "d", "!", "-type", "l", "!", "-perm", "-o=r",
             "-print0", ")"]
-    # find from the system's own directories, never from PATH: a step can plant a `find` in a
-    # project virtualenv that PATH may name, and this runs outside the sandbox, as root.
-    find = next((f for f in ("/usr/bin/find", "/bin/find") if os.access(f, os.X_OK)), None)
-    if find is None:
+    # find from the system's own directories, never from PATH (the one resolver every host
+    # binary goes through): a step can plant a `find` in a project virtualenv that PATH may
+    # name, and this runs outside the sandbox, as root.
+    from .launch import LaunchError, trusted_binary
+    try:
+        find = trusted_binary("find")
+    except LaunchError:
         return [p for p in _walk(roots) if not any(_inside(p, x) for x in prune)]
     try:
         r = subprocess.run([find, *roots, *expr], capture_output=True, timeout=600, env={"LC_ALL": "C"})
