@@ -444,22 +444,11 @@ class AdminTrees:
                     return False
                 continue                       # gone meanwhile
             self.dirs[wd] = d
-            try:
-                it = os.scandir(d)
-            except OSError:
-                continue
-            with it:
-                for e in it:
-                    try:
-                        em = e.stat(follow_symlinks=False).st_mode
-                    except OSError:
-                        continue
-                    if stat.S_ISLNK(em):
-                        continue
-                    if stat.S_ISDIR(em):
-                        (stack.append if em & 0o005 == 0o005 else self.paths.add)(e.path)
-                    elif not em & 0o004 and not _lock_file(e.path):
-                        self.paths.add(e.path)
+            for path, enter in _classify(d):
+                if enter:
+                    stack.append(path)
+                elif not _lock_file(path):
+                    self.paths.add(path)
         return True
 
 
@@ -502,24 +491,32 @@ def scan_root_only(roots: list[str], prune=()) -> list[str]:
 def _walk(roots):
     out, stack = [], list(roots)
     while stack:
-        d = stack.pop()
-        try:
-            it = os.scandir(d)
-        except OSError:
-            continue
-        with it:
-            for e in it:
-                try:
-                    m = e.stat(follow_symlinks=False).st_mode
-                except OSError:
-                    continue
-                if stat.S_ISLNK(m):
-                    continue
-                if stat.S_ISDIR(m):
-                    (out.append if m & 0o005 != 0o005 else stack.append)(e.path)
-                elif not m & 0o004:
-                    out.append(e.path)
+        for path, enter in _classify(stack.pop()):
+            (stack.append if enter else out.append)(path)
     return sorted(out)
+
+
+def _classify(d):
+    """(path, enter) for each entry of directory `d` that matters to the root-only scan: a
+    directory others can list and enter (enter=True: look inside), or a file others cannot
+    read or a directory they cannot list or enter (enter=False: mask it whole). Symlinks and
+    entries gone meanwhile are skipped. The one loop behind the fallback walk and the watcher."""
+    try:
+        it = os.scandir(d)
+    except OSError:
+        return
+    with it:
+        for e in it:
+            try:
+                m = e.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(m):
+                continue
+            if stat.S_ISDIR(m):
+                yield e.path, m & 0o005 == 0o005
+            elif not m & 0o004:
+                yield e.path, False
 
 
 def _read_cache():
