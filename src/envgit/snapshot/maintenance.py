@@ -13,11 +13,15 @@ from .objects import MissingObject, ObjectStore, StoreError
 from .packs import FLAG_ZSTD
 
 
-def fsck(objects: ObjectStore, root_ids: list[bytes]) -> list[str]:
-    """Human-readable problems; empty when every pack, object and given root is sound."""
+def fsck(objects: ObjectStore, root_ids: list[bytes], progress=None) -> list[str]:
+    """Human-readable problems; empty when every pack, object and given root is sound.
+    `progress(done_packs, total_packs)` after each pack re-hashed."""
     problems = list(objects.index_problems)
-    for pack_id, entries in sorted(objects.pack_entries.items()):
+    packs_ = sorted(objects.pack_entries.items())
+    for n, (pack_id, entries) in enumerate(packs_, 1):
         problems += _check_pack(objects, pack_id, entries)
+        if progress:
+            progress(n, len(packs_))
     problems += _check_reachable(objects, root_ids)
     return problems
 

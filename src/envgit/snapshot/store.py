@@ -119,10 +119,11 @@ class Store:
         apply_plan(self.objects, root, plan)
 
     # -- maintenance ----------------------------------------------------------------------
-    def fsck(self, root_ids: list[str]) -> list[str]:
+    def fsck(self, root_ids: list[str], progress=None) -> list[str]:
         """Every object re-hashed; every tree and chunk index reachable from the roots present
-        and well-formed. Returns the problems found (empty: all good)."""
-        return maintenance.fsck(self.objects, [bytes.fromhex(r) for r in root_ids])
+        and well-formed. Returns the problems found (empty: all good). `progress(done, total)`
+        counts packs."""
+        return maintenance.fsck(self.objects, [bytes.fromhex(r) for r in root_ids], progress)
 
     def check_tree(self, tree_id: str) -> list[str]:
         """What is wrong under the tree (empty: every tree and chunk index under it reads back
