@@ -46,7 +46,8 @@ daemon also pushes frames to that step's client, each with a "push" key:
   {"push": "ask", "id", "question", "timeout"}   a request of the step waits for a person
   {"push": "asked", "id", "answer", "who"}       that question was answered (or timed out)
   {"push": "notice", "text"}                     a line for the step's stderr (a denial)
-  {"push": "progress", "text"}                   how far a long operation (gc) has got
+  {"push": "progress", "text", "done"?, "total"?, "unit"?, "what"?}
+                                                 how far a long operation (gc) has got
 Snapshots run in a worker thread, so a long one never stalls the event loop (and the proxy).
 """
 
@@ -575,7 +576,9 @@ class Session:
         def progress(done, total):          # on the gc thread: hand the frame to the loop
             if conn is not None:
                 loop.call_soon_threadsafe(self.push, {"conn": conn},
-                                          {"push": "progress", "text": f"repacked {done}/{total} packs"})
+                                          {"push": "progress", "text": f"repacked {done}/{total} packs",
+                                           "done": done, "total": total, "unit": "pack",
+                                           "what": "gc: repacking"})
 
         # The drop is journaled before the store deletes anything: a gc killed midway has
         # dropped exactly what its row says, and the next gc finishes the store's part.
