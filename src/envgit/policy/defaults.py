@@ -223,6 +223,75 @@ ASK_TIMEOUT_S = 120
 
 IRREVERSIBLE = [{"preset": "default"}]
 
+# Network presets: `preset:NAME` in network.allow stands for every host NAME's clients reach in
+# their default configuration (index, API, file and redirect hosts), on the standard ports.
+# Read hosts only: upload-only hosts (upload.pypi.org, uploads.github.com) are left out, and
+# the irreversible preset still judges every request on these hosts. ONE list: load.py
+# expands it, `envgit policy show` and the JSON Schema print it, the init template names it.
+NETWORK_PRESETS = {
+    "pypi": (("pypi.org", "files.pythonhosted.org"),
+             "pip, uv, poetry, pipx: the index (pypi.org/simple, /pypi/*/json) and the files"),
+    "npm": (("registry.npmjs.org", "nodejs.org"),
+            "npm, pnpm, npx: the registry (metadata, tarballs, audit); nodejs.org for "
+            "node-gyp's headers when a native module builds"),
+    "yarn": (("registry.yarnpkg.com", "repo.yarnpkg.com"),
+             "yarn: its registry mirror, and yarn 2+'s own releases and plugins"),
+    "crates": (("crates.io", "index.crates.io", "static.crates.io"),
+               "cargo: the sparse index, the API (search, download redirects) and the .crate files"),
+    "rustup": (("static.rust-lang.org",), "rustup: toolchains and components"),
+    "go": (("proxy.golang.org", "sum.golang.org"),
+           "go: the module proxy (also GOTOOLCHAIN downloads) and the checksum database"),
+    "github": (("github.com", "api.github.com", "codeload.github.com", "raw.githubusercontent.com",
+                "objects.githubusercontent.com", "release-assets.githubusercontent.com",
+                "media.githubusercontent.com", "github-cloud.githubusercontent.com",
+                "github-cloud.s3.amazonaws.com"),
+               "git over https, the API (gh), archives (codeload), raw files, release assets, "
+               "git-lfs objects"),
+    "ghcr": (("ghcr.io", "pkg-containers.githubusercontent.com"),
+             "GitHub's container and package registry: manifests and blobs"),
+    "gitlab": (("gitlab.com", "registry.gitlab.com"),
+               "git over https, the API, archives, git-lfs, the container registry"),
+    "huggingface": (("huggingface.co", "hf.co", "*.hf.co", "cdn-lfs.huggingface.co",
+                     "cdn-lfs-us-1.huggingface.co", "cdn-lfs-eu-1.huggingface.co"),
+                    "the Hub's API and files, their CDN and Xet storage hosts (*.hf.co)"),
+    "rubygems": (("rubygems.org", "index.rubygems.org"),
+                 "gem, bundler: the compact index and the .gem files"),
+    "maven": (("repo.maven.apache.org", "repo1.maven.org"), "Maven Central (mvn, gradle, sbt, coursier)"),
+    "gradle": (("services.gradle.org", "downloads.gradle.org", "plugins.gradle.org",
+                "plugins-artifacts.gradle.org"),
+               "the gradle wrapper's distributions and the plugin portal (add preset:maven too)"),
+    "dockerhub": (("registry-1.docker.io", "auth.docker.io", "production.cloudflare.docker.com"),
+                  "Docker Hub pulls (crane, skopeo, oras): the registry, its token service, blobs"),
+    "conda": (("conda.anaconda.org", "repo.anaconda.com"), "conda, mamba, pixi: conda-forge and defaults"),
+}
+PRESET_PREFIX = "preset:"
+
+
+def presets_naming(host: str) -> list[str]:
+    """The `preset:NAME` entries that would allow `host` (a hint for a denied host)."""
+    h = host.strip().rstrip(".").lower()
+    return [PRESET_PREFIX + name for name, (hosts, _) in NETWORK_PRESETS.items()
+            if any(e == h or e.startswith("*.") and h.endswith(e[1:]) for e in hosts)]
+
+
+def render_network_presets(indent: str = "", why: bool = True, width: int = 96) -> list[str]:
+    """Each network preset: its name and hosts (wrapped at `width`), and what it is for."""
+    name_w = len(PRESET_PREFIX) + max(len(n) for n in NETWORK_PRESETS)
+    out = []
+    for name, (hosts, purpose) in NETWORK_PRESETS.items():
+        line = f"{indent}{PRESET_PREFIX + name:<{name_w}}  "
+        cont = " " * len(line)
+        for i, h in enumerate(hosts):
+            word = h + ("," if i < len(hosts) - 1 else "")
+            if len(line) + len(word) > width and not line.endswith("  "):
+                out.append(line.rstrip())
+                line = indent + cont[len(indent):]
+            line += word + " "
+        out.append(line.rstrip())
+        if why:
+            out.append(f"{indent}{' ' * name_w}  ({purpose})")
+    return out
+
 # Written by `envgit init`: the same defaults, spelled out and explained.
 TEMPLATE = """\
 # envgit policy: what a step may read, write and reach. Checked by `envgit policy check`;
@@ -248,7 +317,13 @@ env:
   pass: []
 
 network:
-  # Hosts reachable through envgit's proxy: 'host', 'host:port' or '*.domain'.
+  # Hosts reachable through envgit's proxy: 'host', 'host:port', '*.domain', or a preset
+  # naming every host a client needs. A loopback entry with a port ('127.0.0.1:8000',
+  # 'localhost:5173': a dev server or a local registry on this machine) is reachable from
+  # inside at that address, that port only. E.g.
+  #   allow: [preset:pypi, preset:npm, preset:github, "localhost:5173"]
+  # The presets and their hosts (also in `envgit policy show`):
+@PRESETS@
   allow: []
   # Request-level rules per host (TLS is terminated for these hosts), e.g.
   #   api.github.com: { methods: [GET] }
@@ -269,4 +344,4 @@ shell:
 snapshot:
   max_file_size: 256MiB
   exclude: []
-"""
+""".replace("@PRESETS@", "\n".join(render_network_presets("  #   ", why=False)))

@@ -102,7 +102,7 @@ def _merge(data, where, path, sha) -> Policy:
         protect=extend("filesystem.protect", defaults.PROTECT, fs.get("protect", [])),
         env_pass=extend("env.pass", defaults.ENV_PASS, env.get("pass", [])),
         env_set=given("env.set", env.get("set"), {}),
-        network_allow=extend("network.allow", [], net.get("allow", [])),
+        network_allow=_network_allow(net.get("allow", []), where, prov),
         l7=given("network.l7", net.get("l7"), {}),
         ask_timeout=given("network.ask_timeout", net.get("ask_timeout"), defaults.ASK_TIMEOUT_S),
         irreversible=given("irreversible", data.get("irreversible"), defaults.IRREVERSIBLE),
@@ -113,6 +113,24 @@ def _merge(data, where, path, sha) -> Policy:
     )
     pol.where = prov
     return pol
+
+
+def _network_allow(entries, where, prov) -> list[str]:
+    """network.allow with each `preset:NAME` replaced by its hosts, each host's provenance
+    naming the line and the preset ("envgit.yaml:7 preset:pypi")."""
+    out, seen = [], set()
+    for i, entry in enumerate(entries):
+        line = where[f"network.allow[{i}]"]
+        if entry.startswith(defaults.PRESET_PREFIX):
+            hosts, line = defaults.NETWORK_PRESETS[entry[len(defaults.PRESET_PREFIX):]][0], f"{line} {entry}"
+        else:
+            hosts = (entry,)
+        for h in hosts:
+            if h not in seen:
+                seen.add(h)
+                prov[f"network.allow[{len(out)}]"] = line
+                out.append(h)
+    return out
 
 
 def render(pol: Policy) -> str:
@@ -129,4 +147,6 @@ def render(pol: Policy) -> str:
     for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("network.ask_timeout", "ask_timeout"), ("irreversible", "irreversible"),
                       ("shell", "shell"), ("snapshot.max_file_size", "max_file_size"), ("mcp", "mcp")]:
         lines.append(f"{key}: {json.dumps(getattr(pol, attr))}  # {pol.where[key]}")
+    lines.append("# network presets ('preset:NAME' in network.allow stands for these hosts):")
+    lines += defaults.render_network_presets("#   ")
     return "\n".join(lines) + "\n"

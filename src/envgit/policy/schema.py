@@ -38,6 +38,19 @@ class Str:
 
 
 @dataclass
+class AllowEntry(Str):
+    """A network.allow entry: a host entry, or `preset:NAME` (policy/defaults.py NETWORK_PRESETS)."""
+
+    def json(self):
+        from .defaults import NETWORK_PRESETS, PRESET_PREFIX
+        return {"description": self.doc, "anyOf": [
+            *({"const": PRESET_PREFIX + n, "description": f"{why}: {', '.join(hosts)}"}
+              for n, (hosts, why) in NETWORK_PRESETS.items()),
+            {"type": "string", "not": {"pattern": "^" + PRESET_PREFIX},
+             "description": "'host', 'host:port', '[v6]:port' or '*.domain'"}]}
+
+
+@dataclass
 class Int:
     doc: str = ""
     minimum: int = 0
@@ -135,6 +148,19 @@ def check_host(text):
     return f"{text!r} is not a host: write 'example.com', 'example.com:443' or '*.example.com'"
 
 
+def check_allow_entry(text):
+    from .defaults import NETWORK_PRESETS, PRESET_PREFIX
+    if not text.startswith(PRESET_PREFIX):
+        return check_host(text)
+    name = text[len(PRESET_PREFIX):]
+    if name in NETWORK_PRESETS:
+        return None
+    hint = difflib.get_close_matches(name, NETWORK_PRESETS, n=1)
+    fix = f"did you mean '{PRESET_PREFIX}{hint[0]}'?" if hint else \
+        "the presets: " + ", ".join(PRESET_PREFIX + n for n in NETWORK_PRESETS)
+    return f"{text!r} is not a network preset; {fix} (`envgit policy show` lists their hosts)"
+
+
 def check_preset_rule(text):
     from .network import PRESET_NAMES, preset_rule_name   # pure and light, but not needed earlier
     if preset_rule_name(text):
@@ -204,7 +230,11 @@ SCHEMA = Map({
         "set": Dict(Str(check=check_env_name), Str(), doc="variables set inside the sandbox"),
     }, doc="the sandbox's environment"),
     "network": Map({
-        "allow": List(Str(check=check_host), doc="hosts reachable through the proxy"),
+        "allow": List(AllowEntry(check=check_allow_entry), doc=(
+            "hosts reachable through the proxy: 'host' (ports 443 and 80), 'host:port', "
+            "'*.domain', or 'preset:NAME' for every host a client needs (preset:pypi, "
+            "preset:npm, preset:github, …); a loopback entry with a port ('localhost:5173') "
+            "is reachable from inside at that address and port")),
         "ask_timeout": Int("seconds an `ask` waits for a person before it is a deny", minimum=1),
         "l7": Dict(Str(check=check_host), Map({
             "methods": List(Str(enum=METHODS)),
