@@ -54,11 +54,12 @@ def upstream_bundle(state_dir: Path, extra: Path | None) -> Path:
     return out
 
 
-def trust_dir(state_dir: Path, system_certs: str = "/etc/ssl/certs") -> Path:
+def trust_dir(state_dir: Path, system_certs: str = "/etc/ssl/certs", extra: Path | None = None) -> Path:
     """A copy of `system_certs` (links kept as links) with the session CA added, the bundle
     file extended by it, and the hash links regenerated: bind-mounted over /etc/ssl/certs in
     the sandbox, so tunnelled hosts (real certificates) and intercepted ones (the session CA)
-    both verify there, and only there."""
+    both verify there, and only there. `extra` (ENVGIT_UPSTREAM_CA, test-only: the local test
+    servers' CA) is trusted there too, as the client itself verifies a tunnelled host."""
     src, out = Path(system_certs), state_dir / "trust" / "certs"
     session = ca_cert_path(state_dir).read_bytes()
     if out.exists():
@@ -76,8 +77,11 @@ def trust_dir(state_dir: Path, system_certs: str = "/etc/ssl/certs") -> Path:
                 shutil.copyfile(entry.path, target)
     if not bundle and (base := system_bundle()):
         bundle = base.read_bytes()
-    (out / BUNDLE_NAME).write_bytes(bundle.rstrip(b"\n") + b"\n" + session)
+    added = session + (b"\n" + Path(extra).read_bytes() if extra else b"")
+    (out / BUNDLE_NAME).write_bytes(bundle.rstrip(b"\n") + b"\n" + added)
     (out / SESSION_CA_NAME).write_bytes(session)
+    if extra:
+        (out / "envgit-upstream-test-ca.pem").write_bytes(Path(extra).read_bytes())
     _rehash(out)
     return out
 

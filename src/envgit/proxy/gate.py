@@ -31,14 +31,28 @@ ASK_TIMEOUT = 120.0
 
 
 def resolve_from_env(environ=os.environ) -> dict[str, str]:
-    """ENVGIT_RESOLVE='name=127.0.0.1[,name2=::1]' (test-only; the daemon's own environment,
-    never the policy, never the sandbox's)."""
+    """ENVGIT_RESOLVE='name=127.0.0.1[,name2=::1][,name3=127.0.0.1:8443][,name4=[::1]:8443]'
+    (test-only; the daemon's own environment, never the policy, never the sandbox's). With a
+    port, the name's connections on every port go to that port: a test's server stands in
+    for pypi.org:443 on a port of its own (the step, the policy and the records still say
+    pypi.org:443)."""
     out = {}
     for item in environ.get("ENVGIT_RESOLVE", "").split(","):
         name, eq, addr = item.strip().partition("=")
         if eq and name and addr:
             out[network.norm_host(name)] = addr.strip()
     return out
+
+
+def _address(value: str) -> tuple[str, int | None]:
+    """An ENVGIT_RESOLVE target: 'addr', 'v4:port', '[v6]:port' -> (addr, port or None)."""
+    if value.startswith("["):
+        addr, _, rest = value[1:].partition("]")
+        return addr, int(rest[1:]) if rest.startswith(":") else None
+    if value.count(":") == 1:
+        addr, port = value.split(":")
+        return addr, int(port)
+    return value, None
 
 
 def upstream_ca_from_env(environ=os.environ) -> Path | None:
@@ -137,7 +151,7 @@ class Gate:
     def ca_bundle_dir(self, system_certs: str = "/etc/ssl/certs") -> Path:
         """A regenerated certs directory (system roots + session CA, rehashed) to bind over
         /etc/ssl/certs in the sandbox; its bundle file is `<dir>/ca-certificates.crt`."""
-        return ca.trust_dir(self.state_dir, system_certs)
+        return ca.trust_dir(self.state_dir, system_certs, extra=self.upstream_ca)
 
     # --- life ----------------------------------------------------------------------------
 
@@ -315,7 +329,8 @@ class Gate:
         name, port = server.address[0], server.address[1]
         host = network.norm_host(name)
         if host in self.resolve:
-            addr = self.resolve[host]
+            addr, moved = _address(self.resolve[host])
+            port = moved or port
         elif network.ip_literal(host) is not None:
             return
         else:
