@@ -1,6 +1,10 @@
 """The environment a step starts with: only what the policy passes, never a token by accident."""
 
 import fnmatch
+import hashlib
+import os
+import secrets
+import stat
 
 from ..policy import defaults
 
@@ -38,3 +42,95 @@ def scrub(host_env: dict, passes: list[str], sets: dict, extra: dict) -> dict:
     out.update(sets)
     out.update(extra)
     return out
+
+
+# --- package caches ---------------------------------------------------------------------------
+#
+# Each project has one cache directory, outside it and outside the host's own caches:
+# $XDG_CACHE_HOME/envgit/<name>-<id> (~/.cache/envgit/…), the daemon's own environment deciding
+# where (never a step's). It is bound writable at the same path in every sandbox of the project
+# and kept between steps and sessions, so a second `pip install` or `npm install` is not cold.
+# The clients find it through their own variables. What it means to trust it: a later step of
+# the same project reads what an earlier one wrote (a poisoned wheel, a planted cargo config):
+# the trust a step already has in the project itself, whose code (node_modules, .venv, build
+# scripts) the next step runs anyway. Nothing on the host reads it: the host's ~/.cache/pip,
+# ~/.npm and ~/.cargo are neither shown nor written, and no other project's cache is visible.
+# Without a usable place (no home, an XDG_CACHE_HOME inside the project) the caches fall back
+# to the step's own /tmp and last one step, as before.
+CACHE_VARS = {
+    "XDG_CACHE_HOME": "",                       # the directory itself: pip, uv, go-build, …
+    "PIP_CACHE_DIR": "pip",
+    "UV_CACHE_DIR": "uv",
+    "npm_config_cache": "npm",
+    "YARN_CACHE_FOLDER": "yarn",
+    "npm_config_store_dir": "pnpm-store",       # pnpm's content-addressed store
+    "CARGO_HOME": "cargo",                      # its registry index, .crate files and git checkouts
+    "GOPATH": "go",                             # GOMODCACHE (go/pkg/mod) and the sumdb cache
+    "GOCACHE": "go-build",
+}
+_KEY_FILE = "cache-key"
+
+
+def cache_env(cache: str | None) -> dict[str, str]:
+    """The clients' variables pointing into `cache` (None: into the step's /tmp)."""
+    base = cache or "/tmp/.cache"
+    return {name: os.path.join(base, sub) if sub else base for name, sub in CACHE_VARS.items()}
+
+
+def project_cache(project: str, state_dir: str, environ=os.environ) -> str | None:
+    """This project's cache directory on the host (created, mode 0700), or None."""
+    root = environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(root):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        if not os.path.isabs(home) or home == "/":
+            return None
+        root = os.path.join(home, ".cache")
+    root = os.path.normpath(os.path.join(root, "envgit"))
+    project = os.path.realpath(project)
+    real = os.path.realpath(root)
+    if _inside(real, project) or _inside(project, real):
+        return None                 # a cache a step could reach as project files, or the reverse
+    try:
+        key = _project_key(state_dir)
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(project))
+        digest = hashlib.sha256(f"{project}\0{key}".encode("utf-8", "surrogateescape")).hexdigest()
+        path = os.path.join(root, f"{name[:32].lstrip('.') or 'project'}-{digest[:16]}")
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        return path
+    except OSError:
+        return None
+
+
+def _project_key(state_dir: str) -> str:
+    """A random key kept in .envgit/ (which no step sees): with the project's path it names
+    the cache, so a copy of the project elsewhere, or a new project made where an old one
+    was, starts with a cache of its own."""
+    path = os.path.join(state_dir, _KEY_FILE)
+    try:
+        with open(path) as f:
+            key = f.read().strip()
+        if key:
+            return key
+    except FileNotFoundError:
+        pass
+    key = secrets.token_hex(16)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    try:
+        os.link(tmp, path)          # the first writer wins; a racing one reads its key
+    except FileExistsError:
+        with open(path) as f:
+            key = f.read().strip()
+    finally:
+        os.unlink(tmp)
+    return key
+
+
+def _inside(p, d):
+    return p == d or p.startswith(d.rstrip("/") + "/")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..policy import resolve
 from ..policy.globs import has_magic
 from . import kernel, network
-from .environ import scrub
+from .environ import cache_env, project_cache, scrub
 from .projectscan import ProjectScan
 from .view import build_view
 
@@ -16,11 +16,6 @@ NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts
 
 
 INNER_INSIDE = "/run/envgit/control.sock"
-
-# The home view is read-only: tools that cache there are pointed at /tmp, the step's own
-# (a cache kept between steps would be one a step can poison for the next).
-CACHE_ENV = {"XDG_CACHE_HOME": "/tmp/.cache", "npm_config_cache": "/tmp/.npm",
-             "PIP_CACHE_DIR": "/tmp/.cache/pip"}
 
 
 @dataclass
@@ -49,11 +44,15 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
         rules = dataclasses.replace(rules, allow_abs=rules.allow_abs + extra("read"),
                                     write_abs=rules.write_abs + extra("write"),
                                     protect_abs=rules.protect_abs + extra("protect"))
-    view = build_view(rules, state_dir, session_tmp, scan)
+    # The home view is read-only: package caches go to the project's own cache directory
+    # (environ.py: kept between sessions), or to the step's /tmp when it has none.
+    cache = project_cache(project, state_dir)
+    view = build_view(rules, state_dir, session_tmp, scan, cache)
     view.args = kernel.without_host_proc(view.args)
     # /proc and /sys read-only or masked, and (as root) the host files only root can read: after
     # the view, whose `--proc /proc` they cover.
-    kargs, kmasked = kernel.mounts(view.args, state_dir, [rules.project] + [p for p, _ in rules.write_abs],
+    kargs, kmasked = kernel.mounts(view.args, state_dir, [rules.project] + [p for p, _ in rules.write_abs]
+                                   + ([cache] if cache else []),
                                    [p for p, _ in rules.allow_abs], view.masked)
     view.args += kargs
     view.masked += kmasked
@@ -65,7 +64,7 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     if inner_socket is not None:
         view.args += ["--dir", "/run/envgit", "--ro-bind", inner_socket, INNER_INSIDE]
         ours["ENVGIT_INNER_SOCKET"] = INNER_INSIDE
-    env = scrub(host_env, policy.env_pass, {**CACHE_ENV, **policy.env_set}, ours)
+    env = scrub(host_env, policy.env_pass, {**cache_env(cache), **policy.env_set}, ours)
     # As root bwrap keeps the capabilities of the new user namespace, and with them
     # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.
     caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []

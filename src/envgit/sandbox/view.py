@@ -7,6 +7,7 @@ The view is built from an allow-list, not by hiding things in a copy of `/`:
   /tmp                           the session's private tmp under .envgit/
   $HOME                          an empty read-only tmpfs, plus allow_read entries (toolchains)
                                  and a sanitised ~/.gitconfig (gitconfig.py)
+  ~/.cache/envgit/<project>-<id> the project's package caches, writable (environ.py)
   the project                    writable; envgit.yaml, the escape routes (routes.py: git's
                                  config and hooks in every repository, the core.hooksPath dir,
                                  .envrc, .npmrc, agents' settings…) and `protect` read-only,
@@ -39,7 +40,8 @@ class View:
     masked: list[str] = field(default_factory=list)   # every path covered by a deny
 
 
-def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan) -> View:
+def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan,
+               cache: str | None = None) -> View:
     v = View()
     a = v.args
     project, home = rules.project, rules.home
@@ -67,6 +69,8 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         if os.path.exists(p) and p != project:
             a += ["--bind", p, p]
     a += ["--bind", project, project]
+    if cache:                            # the project's package caches (environ.py), writable
+        a += ["--bind", cache, cache]
     copies = _COPIES.setdefault(state_dir, ConfigCopies(state_dir))
     # Git's own config, sanitised (no credentials, no host programs): the originals stay unseen.
     system = copies.system_config(home) if rules.home else None
@@ -74,7 +78,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         a += ["--ro-bind", system, "/etc/gitconfig"]
     if has_home:
         a += _global_git_config(copies, project, home, visible, state_dir)
-        a += ["--remount-ro", home]      # the home view is read-only; caches go to /tmp
+        a += ["--remount-ro", home]      # the home view is read-only (not the cache bound in it)
 
     # Read-only inside the writable project, their parents pinned in place first.
     rs = for_project(project).find(rules, scan)
