@@ -1,0 +1,355 @@
+"""ls, cat, restore: what a step's snapshot holds, read without touching the project.
+
+The verbs restic and git users reach for (`restic ls`/`git ls-tree`, `restic dump`/`git show
+N:PATH`, `restic restore --target`): they read the store directly (readers need no daemon: the
+store's packs are sealed before a step's entry names its tree) and never write the project.
+
+Also here, shared with diff: which step's tree a reference names (`step_tree`), and which
+paths' contents are withheld because the policy denies them (`Secrets`).
+"""
+
+import os
+import stat
+import sys
+
+from ..inert import inert, inert_line
+from ..paths import find_project
+from . import STEP_HELP, Usage, open_journal, out, resolve_step, step_ref
+
+EXAMPLES = {
+    "ls": "envgit ls last src/",
+    "cat": "envgit cat last~1:src/app.py",
+    "restore": "envgit restore 12 --target /tmp/at-12 -- src/",
+}
+
+
+def add_parsers(sub, argparse):
+    s = sub.add_parser("ls", help="list what the snapshot of a step holds: names, types, modes, sizes",
+                       usage="envgit ls STEP [PATH] [-r] [--json]",
+                       epilog="example:\n  " + EXAMPLES["ls"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("step", type=step_ref, help=STEP_HELP)
+    s.add_argument("path", nargs="?", default="", help="a directory or file in it (default: the top)")
+    s.add_argument("-r", "--recursive", action="store_true", help="everything under PATH, not one level")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_ls)
+
+    s = sub.add_parser("cat", help="print a file as it was in the snapshot of a step",
+                       usage="envgit cat STEP:PATH [--show-secrets]",
+                       epilog="example:\n  " + EXAMPLES["cat"] + "\n\nThe bytes go to stdout as they are; on a terminal, "
+                       "control characters are shown as escapes (\\x1b). A symlink prints its target. A path "
+                       "the policy denies (a .env) is withheld unless --show-secrets.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("spec", metavar="STEP:PATH", help="a step (N, last, last~K), a colon, a path in the project")
+    s.add_argument("--show-secrets", action="store_true",
+                   help="print a file the policy denies to steps (deny_read) too")
+    s.set_defaults(fn=cmd_cat)
+
+    s = sub.add_parser("restore", help="write the snapshot of a step (or some paths of it) into another "
+                       "directory; the project is not touched",
+                       usage="envgit restore STEP --target DIR [--force] [--json] [-- PATH…]",
+                       epilog="example:\n  " + EXAMPLES["restore"] + "\n\nFiles, modes and symlinks come back "
+                       "byte for byte (setuid/setgid bits never: docs/FORMAT.md). The target must be outside "
+                       "the project and empty (or new) unless --force; nothing is ever written through a "
+                       "symlink, so nothing lands outside the target.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("step", type=step_ref, help=STEP_HELP)
+    s.add_argument("--target", required=True, metavar="DIR", help="where to write (created if missing)")
+    s.add_argument("--force", action="store_true",
+                   help="write into a non-empty directory: what the snapshot has replaces what is there "
+                        "(nothing else is deleted)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(paths=[], fn=cmd_restore)
+
+
+# --- shared with diff ---------------------------------------------------------------------
+
+def step_tree(j, ref) -> tuple[int, str]:
+    """(step number, root tree id) of the snapshot after the step a reference names."""
+    n = resolve_step(j, ref)
+    s = j.step(n) if j else None
+    if s is None:
+        raise Usage(f"no step {n}; `envgit log` lists them")
+    if n in j.dropped_snapshots():
+        raise Usage(f"the snapshot of step {n} was dropped by `envgit gc`; pick a later step")
+    if not s.snapshot or not s.snapshot.get("tree"):
+        raise Usage(f"step {n} has no snapshot ({s.status}); pick another step")
+    return n, s.snapshot["tree"]
+
+
+class Secrets:
+    """Which paths' contents are withheld: those the policy denies to steps (deny_read, by name
+    or, for *.pem/*.key, by holding a private key), unless the person asked (`shown`).
+    A person reads envgit's output on screens, in logs and in pasted issues; the file was
+    denied because it should not be in any of them."""
+
+    def __init__(self, project, shown: bool):
+        self.root, self.shown, self.rules = project.root, shown, None
+        if shown:
+            return
+        from ..policy import PolicyError, load_policy, resolve
+        try:
+            pol = load_policy(project.policy)
+        except PolicyError as e:
+            raise Usage(f"{e} (needed to know which files are secrets; --show-secrets skips it)")
+        self.rules = resolve(pol, project.root, os.path.expanduser("~"))
+
+    def reason(self, path: bytes, *contents) -> str | None:
+        """Why the content of `path` (project-relative) is withheld, or None to show it.
+        `contents` are its versions (bytes or None), for the rules that look inside."""
+        if self.shown:
+            return None
+        from ..policy import defaults, is_denied
+        from ..policy.decide import _deepest, _rel, _rx
+        rel = os.fsdecode(path)
+        full = os.path.join(self.root, rel)
+        hit = is_denied(self.rules, full)
+        if hit:
+            return f"deny_read {hit}"
+        for pattern, marker in defaults.DENY_READ_IF_CONTAINS.items():
+            if _rx(pattern).match(rel) and any(c and marker in c for c in contents):
+                depth, _ = _deepest(self.rules, full, _rel(self.root, full),
+                                    self.rules.allow_abs, self.rules.allow_rel)
+                if depth < full.count("/"):      # an allow_read naming the file lifts it
+                    return f"deny_read {pattern} (it holds a private key)"
+        return None
+
+
+def withheld_line(reason: str) -> str:
+    return f"(denied by the policy, {reason}: content withheld; --show-secrets shows it)"
+
+
+# --- ls ------------------------------------------------------------------------------------
+
+_KIND = {"file": "-", "exec": "-", "dir": "d", "symlink": "l"}
+_TYPE_BITS = {"file": stat.S_IFREG, "exec": stat.S_IFREG, "dir": stat.S_IFDIR, "symlink": stat.S_IFLNK}
+
+
+def cmd_ls(args):
+    from ..daemon.snapshots import display
+    from ..snapshot import Store
+    project = find_project()
+    j = open_journal(project)
+    try:
+        n, tree = step_tree(j, args.step)
+        store = Store(project.state_path("objects"))
+        rows = _listing(store, tree, _rel_path(args.path), args.recursive)
+    except Usage as e:
+        return _fail(args, e)
+    if args.json:
+        out({"step": n, "tree": tree, "path": args.path.strip("/"), "recursive": args.recursive,
+             "entries": [{"path": display(p), "type": e_type, "mode": f"{mode:04o}", "size": size,
+                          "target": display(target) if target is not None else None, "id": oid}
+                         for p, e_type, mode, size, target, oid in rows]})
+        return 0
+    for p, e_type, mode, size, target, oid in rows:
+        shown = inert(display(p)) + ("/" if e_type == "dir" else "")
+        if e_type == "symlink":
+            shown += " -> " + inert(display(target))
+        size_text = "-" if e_type == "dir" else str(size)
+        print(f"{stat.filemode(_TYPE_BITS[e_type] | mode)}  {size_text:>10}  {shown}")
+    return 0
+
+
+def _listing(store, tree: str, path: bytes, recursive: bool) -> list[tuple]:
+    """[(path, type, mode, size, symlink target, content id)] of PATH (a file: itself; a
+    directory: its entries, or everything under it)."""
+    from ..snapshot.diff import read_tree
+    from ..snapshot.encoding import DIR, TYPE_NAMES
+    objects = store.objects
+    entries = read_tree(objects, bytes.fromhex(tree))
+    if path:
+        parts = path.split(b"/")
+        for i, name in enumerate(parts):
+            e = next((x for x in entries if x.name == name), None)
+            if e is None or (i < len(parts) - 1 and e.type != DIR):
+                raise Usage(f"{os.fsdecode(path)}: not in this snapshot; `envgit ls STEP` lists its top")
+            if e.type != DIR:
+                return [_row(path, e, TYPE_NAMES)]
+            entries = read_tree(objects, e.oid)
+    rows = []
+
+    def walk(prefix, entries):
+        for e in entries:
+            p = prefix + e.name
+            rows.append(_row(p, e, TYPE_NAMES))
+            if recursive and e.type == DIR:
+                walk(p + b"/", read_tree(objects, e.oid))
+    walk(path + b"/" if path else b"", entries)
+    return rows
+
+
+def _row(path, e, names):
+    return (path, names[e.type], e.mode, e.size if names[e.type] != "dir" else 0, e.target,
+            e.oid.hex() if e.oid else None)
+
+
+def _rel_path(text: str) -> bytes:
+    """A project-relative path as the store names it: no leading ./ or /, no trailing /."""
+    p = os.path.normpath(text.strip()) if text.strip() else ""
+    if p in (".", ""):
+        return b""
+    if p.startswith("/") or p == ".." or p.startswith("../"):
+        raise Usage(f"{text}: give a path relative to the project's top (as `envgit ls STEP` shows them)")
+    return os.fsencode(p)
+
+
+# --- cat -----------------------------------------------------------------------------------
+
+def cmd_cat(args):
+    from ..snapshot import Store
+    project = find_project()
+    ref, colon, path_text = args.spec.partition(":")
+    try:
+        if not colon or not path_text:
+            raise Usage(f"{args.spec!r}: give STEP:PATH, e.g. `{EXAMPLES['cat']}`")
+        import argparse
+        try:
+            ref = step_ref(ref)
+        except argparse.ArgumentTypeError as e:
+            raise Usage(str(e)) from None
+        path = _rel_path(path_text)
+        if not path:
+            raise Usage(f"{args.spec!r}: the top of the project is a directory; `envgit ls {ref}` lists it")
+        j = open_journal(project)
+        n, tree = step_tree(j, ref)
+        store = Store(project.state_path("objects"))
+        try:
+            data = store.read_file(tree, path)
+        except FileNotFoundError:
+            raise Usage(f"{path_text}: not in the snapshot of step {n}; `envgit ls {n}` lists it") from None
+        except IsADirectoryError:
+            raise Usage(f"{path_text}: a directory in the snapshot of step {n}; `envgit ls {n} {path_text}` "
+                        "lists it") from None
+        why = Secrets(project, args.show_secrets).reason(path, data)
+        if why:
+            raise Usage(f"{path_text} {withheld_line(why)}", 1)
+    except Usage as e:
+        return _fail(args, e)
+    if sys.stdout.isatty():
+        # what a step wrote, on the person's terminal: inert (escapes shown, not obeyed)
+        text = data.decode("utf-8", "backslashreplace")
+        sys.stdout.writelines(inert_line(line) for line in text.splitlines(keepends=True))
+        sys.stdout.flush()
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    return 0
+
+
+# --- restore -------------------------------------------------------------------------------
+
+def cmd_restore(args):
+    from ..snapshot import Store
+    project = find_project()
+    try:
+        j = open_journal(project)
+        n, tree = step_tree(j, args.step)
+        target = _target(project, args.target, args.force)
+        store = Store(project.state_path("objects"))
+        plan = _plan(store, tree, target, [_rel_path(p) for p in args.paths], args.force, n)
+    except Usage as e:
+        return _fail(args, e)
+    os.makedirs(target, exist_ok=True)
+    store.restore(target, plan)
+    counts = {k: sum(1 for i in plan.write if i.type in kinds)
+              for k, kinds in (("files", ("file", "exec")), ("dirs", ("dir",)), ("symlinks", ("symlink",)))}
+    size = sum(i.size for i in plan.write if i.type in ("file", "exec"))
+    if args.json:
+        out({"step": n, "tree": tree, "target": target, "paths": args.paths, **counts, "bytes": size,
+             "replaced": len(plan.delete)})
+        return 0
+    print(f"restored step {n} (tree {tree[:12]}) into {inert(target)}: {counts['files']} file(s), "
+          f"{counts['dirs']} director(ies), {counts['symlinks']} symlink(s), {size} bytes")
+    return 0
+
+
+def _target(project, text: str, force: bool) -> str:
+    """The target directory, absolute; refused inside the project (or holding it), or not
+    empty without --force."""
+    target = os.path.abspath(text)
+    real, root = os.path.realpath(target), os.path.realpath(project.root)
+    if real == root or real.startswith(root + "/"):
+        raise Usage(f"{text}: inside the project; restore writes elsewhere (`envgit rewind` brings "
+                    "the project itself back)")
+    if root.startswith(real.rstrip("/") + "/"):
+        raise Usage(f"{text}: holds the project; pick a directory outside it")
+    if os.path.lexists(target):
+        if not os.path.isdir(target):
+            raise Usage(f"{text}: not a directory")
+        if os.listdir(target) and not force:
+            raise Usage(f"{text}: not empty; pick a new or empty directory, or --force to write into it")
+    return real
+
+
+def _plan(store, tree: str, target: str, paths: list[bytes], force: bool, n: int):
+    """A RestorePlan that writes the tree (or PATHs of it) into `target`: parents first. With
+    --force, what is in the way is replaced (a file or symlink where a directory goes is
+    removed first; a directory where a file goes is refused)."""
+    from ..snapshot import Item, RestorePlan
+    from ..snapshot.diff import read_tree
+    from ..snapshot.encoding import DIR, TYPE_NAMES
+    objects = store.objects
+    plan = RestorePlan(tree)
+    found = set()
+
+    def wanted(p):
+        return not paths or any(p == w or p.startswith(w + b"/") or w.startswith(p + b"/") for w in paths)
+
+    def walk(prefix, tree_id):
+        for e in read_tree(objects, tree_id):
+            p = prefix + e.name
+            if not wanted(p):
+                continue
+            found.add(p)
+            plan.write.append(Item(p, TYPE_NAMES[e.type], e.mode, e.size, e.oid, e.chunked, e.target))
+            if e.type == DIR:
+                walk(p + b"/", e.oid)
+    walk(b"", bytes.fromhex(tree))
+    missing = [p for p in paths if p and p not in found]
+    if missing:
+        raise Usage(f"{os.fsdecode(missing[0])}: not in the snapshot of step {n}; `envgit ls {n}` lists it")
+    if force and os.path.isdir(target):
+        plan.delete = _in_the_way(target, plan.write)
+    return plan
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _in_the_way(target: str, items: list) -> list:
+    """What must be removed before writing `items` into the existing `target`, found through
+    directory fds opened without following links (a symlink in the target is an entry to
+    replace, never a way out of it)."""
+    from ..snapshot import Item
+    fds = {b"": os.open(target, _DIR_FLAGS)}
+    absent: set[bytes] = set()
+    delete = []
+    try:
+        for item in items:
+            parent, _, name = item.path.rpartition(b"/")
+            if parent in absent:
+                absent.add(item.path)
+                continue
+            try:
+                st = os.stat(name, dir_fd=fds[parent], follow_symlinks=False)
+            except FileNotFoundError:
+                absent.add(item.path)
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if item.type == "dir" and is_dir:
+                fds[item.path] = os.open(name, _DIR_FLAGS, dir_fd=fds[parent])
+            elif item.type == "dir":
+                delete.append(Item(item.path, "file", 0, 0))      # a file or symlink: unlinked
+                absent.add(item.path)
+            elif is_dir:
+                raise Usage(f"{os.path.join(target, os.fsdecode(item.path))}: a directory where the "
+                            "snapshot has a file; move it away first")
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return delete
+
+
+def _fail(args, e: Usage) -> int:
+    print(f"envgit: {e}", file=sys.stderr)
+    return e.code or 2
