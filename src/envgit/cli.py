@@ -1,6 +1,8 @@
 """The command line: argument parsing and rendering only.
 
-`envgit run` is dispatched before argparse is even imported: it is the hot path.
+`envgit run` is dispatched before argparse is even imported: it is the hot path. So are the
+agents and `mcp`, whose arguments are their own; `envgit run --help` (and `envgit claude -h`…)
+is envgit's help for them, `envgit run -- --help` runs the command's own.
 Exit codes: the step's own for `run`; for the rest 0 ok, 1 failure, 2 usage or bad input,
 3 the session daemon could not be reached or went away, 4 the snapshot store is damaged
 (a missing or corrupt object, pack or index), 5 the journal cannot be read. Operational
@@ -9,44 +11,115 @@ failures are one `envgit: …` line saying what to do (commands.operational), ne
 
 import sys
 
+HELP = (["-h"], ["--help"])
+AGENTS = ("claude", "codex", "copilot")
+
+# Shown under `envgit --help`.
+EXIT_STATUS = """exit status:
+  run, claude, codex, copilot: the command's own
+  others: 0 ok, 1 failure, 2 usage or bad input, 3 the session daemon could not be reached,
+  4 the snapshot store is damaged, 5 the journal cannot be read"""
+
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:
+    if argv[:1] == ["run"] and argv[1:2] not in HELP:
         from .run import run
         sys.exit(run(argv[1:]))
-    if argv[:1] in (["claude"], ["codex"], ["copilot"]):
+    if argv[:1] in ([a] for a in AGENTS) and argv[1:2] not in HELP:
         from .agents import main as agent          # every argument is the agent's own
-        sys.exit(agent(argv[0], argv[1:]))
-    if argv[:1] == ["mcp"]:
+        rest = argv[1:]
+        sys.exit(agent(argv[0], rest[1:] if rest[:1] == ["--"] else rest))
+    if argv[:1] == ["mcp"] and argv[1:2] not in HELP:
         from .mcp import main as mcp
         sys.exit(mcp(argv[1:]))
     sys.exit(_porcelain(argv))
 
 
 def _porcelain(argv):
+    try:
+        code = _parse_and_dispatch(argv)
+        sys.stdout.flush()              # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _die_of(13)                     # SIGPIPE, as git does: no traceback, status 128+13
+    except KeyboardInterrupt:
+        _die_of(2)                      # SIGINT: the shell sees an interrupted command
+
+
+def _die_of(signum):
+    """End the way a process killed by `signum` ends (what a shell and `set -o pipefail`
+    expect), with nothing more written to a stdout whose reader may be gone."""
+    import os
+    import signal
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    sys.exit(128 + signum)              # not reached unless the signal is blocked
+
+
+def _parser(json_errors):
     import argparse
-    from . import commands
+    from . import __version__, commands
 
-    p = argparse.ArgumentParser(prog="envgit", description="version control for the environment "
-                                "an AI coding agent works in")
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            """A usage error: argparse's lines, or with --json the error document."""
+            if json_errors:
+                commands.out({"error": f"{self.prog}: {message}", "exit": commands.EXIT_USAGE})
+                sys.exit(commands.EXIT_USAGE)
+            super().error(message)
+
+    p = Parser(prog="envgit", description="version control for the environment an AI coding "
+               "agent works in", epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"envgit {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-
-    sub.add_parser("run", help="run a command as one sandboxed, recorded step")
-    for agent in ("claude", "codex", "copilot"):
-        sub.add_parser(agent, help=f"run {agent} with every one of its tool calls a step "
-                       "(its own arguments follow)")
-    sub.add_parser("mcp", help="the code-mode MCP server: one `execute` tool, every execution a step")
+    _hot_path_parsers(sub, commands)
     import importlib
     for name in commands.MODULES:
         importlib.import_module(f".commands.{name}", __package__).add_parsers(sub, argparse)
+    return p
 
-    # `-- PATH…` (diff, rewind) is split off here: argparse mixes it up with subcommands.
-    paths = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+
+def _hot_path_parsers(sub, commands):
+    """run, the agents and mcp are dispatched before argparse (main); these parsers are their
+    `--help` and their line in `envgit --help`."""
+    import argparse
+    s = commands.command(sub, "run", help="run a command as one sandboxed, recorded step",
+                         usage="envgit run [--] CMD [ARG…]",
+                         example=["envgit run -- npm install",
+                                  "envgit run -- python3 --help     # the command's own --help"])
+    s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD [ARG…]",
+                   help="the command and its arguments; `--` first when the command's own "
+                        "start with `-`")
+    for agent in AGENTS:
+        s = commands.command(sub, agent, help=f"run {agent} with every one of its tool calls a step "
+                             "(its own arguments follow)", usage=f"envgit {agent} [--] [ARG…]",
+                             example=[f"envgit {agent}", f"envgit {agent} -- --help     # {agent}'s own help"])
+        s.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG…",
+                       help=f"{agent}'s own arguments; `--` first for its -h/--help")
+    s = commands.command(sub, "mcp", help="the code-mode MCP server: one `execute` tool, every "
+                         "execution a step", usage="envgit mcp [--project DIR] [--http [HOST:]PORT]",
+                         example=["envgit mcp                       # MCP on stdin/stdout",
+                                  "envgit mcp --http 127.0.0.1:8931"])
+    s.add_argument("--project", metavar="DIR", help="the envgit project at or above DIR "
+                   "(default: the current directory)")
+    s.add_argument("--http", metavar="[HOST:]PORT", help="serve streamable HTTP at "
+                   "http://HOST:PORT/mcp (HOST defaults to 127.0.0.1) instead of stdio")
+
+
+def _parse_and_dispatch(argv):
+    from . import commands
+    # `-- PATH…` (diff, rewind, restore) is split off here: argparse mixes it up with subcommands.
+    head, paths = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    p = _parser(json_errors="--json" in head)
+    args = p.parse_args(head)
     if hasattr(args, "paths"):
         args.paths = paths
     if not args.cmd:
         p.print_help()
-        return 2
+        return commands.EXIT_USAGE
     return commands.dispatch(args)

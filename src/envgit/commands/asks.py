@@ -1,25 +1,38 @@
 """The questions a step asks a person: pending, approve, deny."""
 
 import os
-import sys
 
 from ..inert import inert
 from ..paths import find_project
-from . import out
+from . import Usage, command, iso_utc, json_flag, out
 
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser("pending", help="questions waiting for a person (asks of running steps)")
-    s.add_argument("--json", action="store_true")
+    s = command(sub, "pending", help="questions waiting for a person (asks of running steps)",
+                example=["envgit pending", "envgit pending --json"])
+    json_flag(s)
     s.set_defaults(fn=cmd_pending)
-    s = sub.add_parser("approve", help="allow a pending request")
-    s.add_argument("id", type=int)
+    s = command(sub, "approve", help="allow a pending request",
+                example=["envgit approve 3", "envgit approve 3 --rule"])
+    s.add_argument("id", type=int, help="the question's id (`envgit pending` lists them)")
     s.add_argument("--rule", action="store_true",
                    help="allow what the same rule matches on that host for the rest of the step")
     s.set_defaults(fn=cmd_approve)
-    s = sub.add_parser("deny", help="deny a pending request")
-    s.add_argument("id", type=int)
+    s = command(sub, "deny", help="deny a pending request", example="envgit deny 3")
+    s.add_argument("id", type=int, help="the question's id (`envgit pending` lists them)")
     s.set_defaults(fn=cmd_deny)
+
+
+# What a question holds, whoever asked it (the gate: proxy/addon.py `_question`; an MCP tool
+# call: mcp/execution.py): every key present in `pending --json`, None when it has none.
+QUESTION_KEYS = ("step", "method", "scheme", "host", "port", "path", "rule", "kind", "reason",
+                 "refs", "operations", "options")
+
+
+def pending_json(a) -> dict:
+    q = a.get("question") or {}
+    return {"id": a.get("id"), "step": a.get("step"), "asked_at": iso_utc(a.get("asked_at")),
+            "question": {k: q.get(k) for k in QUESTION_KEYS}}
 
 
 # --- pending / approve / deny ------------------------------------------------------------
@@ -32,7 +45,7 @@ def cmd_pending(args):
     except DaemonError:
         asks = []                       # no daemon: nothing can be waiting
     if args.json:
-        out(asks)
+        out([pending_json(a) for a in asks])
         return 0
     if not asks:
         print("nothing is waiting for an answer")
@@ -55,11 +68,9 @@ def _answer(args, answer):
              "how": "envgit " + ("approve --rule" if answer == "allow-rule" else
                                  "approve" if answer == "allow" else "deny")})
     except DaemonError:
-        print("envgit: no session daemon is running, so nothing is waiting", file=sys.stderr)
-        return 2
+        raise Usage("no session daemon is running, so nothing is waiting") from None
     if "error" in r:
-        print(r["error"], file=sys.stderr)
-        return r.get("exit", 1)
+        raise Usage(r["error"], r.get("exit", 1))
     print(f"question {args.id} of step {r['step']}: {answer}")
     return 0
 

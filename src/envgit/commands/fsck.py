@@ -1,16 +1,16 @@
 """fsck: verify the journal chain and the snapshot store; --repair salvages a damaged journal."""
 
 import os
-import sys
 
 from ..inert import inert
 from ..paths import find_project
-from . import EXIT_DAEMON, argparse_namespace, open_journal, out
+from . import EXIT_DAEMON, Usage, command, json_flag, open_journal, out, progress
 
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser("fsck", help="verify the journal chain (and the snapshot store)")
-    s.add_argument("--json", action="store_true")
+    s = command(sub, "fsck", help="verify the journal chain (and the snapshot store)",
+                example=["envgit fsck", "envgit fsck --json", "envgit fsck --repair"])
+    json_flag(s)
     s.add_argument("--repair", action="store_true", help="rebuild a damaged journal.sqlite keeping "
                    "every entry that can still be read (the damaged file is kept beside it)")
     s.set_defaults(fn=cmd_fsck)
@@ -21,20 +21,33 @@ def add_parsers(sub, argparse):
 def cmd_fsck(args):
     project = find_project()
     if args.repair:
-        return _fsck_repair(project)
+        return _fsck_repair(project, args)
+    return _verify(project, args)
+
+
+def _verify(project, args, repaired=None):
+    """Check the journal chain and the store; `repaired`: what --repair did (said first)."""
     import sqlite3
     try:
         j = open_journal(project)
         problems = j.verify() if j else []
         trees = j.live_trees() if j else []
     except sqlite3.DatabaseError as e:
-        return _fsck_damaged(project, e, args)
+        return _fsck_damaged(project, e, args, repaired)
     if os.path.isdir(project.state_path("objects")):
         from ..snapshot import Store
-        problems += Store(project.state_path("objects")).fsck(trees)
+        store = Store(project.state_path("objects"))
+        with progress(unit="pack", desc="fsck: re-hashing packs") as bar:
+            def advance(done, total):
+                bar.total = total
+                bar.update(done - bar.n)
+            problems += store.fsck(trees, advance)
     if args.json:
-        out({"ok": not problems, "problems": problems, "snapshots_checked": len(trees)})
+        out({"ok": not problems, "problems": problems, "snapshots_checked": len(trees),
+             "repaired": repaired})
     else:
+        if repaired:
+            print(repaired)
         for p in problems:
             print(inert(p))
         print(f"fsck: ok ({len(trees)} snapshot(s), journal chain intact)" if not problems
@@ -49,36 +62,41 @@ def _damage(project):
     return inspect(project.journal, head.get("seq", 0))
 
 
-def _fsck_damaged(project, error, args):
+def _fsck_damaged(project, error, args, repaired=None):
     """The journal file itself is damaged: say what, and how to go on."""
     d = _damage(project)
     if not d.damaged:               # it read whole this time: the error was elsewhere
         d.error = str(error)
     text = d.summary(".envgit/journal.sqlite")
     if args.json:
-        out({"ok": False, "problems": [text], "snapshots_checked": 0})
+        out({"ok": False, "problems": [text], "snapshots_checked": 0, "repaired": repaired})
     else:
+        if repaired:
+            print(repaired)
         print(inert(text))
         print("fsck: the journal is damaged")
     return 1
 
 
-def _fsck_repair(project):
+def _fsck_repair(project, args):
     """`fsck --repair`: rebuild a damaged journal.sqlite from every readable row (no daemon may
     hold it), record what could not be kept, then verify as fsck does."""
     import fcntl
     from ..journal import Journal
     from ..journal.salvage import ranges, rebuild
     if not os.path.exists(project.journal):
-        print("fsck: no journal yet; nothing to repair")
+        if args.json:
+            out({"ok": True, "problems": [], "snapshots_checked": 0, "repaired": None})
+        else:
+            print("fsck: no journal yet; nothing to repair")
         return 0
+    repaired = None
     with open(project.state_path("daemon.lock"), "a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            print("envgit: a session daemon holds the journal; `envgit daemon stop`, then "
-                  "`envgit fsck --repair`", file=sys.stderr)
-            return EXIT_DAEMON
+            raise Usage("a session daemon holds the journal; `envgit daemon stop`, then "
+                        "`envgit fsck --repair`", EXIT_DAEMON) from None
         d = _damage(project)
         if d.damaged:
             kept_as = rebuild(project.journal, d)
@@ -91,14 +109,14 @@ def _fsck_repair(project):
                     "reason": f"journal.sqlite was damaged ({d.error}); fsck --repair kept "
                               f"{len(d.rows)} entries and could not read entries {ranges(d.unreadable)}"})
             j.close()
-            print(f"fsck: rebuilt the journal: kept {len(d.rows)} of {d.highest} entries"
-                  + (f"; could not keep entries {ranges(d.unreadable)} (recorded as lost)" if d.unreadable else "")
-                  + f"; the damaged file is kept as {os.path.basename(kept_as)}")
+            repaired = (f"fsck: rebuilt the journal: kept {len(d.rows)} of {d.highest} entries"
+                        + (f"; could not keep entries {ranges(d.unreadable)} (recorded as lost)" if d.unreadable else "")
+                        + f"; the damaged file is kept as {os.path.basename(kept_as)}")
         else:
             j = Journal(project.journal)
             problems = [p for p in j.verify() if "open steps" in p]
             if problems:
                 j.rebuild_open_steps()
-                print("fsck: rebuilt the table of open steps from the entries")
+                repaired = "fsck: rebuilt the table of open steps from the entries"
             j.close()
-    return cmd_fsck(argparse_namespace(json=False, repair=False))
+    return _verify(project, args, repaired)

@@ -1,17 +1,16 @@
 """gc: drop snapshots outside a retention rule, and unreachable objects."""
 
-import sys
-
 from ..paths import find_project
-from . import Usage, ask_daemon, out
+from . import Usage, ask_daemon, command, json_flag, out
 
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser("gc", help="drop snapshots outside a retention rule, and unreachable objects")
+    s = command(sub, "gc", help="drop snapshots outside a retention rule, and unreachable objects",
+                example=["envgit gc --keep-last 50", "envgit gc --keep-within 7d"])
     s.add_argument("--keep-last", type=_at_least_one(argparse), metavar="N",
                    help="keep the snapshots of the last N steps (N >= 1)")
     s.add_argument("--keep-within", help="keep snapshots younger than this (e.g. 7d, 12h, 30m)")
-    s.add_argument("--json", action="store_true")
+    json_flag(s)
     s.set_defaults(fn=cmd_gc)
 
 
@@ -39,15 +38,10 @@ def _duration_s(text):
 
 def cmd_gc(args):
     project = find_project()
-    try:
-        within = _duration_s(args.keep_within) if args.keep_within else None
-        print("gc: marking what kept steps reach, then repacking…", file=sys.stderr)
-        r = ask_daemon(project, {"op": "gc", "keep_last": args.keep_last, "keep_within_s": within})
-    except Usage as e:
-        print(f"envgit: {e}", file=sys.stderr)
-        return e.code or 2
+    within = _duration_s(args.keep_within) if args.keep_within else None
+    r = ask_daemon(project, {"op": "gc", "keep_last": args.keep_last, "keep_within_s": within})
     if args.json:
-        out(r)
+        out({"dropped": r["dropped"], "kept": r["kept"], "freed": r["freed"]})
     else:
         print(f"gc: dropped the snapshots of {len(r['dropped'])} step(s), freed {r['freed']} bytes")
     return 0

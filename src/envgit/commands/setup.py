@@ -5,41 +5,48 @@ import sys
 
 from ..inert import inert
 from ..paths import find_project
-from . import out
+from . import command, json_flag, out
 
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser("init", help="write envgit.yaml and .envgit/ in this directory")
+    s = command(sub, "init", help="write envgit.yaml and .envgit/ in this directory",
+                example="cd myproject && envgit init")
     s.add_argument("--force", action="store_true", help="overwrite an existing envgit.yaml")
     s.set_defaults(fn=cmd_init)
 
-    s = sub.add_parser("demo", help="a scripted agent against a local git remote: push denied, "
-                       "history destroyed, rewind recovers it (about 10 s, no API key)")
+    s = command(sub, "demo", help="a scripted agent against a local git remote: push denied, "
+                "history destroyed, rewind recovers it (about 10 s, no API key)",
+                example=["envgit demo", "envgit demo --keep /tmp/envgit-demo"])
     s.add_argument("--keep", metavar="DIR", help="build the demo in DIR and leave it there to explore")
     s.add_argument("--policy", metavar="FILE", help="run the demo under this envgit.yaml instead ({remote} in it stands for "
                    "the demo remote's host:port)")
     s.add_argument("--json", action="store_true", help="one JSON record per step, then the result")
     s.set_defaults(fn=cmd_demo)
 
-    s = sub.add_parser("doctor", help="what this machine is missing, with the fix for each")
-    s.add_argument("--json", action="store_true")
+    s = command(sub, "doctor", help="what this machine is missing, with the fix for each",
+                example=["envgit doctor", "envgit doctor --json"])
+    json_flag(s)
     s.set_defaults(fn=cmd_doctor)
 
-    s = sub.add_parser("policy", help="check, show or describe the policy")
+    s = command(sub, "policy", help="check, show or describe the policy",
+                example=["envgit policy check", "envgit policy show"])
     s.set_defaults(fn=cmd_policy)
     psub = s.add_subparsers(dest="policy_cmd", metavar="ACTION", required=True)
-    psub.add_parser("check", help="validate envgit.yaml")
-    x = psub.add_parser("show", help="the effective policy, defaults merged, with sources")
-    x.add_argument("--json", action="store_true")
-    psub.add_parser("schema", help="the JSON Schema of envgit.yaml")
-    psub.add_parser("protected", help="the escape routes: files a program outside the sandbox "
-                    "obeys, read-only to a step or marked when changed")
+    command(psub, "check", help="validate envgit.yaml", example="envgit policy check")
+    x = command(psub, "show", help="the effective policy, defaults merged, with sources",
+                example=["envgit policy show", "envgit policy show --json"])
+    json_flag(x)
+    command(psub, "schema", help="the JSON Schema of envgit.yaml",
+            example="envgit policy schema > envgit.schema.json")
+    command(psub, "protected", help="the escape routes: files a program outside the sandbox "
+            "obeys, read-only to a step or marked when changed", example="envgit policy protected")
 
-    s = sub.add_parser("daemon", help="the session daemon (plumbing)")
+    s = command(sub, "daemon", help="the session daemon (plumbing)",
+                example=["envgit daemon status", "envgit daemon stop"])
     s.set_defaults(fn=cmd_daemon)
     dsub = s.add_subparsers(dest="daemon_cmd", metavar="ACTION", required=True)
-    dsub.add_parser("status")
-    dsub.add_parser("stop")
+    command(dsub, "status", help="start it if needed and print its state (JSON)", example="envgit daemon status")
+    command(dsub, "stop", help="stop it (the next command starts a new one)", example="envgit daemon stop")
 
 
 # --- demo --------------------------------------------------------------------------------

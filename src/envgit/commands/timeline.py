@@ -1,65 +1,166 @@
 """Reading the journal: log (the timeline) and show (one step whole)."""
 
 import sys
+import time
 
 from ..inert import inert
 from ..paths import find_project
-from . import open_journal, out
+from . import (STEP_HELP, Usage, agent_of, command, iso_utc, json_flag, open_journal, out,
+               resolve_step, session_short, shell_line, step_ref)
+
+# How many lines of a long command `log` shows per step on a terminal unless --no-trunc.
+LOG_LINES = 4
 
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser("log", help="the step timeline")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--session")
-    s.add_argument("-n", type=int, help="only the last N steps")
+    s = command(sub, "log", help="the step timeline",
+                example=["envgit log -n 10", "envgit log --session claude:3fa2 --since 2h",
+                         "envgit log --json | jq '.[-1].exit_code'"])
+    json_flag(s)
+    s.add_argument("--session", metavar="ID",
+                   help="only this session's steps: its id, or the column's AGENT:TAG")
+    s.add_argument("--since", metavar="WHEN", type=_since,
+                   help="only steps begun since then: a duration back (30m, 2h, 7d) or an "
+                        "ISO-8601 time (2026-12-01, 2026-12-01T09:30:00Z)")
+    s.add_argument("-n", type=_count(argparse), metavar="N", help="only the last N steps")
+    s.add_argument("--no-trunc", action="store_true",
+                   help="every line of every command (a terminal shows the first "
+                        f"{LOG_LINES} wrapped lines)")
     s.set_defaults(fn=cmd_log)
 
-    s = sub.add_parser("show", help="one step whole")
-    s.add_argument("step", type=int)
-    s.add_argument("--json", action="store_true")
+    s = command(sub, "show", help="one step whole",
+                example=["envgit show 12", "envgit show last", "envgit show last~1 --json"])
+    s.add_argument("step", type=step_ref, help=STEP_HELP)
+    json_flag(s)
     s.set_defaults(fn=cmd_show)
 
 
-# --- log / show --------------------------------------------------------------------------
+def _count(argparse):
+    def count(text):
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
+        return int(text)
+    return count
 
-def _short(argv, width=60):
-    import shlex
-    text = " ".join(shlex.join(argv).split())      # one line, whatever the script held
-    return text if len(text) <= width else text[:width - 1] + "…"
+
+def _since(text) -> int:
+    """`--since`: nanoseconds since the epoch, from a duration back or an ISO-8601 time."""
+    import argparse
+    from datetime import datetime, timezone
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    if text[-1:] in units and text[:-1].isdigit():
+        return time.time_ns() - int(text[:-1]) * units[text[-1]] * 1_000_000_000
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a duration back (30m, 2h, 7d) or an "
+                                         "ISO-8601 time (2026-12-01T09:30:00Z)") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return int(t.timestamp() * 1_000_000_000)
+
+
+def step_json(s) -> dict:
+    """A step as `show --json` and each element of `log --json` give it (docs/JSON.md)."""
+    return {**s.to_json(), "agent": agent_of(s.session)}
+
+
+# --- log ---------------------------------------------------------------------------------
+
+def _pick_session(j, wanted) -> str:
+    """The session id `--session` names: an id, or the AGENT:TAG the log's column shows."""
+    sessions = []
+    for s in j.steps() if j else []:
+        if s.session not in sessions:
+            sessions.append(s.session)
+    if wanted in sessions:
+        return wanted
+    found = [x for x in sessions if session_short(x) == wanted or x.endswith("-" + wanted)]
+    if len(found) == 1:
+        return found[0]
+    listed = ", ".join(f"{x} ({session_short(x)})" for x in sessions[-5:]) or "none yet"
+    if found:
+        raise Usage(f"--session {inert(wanted)} names {len(found)} sessions; give the whole id: "
+                    + ", ".join(found))
+    raise Usage(f"no such session {inert(wanted)!s}; the latest sessions: {listed}")
 
 
 def cmd_log(args):
     project = find_project()
     j = open_journal(project)
-    steps = j.steps(session=args.session, last=args.n or None) if j else []
+    session = _pick_session(j, args.session) if args.session is not None else None
+    if args.since is not None:
+        steps = []
+        for s in j.steps_newest_first(session) if j else ():
+            if s.started_ns < args.since:
+                break
+            steps.append(s)
+        steps = steps[::-1][-args.n:] if args.n else steps[::-1]
+    else:
+        steps = j.steps(session=session, last=args.n or None) if j else []
     if args.json:
-        out([s.to_json() for s in steps])
+        out([step_json(s) for s in steps])
         return 0
     if not steps:
-        print("no steps yet: envgit run -- CMD")
+        print("no steps yet: envgit run -- CMD" if not (session or args.since) else "no steps match")
         return 0
+    import shutil
+    import textwrap
+    width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else None
+    indent = " " * 54
     for s in steps:
         exit_ = {"running": "run", "interrupted": "int"}.get(s.status, str(s.exit_code))
-        dur = f"{s.duration_ms:.0f}ms" if s.duration_ms is not None else "-"
         marks = " [" + inert(",".join(s.marks)) + "]" if s.marks else ""
-        print(f"{s.id:>4}  {s.started_at[:19].replace('T', ' ')}  exit {exit_:>3}  {dur:>8}  "
-              f"{inert(_short(s.argv))}{marks}")
+        head = (f"{s.id:>4}  {s.started_at[:19].replace('T', ' ')}  exit {exit_:>3}  "
+                f"{_duration(s.duration_ms):>7}  {session_short(s.session):13}  ")
+        line = what_ran(s) + marks
+        if width is None:               # piped: one line per step, the whole command
+            print(head + line)
+            continue
+        lines = textwrap.wrap(line, max(20, width - len(indent)), break_long_words=True,
+                              break_on_hyphens=False, drop_whitespace=False) or [""]
+        if not args.no_trunc and len(lines) > LOG_LINES:
+            lines = lines[:LOG_LINES - 1] + [lines[LOG_LINES - 1][:-1] + "…"]
+        print(head + lines[0])
+        for more in lines[1:]:
+            print(indent + more)
     return 0
 
+
+def what_ran(s) -> str:
+    """The command as a person would type it; for an entry of changes made outside envgit
+    (marked `outside`, no command), which paths changed."""
+    if "outside" in s.marks and not s.argv:
+        paths = [p["path"] for p in (s.snapshot or {}).get("paths", [])]
+        shown = ", ".join(inert(p) for p in paths[:5]) + (f", … ({len(paths)} paths)" if len(paths) > 5 else "")
+        return f"(changed outside envgit: {shown or 'nothing listed'})"
+    return shell_line(s.argv) or "-"
+
+
+def _duration(ms):
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms:.0f}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    return f"{ms / 60_000:.0f}m{ms / 1000 % 60:02.0f}s"
+
+
+# --- show --------------------------------------------------------------------------------
 
 def cmd_show(args):
     project = find_project()
     j = open_journal(project)
-    s = j.step(args.step) if j else None
+    n = resolve_step(j, args.step)
+    s = j.step(n) if j else None
     if s is None:
-        print(f"envgit: no step {args.step}; `envgit log` lists them", file=sys.stderr)
-        return 2
+        raise Usage(f"no step {n}; `envgit log` lists them")
     if args.json:
-        out(s.to_json())
+        out(step_json(s))
         return 0
-    import shlex
     print(f"step {s.id}  ({s.status})")
-    print(f"  command   {inert(shlex.join(s.argv))}")
+    print(f"  command   {what_ran(s)}")
     print(f"  cwd       {inert(s.cwd)}")
     print(f"  started   {s.started_at}")
     print(f"  ended     {s.ended_at or '-'}")
@@ -67,7 +168,7 @@ def cmd_show(args):
           + (f" ({inert(s.signal)})" if s.signal else ""))
     print(f"  duration  {s.duration_ms if s.duration_ms is not None else '-'} ms")
     print(f"  policy    sha256 {s.policy_sha256}")
-    print(f"  user      {inert(s.user)}   session {inert(s.session)}")
+    print(f"  user      {inert(s.user)}   session {inert(s.session)} ({agent_of(s.session)})")
     if s.tool_call_id:
         print(f"  tool call {inert(s.tool_call_id)}")
     if s.marks:
@@ -82,8 +183,9 @@ def cmd_show(args):
                     f"{r.get('host', '')}{r.get('path', '')} -> {r.get('status', '-')}  ({r.get('rule', '')}{answer})"))
     for a in s.approvals:
         q = a.get("question", {})
+        at = iso_utc(a.get("at")) if isinstance(a.get("at"), (int, float)) else a.get("at")
         print(inert(f"  approval  {a.get('answer')} {q.get('method')} {q.get('host')}{q.get('path')} "
-                    f"by {a.get('who')} ({a.get('how')})"))
+                    f"by {a.get('who')} ({a.get('how')})" + (f" at {at}" if at else "")))
     for e in s.events:
         detail = " ".join(f"{k}={v}" for k, v in e.items() if k != "kind" and not isinstance(v, (dict, list)))
         print(inert(f"  event     {e['kind']} {detail}"))
