@@ -1,80 +1,128 @@
-"""diff: what changed between two steps, or a step and the working tree."""
+"""diff: what changed between two steps, or a step and the working tree.
+
+A repository's `.git` is shown as git sees it (refs moved, commits added and lost, index
+changed: snapshot/gitview.py), not as the object files behind it, which `--raw` lists. A path
+the policy denies (a `.env`) is listed as changed with its content withheld, unless
+`--show-secrets`.
+"""
 
 import sys
 
 from ..inert import inert, inert_line
 from ..paths import find_project
-from . import Usage, ask_daemon, open_journal, out
+from . import STEP_HELP, Usage, ask_daemon, open_journal, out, step_ref
+from .snapshot import Secrets, step_tree, withheld_line
+
+EXAMPLE = "envgit diff last~1 last -- src/"
 
 
 def add_parsers(sub, argparse):
     s = sub.add_parser("diff", help="what changed between two steps, or a step and the working tree",
-                       usage="envgit diff [A] [B] [--stat] [--json] [-- PATH…]")
-    s.add_argument("a", nargs="?", type=int, help="a step (default: the last one)")
-    s.add_argument("b", nargs="?", type=int, help="a later step (default: the working tree)")
+                       usage="envgit diff [A] [B] [--stat] [--raw] [--show-secrets] [--json] [-- PATH…]",
+                       epilog=f"example:\n  {EXAMPLE}\n\nA `.git` is shown as git sees it: refs moved, "
+                       "commits added and lost (on no ref any more), index changed; --raw lists its "
+                       "files instead. A file the policy denies (a .env) is listed with its content "
+                       "withheld unless --show-secrets.", formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("a", nargs="?", type=step_ref, help=f"{STEP_HELP} (default: the last one)")
+    s.add_argument("b", nargs="?", type=step_ref, help="a later step (default: the working tree)")
     s.add_argument("--stat", action="store_true", help="names and sizes only")
+    s.add_argument("--raw", action="store_true",
+                   help="list the files under .git (objects, refs, logs, index) instead of git's view")
+    s.add_argument("--show-secrets", action="store_true",
+                   help="show the content of files the policy denies to steps (deny_read)")
     s.set_defaults(paths=[], fn=cmd_diff)
     s.add_argument("--json", action="store_true")
 
 
 # --- diff --------------------------------------------------------------------------------
 
-def _step_tree(j, n):
-    s = j.step(n) if j else None
-    if s is None:
-        raise Usage(f"no step {n}; `envgit log` lists them")
-    if not s.snapshot or not s.snapshot.get("tree"):
-        raise Usage(f"step {n} has no snapshot")
-    return s.snapshot["tree"]
+_MARK = {"added": "A", "deleted": "D", "modified": "M", "type-changed": "T"}
 
 
 def cmd_diff(args):
     from ..daemon.snapshots import display
     from ..snapshot import Store
+    from ..snapshot.gitview import covered, git_changes
     project = find_project()
     j = open_journal(project)
     try:
-        latest = j.last_snapshot_step() if j and args.a is None else None
-        if args.a is None and latest is None:
-            raise Usage("no snapshots yet: envgit run -- CMD takes one after every step")
-        a_name = f"step {args.a}" if args.a is not None else f"step {latest.id}"
-        a = _step_tree(j, args.a) if args.a is not None else latest.snapshot["tree"]
+        if args.a is None:
+            latest = j.last_snapshot_step() if j else None
+            if latest is None:
+                raise Usage("no snapshots yet: envgit run -- CMD takes one after every step")
+            a_name, a = f"step {latest.id}", latest.snapshot["tree"]
+        else:
+            n, a = step_tree(j, args.a)
+            a_name = f"step {n}"
         if args.b is not None:
-            b, b_name = _step_tree(j, args.b), f"step {args.b}"
+            n, b = step_tree(j, args.b)
+            b_name = f"step {n}"
         else:
             b, b_name = ask_daemon(project, {"op": "snapshot"})["tree"], "working tree"
+        secrets = Secrets(project, args.show_secrets)
     except Usage as e:
         print(f"envgit: {e}", file=sys.stderr)
-        return 2
+        return e.code or 2
     store = Store(project.state_path("objects"))
     changes = store.diff(a, b)
+    repos = git_changes(store, a, b, changes)
     if args.paths:
         want = [p.rstrip("/") for p in args.paths]
         changes = [c for c in changes if any(display(c.path) == w or display(c.path).startswith(w + "/")
                                              for w in want)]
+        repos = [r for r in repos if any(r.gitdir == w or r.gitdir.startswith(w + "/")
+                                         or w.startswith(r.gitdir + "/") or not w for w in want)]
+    listed = changes if args.raw else [c for c in changes if not covered(repos, c.path)]
+
+    def withheld(c):
+        return secrets.reason(c.path, lambda: _both(store, a, b, c))
+
     if args.json:
-        out({"from": a_name, "to": b_name, "from_tree": a, "to_tree": b, "changes": [
-            {"path": display(c.path), "status": c.status, "old_size": c.old_size, "new_size": c.new_size,
-             "old_type": c.old_type, "new_type": c.new_type} for c in changes]})
+        out({"from": a_name, "to": b_name, "from_tree": a, "to_tree": b, "raw": args.raw,
+             "git": [r.to_json() for r in repos],
+             "changes": [{"path": display(c.path), "status": c.status, "old_size": c.old_size,
+                          "new_size": c.new_size, "old_type": c.old_type, "new_type": c.new_type,
+                          "withheld": withheld(c) is not None}
+                         for c in listed]})
         return 0
-    files = [c for c in changes if (c.new_type or c.old_type) != "dir"]
-    print(f"# {a_name} -> {b_name}: {len(files)} file(s) changed")
-    for c in changes:
+    files = sum(1 for c in listed if (c.new_type or c.old_type) != "dir")
+    under_git = sum(r.files for r in repos) if not args.raw else 0
+    print(f"# {a_name} -> {b_name}: {files} file(s) changed"
+          + (f", and {under_git} under .git that git's view below stands for" if under_git else ""))
+    for r in repos if not args.raw else ():
+        for line in r.lines():
+            print(inert(line))
+    for c in listed:
         if (c.new_type or c.old_type) == "dir" and args.stat:
             continue
-        mark = {"added": "A", "deleted": "D", "modified": "M", "type-changed": "T"}[c.status]
         sizes = f"{c.old_size if c.old_size is not None else '-'} -> {c.new_size if c.new_size is not None else '-'}"
-        print(f"{mark}  {inert(display(c.path))}  ({sizes} bytes)")
-        if not args.stat:
+        print(f"{_MARK[c.status]}  {inert(display(c.path))}  ({sizes} bytes)")
+        if args.stat:
+            continue
+        why = withheld(c)
+        if why:
+            print(f"   {withheld_line(why)}")
+        else:
             _unified(store, a, b, c)
     return 0
+
+
+def _is_file(t):
+    return t in ("file", "exec")
+
+
+def _both(store, a, b, c) -> tuple:
+    """The two versions of a changed file (None where it is not a file)."""
+    return (store.read_file(a, c.path) if _is_file(c.old_type) else None,
+            store.read_file(b, c.path) if _is_file(c.new_type) else None)
 
 
 def _unified(store, a, b, c):
     import difflib
     from ..daemon.snapshots import display
-    if "file" not in (c.old_type, c.new_type) and "exec" not in (c.old_type, c.new_type):
+    if not (_is_file(c.old_type) or _is_file(c.new_type)):
         return
+
     def text(tree, present):
         if not present:
             return []
@@ -83,8 +131,8 @@ def _unified(store, a, b, c):
             raise ValueError
         return data.decode("utf-8").splitlines(keepends=True)
     try:
-        old = text(a, c.old_type in ("file", "exec"))
-        new = text(b, c.new_type in ("file", "exec"))
+        old = text(a, _is_file(c.old_type))
+        new = text(b, _is_file(c.new_type))
     except (ValueError, UnicodeDecodeError):
         print("   (binary or large: contents not shown)")
         return

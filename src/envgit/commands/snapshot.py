@@ -93,9 +93,10 @@ class Secrets:
             raise Usage(f"{e} (needed to know which files are secrets; --show-secrets skips it)")
         self.rules = resolve(pol, project.root, os.path.expanduser("~"))
 
-    def reason(self, path: bytes, *contents) -> str | None:
+    def reason(self, path: bytes, contents=()) -> str | None:
         """Why the content of `path` (project-relative) is withheld, or None to show it.
-        `contents` are its versions (bytes or None), for the rules that look inside."""
+        `contents`: its versions (bytes or None), or a function giving them, called only
+        when a rule looks inside (*.pem, *.key)."""
         if self.shown:
             return None
         from ..policy import defaults, is_denied
@@ -106,7 +107,11 @@ class Secrets:
         if hit:
             return f"deny_read {hit}"
         for pattern, marker in defaults.DENY_READ_IF_CONTAINS.items():
-            if _rx(pattern).match(rel) and any(c and marker in c for c in contents):
+            if not _rx(pattern).match(rel):
+                continue
+            if callable(contents):
+                contents = contents()
+            if any(c and marker in c for c in contents):
                 depth, _ = _deepest(self.rules, full, _rel(self.root, full),
                                     self.rules.allow_abs, self.rules.allow_rel)
                 if depth < full.count("/"):      # an allow_read naming the file lifts it
@@ -220,7 +225,7 @@ def cmd_cat(args):
         except IsADirectoryError:
             raise Usage(f"{path_text}: a directory in the snapshot of step {n}; `envgit ls {n} {path_text}` "
                         "lists it") from None
-        why = Secrets(project, args.show_secrets).reason(path, data)
+        why = Secrets(project, args.show_secrets).reason(path, (data,))
         if why:
             raise Usage(f"{path_text} {withheld_line(why)}", 1)
     except Usage as e:

@@ -840,4 +840,13 @@ def _why(e: Exception) -> str:
 
 
 def _commit_json(c: Commit) -> dict:
-    return {"id": c.id, "summary": c.summary, "time": c.time, "gone": c.gone}
+    return {"id": c.id, "summary": c.summary, "committed_at": _iso(c.time), "gone": c.gone}
+
+
+def _iso(t: int) -> str:
+    """ISO-8601 UTC, the CLI's one form for times (commands.iso_utc)."""
+    from datetime import datetime, timezone
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (OverflowError, OSError, ValueError):
+        return "1970-01-01T00:00:00.000000Z"      # a commit's date is whatever its author wrote
