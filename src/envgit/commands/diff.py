@@ -40,9 +40,7 @@ _MARK = {"added": "A", "deleted": "D", "modified": "M", "type-changed": "T"}
 
 
 def cmd_diff(args):
-    from ..daemon.snapshots import display
     from ..snapshot import Store
-    from ..snapshot.gitview import covered, git_changes
     project = find_project()
     j = open_journal(project)
     try:
@@ -50,61 +48,108 @@ def cmd_diff(args):
             latest = j.last_snapshot_step() if j else None
             if latest is None:
                 raise Usage("no snapshots yet: envgit run -- CMD takes one after every step")
-            a_name, a = f"step {latest.id}", latest.snapshot["tree"]
+            a_step, a = latest.id, latest.snapshot["tree"]
         else:
-            n, a = step_tree(j, args.a)
-            a_name = f"step {n}"
+            a_step, a = step_tree(j, args.a)
         if args.b is not None:
-            n, b = step_tree(j, args.b)
-            b_name = f"step {n}"
+            b_step, b = step_tree(j, args.b)
         else:
-            b, b_name = ask_daemon(project, {"op": "snapshot"})["tree"], "working tree"
+            b_step, b = None, ask_daemon(project, {"op": "snapshot"})["tree"]
         secrets = Secrets(project, args.show_secrets)
     except Usage as e:
         print(f"envgit: {e}", file=sys.stderr)
         return e.code or 2
+    a_name, b_name = f"step {a_step}", "working tree" if b_step is None else f"step {b_step}"
     store = Store(project.state_path("objects"))
-    changes = store.diff(a, b)
-    repos = git_changes(store, a, b, changes)
-    if args.paths:
-        want = [p.rstrip("/") for p in args.paths]
-        changes = [c for c in changes if any(display(c.path) == w or display(c.path).startswith(w + "/")
-                                             for w in want)]
-        repos = [r for r in repos if any(r.gitdir == w or r.gitdir.startswith(w + "/")
-                                         or w.startswith(r.gitdir + "/") or not w for w in want)]
-    listed = changes if args.raw else [c for c in changes if not covered(repos, c.path)]
-
-    def withheld(c):
-        return secrets.reason(c.path, lambda: _both(store, a, b, c))
-
+    whole = _Part(store, args, secrets, {"from": a_name, "to": b_name, "from_tree": a, "to_tree": b,
+                                         "outside": False, "step": None})
+    parts = [_Part(store, args, secrets, p) for p in _split(j, a_step, a, b_step, b)]
+    if len(parts) == 1:
+        parts = [whole]
     if args.json:
-        out({"from": a_name, "to": b_name, "from_tree": a, "to_tree": b, "raw": args.raw,
-             "git": [r.to_json() for r in repos],
-             "changes": [{"path": display(c.path), "status": c.status, "old_size": c.old_size,
-                          "new_size": c.new_size, "old_type": c.old_type, "new_type": c.new_type,
-                          "withheld": withheld(c) is not None}
-                         for c in listed]})
+        out({**whole.to_json(), "parts": [p.to_json() for p in parts]})
         return 0
-    files = sum(1 for c in listed if (c.new_type or c.old_type) != "dir")
-    under_git = sum(r.files for r in repos) if not args.raw else 0
-    print(f"# {a_name} -> {b_name}: {files} file(s) changed"
-          + (f", and {under_git} under .git that git's view below stands for" if under_git else ""))
-    for r in repos if not args.raw else ():
-        for line in r.lines():
-            print(inert(line))
-    for c in listed:
-        if (c.new_type or c.old_type) == "dir" and args.stat:
-            continue
-        sizes = f"{c.old_size if c.old_size is not None else '-'} -> {c.new_size if c.new_size is not None else '-'}"
-        print(f"{_MARK[c.status]}  {inert(display(c.path))}  ({sizes} bytes)")
-        if args.stat:
-            continue
-        why = withheld(c)
-        if why:
-            print(f"   {withheld_line(why)}")
+    if len(parts) == 1:
+        whole.print(f"{a_name} -> {b_name}")
+        return 0
+    print(f"# {a_name} -> {b_name}: {whole.count()}, in {len(parts)} parts (what was changed "
+          "outside envgit apart from what steps changed)")
+    for p in parts:
+        if p.part["outside"]:
+            p.print(f"outside envgit (step {p.part['step']})")
         else:
-            _unified(store, a, b, c)
+            p.print(f"{p.part['to']} (from {p.part['from']})")
     return 0
+
+
+def _split(j, a_step, a, b_step, b) -> list[dict]:
+    """The range cut where changes were made outside envgit (daemon/outside.py), so those are
+    never shown as a step's."""
+    try:
+        from ..daemon.outside import split_range
+    except ImportError:             # before outside steps existed: one part
+        return [{"from": f"step {a_step}", "to": "working tree" if b_step is None else f"step {b_step}",
+                 "from_tree": a, "to_tree": b, "outside": False, "step": None}]
+    return split_range(j, a_step, a, b_step, b)
+
+
+class _Part:
+    """The changes from one tree to another, as diff shows them: a repository's `.git` as
+    git's view unless --raw, the paths asked for, denied contents withheld."""
+
+    def __init__(self, store, args, secrets, part: dict):
+        from ..daemon.snapshots import display
+        from ..snapshot.gitview import covered, git_changes
+        self.store, self.args, self.secrets, self.part = store, args, secrets, part
+        self.a, self.b = part["from_tree"], part["to_tree"]
+        changes = store.diff(self.a, self.b)
+        repos = git_changes(store, self.a, self.b, changes)
+        if args.paths:
+            want = [p.rstrip("/") for p in args.paths]
+            changes = [c for c in changes if any(display(c.path) == w or display(c.path).startswith(w + "/")
+                                                 for w in want)]
+            repos = [r for r in repos if any(r.gitdir == w or r.gitdir.startswith(w + "/")
+                                             or w.startswith(r.gitdir + "/") or not w for w in want)]
+        self.repos = repos
+        self.listed = changes if args.raw else [c for c in changes if not covered(repos, c.path)]
+
+    def withheld(self, c):
+        return self.secrets.reason(c.path, lambda: _both(self.store, self.a, self.b, c))
+
+    def to_json(self) -> dict:
+        from ..daemon.snapshots import display
+        return {**self.part, "raw": self.args.raw, "git": [r.to_json() for r in self.repos],
+                "changes": [{"path": display(c.path), "status": c.status, "old_size": c.old_size,
+                             "new_size": c.new_size, "old_type": c.old_type, "new_type": c.new_type,
+                             "withheld": self.withheld(c) is not None}
+                            for c in self.listed]}
+
+    def count(self) -> str:
+        files = sum(1 for c in self.listed if (c.new_type or c.old_type) != "dir")
+        under_git = sum(r.files for r in self.repos) if not self.args.raw else 0
+        return f"{files} file(s) changed" + (
+            f", and {under_git} under .git/ that git's view below stands for" if under_git else "")
+
+    def print(self, title: str) -> None:
+        from ..daemon.snapshots import display
+        args = self.args
+        print(f"# {inert(title)}: {self.count()}")
+        for r in self.repos if not args.raw else ():
+            for line in r.lines():
+                print(inert(line))
+        for c in self.listed:
+            if (c.new_type or c.old_type) == "dir" and args.stat:
+                continue
+            sizes = (f"{c.old_size if c.old_size is not None else '-'} -> "
+                     f"{c.new_size if c.new_size is not None else '-'}")
+            print(f"{_MARK[c.status]}  {inert(display(c.path))}  ({sizes} bytes)")
+            if args.stat:
+                continue
+            why = self.withheld(c)
+            if why:
+                print(f"   {withheld_line(why)}")
+            else:
+                _unified(self.store, self.a, self.b, c)
 
 
 def _is_file(t):

@@ -136,7 +136,7 @@ class RepoChange:
         for p in self.problems:
             out.append(f"  not read: {p}")
         if self.files:
-            out.append(f"  ({self.files} file(s) under {self.gitdir}: objects, refs, logs, index; --raw lists them)")
+            out.append(f"  ({self.files} file(s) under {self.gitdir}/: objects, refs, logs, index; --raw lists them)")
         return out
 
 
