@@ -16,21 +16,18 @@ import os
 import stat
 import subprocess
 
+from ..changes import copy_to_own_inode, listed_whole
+
 SPECIAL = stat.S_ISUID | stat.S_ISGID
 
 
 async def after_step(root: str, summary: dict) -> list[str]:
     """strip(), on the daemon's loop when the step's list of changes is whole (a few µs a
     path: cheaper than a thread hop, ~80 µs), in a thread when the project must be searched."""
-    if _whole(summary or {}):
+    if listed_whole(summary or {}):
         return strip(root, summary)
     import asyncio
     return await asyncio.to_thread(strip, root, summary)
-
-
-def _whole(summary) -> bool:
-    return bool(summary.get("tree")) and not summary.get("paths_truncated") and \
-        not (summary.get("left_out") or {}).get("count")
 
 
 def strip(root: str, summary: dict) -> list[str]:
@@ -38,7 +35,7 @@ def strip(root: str, summary: dict) -> list[str]:
     paths it removed them from."""
     summary = summary or {}
     listed = [p.get("path", "") for p in summary.get("paths", []) if p.get("status") != "deleted"]
-    out, unsure = [], not _whole(summary)
+    out, unsure = [], not listed_whole(summary)
     for rel in listed:
         done = _strip_one(os.path.join(root, rel))
         if done is None:
@@ -78,33 +75,19 @@ def _strip_one(path) -> bool | None:
 
 def _unshare_without_bits(path, fd, st) -> bool:
     """Replace the link `path` with a copy of the file, mode less the special bits."""
-    tmp = f"{path}.envgit-unshare-{os.getpid()}"
-    src = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            while chunk := os.read(src, 1 << 20):
-                os.write(out, chunk)
-            if os.geteuid() == 0:
-                os.fchown(out, st.st_uid, st.st_gid)
-            os.fchmod(out, stat.S_IMODE(st.st_mode) & ~SPECIAL)
-        finally:
-            os.close(out)
-        os.rename(tmp, path)
+        copy_to_own_inode(path, st, stat.S_IMODE(st.st_mode) & ~SPECIAL, source=f"/proc/self/fd/{fd}",
+                          tag="envgit-unshare")
         return True
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         return False
-    finally:
-        os.close(src)
 
 
 def _find_special(root):
-    find = next((f for f in ("/usr/bin/find", "/bin/find") if os.access(f, os.X_OK)), None)
-    if find is None:
+    from ..sandbox.launch import LaunchError, trusted_binary
+    try:
+        find = trusted_binary("find")       # never from PATH: this runs outside the sandbox
+    except LaunchError:
         return _walk_special(root)
     try:
         r = subprocess.run([find, root, "-type", "f", "-perm", "/6000", "-print0"],

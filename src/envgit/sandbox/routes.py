@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..policy import defaults
 from ..policy.decide import _rx
+from ..changes import copy_to_own_inode, listed_whole
 from ..policy.globs import has_magic
 from .gitroutes import HooksPaths, commondir_of, gitdir_of, gitdir_routes
 
@@ -302,36 +303,12 @@ def _unshare(path, st=None) -> bool:
         return False
     if not os.path.stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
         return False
-    tmp = f"{path}.envgit-unlink.{os.getpid()}"
     try:
-        _copy_over(path, tmp, st)
+        copy_to_own_inode(path, st, st.st_mode & 0o7777, tag="envgit-unlink")
         return True
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         e.filename = path
         raise
-
-
-def _copy_over(path, tmp, st):
-    """`path`'s bytes, owner, mode and times in a new inode at `tmp`, renamed over `path`."""
-    src = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            while chunk := os.read(src, 1 << 20):
-                os.write(dst, chunk)
-            if os.geteuid() == 0:
-                os.fchown(dst, st.st_uid, st.st_gid)
-            os.fchmod(dst, st.st_mode & 0o7777)
-        finally:
-            os.close(dst)
-    finally:
-        os.close(src)
-    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
-    os.rename(tmp, path)
 
 
 def has_private_key(path: str, marker: bytes) -> bool:
@@ -358,8 +335,7 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
     summary = summary or {}
     # The snapshot lists every path the step changed unless it says it did not (too many to
     # list, left out by size or an exclude, failed): then the routes are looked for again.
-    complete = bool(summary.get("tree")) and not summary.get("paths_truncated") and \
-        not (summary.get("left_out") or {}).get("count") and \
+    complete = listed_whole(summary) and \
         all(_inside(w, project) for w, _ in rules.write_abs)     # no snapshot of other places
     if complete:
         after = fingerprint([p for p in before if os.path.dirname(p) not in before])
