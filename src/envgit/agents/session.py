@@ -75,6 +75,65 @@ def _outside_project(path: str, name: str) -> str:
     return path
 
 
+def run_on_terminal(cmd: list[str], env: dict) -> int:
+    """Run an agent that runs on the host (Codex, Copilot) on this terminal, as its shell would:
+    in our process group, so its own Ctrl-C/Ctrl-Z handling and the shell's job control are
+    what they are without envgit. While it runs this process ignores SIGINT/SIGQUIT/SIGHUP (the
+    agent decides what they mean; we wait to tidy up after it) and passes SIGTERM on. The
+    terminal's modes are saved before and restored after, however the agent ended (kill -9
+    leaves raw mode and the alternate screen behind). Returns the shell's exit status."""
+    import signal
+    import subprocess
+    tty = _terminal_modes()
+    p = subprocess.Popen(cmd, env=env)
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)}
+    old[signal.SIGTERM] = signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
+    try:
+        code = p.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if tty:
+            _restore_terminal(*tty, died=p.returncode is not None and p.returncode < 0)
+    return code if code >= 0 else 128 - code
+
+
+def _terminal_modes():
+    """(fd, modes) of the controlling terminal when we are in its foreground, else None."""
+    try:
+        import termios
+        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except (ImportError, OSError):
+        return None
+    try:
+        if os.tcgetpgrp(fd) == os.getpgrp():
+            return fd, termios.tcgetattr(fd)
+    except (OSError, termios.error):
+        pass
+    os.close(fd)
+    return None
+
+
+# What a full-screen program sets and a killed one leaves on: the alternate screen, a hidden
+# cursor, mouse reporting, bracketed paste, focus events, the kitty keyboard protocol.
+_SCREEN_RESET = b"\x1b[?1049l\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[?1004l\x1b[<u"
+
+
+def _restore_terminal(fd, modes, died: bool):
+    import signal
+    import termios
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)     # we may have been put in the background
+    try:
+        termios.tcsetattr(fd, termios.TCSADRAIN, modes)
+        if died:
+            os.write(fd, _SCREEN_RESET)
+    except (OSError, termios.error):
+        pass
+    finally:
+        signal.signal(signal.SIGTTOU, old)
+        os.close(fd)
+
+
 def announce(agent: str, session: str, how: str):
     print(f"envgit: {agent} session {session} ({how}); its steps: envgit log --session {session}",
           file=sys.stderr)
