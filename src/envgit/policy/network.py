@@ -603,20 +603,32 @@ def _authority(value: str, default_port: int) -> tuple[str, int]:
     return host, port or default_port
 
 
+def _loopback(host: str) -> bool:
+    ip = ip_literal(host)
+    return host == "localhost" or (ip is not None and ip.is_loopback)
+
+
+def _same_place(a: tuple, b: tuple) -> bool:
+    """Do two (host, port) name the same place? Equal, or two spellings of this machine's
+    loopback on the same port (a client of the loopback forwarder says Host: 127.0.0.1:P
+    inside a tunnel to localhost:P; sandbox/loopback.py)."""
+    return a == b or (a[1] == b[1] and _loopback(a[0]) and _loopback(b[0]))
+
+
 def _mismatch(req: Request) -> str | None:
     """Why the request would not go where its tunnel (or its URL) says, or None."""
     default = 443 if req.scheme == "https" else 80
     target = (norm_host(req.host), req.port)
     if req.connect_host is not None:
         tunnel = (norm_host(req.connect_host), req.connect_port)
-        if target != tunnel:
+        if not _same_place(target, tunnel):
             return f"the request names {_hostport(*target)} inside a tunnel to {_hostport(*tunnel)}"
     if req.sni and norm_host(req.sni) != target[0]:
         return f"TLS server name {req.sni!r} is not {target[0]}"
     for name in ("host", ":authority"):
         if name in req.headers:
             h = _authority(req.headers[name], default)
-            if (norm_host(h[0]), h[1]) != target:
+            if not _same_place((norm_host(h[0]), h[1]), target):
                 return f"{name.lstrip(':').capitalize()} {req.headers[name]!r} is not {_hostport(*target)}"
     return None
 

@@ -73,6 +73,20 @@ def _peer_pidns(sock):
         return None
 
 
+async def _listening(addresses, port) -> str | None:
+    """The first of `addresses` something listens on at `port`: a dev server on `localhost`
+    may have bound ::1 only (Node resolves localhost to it first) or 127.0.0.1 only, and
+    mitmproxy tries one address."""
+    for addr in addresses:
+        try:
+            _, w = await asyncio.wait_for(asyncio.open_connection(addr, port), 1.0)
+        except (OSError, TimeoutError):
+            continue
+        w.close()
+        return addr
+    return None
+
+
 class Counted:
     """The client side of one connection, counting bytes each way: a tunnel has no
     per-message hooks to count with. Everything else is the underlying stream's."""
@@ -333,6 +347,10 @@ class Gate:
             port = moved or port
         elif network.ip_literal(host) is not None:
             return
+        elif network.is_special(host) == "a loopback name":
+            # localhost is this machine's loopback whatever a resolver says (RFC 6761): the
+            # address something listens on, as curl and browsers try both.
+            addr = await _listening(("127.0.0.1", "::1"), port) or "127.0.0.1"
         else:
             try:
                 infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)

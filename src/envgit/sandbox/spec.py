@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..policy import resolve
 from ..policy.globs import has_magic
-from . import kernel, network
+from . import kernel, loopback, network
 from .environ import cache_env, project_cache, scrub
 from .projectscan import ProjectScan
 from .view import build_view
@@ -60,7 +60,7 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     if net is not None:
         view.args += network.mounts(net)
         ours.update(network.environment(net))
-        argv = network.wrap(argv)
+        argv = network.wrap(loopback.wrap(argv, loopback.forwards(policy.network_allow), net.credential))
     if inner_socket is not None:
         view.args += ["--dir", "/run/envgit", "--ro-bind", inner_socket, INNER_INSIDE]
         ours["ENVGIT_INNER_SOCKET"] = INNER_INSIDE
