@@ -31,6 +31,28 @@ def _apt(pkg):
     return f"apt-get install -y {pkg}" if os.geteuid() == 0 else f"sudo apt-get install -y {pkg}"
 
 
+def checkout() -> str | None:
+    """The source checkout envgit runs from (an editable install made by dev/run), or None
+    when it was installed as a package (pipx, pip): the fixes differ."""
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return top if os.path.isfile(os.path.join(top, "dev", "run")) and \
+        os.path.isfile(os.path.join(top, "pyproject.toml")) else None
+
+
+def _python_fix() -> str:
+    if checkout():
+        return "install Python >= 3.12 (apt-get install python3.12, or pyenv) and re-run dev/run"
+    return ("install Python >= 3.12 (apt-get install python3.12, or pyenv), then reinstall envgit "
+            "with it: pipx reinstall --python python3.12 envgit")
+
+
+def _agent_fix(agent) -> str:
+    from .agents.install import PINNED
+    package, version = PINNED[agent]
+    return (f"optional: npm install -g {package}@{version} (the version envgit is tested with), "
+            f"or set ENVGIT_{agent.upper()}_BIN to its path")
+
+
 def _read(path):
     try:
         with open(path) as f:
@@ -41,9 +63,12 @@ def _read(path):
 
 def run_checks() -> list[Check]:
     out = []
+    from . import __version__
+    top = checkout()
+    out.append(Check("envgit", True, f"{__version__}, " + (f"a checkout at {top} (dev/run installs it)" if top
+                     else f"installed as a package in {sys.prefix}"), required=False))
     v = sys.version_info
-    out.append(Check("python", v >= (3, 12), f"{sys.version.split()[0]} ({sys.executable})",
-                     "install Python >= 3.12 (apt-get install python3.12, or pyenv) and re-run dev/run"))
+    out.append(Check("python", v >= (3, 12), f"{sys.version.split()[0]} ({sys.executable})", _python_fix()))
     from .sandbox.launch import LaunchError, trusted_binary
     try:
         bwrap = trusted_binary("bwrap")      # as every sandbox finds it: never from PATH
@@ -92,8 +117,7 @@ def run_checks() -> list[Check]:
     for agent, level in AGENTS:
         path = os.environ.get(f"ENVGIT_{agent.upper()}_BIN") or shutil.which(agent)
         out.append(Check(f"agent {agent}", bool(path), f"{path or 'not found'}: {level}",
-                         f"optional: python -m envgit.agents.install DIR (pinned versions), then put "
-                         f"DIR/node_modules/.bin on PATH", required=False))
+                         _agent_fix(agent), required=False))
     state = _state_dir()
     if state:
         ok = os.access(state, os.W_OK)

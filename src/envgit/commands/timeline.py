@@ -60,9 +60,18 @@ def _since(text) -> int:
     return int(t.timestamp() * 1_000_000_000)
 
 
+# A step's snapshot summary (daemon/snapshots.py), every key present: a snapshot that could
+# not be taken has only `error` set; `diff_error` says why its change list is missing.
+SNAPSHOT_KEYS = ("tree", "added", "modified", "deleted", "dirs_changed", "bytes", "ms", "paths",
+                 "paths_truncated", "left_out", "stats", "error", "diff_error")
+
+
 def step_json(s) -> dict:
     """A step as `show --json` and each element of `log --json` give it (docs/JSON.md)."""
-    return {**s.to_json(), "agent": agent_of(s.session)}
+    d = {**s.to_json(), "agent": agent_of(s.session)}
+    if isinstance(d.get("snapshot"), dict):
+        d["snapshot"] = {k: d["snapshot"].get(k) for k in SNAPSHOT_KEYS}
+    return d
 
 
 # --- log ---------------------------------------------------------------------------------
