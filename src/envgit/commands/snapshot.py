@@ -273,7 +273,10 @@ def _target(project, text: str, force: bool) -> str:
     empty without --force."""
     target = os.path.abspath(text)
     real, root = os.path.realpath(target), os.path.realpath(project.root)
-    if real == root or real.startswith(root + "/"):
+    # Both as written and as resolved: a path through the project is refused even when it
+    # resolves outside, since a step chose what its symlinks name (`out -> ~/.config/…`).
+    if any(t == r or t.startswith(r.rstrip("/") + "/")
+           for t in (target, real) for r in (os.path.abspath(project.root), root)):
         raise Usage(f"{text}: inside the project; restore writes elsewhere (`envgit rewind` brings "
                     "the project itself back)")
     if root.startswith(real.rstrip("/") + "/"):
