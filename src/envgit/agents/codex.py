@@ -1,30 +1,36 @@
 """`envgit codex [codex args…]`: Codex with envgit as its only execution environment.
 
-Codex is started with CODEX_HOME pointing at an overlay under .envgit/agents/<session>/: every
-entry of the user's own Codex home (auth.json, sessions/, …) is linked into it, so their login
-and history apply unchanged; config.toml is copied, with the trust of envgit's hook appended
-(see codex_trust.py); and two files are envgit's:
+Codex is started with CODEX_HOME pointing at an overlay under .envgit/agents/<session>/ that
+holds two files of envgit's and is otherwise the person's own Codex home:
   environments.toml   the one environment is envgit's exec-server (execserver.py) over stdio;
                       `include_local = false`, so the model cannot choose to run on the host
   hooks.json          a PreToolUse hook that tells the exec-server which tool call is running,
-                      so the file steps of an apply_patch carry its tool-call id
+                      so the file steps of an apply_patch carry its tool-call id (trusted for
+                      this run only, by a `-c` override: see codex_trust.py)
+Every other entry is a link to the person's Codex home (created if absent, as Codex does on its
+first run), config.toml included: Codex writes through it (its trust of this folder, the
+notices it showed), so its state is theirs and a second session asks nothing the first one
+answered, as without envgit. What Codex creates that was not there to link (sessions/ on a
+first run, its databases) is moved into their Codex home when it exits (`adopt`).
 `--dangerously-bypass-approvals-and-sandbox` makes Codex send `sandbox: null`: envgit's
 sandbox is the one enforced, and Codex asks no approvals of its own (envgit's `ask` does).
-The user's files are never edited.
+`--no-daemon`: the TUI runs its own app server, which ends with it; Codex's shared background
+server would outlive the session (its running work, and its exec-server, carrying this
+session's id into the next one) and install a 400 MB copy of itself in the overlay.
+The model's commands never see any of this: a step's home view has no ~/.codex, .envgit/ is
+closed, and the project's .codex is a protected escape route.
 """
 
 import json
 import os
-import subprocess
 import sys
 
-from .codex_trust import TrustError, hook_identity, trust_block
-from .session import AgentError, agent_binary, announce, new_session, project_here, session_dir
+from .codex_trust import TrustError, hook_identity, trust_override
+from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, session_dir
 
-# Codex asks its environment for nothing else; these names are the user's own Codex home,
-# linked into the overlay. Ours replace theirs in the overlay only.
-OURS = ("environments.toml", "hooks.json", "config.toml")
-CODEX_FLAGS = ["--dangerously-bypass-approvals-and-sandbox"]
+# Ours replace theirs in the overlay only; every other name is the user's own Codex home.
+OURS = ("environments.toml", "hooks.json")
+CODEX_FLAGS = ["--dangerously-bypass-approvals-and-sandbox", "--no-daemon"]
 
 
 def user_codex_home() -> str:
@@ -38,16 +44,12 @@ def _toml_str(s: str) -> str:
 def build_overlay(project, session: str, user_home: str) -> str:
     home = os.path.join(session_dir(project, session), "codex-home")
     os.makedirs(home, mode=0o700, exist_ok=True)
-    if os.path.isdir(user_home):
-        for name in os.listdir(user_home):
-            link = os.path.join(home, name)
-            if name not in OURS and not os.path.lexists(link):
-                os.symlink(os.path.join(user_home, name), link)
-    config = os.path.join(user_home, "config.toml")
-    with open(os.path.join(home, "config.toml"), "w") as f:
-        if os.path.isfile(config):
-            with open(config) as user:
-                f.write(user.read())
+    os.makedirs(user_home, mode=0o700, exist_ok=True)
+    # config.toml even when absent: Codex creates it through the link, in their home
+    for name in {*os.listdir(user_home), "config.toml"} - set(OURS):
+        link = os.path.join(home, name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(user_home, name), link)
     calls = os.path.join(session_dir(project, session), "codex-current-call")
     # -P: codex starts these in the project, which `-m` would put first on sys.path
     args = ["-P", "-m", "envgit.agents.execserver", "--project", project.root, "--session", session,
@@ -69,8 +71,31 @@ def _sh(s: str) -> str:
     return shlex.quote(s)
 
 
-def command(codex: str, argv: list[str]) -> list[str]:
-    return [codex, *CODEX_FLAGS, *argv]
+def adopt(home: str, user_home: str) -> list[str]:
+    """Move what Codex created in the overlay (not a link, not ours) into the user's Codex home,
+    where it would have written it without envgit; a file Codex replaced by renaming over its
+    link replaces theirs. A directory both have (another Codex made it meanwhile) stays here:
+    returned, to be said."""
+    import shutil
+    left = []
+    for name in sorted(set(os.listdir(home)) - set(OURS)):
+        src, dst = os.path.join(home, name), os.path.join(user_home, name)
+        if os.path.islink(src):
+            continue
+        try:
+            if os.path.isdir(src) and os.path.lexists(dst):
+                left.append(src)
+            elif os.path.lexists(dst):
+                os.replace(src, dst)
+            else:
+                shutil.move(src, dst)
+        except OSError:
+            left.append(src)
+    return left
+
+
+def command(codex: str, argv: list[str], trust=()) -> list[str]:
+    return [codex, *CODEX_FLAGS, *trust, *argv]
 
 
 def launch(argv: list[str]) -> int:
@@ -81,18 +106,20 @@ def launch(argv: list[str]) -> int:
         print(f"envgit: {e}", file=sys.stderr)
         return 2
     session = new_session("codex")
-    home = build_overlay(project, session, user_codex_home())
+    user_home = user_codex_home()
+    home = build_overlay(project, session, user_home)
     env = {**os.environ, "CODEX_HOME": home, "ENVGIT_SESSION": session}
     env.pop("CODEX_EXEC_SERVER_URL", None)      # environments.toml is the one executor
+    trust = []
     try:
-        key, digest = hook_identity(codex, env, os.getcwd(), os.path.join(home, "hooks.json"))
-        with open(os.path.join(home, "config.toml"), "a") as f:
-            f.write(trust_block(key, digest))
+        trust = trust_override(*hook_identity(codex, env, os.getcwd(), os.path.join(home, "hooks.json")))
     except (TrustError, OSError) as e:
         print(f"envgit: Codex will not run envgit's hook ({e}): file steps will carry no "
               "tool-call id; commands still do", file=sys.stderr)
     announce("codex", session, "enforced: envgit is its exec-server")
     try:
-        return subprocess.call(command(codex, argv), env=env)
-    except KeyboardInterrupt:
-        return 130
+        return run_on_terminal(command(codex, argv, trust), env)
+    finally:
+        for path in adopt(home, user_home):
+            print(f"envgit: Codex's {os.path.basename(path)} of this session is kept in {path} "
+                  f"({user_home} has its own)", file=sys.stderr)

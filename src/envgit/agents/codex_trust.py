@@ -4,7 +4,9 @@ Codex runs a hook only once its content hash is recorded as trusted in config.to
 (`[hooks.state."<key>"] trusted_hash = "sha256:…"`). `--dangerously-bypass-hook-trust`
 would also run every untrusted hook a cloned repository brings, on the host, outside the
 sandbox: so instead envgit asks Codex itself (`codex app-server`, method `hooks/list`) for
-the key and hash of the hook it wrote, and records exactly that one in the overlay's config.
+the key and hash of the hook it wrote, and trusts exactly that one, for this run only, with a
+`-c` override: config.toml is the person's own (Codex writes their trust decisions there), and
+a per-session hook path recorded in it would pile up one stale entry per session.
 """
 
 import json
@@ -52,6 +54,6 @@ def hook_identity(codex: str, env: dict, cwd: str, hooks_file: str) -> tuple[str
         p.wait()
 
 
-def trust_block(key: str, digest: str) -> str:
-    return f"\n# envgit: trust envgit's own PreToolUse hook (and nothing else)\n" \
-           f"[hooks.state.{json.dumps(key)}]\ntrusted_hash = {json.dumps(digest)}\n"
+def trust_override(key: str, digest: str) -> list[str]:
+    """Codex's arguments trusting that one hook (a TOML inline table: the key holds dots)."""
+    return ["-c", f"hooks.state={{{json.dumps(key)} = {{trusted_hash = {json.dumps(digest)}}}}}"]
