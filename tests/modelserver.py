@@ -318,3 +318,153 @@ def clone_for_push(env, remote):
         subprocess.run(["git", "-C", str(env.root), "config", k, v], check=True)
     env.envgit("init", check=True)
     env.write_policy(f'version: 1\nnetwork:\n  allow: ["{hostport}"]\nirreversible:\n  - preset: default\n')
+
+
+# --- an agent on a real terminal --------------------------------------------------------
+
+class AgentTerminal:
+    """A command on a real pseudo-terminal, driven as a person drives it: keys typed in, the
+    screen's text read out. Like a terminal emulator, it answers the queries a full-screen
+    program makes at start (cursor position, device attributes, colours), without which Codex
+    waits and then gives up.
+
+        with AgentTerminal([envgit, "codex"], env, cwd) as t:
+            t.wait_for("Ask Codex")          # the text shown so far, escape sequences removed
+            t.type("hello\\r")                # an escape sequence (arrow key) is sent whole
+            status = t.wait(30)              # the shell's exit status
+            t.modes_before == t.stty()       # `stty -a` of this terminal, before and now
+    """
+
+    import re as _re
+    ESCAPES = _re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+                          rb"|\x1b[P^_X][^\x1b]*\x1b\\|\x1b[()][0-9A-Za-z]|\x1b[@-Z\\-_=>78]")
+    KEYS = _re.compile(r"\x1b\[[0-9;]*[A-Za-z~]|\x1bO[A-Z]|.", _re.S)
+
+    def __init__(self, argv, env, cwd, rows=40, cols=120):
+        import fcntl
+        import struct
+        import termios
+        self.master, self.slave = os.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.raw = b""
+        self._lock = threading.Lock()
+        self.modes_before = self.stty()
+
+        def take_terminal():             # the child leads a session whose terminal this is
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        self.proc = subprocess.Popen(argv, env={"TERM": "xterm-256color", **env}, cwd=cwd,
+                                     stdin=self.slave, stdout=self.slave, stderr=self.slave,
+                                     start_new_session=True, preexec_fn=take_terminal)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        import select
+        while True:
+            try:
+                ready, _, _ = select.select([self.master], [], [], 0.2)
+                data = os.read(self.master, 65536) if ready else None
+            except (OSError, ValueError):
+                return
+            if data == b"":
+                return
+            if data:
+                with self._lock:
+                    self.raw += data
+                self._answer(data)
+
+    def _answer(self, data: bytes):
+        replies = []
+        if b"\x1b[6n" in data:
+            replies.append(b"\x1b[1;1R")
+        if b"\x1b[c" in data or b"\x1b[0c" in data:
+            replies.append(b"\x1b[?62;22c")
+        for m in self._re.finditer(rb"\x1b\]1([01]);\?(\x07|\x1b\\)", data):
+            rgb = b"ffff/ffff/ffff" if m.group(1) == b"0" else b"0000/0000/0000"
+            replies.append(b"\x1b]1" + m.group(1) + b";rgb:" + rgb + m.group(2))
+        for r in replies:
+            try:
+                os.write(self.master, r)
+            except OSError:
+                return
+
+    def text(self) -> str:
+        with self._lock:
+            return self.ESCAPES.sub(b"", self.raw).decode(errors="replace")
+
+    def mark(self) -> int:
+        """A place in the output: wait_for(…, after=mark) looks only at what came after it."""
+        with self._lock:
+            return len(self.raw)
+
+    def shown_after(self, mark: int) -> str:
+        with self._lock:
+            return self.ESCAPES.sub(b"", self.raw[mark:]).decode(errors="replace")
+
+    def wait_for(self, text: str, timeout=90, after=0) -> None:
+        import time
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.shown_after(after):
+                return
+            if self.proc.poll() is not None and text not in self.shown_after(after):
+                time.sleep(0.3)              # the last output may still be on its way
+                if text in self.shown_after(after):
+                    return
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} not shown (exit {self.proc.poll()}); the terminal "
+                             f"showed, last:\n{self.text()[-4000:]}")
+
+    def type(self, keys: str, delay=0.03):
+        import time
+        for key in self.KEYS.findall(keys):
+            os.write(self.master, key.encode())
+            time.sleep(delay)
+
+    def stty(self) -> str:
+        return subprocess.run(["stty", "-a"], stdin=self.slave, capture_output=True, text=True,
+                              check=True).stdout
+
+    def wait(self, timeout=60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running after {timeout} s; the terminal showed, last:\n"
+                                 f"{self.text()[-4000:]}") from None
+
+    def descendants(self) -> list[int]:
+        """Every process started under the command, deepest last."""
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    kids = [int(p) for p in f.read().split()]
+            except OSError:
+                kids = []
+            out += kids
+            todo += kids
+        return out
+
+    def close(self):
+        import signal
+        if self.proc.poll() is None:
+            for pid in [self.proc.pid, *self.descendants()]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.proc.wait(30)
+        for fd in (self.master, self.slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._reader.join(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
