@@ -12,13 +12,16 @@ bwrap and git.
   summary by top directory.
 """
 
+import fcntl
 import json
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import subprocess
+import termios
 import time
 
 from conftest import ENVGIT
@@ -174,7 +177,9 @@ def pty_envgit(proj, *args, timeout=120):
     pid, fd = pty.fork()
     if pid == 0:
         os.chdir(proj.root)
-        os.execve(ENVGIT, [ENVGIT, *args], {**proj.env, "COLUMNS": "100"})
+        # a terminal of 24 lines of 100 columns, as a person's window has a size
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+        os.execve(ENVGIT, [ENVGIT, *args], proj.env)
     out, t0 = b"", time.monotonic()
     try:
         while time.monotonic() - t0 < timeout:

@@ -1,19 +1,33 @@
-"""rewind: bring the directory back to the snapshot after a step (the daemon does the work)."""
+"""rewind: bring the directory back to the snapshot after a step, or undo the last rewind (the
+daemon does the work; daemon/rewind.py says in which order, so that nothing is ever lost)."""
 
 import os
 import sys
 
 from ..inert import inert
 from ..paths import find_project
-from . import Usage, ask_daemon, out
+from . import STEP_HELP, Usage, ask_daemon, open_journal, out, resolve_step, step_ref
+
+TOPS_SHOWN = 15             # top-level names in a plan's summary; the rest in one line
 
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser("rewind", help="bring the directory back to the snapshot after step N",
-                       usage="envgit rewind N [--yes] [--dry-run] [--json] [-- PATH…]")
-    s.add_argument("step", type=int)
+    s = sub.add_parser(
+        "rewind", help="bring the directory back to the snapshot after a step (or undo a rewind)",
+        usage="envgit rewind (STEP | --undo) [--yes] [--dry-run] [--policy] [--json] [-- PATH…]",
+        description="Bring the directory back to the snapshot after STEP. Every rewind first "
+                    "records the directory as it is (edits made outside envgit included), so "
+                    "`envgit rewind --undo` gives it back exactly. envgit.yaml is left as it is "
+                    "unless --policy is given.",
+        epilog="examples:\n  envgit rewind last~1 --dry-run\n  envgit rewind 12 --yes\n"
+               "  envgit rewind --undo", formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("step", nargs="?", type=step_ref, help=STEP_HELP)
+    s.add_argument("--undo", action="store_true",
+                   help="go back to where the last rewind started (outside edits included)")
     s.add_argument("--yes", "-y", action="store_true", help="do not ask")
     s.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
+    s.add_argument("--policy", action="store_true",
+                   help="restore envgit.yaml too (by default the policy is left as it is)")
     s.set_defaults(paths=[], fn=cmd_rewind)
     s.add_argument("--json", action="store_true")
 
@@ -22,30 +36,34 @@ def add_parsers(sub, argparse):
 
 def cmd_rewind(args):
     project = find_project()
-    msg = {"op": "rewind", "step": args.step, "paths": args.paths or None, "uid": os.getuid()}
     try:
+        if args.undo == (args.step is not None):
+            raise Usage("give a step to rewind to, or --undo (not both): envgit rewind last~1")
+        n = None if args.undo else resolve_step(open_journal(project), args.step)
+        msg = {"op": "rewind", "step": n, "undo": args.undo, "paths": args.paths or None,
+               "policy": args.policy, "uid": os.getuid()}
         preview = ask_daemon(project, msg)
     except Usage as e:
         print(f"envgit: {e}", file=sys.stderr)
         return e.code or 2
+    what = _what(preview)
     if not args.json:
-        _print_preview(preview, args.step)
+        _print_preview(preview, what)
     if args.dry_run:
         if args.json:
             out(preview)
         return 0
-    if not (preview["write"] or preview["delete"]):
+    if not (preview["counts"]["write"] or preview["counts"]["delete"]):
         if args.json:
             out(preview)
         else:
-            print("nothing to change: the directory already is as it was after step "
-                  f"{args.step}")
+            print(f"nothing to change: the directory already is as it was {what}")
         return 0
     if not args.yes:
         if not sys.stdin.isatty():
             print("envgit: not a terminal; pass --yes to rewind without asking", file=sys.stderr)
             return 2
-        answer = input(f"rewind to step {args.step}? [y/N] ").strip().lower()
+        answer = input(f"rewind to {what}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             print("nothing changed")
             return 1
@@ -57,23 +75,57 @@ def cmd_rewind(args):
     if args.json:
         out(done)
         return 0
-    print(f"rewound to step {args.step}: {len(done['write'])} written, {len(done['delete'])} deleted "
-          f"(recorded as step {done['rewind_step']}; undo with `envgit rewind {done['rewind_step'] - 1}`)")
+    c = done["counts"]
+    print(f"rewound to {what}: {c['write']} written, {c['delete']} deleted "
+          f"(recorded as step {done['rewind_step']}); undo: `envgit rewind --undo` "
+          f"or `envgit rewind {done['undo_step']}`")
     return 0
 
 
-def _print_preview(p, n):
-    def show(title, items, key="path"):
-        if not items:
-            return
-        print(f"{title} ({len(items)}):")
-        for i in items[:20]:
-            print(f"  {inert(i[key])}")
-        if len(items) > 20:
-            print(f"  … and {len(items) - 20} more")
-    print(f"rewind to step {n} (tree {p['target_tree'][:12]}):")
-    show("write", p["write"])
-    show("delete", p["delete"])
-    show("keep (left out of snapshots, untouched)", p["keep"])
+def _what(p) -> str:
+    if p.get("undoes") is not None:
+        return f"where rewind step {p['undoes']} started" + (f" (step {p['step']})" if p.get("step") else "")
+    return f"step {p['step']}"
+
+
+def _print_preview(p, what):
+    c = p["counts"]
+    print(f"rewind to {what} (tree {p['target_tree'][:12]}): {c['write']} to write, "
+          f"{c['delete']} to delete")
+    if p.get("outside"):
+        o = p["outside"]
+        print(f"first recorded as a step of their own (the undo point), changes made outside "
+              f"envgit since the last step: +{o['added']} ~{o['modified']} -{o['deleted']}")
+    if c["write"] + c["delete"] <= 20 and p["listed_whole"]:
+        for title, items in (("write", p["write"]), ("delete", p["delete"])):
+            if items:
+                print(f"{title} ({len(items)}):")
+                for i in items:
+                    print(f"  {inert(i['path'])}")
+    else:
+        _print_summary(p)
+    for k in p["keep"]:
+        print(f"keep {inert(k['path'])}: {inert(k['reason'])}")
+    if p["policy"]["differs"]:
+        print("envgit.yaml differs from the one at the target: "
+              + ("it is restored (--policy)" if p["policy"]["restored"]
+                 else "left as it is (yours); --policy restores it"))
     for w in p["warnings"]:
         print(f"warning: {inert(w)}")
+
+
+def _print_summary(p):
+    """Counts by top-level name, `.git` as git sees it, instead of every path."""
+    tops = sorted(p["by_top"].items(), key=lambda kv: -(kv[1]["write"] + kv[1]["delete"]))
+    width = min(max((len(t) for t, _ in tops), default=0) + 1, 40)
+    for top, n in tops[:TOPS_SHOWN]:
+        name = top + ("/" if n.get("dir") else "")
+        counts = ", ".join(f"{n[k]} to {k}" for k in ("write", "delete") if n[k]) or "directory only"
+        print(f"  {inert(name):<{width}}  {counts}")
+    if len(tops) > TOPS_SHOWN:
+        rest = tops[TOPS_SHOWN:]
+        print(f"  … and {len(rest)} more: {sum(n['write'] for _, n in rest)} to write, "
+              f"{sum(n['delete'] for _, n in rest)} to delete")
+    for repo in p.get("git") or []:
+        for line in repo.get("lines", []):
+            print(f"  {inert(line)}")

@@ -1,18 +1,31 @@
-"""`envgit rewind N`: bring the project back to the snapshot after step N, as a step of its own.
+"""`envgit rewind N` / `envgit rewind --undo`: bring the project back to a tree, as a step of
+its own, never losing what was there.
 
 Order of work, so that a kill at any instant loses nothing:
-  1. snapshot the directory as it is (the undo point: `envgit rewind <this step>` returns to it)
-  2. journal the intent: a `begin` entry carrying the target tree and the undo tree
+  1. snapshot the directory as it is, once (the plan is made from that snapshot); if it differs
+     from the last step's tree (edits made outside envgit since), record those as an `outside`
+     step: the undo point is then always a step whose snapshot is exactly the directory as the
+     rewind found it (`envgit rewind <that step>` or `envgit rewind --undo` returns to it)
+  2. journal the intent: a `begin` entry carrying the target tree, the undo tree and step
   3. restore (idempotent: only what differs is written, through O_NOFOLLOW directory fds)
   4. snapshot again and journal the `end`
 A rewind found open when a daemon starts is finished by restoring its target again.
 Before anything is written, the journal's hash chain is verified up to the target's entries.
+`envgit.yaml` at the root is the person's: it is left as it is unless the rewind is asked to
+restore it (`policy`), and the plan says when it differs.
 """
+
+import time
 
 from .. import faults
 from ..policy import PolicyError
 from ..snapshot import StoreError
+from . import outside
 from .snapshots import SnapshotFailed, display
+
+POLICY_FILE = b"envgit.yaml"
+LISTED = 1000               # paths listed in a plan (write, delete); the counts are always whole
+PROGRESS_EVERY_S = 0.1      # progress frames at most this often
 
 
 class RewindError(Exception):
@@ -42,8 +55,33 @@ def trust_history(journal, seq: int, what: str) -> None:
                           + (f" (and {len(problems) - 1} more: `envgit fsck`)" if len(problems) > 1 else ""))
 
 
-def irreversible_after(journal, n: int) -> list[str]:
+def last_rewind(journal):
+    """The newest rewind step (what `--undo` undoes), or None."""
+    for s in journal.steps_newest_first():
+        if s.rewind and s.rewind.get("undo_tree"):
+            return s
+    return None
+
+
+def resolve(journal, step: int | None, undo: bool) -> dict:
+    """What a rewind goes back to: {tree, to_step, undoes, policy (whether envgit.yaml is
+    restored unless said otherwise)}. `undo`: the undo point of the newest rewind."""
+    if not undo:
+        return {"tree": target_tree(journal, step), "to_step": step, "undoes": None, "policy": False}
+    r = last_rewind(journal)
+    if r is None:
+        raise RewindError("there is no rewind to undo; `envgit log` lists the steps")
+    trust_history(journal, r.last_seq, f"the rewind of step {r.id}")
+    info = r.rewind
+    # Undoing a rewind that restored the policy puts the person's policy back too.
+    return {"tree": info["undo_tree"], "to_step": info.get("undo_step"), "undoes": r.id,
+            "policy": bool(info.get("policy"))}
+
+
+def irreversible_after(journal, n: int | None) -> list[str]:
     """A warning for every step after N that let an irreversible action out."""
+    if n is None:
+        return []
     out = []
     for s in journal.steps():
         if s.id <= n:
@@ -56,52 +94,150 @@ def irreversible_after(journal, n: int) -> list[str]:
     return out
 
 
-def plan(sess, n: int, paths: list[str] | None) -> tuple[object, dict]:
-    tree = target_tree(sess.journal, n)
-    p = sess.snapshotter.plan_restore(sess.policy(), tree, paths)
+def _is_policy(path: bytes) -> bool:
+    return path == POLICY_FILE or path.startswith(POLICY_FILE + b"/")
+
+
+def keep_policy(p, restore_policy: bool) -> bool:
+    """Whether the plan would change envgit.yaml; unless asked to, take it out of the plan."""
+    differs = any(_is_policy(i.path) for i in p.write + p.delete)
+    if differs and not restore_policy:
+        p.write = [i for i in p.write if not _is_policy(i.path)]
+        p.delete = [i for i in p.delete if not _is_policy(i.path)]
+        p.keep.append((POLICY_FILE, 0, "the policy is yours: kept as it is (`--policy` restores it)"))
+    return differs
+
+
+def by_top(p) -> dict:
+    """{top-level name: {"write": files, "delete": files, "dir": bool}}: the plan summarised by
+    what is directly in the project (directories themselves are not counted, their files are)."""
+    out: dict[str, dict] = {}
+    for what, items in (("write", p.write), ("delete", p.delete)):
+        for i in items:
+            top = display(i.path.split(b"/", 1)[0])
+            d = out.setdefault(top, {"write": 0, "delete": 0, "dir": False})
+            if i.type == "dir":
+                d["dir"] = True
+            else:
+                d[what] += 1
+                d["dir"] = d["dir"] or b"/" in i.path
+    return out
+
+
+def git_summary(sess, p) -> list[dict]:
+    """What the plan does to each repository's `.git`, as git sees it (refs moved, commits
+    added and lost, index changed: snapshot/gitview.py), so that the plan says that instead of
+    listing object files. Empty when the plan touches no gitdir."""
+    if not any(i.path == b".git" or i.path.startswith(b".git/") or b"/.git/" in i.path
+               for i in p.write + p.delete):
+        return []
+    try:
+        repos = sess.snapshotter.git_view(p.current_tree_id, p.tree_id)
+    except (StoreError, OSError) as e:
+        return [{"gitdir": ".git", "problems": [f"not read: {e}"], "lines": [f"git: not read: {e}"]}]
+    return [{**r.to_json(), "lines": r.lines()} for r in repos]
+
+
+def plan(sess, target: dict, paths: list[str] | None, restore_policy: bool) -> tuple[object, dict, dict]:
+    """(plan, preview, the snapshot summary of the directory as it is against the last tree)."""
+    p, now = sess.snapshotter.plan_restore(sess.policy(), target["tree"], paths, sess.last_tree)
+    differs = keep_policy(p, restore_policy)
+
+    def listed(items, with_size):
+        return [{"path": display(i.path), "type": i.type, **({"size": i.size} if with_size else {})}
+                for i in items[:LISTED]]
     preview = {
-        "step": n, "target_tree": tree, "undo_tree": p.current_tree_id,
-        "write": [{"path": display(i.path), "type": i.type, "size": i.size} for i in p.write],
-        "delete": [{"path": display(i.path), "type": i.type} for i in p.delete],
+        "step": target["to_step"], "undoes": target["undoes"],
+        "target_tree": target["tree"], "undo_tree": p.current_tree_id,
+        "counts": {"write": len(p.write), "delete": len(p.delete), "keep": len(p.keep)},
+        "by_top": by_top(p), "git": git_summary(sess, p),
+        "write": listed(p.write, True), "delete": listed(p.delete, False),
+        "listed_whole": len(p.write) <= LISTED and len(p.delete) <= LISTED,
         "keep": [{"path": display(k[0]), "reason": k[2]} for k in p.keep],
-        "warnings": irreversible_after(sess.journal, n),
+        "policy": {"differs": differs, "restored": differs and restore_policy},
+        # edits made since the last step, which the rewind records first (its undo point)
+        "outside": None if now["tree"] == sess.last_tree else {
+            k: now[k] for k in ("added", "modified", "deleted", "paths", "paths_truncated")},
+        "warnings": irreversible_after(sess.journal, target["to_step"]),
     }
-    return p, preview
+    return p, preview, now
 
 
-def apply(sess, n: int, paths: list[str] | None, user: str) -> dict:
+def preview(sess, step, undo, paths, restore_policy) -> dict:
+    target = resolve(sess.journal, step, undo)
+    _, shown, _ = plan(sess, target, paths, restore_policy or target["policy"])
+    return shown
+
+
+def apply(sess, step: int | None, undo: bool, paths: list[str] | None, restore_policy: bool, user: str,
+          progress=None) -> dict:
+    """The rewind itself. The caller holds the session's tree lock (no step begins meanwhile)."""
     if sess.live:
         raise RewindError(f"step {min(sess.live)} is running; rewind when no step runs")
-    p, preview = plan(sess, n, paths)
+    target = resolve(sess.journal, step, undo)
+    restore_policy = restore_policy or target["policy"]
+    p, shown, now = plan(sess, target, paths, restore_policy)
+    undo_step = undo_point(sess, now)
+    faults.point("rewind-undo-recorded")
     pol = sess.policy()
-    step = sess.journal.begin_step({
-        "argv": ["envgit", "rewind", str(n), *(["--", *paths] if paths else [])],
+    name = ["--undo"] if undo else [str(step)]
+    rewind_step = sess.journal.begin_step({
+        "argv": ["envgit", "rewind", *name, *(["--policy"] if restore_policy and not target["policy"] else []),
+                 *(["--", *paths] if paths else [])],
         "cwd": sess.project.root, "session": sess.id, "user": user, "policy_sha256": pol.sha256,
         "marks": ["rewind"],
-        "rewind": {"to_step": n, "target_tree": preview["target_tree"],
-                   "undo_tree": preview["undo_tree"], "paths": paths or None}})
+        "rewind": {"to_step": target["to_step"], "target_tree": target["tree"], "undo_tree": p.current_tree_id,
+                   "undo_step": undo_step, "undoes": target["undoes"], "paths": paths or None,
+                   "policy": restore_policy}})
     faults.point("rewind-begun")
     try:
-        sess.snapshotter.restore(p)
+        sess.snapshotter.restore(p, throttled(progress))
     except (StoreError, OSError) as e:
-        sess.journal.append(step, "end", {"exit_code": 1, "marks": ["rewind", "refused"],
-                                          "error": str(e)})
+        sess.journal.append(rewind_step, "end", {"exit_code": 1, "marks": ["rewind", "refused"], "error": str(e),
+                                                 "snapshot": snapshot_after(sess, pol, p.current_tree_id)})
         if isinstance(e, StoreError):
             raise                       # the store is damaged: said as such (exit 4)
-        raise RewindError(str(e)) from None
+        raise RewindError(f"{e}; `envgit rewind {undo_step}` returns to where the rewind started") from None
     faults.point("rewind-restored")
-    summary = snapshot_after(sess, pol, preview["undo_tree"])
-    sess.journal.append(step, "end", {"exit_code": 0, "marks": ["rewind"], "snapshot": summary})
-    return {**preview, "rewind_step": step, "snapshot": summary}
+    summary = snapshot_after(sess, pol, p.current_tree_id)
+    sess.journal.append(rewind_step, "end", {"exit_code": 0, "marks": ["rewind"], "snapshot": summary})
+    return {**shown, "rewind_step": rewind_step, "undo_step": undo_step, "snapshot": summary}
+
+
+def undo_point(sess, now) -> int:
+    """The step whose snapshot is the directory as the rewind found it: the last step's, or an
+    `outside` step recorded now with the changes made since (the person's edits)."""
+    if now["tree"] == sess.last_tree:
+        last = sess.journal.last_snapshot_step()
+        if last is not None and last.snapshot.get("tree") == now["tree"] \
+                and last.id not in sess.journal.dropped_snapshots():
+            return last.id
+    return outside.write(sess, now, "rewind")
+
+
+def throttled(progress):
+    """progress(done, total), called at most every PROGRESS_EVERY_S and at the end."""
+    if progress is None:
+        return None
+    last = [0.0]
+
+    def report(done, total):
+        now = time.monotonic()
+        if done == total or now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            progress(done, total)
+    return report
 
 
 def snapshot_after(sess, pol, undo_tree) -> dict:
-    """The snapshot after a restore; a failure is recorded on the rewind (the restore itself is
-    done), never left to keep the rewind open."""
+    """The snapshot after a restore (it becomes the last tree); a failure is recorded on the
+    rewind (the restore itself is done), never left to keep the rewind open."""
     try:
-        return sess.snapshotter.take(pol, undo_tree)
+        summary = sess.snapshotter.take(pol, undo_tree)
     except (SnapshotFailed, OSError) as e:
         return {"error": f"snapshot failed: {e}"}
+    sess.last_tree = summary["tree"]
+    return summary
 
 
 def finish_interrupted(sess) -> list[int]:
@@ -111,20 +247,28 @@ def finish_interrupted(sess) -> list[int]:
         info = s.rewind
         if not info:
             continue
+        undo = info.get("undo_step")
+        back = f"`envgit rewind {undo}`" if undo else "`envgit rewind --undo`"
         try:
             trust_history(sess.journal, s.last_seq, f"the interrupted rewind (step {s.id})")
             pol = sess.policy()
             snap = sess.snapshotter
-            snap.restore(snap.plan_restore(pol, info["target_tree"], info.get("paths")))
-        except (RewindError, StoreError, PolicyError, OSError) as e:
+            p, _ = snap.plan_restore(pol, info["target_tree"], info.get("paths"), sess.last_tree)
+            keep_policy(p, bool(info.get("policy")))
+            snap.restore(p)
+        except (RewindError, StoreError, PolicyError, SnapshotFailed, OSError) as e:
             # Closed, not left open: an open rewind would be retried (and fail) by every command.
+            # Its snapshot (when one can be taken) records the directory as the kill left it.
+            try:
+                after = snapshot_after(sess, sess.policy(), info.get("undo_tree"))
+            except PolicyError as pe:
+                after = {"error": f"snapshot failed: {pe}"}
             sess.journal.append(s.id, "end", {
-                "exit_code": 1, "marks": ["rewind", "not-finished"],
+                "exit_code": 1, "marks": ["rewind", "not-finished"], "snapshot": after,
                 "error": f"the rewind was interrupted and could not be finished: {e}; the directory "
-                         f"may be partly rewound: `envgit rewind {info['to_step']}` again, or "
-                         f"`envgit rewind {s.id - 1}` to go back"})
+                         f"may be partly rewound: rewind again, or {back} to go back"})
             continue
-        summary = snapshot_after(sess, pol, info["undo_tree"])
+        summary = snapshot_after(sess, pol, info.get("undo_tree"))
         sess.journal.append(s.id, "end", {"exit_code": 0, "marks": ["rewind", "finished-after-crash"],
                                           "snapshot": summary})
         done.append(s.id)

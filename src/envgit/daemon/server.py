@@ -26,7 +26,10 @@ A long-lived sandboxed helper (the MCP REPL) gets its command line without being
   {"op": "ask", "step", "question": {method, host, path, kind, rule, …}}
       -> {"answer", "who", "how"}: hold a recorded step's action (an MCP tool call whose
       client cannot elicit) for `envgit approve`; no answer in network.ask_timeout is a deny
-  {"op": "rewind", "step", "paths"?, "apply": bool, "uid"}  -> the preview; with apply, done
+  {"op": "rewind", "step" | "undo": true, "paths"?, "policy"?, "apply": bool, "uid"}
+      -> the preview; with apply, done (progress pushes while it writes). Before a step or
+      rewind begins with no step running, changes made outside envgit since the last snapshot
+      are recorded as a step of their own (outside.py)
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
   {"op": "sandbox", "step", "pidns"} -> {"ok"}: a step with network ("bind" in its begin or
@@ -75,6 +78,7 @@ from ..sandbox import routes
 from ..sandbox.tracked import tracked_denied, warning
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
+from . import outside as outside_changes
 from . import rewind
 from . import special_bits
 from . import frames
@@ -108,6 +112,9 @@ class Session:
         self.snapshotter = Snapshotter(project)
         self.last_tree = _last_tree(self.journal)
         self.pending_baseline = None   # taken, not yet written on a step
+        # Held while the directory is compared with last_tree (outside changes) and by a
+        # rewind while it writes: no step begins halfway through either.
+        self.tree_lock = asyncio.Lock()
         self.gate = None               # the network gate, started by the first step needing it
         self.gate_failed = False
         self.certs_dir = None
@@ -214,7 +221,9 @@ class Session:
             self.journal.append(step, "end", {"exit_code": 126, "signal": None, "duration_ms": 0,
                                               "marks": ["refused"], "refused_by": verdict.rule})
             return {"step": step, "refused": text}
-        self.ensure_baseline(pol)
+        # A record of an edit the agent already made (copilot's, an inner `record`) is that
+        # edit: what changed since the last step is its, not the person's.
+        await self.settle(pol, "agent-edit" not in (msg.get("marks") or []))
         if self.pending_baseline:       # step 1 carries what the directory was before it
             head["baseline"], self.pending_baseline = self.pending_baseline, None
         if msg.get("record_only"):
@@ -251,6 +260,15 @@ class Session:
             return None
         self.gate.ask_timeout = pol.ask_timeout
         return Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
+
+    async def settle(self, pol, look_outside=True, before="step"):
+        """Before a step: the first step's baseline, or, when no step runs, the changes made
+        outside envgit since the last one, recorded as their own step (outside.py)."""
+        async with self.tree_lock:
+            if self.last_tree is None:
+                await asyncio.to_thread(self.ensure_baseline, pol)
+            elif look_outside and not self.live:
+                await asyncio.to_thread(outside_changes.record, self, pol, before)
 
     def ensure_baseline(self, pol):
         """Before the project's first step: the tree it starts from (an agent's adapter asks
@@ -526,15 +544,27 @@ class Session:
     def pending(self):
         return {"asks": [{k: v for k, v in a.items() if k != "future"} for a in self.asks.values()]}
 
-    async def rewind(self, msg):
+    async def rewind(self, msg, conn=None):
+        undo = msg.get("undo") is True
+        step = None if undo else _typed(msg.get("step"), int)
+        paths = msg.get("paths")
+        if (step is None and not undo) or not (paths is None or (isinstance(paths, list)
+                                                                and all(isinstance(p, str) for p in paths))):
+            return {"error": "envgit: rewind needs a step number (or undo) and paths as text", "exit": 2}
+        policy = msg.get("policy") is True
         try:
             if msg.get("apply"):
-                out = await asyncio.to_thread(rewind.apply, self, int(msg["step"]), msg.get("paths"),
-                                              _user_name(msg.get("uid")))
-                self.last_tree = out["snapshot"].get("tree") or self.last_tree
-                return out
-            _, preview = await asyncio.to_thread(rewind.plan, self, int(msg["step"]), msg.get("paths"))
-            return preview
+                loop = asyncio.get_running_loop()
+
+                def progress(done, total):      # on the rewind's thread: the loop sends it
+                    if conn is not None:
+                        loop.call_soon_threadsafe(self.push, {"conn": conn}, {
+                            "push": "progress", "what": "rewind", "unit": "path", "done": done,
+                            "total": total, "text": f"rewind: {done}/{total} paths"})
+                async with self.tree_lock:      # no step begins while the rewind writes
+                    return await asyncio.to_thread(rewind.apply, self, step, undo, paths, policy,
+                                                   _user_name(msg.get("uid")), progress)
+            return await asyncio.to_thread(rewind.preview, self, step, undo, paths, policy)
         except (rewind.RewindError, PolicyError) as e:
             return {"error": f"envgit: {e}", "exit": 2}
         except (StoreError, CorruptObject) as e:
@@ -685,9 +715,8 @@ class Session:
             return self.event(msg)
         if op == "spec":
             return await self.spec(msg)
-        if op == "baseline":
-            pol = self.policy()
-            await asyncio.to_thread(self.ensure_baseline, pol)
+        if op == "baseline":                 # an agent's launch: the directory as it starts
+            await self.settle(self.policy(), before="agent")
             return {"tree": self.last_tree}
         if op == "answer":
             return self.answer(msg)
@@ -701,7 +730,7 @@ class Session:
         if op == "end":
             return await self.end(msg)
         if op == "rewind":
-            return await self.rewind(msg)
+            return await self.rewind(msg, conn)
         if op == "snapshot":
             return await self.snapshot_now(msg)
         if op == "gc":

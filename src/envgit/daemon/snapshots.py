@@ -10,6 +10,7 @@ import threading
 import time
 
 from ..snapshot import ChangeWatcher, CorruptObject, Filter, StatCache, Store, StoreError
+from ..snapshot.restore import apply_plan, make_plan
 
 MAX_PATHS = 200           # paths listed on a step; the counts are always complete
 SAVE_CACHE_EVERY_S = 30   # the stat cache is also saved when the daemon exits
@@ -38,22 +39,40 @@ class Snapshotter:
     def filter(self, policy) -> Filter:
         return Filter(exclude=policy.snapshot_exclude, max_file_size=policy.max_file_size)
 
-    def plan_restore(self, policy, tree: str, paths: list[str] | None):
-        """What bringing the project back to `tree` would change (it snapshots the directory
-        first: `plan.current_tree_id` is the undo point). A damaged object met on the way is
+    def plan_restore(self, policy, tree: str, paths: list[str] | None, prev_tree: str | None = None):
+        """(plan, summary): what bringing the project back to `tree` would change, from one
+        snapshot of the directory as it is (`plan.current_tree_id`, the undo point), and that
+        snapshot's summary against `prev_tree` (what changed since the last step: the changes
+        made outside envgit that the undo point records). A damaged object met on the way is
         quarantined and the directory snapshotted afresh once (see take)."""
         flt = self.filter(policy)
         raw = [p.encode() for p in paths] if paths else None
         with self.lock:
-            try:
-                return self.store.plan_restore(self.root, tree, flt, raw, self.cache, self._watcher_for(flt))
-            except (StoreError, CorruptObject):
-                self._start_afresh()
-                return self.store.plan_restore(self.root, tree, flt, raw, self.cache, self._watcher_for(flt))
+            for attempt in (1, 2):
+                snap, changes, problem = self._take_checked(flt, prev_tree)
+                try:
+                    plan = make_plan(self.store.objects, bytes.fromhex(snap.tree_id), snap.left_out,
+                                     bytes.fromhex(tree), flt, raw)
+                    break
+                except (StoreError, CorruptObject):
+                    if attempt == 2:
+                        raise
+                    self._start_afresh()    # the memos may name a damaged tree as unchanged
+        plan.current_tree_id = snap.tree_id
+        summary = summarize(snap, changes)
+        if problem:
+            summary["diff_error"] = problem
+        return plan, summary
 
-    def restore(self, plan):
+    def git_view(self, tree_a: str, tree_b: str) -> list:
+        """The `.git` changes between two trees as git sees them (snapshot/gitview.py)."""
+        from ..snapshot.gitview import git_changes
         with self.lock:
-            self.store.restore(self.root, plan)
+            return git_changes(self.store, tree_a, tree_b)
+
+    def restore(self, plan, progress=None):
+        with self.lock:
+            apply_plan(self.store.objects, self.root, plan, progress)
 
     def gc(self, keep_trees, progress) -> int:
         with self.lock:
@@ -81,24 +100,29 @@ class Snapshotter:
         snapshot fails too, SnapshotFailed says why; the caller records it on the step."""
         flt = self.filter(policy)
         with self.lock:
-            try:
-                snap, changes, problem = self._take(flt, prev_tree)
-            except OSError:                 # disk full, permissions: the next one starts afresh
-                self._start_afresh()
-                raise
-            except (StoreError, CorruptObject):
-                self._start_afresh()
-                try:
-                    snap, changes, problem = self._take(flt, prev_tree)
-                except (StoreError, CorruptObject) as e:
-                    self._start_afresh()
-                    raise SnapshotFailed(f"the snapshot could not be taken: {e}") from None
-            if time.monotonic() - self._saved_at > SAVE_CACHE_EVERY_S:
-                self.save()
+            snap, changes, problem = self._take_checked(flt, prev_tree)
         summary = summarize(snap, changes)
         if problem:
             summary["diff_error"] = problem
         return summary
+
+    def _take_checked(self, flt, prev_tree):
+        """_take, retried afresh once past a damaged object (see take); the lock is held."""
+        try:
+            snap, changes, problem = self._take(flt, prev_tree)
+        except OSError:                 # disk full, permissions: the next one starts afresh
+            self._start_afresh()
+            raise
+        except (StoreError, CorruptObject):
+            self._start_afresh()
+            try:
+                snap, changes, problem = self._take(flt, prev_tree)
+            except (StoreError, CorruptObject) as e:
+                self._start_afresh()
+                raise SnapshotFailed(f"the snapshot could not be taken: {e}") from None
+        if time.monotonic() - self._saved_at > SAVE_CACHE_EVERY_S:
+            self.save()
+        return snap, changes, problem
 
     def _take(self, flt, prev_tree):
         """(snapshot, changes since prev_tree, why the changes are unknown or None)."""

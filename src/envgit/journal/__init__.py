@@ -99,6 +99,7 @@ class Step:
     snapshot: dict | None = None        # the tree after the step and what changed (end entry)
     baseline: dict | None = None        # the tree before step 1: what the first diff compares to
     rewind: dict | None = None          # for a rewind step: its target and undo trees
+    outside: dict | None = None         # for changes made outside envgit: {since_step, before}
     irreversible: list = field(default_factory=list)
     events: list = field(default_factory=list)   # mcp-call / file-op / note entries, in order
     extra: dict = field(default_factory=dict)    # what a recorded step's caller added at its end
@@ -252,6 +253,10 @@ class Journal:
         """A new step id (1, 2, 3, … per project, never reused) with its `begin` entry."""
         return self._append(None, "begin", body, new_step=True)
 
+    def outside_step(self, body: dict) -> int:
+        """A new step id with its one `outside` entry: changes made outside envgit, whole."""
+        return self._append(None, "outside", body, new_step=True)
+
     def append(self, step: int, kind: str, body: dict):
         """An entry on a step; step 0 holds the project's own entries (gc, lost)."""
         self._append(step, kind, body)
@@ -343,14 +348,17 @@ class Journal:
         """Steps from the highest id down, folded a batch at a time (begin rows through the
         index; a session is matched in SQL, a body that is not JSON never matches)."""
         below = (1 << 62)
-        where = "kind = 'begin' AND step < ?"
+        where = "kind = ? AND step < ?"
         if session is not None:
             where += " AND CASE WHEN json_valid(body) THEN json_extract(body, '$.session') END = ?"
         while True:
-            with self.lock:
-                ids = [r[0] for r in self.db.execute(
-                    f"SELECT step FROM entries WHERE {where} ORDER BY step DESC LIMIT ?",
-                    (below, session, batch) if session is not None else (below, batch))]
+            ids = []
+            with self.lock:         # a step starts with a begin, or is one `outside` entry
+                for kind in ("begin", "outside"):     # one index range each, merged
+                    ids += [r[0] for r in self.db.execute(
+                        f"SELECT step FROM entries WHERE {where} ORDER BY step DESC LIMIT ?",
+                        (kind, below, session, batch) if session is not None else (kind, below, batch))]
+            ids = sorted(set(ids), reverse=True)[:batch]
             if not ids:
                 return
             folded = self._fold_steps(ids)
@@ -369,6 +377,18 @@ class Journal:
                 if len(out) == n:
                     break
         return out[::-1]
+
+    def outside_ids(self, after: int, upto: int | None) -> list[int]:
+        """The `outside` steps (changes made outside envgit) with after < id <= upto (None: no
+        bound), through the (kind, step) index."""
+        with self.lock:
+            return [r[0] for r in self.db.execute(
+                "SELECT step FROM entries WHERE kind = 'outside' AND step > ? AND step <= ? ORDER BY step",
+                (after, upto if upto is not None else 1 << 62))]
+
+    def steps_between(self, first: int, last: int) -> list[Step]:
+        """Steps first..last (ids), folded."""
+        return sorted(self._fold_steps(range(first, last + 1)).values(), key=lambda s: s.id)
 
     def last_snapshot_step(self) -> Step | None:
         """The step with the highest id that has a snapshot tree (the daemon's start, diff)."""
@@ -520,6 +540,14 @@ def _fold(out, seq, step, kind, at, text):
                   "baseline", "rewind"):
             if k in body:
                 setattr(s, k, body[k])
+        return
+    if kind == "outside":               # a step of one entry: changes made outside envgit
+        s = out[step] = Step(id=step, started_ns=at, started_at=utc(at), last_seq=seq, status="done",
+                             session=body.get("session", ""), user=body.get("user", ""),
+                             marks=["outside"], snapshot=body.get("snapshot"),
+                             outside={k: body.get(k) for k in ("since_step", "before")})
+        _ended(s, at)
+        s.duration_ms = None
         return
     s = out.get(step)
     if s is None:

@@ -85,8 +85,10 @@ def _baseline(v):
 
 
 def _rewind(v):
-    return (isinstance(v, dict) and _int(v.get("to_step")) and _tree(v.get("target_tree"))
-            and _opt_tree(v.get("undo_tree")) and (v.get("paths") is None or _strs(v.get("paths"))))
+    return (isinstance(v, dict) and _opt_int(v.get("to_step")) and _tree(v.get("target_tree"))
+            and _opt_tree(v.get("undo_tree")) and _opt_int(v.get("undo_step"))
+            and _opt_int(v.get("undoes")) and (v.get("paths") is None or _strs(v.get("paths")))
+            and (v.get("policy") is None or _bool(v.get("policy"))))
 
 
 def _lost_range(v):
@@ -101,6 +103,10 @@ KINDS = {
             "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
             "error": _str, "refused_by": _str, "policy_files": _strs},
     "interrupted": {"reason": _str, "snapshot": _snapshot},
+    # A step of its own, one entry long: what changed outside envgit since the last snapshot
+    # (the person's editor, their own git), recorded before the next step or rewind begins.
+    "outside": {"snapshot": _snapshot, "session": _str, "user": _str, "since_step": _opt_int,
+                "before": _str},
     "request": {"method": _str, "scheme": _str, "host": _str, "path": _str, "decision": _str,
                 "error": _str},
     "approval": {"question": _obj},

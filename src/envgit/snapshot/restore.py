@@ -9,6 +9,7 @@ import errno
 import os
 from dataclasses import dataclass, field
 
+from .. import faults
 from .diff import walk_changes
 from .encoding import DIR, TYPE_NAMES, Entry, decode_chunks
 from .ids import BLOB, CHUNKS, CorruptObject
@@ -100,13 +101,22 @@ def _item(path: bytes, e: Entry) -> Item:
     return Item(path, TYPE_NAMES[e.type], e.mode, e.size, e.oid, e.chunked, e.target)
 
 
-def apply_plan(objects, root, plan: RestorePlan) -> None:
+def apply_plan(objects, root, plan: RestorePlan, progress=None) -> None:
+    """Apply the plan; `progress(done, total)` after each path deleted or written."""
     contents = _verify(objects, plan)
+    total, done = len(plan.delete) + len(plan.write), 0
     with _Dirs(root) as dirs:
         for item in plan.delete:
             _delete(dirs, item)
+            done += 1
+            if progress:
+                progress(done, total)
         for item in plan.write:
             _write(objects, dirs, item, contents)
+            faults.point("restore-wrote")       # a kill here leaves the directory half written
+            done += 1
+            if progress:
+                progress(done, total)
         for item in reversed(plan.write):         # last, so read-only dirs were writable above
             if item.type == "dir":
                 fd = dirs.open(item.path)

@@ -1,0 +1,89 @@
+"""Changes made outside envgit (the person's editor, their own `git commit`, a file copied in)
+between two steps: recorded as a step of their own, one `outside` entry, before the next step
+or rewind begins, so they are never charged to the step after them and a rewind's undo point
+holds them.
+
+How it is seen: the directory is snapshotted against the last tree the daemon knows (the last
+step's). While the daemon runs, the resident stat cache and inotify watcher make that a look at
+the directories that had events (well under a millisecond when nothing changed); a daemon just
+started walks the directory once with the stat cache read from disk, which the step's own
+snapshot would otherwise have done after it. Nothing is checked while another step runs: a
+change then cannot be told from that step's own (an agent's session step, a long `envgit run`).
+"""
+
+import os
+
+from .snapshots import SnapshotFailed
+
+
+def record(sess, pol, before: str) -> int | None:
+    """Snapshot the project; if it differs from the last tree, record the difference as an
+    `outside` step and make its tree the last one. Returns that step's id, or None when nothing
+    changed. Call with the session's tree lock held and no step running."""
+    if sess.last_tree is None:
+        return None                     # no tree yet: the first step's baseline covers it
+    try:
+        summary = sess.snapshotter.take(pol, sess.last_tree)
+    except (SnapshotFailed, OSError) as e:     # the step goes on; its own snapshot says more
+        print(f"envgit daemon: changes made outside envgit could not be looked for: {e}", flush=True)
+        return None
+    if summary["tree"] == sess.last_tree:
+        return None
+    return write(sess, summary, before)
+
+
+def write(sess, summary, before: str) -> int:
+    """The `outside` step for a snapshot already taken (its summary against sess.last_tree)."""
+    last = sess.journal.last_snapshot_step()
+    since = last.id if last is not None and last.snapshot.get("tree") == sess.last_tree else None
+    step = sess.journal.outside_step({"snapshot": summary, "session": sess.id, "user": _me(),
+                                      "since_step": since, "before": before})
+    sess.last_tree = summary["tree"]
+    return step
+
+
+def _me() -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def split_range(journal, a_step: int, a_tree: str, b_step: int | None, b_tree: str) -> list[dict]:
+    """`envgit diff A B` cut where changes were made outside envgit, so that those are never
+    shown as a step's: [{"from", "to" (names), "from_tree", "to_tree", "outside" (bool),
+    "step" (the outside step, or None)}], in order, each with a different pair of trees.
+    One part (the whole range) when no outside step lies in (A, B]; B None is the working
+    tree."""
+    ids = journal.outside_ids(a_step, b_step) if journal is not None else []
+    if not ids:
+        return [_part(f"step {a_step}", _name(b_step), a_tree, b_tree, None)]
+    folded = {s.id: s for s in journal.steps_between(a_step, ids[-1])}
+    parts, cur, cur_name = [], a_tree, f"step {a_step}"
+    for o in ids:
+        before = a_tree, f"step {a_step}"       # the last tree in [A, o): what o was compared with
+        for n in range(o - 1, a_step, -1):
+            tree = ((folded.get(n) and folded[n].snapshot) or {}).get("tree")
+            if tree:
+                before = tree, f"step {n}"
+                break
+        after = ((folded.get(o) and folded[o].snapshot) or {}).get("tree")
+        if after is None:
+            continue
+        if before[0] != cur:
+            parts.append(_part(cur_name, before[1], cur, before[0], None))
+        parts.append(_part(before[1], f"step {o}", before[0], after, o))
+        cur, cur_name = after, f"step {o}"
+    if b_tree != cur:
+        parts.append(_part(cur_name, _name(b_step), cur, b_tree, None))
+    return parts or [_part(f"step {a_step}", _name(b_step), a_tree, b_tree, None)]
+
+
+def _name(step):
+    return "working tree" if step is None else f"step {step}"
+
+
+def _part(a_name, b_name, a_tree, b_tree, outside_step):
+    return {"from": a_name, "to": b_name, "from_tree": a_tree, "to_tree": b_tree,
+            "outside": outside_step is not None, "step": outside_step}
