@@ -116,7 +116,6 @@ def cmd_log(args):
     import shutil
     import textwrap
     width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else None
-    indent = " " * 54
     for s in steps:
         exit_ = {"running": "run", "interrupted": "int"}.get(s.status, str(s.exit_code))
         marks = " [" + inert(",".join(s.marks)) + "]" if s.marks else ""
@@ -126,8 +125,14 @@ def cmd_log(args):
         if width is None:               # piped: one line per step, the whole command
             print(head + line)
             continue
-        lines = textwrap.wrap(line, max(20, width - len(indent)), break_long_words=True,
-                              break_on_hyphens=False, drop_whitespace=False) or [""]
+        # the command's column, wrapped under itself; a terminal too narrow for it gets the
+        # command on lines of its own
+        indent = " " * (len(head) if width - len(head) >= 16 else 6)
+        if len(indent) < len(head):
+            print(head.rstrip())
+            head = indent
+        lines = textwrap.wrap(line, width - len(indent), break_long_words=True,
+                              break_on_hyphens=False) or [""]
         if not args.no_trunc and len(lines) > LOG_LINES:
             lines = lines[:LOG_LINES - 1] + [lines[LOG_LINES - 1][:-1] + "…"]
         print(head + lines[0])
