@@ -19,6 +19,19 @@ pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is 
 ASK_PUSH = "irreversible:\n  - preset: default\n  - rule: git-push\n    action: ask\n"
 
 
+def approves_the_first_only():
+    """A person who approves the first question shown and denies every later one: (the
+    answering function for Answerer, the dict that receives the first question)."""
+    first = {}
+
+    def person(q):
+        if not first:
+            first.update(q)
+            return "approve"
+        return "deny"
+    return person, first
+
+
 @pytest.fixture
 def world():
     with servers() as (git, stub):
@@ -30,13 +43,7 @@ def test_approved_push_does_not_cover_a_force_push_or_a_delete(attacker, world):
     netproject(attacker, git, stub, ASK_PUSH)
     clone_into_project(attacker, git)
     main_before = git.refs()["refs/heads/main"]
-    first = {}
-
-    def person(q):                     # approves the first push it is shown, nothing after
-        if not first:
-            first.update(q)
-            return "approve"
-        return "deny"
+    person, first = approves_the_first_only()
 
     script = (
         "git checkout -q -b feature && echo f > f && git add f && git commit -qm f && "
@@ -66,13 +73,7 @@ def test_the_same_push_again_is_covered_but_a_new_commit_is_not(attacker, world)
     git, stub = world
     netproject(attacker, git, stub, ASK_PUSH)
     clone_into_project(attacker, git)
-    first = {}
-
-    def person(q):
-        if not first:
-            first.update(q)
-            return "approve"
-        return "deny"
+    person, first = approves_the_first_only()
 
     script = ("echo a > a && git add a && git commit -qm a && git push -q origin main; echo push1=$?; "
               "echo b > b && git add b && git commit -qm b && git push -q origin main; echo push2=$?")
@@ -96,13 +97,7 @@ def test_approved_graphql_mutation_does_not_cover_another(attacker, world):
                "irreversible:\n  - preset: default\n"
                f"  - net: {{host: \"gql.example.test\", path: \"/graphql\"}}\n"
                "    body: {graphql: mutation}\n    action: ask\n    name: gql-mutation\n")
-    first = {}
-
-    def person(q):
-        if not first:
-            first.update(q)
-            return "approve"
-        return "deny"
+    person, first = approves_the_first_only()
 
     star = _gql("mutation Star { addStar(input: {starrableId: \"R1\"}) { clientMutationId } }")
     delete = _gql("mutation Star { deleteRepository(input: {repositoryId: \"R1\"}) { clientMutationId } }")
@@ -126,13 +121,7 @@ def test_approved_request_does_not_cover_another_path_or_query(attacker, world):
     netproject(attacker, git, stub,
                "irreversible:\n  - net: {host: \"stub.example.test\", method: POST, path: \"/api/**\"}\n"
                "    action: ask\n    name: stub-write\n")
-    first = {}
-
-    def person(q):
-        if not first:
-            first.update(q)
-            return "approve"
-        return "deny"
+    person, first = approves_the_first_only()
 
     curl = "curl -s -o /dev/null -w '%{http_code}\\n' -X POST --data-binary x"
     script = (f"{curl} https://{api}/api/one; {curl} https://{api}/api/one; "

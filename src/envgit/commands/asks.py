@@ -26,7 +26,7 @@ def add_parsers(sub, argparse):
 # What a question holds, whoever asked it (the gate: proxy/addon.py `_question`; an MCP tool
 # call: mcp/execution.py): every key present in `pending --json`, None when it has none.
 QUESTION_KEYS = ("step", "method", "scheme", "host", "port", "path", "rule", "kind", "reason",
-                 "refs", "operations", "options")
+                 "refs", "operations", "options", "covers")
 
 
 def pending_json(a) -> dict:
