@@ -35,7 +35,7 @@ def test_policy_check_and_show(proj):
 def test_bad_policy_refuses_the_step_and_records_nothing(proj):
     proj.write_policy("version: 1\nfilesystem:\n  deny_reed: []\n")
     r = proj.run("echo should-not-run")
-    assert r.returncode == 2 and "envgit.yaml:3:3" in r.stderr
+    assert r.returncode == 125 and "envgit.yaml:3:3" in r.stderr     # envgit's own failure
     assert "should-not-run" not in r.stdout
     assert json.loads(proj.envgit("log", "--json", check=True).stdout) == []
 

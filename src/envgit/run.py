@@ -5,9 +5,17 @@ stdin, stdout, stderr and the terminal are handed to the command as they are. Th
 in a process group of its own (sandbox/launch.py), so nothing it signals reaches this process
 or the shell; when this process holds the terminal's foreground, the step gets it for its run
 (Ctrl-C and Ctrl-Z reach it as they would without envgit, a stopped step stops this process's
-job) and the terminal's modes are restored after. Signals sent to this process (SIGINT,
-SIGQUIT, SIGTERM, SIGHUP, SIGTSTP) are passed on to the command; the exit status is the
-command's own.
+job) and the terminal's modes are restored after, however the command ended. Signals sent to
+this process (SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGTSTP) are passed on to the command.
+
+Exit status, by the shell's convention (as `env`, `timeout` and `docker run` use it):
+  the command's own code, unchanged (a command's own `exit 130` is 130);
+  a command that died of signal N: this process dies of N too (the shell shows 128+N);
+  127 the command was not found, 126 it was found but could not be run (not executable, or
+  refused by a `shell:` rule of the policy);
+  125 envgit itself failed (no project, a bad policy, bubblewrap or perl missing, the sandbox or
+  its network bridge did not start, the session daemon unreachable), with one `envgit:` line
+  naming the fix.
 """
 
 import _signal as signal   # the builtin: `signal` would import enum, ~3 ms per step
@@ -17,14 +25,19 @@ import time
 
 from .daemon.client import DaemonError, connect
 from .paths import NoProject, find_project
-from .sandbox.launch import Foreground, Launch, LaunchError, bwrap_path
+from .sandbox.launch import Foreground, Launch, LaunchError, bwrap_path, trusted_binary
 
 
 SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal)
                 if n.startswith("SIG") and not n.startswith("SIG_") and n not in ("SIGIOT", "SIGPOLL", "SIGCLD")}
 
+# envgit's own failure, as `env`, `timeout` and `docker run` report theirs
+FAILED = 125
+# the command was found but cannot be run (here also: refused by the policy's shell rules)
+CANNOT_RUN = 126
 
-def _fail(msg, code=2):
+
+def fail(msg, code=FAILED):
     print(msg, file=sys.stderr)
     return code
 
@@ -33,48 +46,71 @@ def run(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        return _fail("usage: envgit run [--] CMD [ARGS…]")
+        return fail("envgit: no command given: envgit run [--] CMD [ARGS…] (see envgit run --help)")
+    return step(argv, dict(os.environ))
+
+
+def step(argv: list[str], env: dict) -> int:
+    """Run `argv` as one recorded step with `env` as the environment asked for (the daemon
+    scrubs it by the policy): `envgit run`, and agents/steprun.py for the Codex exec-server.
+    Returns the exit status, or dies of the signal the command died of."""
     cwd = os.getcwd()
     try:
         project = find_project(cwd)
-    except NoProject as e:
-        return _fail(f"envgit: {e}")
-    try:
-        bwrap_path(project.root)       # a trusted system binary, never PATH's: fail before the step
-    except LaunchError as e:
-        return _fail(f"envgit: {e}")
+        bwrap_path(project.root)       # trusted system binaries, never PATH's: fail before the step
+        trusted_binary("perl", project.root)
+    except (NoProject, LaunchError) as e:
+        return fail(f"envgit: {e}")
     try:
         conn = connect(project)
         reply = conn.request({"op": "begin", "argv": argv, "cwd": os.path.realpath(cwd),
-                              "env": dict(os.environ), "pid": os.getpid(),
+                              "env": env, "pid": os.getpid(),
                               "uid": os.getuid(), "session": os.environ.get("ENVGIT_SESSION"),
                               "tool_call_id": os.environ.get("ENVGIT_TOOL_CALL_ID")})
     except (DaemonError, OSError) as e:
-        return _fail(f"envgit: {e}", 1)
+        return fail(f"envgit: {e}")
     if "error" in reply:
-        return _fail(reply["error"], reply.get("exit", 1))
+        return fail(reply["error"])
     if "refused" in reply:
-        print(reply["refused"], file=sys.stderr)
-        return 126
+        return fail(reply["refused"], CANNOT_RUN)
     code, sig = execute(conn, reply["step"], reply["bwrap"], reply["env"], reply.get("bind"), project.root)
-    if sig and sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)     # die the way the command died, as a shell expects
-        os.kill(os.getpid(), sig)
+    if sig:
+        die_of(sig)
     return code
+
+
+def die_of(sig):
+    """End this process by the signal the command died of, as a shell expects of a command
+    (`wait` status, "Killed", `set -o pipefail`); never with a core dump of its own."""
+    try:
+        import resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):
+        pass                    # a signal that cannot end this process: 128+N, as the shell would say
 
 
 def execute(conn, step, args, env, bind=False, project_root=None) -> tuple[int, int]:
     """Run the bwrap command line the daemon gave for `step` on this terminal, serving what
-    the daemon pushes meanwhile, then end the step: (exit code, signal number or 0). With
-    `bind`, the step's proxy credentials are tied to its sandbox before the command starts."""
+    the daemon pushes meanwhile, then end the step: (exit code, signal number or 0): the
+    command's own code, or 128+N and N if it died of signal N, 125 if the sandbox did not
+    start. With `bind`, the step's proxy credentials are tied to its sandbox before the
+    command starts."""
     term = Terminal()
     conn.on_push = lambda frame: term.push(frame, conn)
     try:
-        status, ms = _spawn_and_wait(args, env, conn, term, step if bind else None, project_root)
+        code, sig, ms = _spawn_and_wait(args, env, conn, term, step if bind else None, project_root)
     except (LaunchError, OSError) as e:
         print(f"envgit: the sandbox could not start: {e}", file=sys.stderr)
-        status, ms = 125 << 8, 0
-    code, sig = _decode(status)
+        code, sig, ms = FAILED, 0, 0
     try:
         reply = conn.request({"op": "end", "step": step, "exit_code": code,
                               "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
@@ -93,8 +129,9 @@ FORWARDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
 
 def _spawn_and_wait(args, env, conn, term, bind_step, project_root):
     """Start the step's sandbox in a process group of its own (launch.py), give it the terminal
-    when this process holds it, tie its credentials when asked, and wait: (wait status, ms)."""
-    launch = Launch(args, project_root)
+    when this process holds it, tie its credentials when asked, and wait: (exit code, signal
+    number or 0, ms)."""
+    launch = Launch(args, project_root, report=True)
     fg = Foreground()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -124,7 +161,11 @@ def _spawn_and_wait(args, env, conn, term, bind_step, project_root):
         finally:
             signal.set_wakeup_fd(old_wakeup)
         ms = round((time.monotonic_ns() - t0) / 1e6, 3)
-        return status, ms
+        code, sig = launch.outcome(status)
+        if launch.started is False:
+            print("envgit: the sandbox did not start (bwrap's reason is above); "
+                  "`envgit doctor` checks the set-up", file=sys.stderr)
+        return code, sig, ms
     finally:
         fg.close()                  # the terminal back, in the modes it had before the step
         for s, h in old.items():
@@ -251,15 +292,4 @@ class Terminal:
     def close(self):
         if self.tty is not None:
             os.close(self.tty)
-
-
-def _decode(status):
-    """(exit code, signal number or 0). bwrap reports a command killed by signal N as 128+N."""
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        return 128 + sig, sig
-    code = os.WEXITSTATUS(status)
-    if 128 < code < 128 + 32:
-        return code, code - 128
-    return code, 0
 

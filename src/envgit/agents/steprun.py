@@ -11,15 +11,7 @@ import json
 import os
 import sys
 
-from ..daemon.client import DaemonError, connect
-from ..paths import NoProject, find_project
-from ..run import SIGNAL_NAMES, execute
-from ..sandbox.launch import LaunchError, bwrap_path
-
-
-def _fail(msg, code=2):
-    print(msg, file=sys.stderr)
-    return code
+from ..run import fail, step
 
 
 def read_env(fd: int) -> dict:
@@ -37,40 +29,20 @@ def read_env(fd: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    """As `envgit run` (run.step: the same exit status, streams and terminal), but the step's
+    environment is the one read from FD."""
     if not argv or not argv[0].isdigit():
-        return _fail("usage: python -I -m envgit.agents.steprun FD [--] CMD [ARGS…]")
+        return fail("envgit: usage: python -I -m envgit.agents.steprun FD [--] CMD [ARGS…]")
     try:
         step_env = read_env(int(argv[0]))
     except (OSError, ValueError) as e:
-        return _fail(f"envgit: the step's environment: {e}")
+        return fail(f"envgit: the step's environment: {e}")
     argv = argv[1:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        return _fail("envgit: no command")
-    cwd = os.getcwd()
-    try:
-        project = find_project(cwd)
-        bwrap_path(project.root)
-        conn = connect(project)
-        reply = conn.request({"op": "begin", "argv": argv, "cwd": os.path.realpath(cwd), "env": step_env,
-                              "pid": os.getpid(), "uid": os.getuid(),
-                              "session": os.environ.get("ENVGIT_SESSION"),
-                              "tool_call_id": os.environ.get("ENVGIT_TOOL_CALL_ID")})
-    except (NoProject, LaunchError) as e:
-        return _fail(f"envgit: {e}")
-    except (DaemonError, OSError) as e:
-        return _fail(f"envgit: {e}", 1)
-    if "error" in reply:
-        return _fail(reply["error"], reply.get("exit", 1))
-    if "refused" in reply:
-        return _fail(reply["refused"], 126)
-    code, sig = execute(conn, reply["step"], reply["bwrap"], reply["env"], reply.get("bind"), project.root)
-    if sig and SIGNAL_NAMES.get(sig) in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"):
-        import signal
-        signal.signal(sig, signal.SIG_DFL)     # die the way the command died, as envgit run does
-        os.kill(os.getpid(), sig)
-    return code
+        return fail("envgit: no command given: python -I -m envgit.agents.steprun FD [--] CMD [ARGS…]")
+    return step(argv, step_env)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,17 @@ What every start gets, here and nowhere else:
 - a process group of its own (a session of its own when started by the daemon or another
   long-lived process): `kill 0` or `kill -KILL -1` inside signal the step's own processes only,
   never the `envgit run` that waits for it, the person's shell or the session daemon.
+- with `report` (`envgit run`, whose exit status is the command's): the reporter (REPORTER)
+  between bwrap and the command, which tells "died of signal N" from "exited 128+N" (bwrap's
+  own status and --json-status-fd say 128+N for both) and finds the command (127 not found,
+  126 not executable); bwrap itself ignores the terminal's SIGINT and SIGQUIT, which reach the
+  command only (a command that traps Ctrl-C finishes with its own status).
 
 Callers that spawn with their own process API (asyncio, anyio) use `Launch.argv`,
 `Launch.pass_fds` and `start_new_session=True`; `envgit run` uses `Launch.spawn`.
 """
 
+import _signal   # the builtin module: `signal` would import enum on the hot path
 import os
 
 from .seccomp import program
@@ -34,6 +40,39 @@ _found: dict[str, str] = {}
 
 class LaunchError(Exception):
     """The sandbox cannot be started (bwrap missing or untrusted), worded for the person."""
+
+
+# The reporter: the command's parent inside the sandbox. bwrap's pid 1 reaps the command and
+# reports signal N as exit 128+N, so only a process that waits for the command itself sees its
+# real wait status; this one writes it ("$?\n", the raw status) to the fd named first, then
+# exits as bwrap would. Perl: installed wherever git is (git needs it) and ~2 ms to start, where
+# a Python one costs ~12 ms per step (bench/bench_run.py). Its argv: FD, the signals the
+# command gets at their default disposition (INT,QUIT unless envgit run's caller ignored them),
+# NAME=VALUE / NAME items that restore the command's own PERL5OPT, PERLIO, PERL_BADLANG (the
+# reporter starts without them: they would load modules into it, or print locale warnings),
+# "--", the command. The command gets no fd of the reporter's (the report fd is closed before
+# exec), and it is found as a shell would: not found 127, not executable 126.
+REPORTER = r"""$0 = "envgit-step";
+my $fd = shift; my $sigs = shift; my @env;
+while (@ARGV and (my $a = shift) ne "--") { push @env, $a }
+open(my $report, ">&=", $fd) or exit 125;
+my $pid = fork;
+if (!defined $pid) { print STDERR "envgit: cannot start $ARGV[0]: $!\n"; exit 125 }
+if (!$pid) {
+  close $report;
+  $SIG{$_} = "DEFAULT" for split /,/, $sigs;
+  for (@env) { my ($k, $v) = split /=/, $_, 2; if (defined $v) { $ENV{$k} = $v } else { delete $ENV{$k} } }
+  exec { $ARGV[0] } @ARGV;
+  my $e = $! + 0;
+  print STDERR "envgit: $ARGV[0]: ", ($e == 2 && $ARGV[0] !~ m{/} ? "command not found" : "$!"), "\n";
+  exit($e == 2 ? 127 : 126);
+}
+waitpid($pid, 0);
+$SIG{PIPE} = "IGNORE";
+syswrite($report, "$?\n");
+exit(($? & 127) ? 128 + ($? & 127) : $? >> 8);
+"""
+REPORTER_STASHED = ("PERL5OPT", "PERLIO", "PERL_BADLANG")
 
 
 def trusted_binary(name: str, project_root: str | None = None) -> str:
@@ -97,10 +136,17 @@ class Launch:
         info = launch.ready()                   # {"pid-namespace", "child-pid"} (blocks briefly)
         ... tie credentials to info["pid-namespace"], hand over the terminal ...
         launch.release()                        # the command starts now
+        ... wait for bwrap ...
+        code, sig = launch.outcome(status)      # with report=True: the command's own
+
+    `report`: the reporter (REPORTER) runs the command and tells its real wait status; only
+    with `spawn`, whose caller reads it with outcome().
     """
 
-    def __init__(self, spec_argv, project_root=None):
+    def __init__(self, spec_argv, project_root=None, report=False):
         self.bwrap = bwrap_path(project_root)
+        self.perl = trusted_binary("perl", project_root) if report else None
+        self.report_r = None
         self._mine = []          # parent ends, closed by close()
         self._child = []         # the ends bwrap inherits, closed once it is spawned
         extra = []
@@ -117,9 +163,27 @@ class Launch:
         self._child += [info_w, block_r]
         extra += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
         self.argv = [self.bwrap, *extra, *spec_argv[1:]]
+        if report:
+            # the reporter's fd is one bwrap passes on (it hands every inherited fd to the
+            # sandbox); the reporter goes right after bwrap's `--` (no option value is `--`:
+            # they are names and absolute paths), before the network bridge if there is one
+            self.report_r, report_w = os.pipe()
+            os.set_blocking(self.report_r, False)
+            self._mine.append(self.report_r)
+            self._child.append(report_w)
+            cut = self.argv.index("--") + 1
+            self._reporter_at = cut
+            self._report_fd = report_w
+            # SIGINT/SIGQUIT ignored by whoever started this process (`nohup`, a script's `&`)
+            # stay ignored in the command, as they would without envgit (read before the caller
+            # installs its own handlers to pass them on)
+            import _signal
+            self._caller_ignored = {n for n in ("INT", "QUIT")
+                                    if _signal.getsignal(getattr(_signal, "SIG" + n)) == _signal.SIG_IGN}
         self.pass_fds = tuple(self._child)
         self.info = None
         self.pid = None
+        self.started = None      # outcome(): False when bwrap failed before the command ran
 
     def spawn(self, env, *, new_session=False, stdio=None) -> int:
         """posix_spawn bwrap in a process group of its own (with `new_session`, a session of its
@@ -130,15 +194,63 @@ class Launch:
             os.set_inheritable(fd, True)
         actions = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)] if stdio else []
         kw = {"setsid": True} if new_session else {"setpgroup": 0}
+        # Default dispositions and an empty mask: an ignored or blocked signal would survive
+        # exec into the command (bwrap passes both on). With the reporter, bwrap ignores the
+        # terminal's SIGINT and SIGQUIT (it would die of Ctrl-C, and take the command with it
+        # before the command's own handler finished), and the reporter gives the command them
+        # at their default, unless the caller of this process ignored them.
+        reset, ignored, argv = _RESET_SIGNALS, (), self.argv
+        if self.report_r is not None:
+            ignored = (_signal.SIGINT, _signal.SIGQUIT)
+            reset = tuple(s for s in _RESET_SIGNALS if s not in ignored)
+            argv, env = self._with_reporter(env)
+        old = {s: _signal.signal(s, _signal.SIG_IGN) for s in ignored}
         try:
-            # Default dispositions and an empty mask: an ignored or blocked signal would
-            # survive exec into the command (bwrap passes both on). (So Ctrl-C, which reaches
-            # the whole foreground group, also ends bwrap, and with it the command.)
-            self.pid = os.posix_spawn(self.bwrap, self.argv, env, file_actions=actions,
-                                      setsigdef=_RESET_SIGNALS, setsigmask=(), **kw)
+            self.pid = os.posix_spawn(self.bwrap, argv, env, file_actions=actions,
+                                      setsigdef=reset, setsigmask=(), **kw)
         finally:
+            for s, h in old.items():
+                _signal.signal(s, h)
             self.spawned()
         return self.pid
+
+    def _with_reporter(self, env):
+        """bwrap's argv with the reporter before the command, and the reporter's environment
+        (the command's, less what would act on perl; the reporter restores it)."""
+        sigs = ",".join(n for n in ("INT", "QUIT") if n not in self._caller_ignored)
+        stash = [f"{k}={env[k]}" if k in env else k for k in REPORTER_STASHED]
+        env = {k: v for k, v in env.items() if k not in REPORTER_STASHED}
+        env["PERL_BADLANG"] = "0"
+        at = self._reporter_at
+        argv = [*self.argv[:at], self.perl, "-e", REPORTER, str(self._report_fd), sigs, *stash, "--",
+                *self.argv[at:]]
+        return argv, env
+
+    def outcome(self, status) -> tuple[int, int]:
+        """(exit code, signal number or 0) of the command, from bwrap's wait status and the
+        reporter's: the command's own exit code (a chosen 130 stays 130, signal 0), or 128+N and
+        N when it died of signal N. (125, 0) when the sandbox did not start (bwrap failed before
+        the command: it said why on stderr)."""
+        raw = b""
+        self.started = True
+        if self.report_r is not None:
+            try:
+                raw = os.read(self.report_r, 64)
+            except (BlockingIOError, OSError):
+                raw = b""
+        if raw.strip().isdigit():
+            st = int(raw)
+            return (128 + (st & 0x7f), st & 0x7f) if st & 0x7f else (st >> 8 & 0xff, 0)
+        if os.WIFSIGNALED(status):          # bwrap itself was killed (kill 0 inside reaches it)
+            sig = os.WTERMSIG(status)
+            return 128 + sig, sig
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 255
+        if self.report_r is None:           # no reporter: bwrap's 128+N is all there is
+            return code, (code - 128 if 128 < code < 128 + 65 else 0)
+        if code > 128:                      # the reporter itself was killed: the sandbox with it
+            return code, code - 128
+        self.started = False
+        return 125, 0
 
     def spawned(self, pid=None):
         """bwrap has its ends: close them here (else a dead bwrap would leave ready() waiting)."""
@@ -168,15 +280,13 @@ class Launch:
 
     def command_pids(self) -> list[int]:
         """The command's processes as this namespace sees them: the children of the sandbox's
-        init (empty before ready() or once they are gone)."""
+        init, or with the reporter, of the reporter (empty before ready() or once they are
+        gone)."""
         init = (self.info or {}).get("child-pid")
-        if not init:
-            return []
-        try:
-            with open(f"/proc/{init}/task/{init}/children") as f:
-                return [int(p) for p in f.read().split()]
-        except OSError:
-            return []
+        pids = _children(init) if init else []
+        if self.report_r is not None:
+            pids = [c for p in pids for c in _children(p)]
+        return pids
 
     def signal(self, signum):
         """Send `signum` to the command (not to bwrap, which would only die of it and take the
@@ -194,6 +304,14 @@ class Launch:
             except OSError:
                 pass
         self._mine, self._child, self.block_w = [], [], None
+
+
+def _children(pid) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
 
 
 def _not_inherited(keep):
