@@ -3,10 +3,16 @@
 `envgit run` is dispatched before argparse is even imported: it is the hot path. So are the
 agents and `mcp`, whose arguments are their own; `envgit run --help` (and `envgit claude -h`…)
 is envgit's help for them, `envgit run -- --help` runs the command's own.
-Exit codes: the step's own for `run`; for the rest 0 ok, 1 failure, 2 usage or bad input,
-3 the session daemon could not be reached or went away, 4 the snapshot store is damaged
-(a missing or corrupt object, pack or index), 5 the journal cannot be read. Operational
-failures are one `envgit: …` line saying what to do (commands.operational), never a traceback.
+Exit codes of `run` (and of the agents' steps), by the shell's convention as `env`, `timeout`
+and `docker run` use it: the command's own code unchanged (a command's own `exit 130` too);
+a command that died of signal N ends envgit by N (the shell shows 128+N); 127 the command was
+not found, 126 it could not be run (not executable, or refused by a `shell:` rule); 125
+envgit's own failure (no project, a bad policy, bubblewrap or perl missing, the sandbox or its
+network bridge did not start, the session daemon unreachable), with one `envgit:` line naming
+the fix (run.py). For the rest: 0 ok, 1 failure, 2 usage or bad input, 3 the session daemon
+could not be reached or went away, 4 the snapshot store is damaged (a missing or corrupt
+object, pack or index), 5 the journal cannot be read. Operational failures are one `envgit: …`
+line saying what to do (commands.operational), never a traceback.
 """
 
 import sys
@@ -16,7 +22,12 @@ AGENTS = ("claude", "codex", "copilot")
 
 # Shown under `envgit --help`.
 EXIT_STATUS = """exit status:
-  run, claude, codex, copilot: the command's own
+  run: the command's own (its `exit 130` too); a command killed by signal N: 128+N
+    (envgit dies of N as the command did); 127 command not found; 126 found but not
+    executable, or refused by a shell: rule; 125 envgit itself failed (no project, bad
+    policy, bubblewrap or perl missing, the sandbox or network bridge did not start, the
+    session daemon unreachable), said in one `envgit:` line with the fix
+  claude, codex, copilot: the agent's own
   others: 0 ok, 1 failure, 2 usage or bad input, 3 the session daemon could not be reached,
   4 the snapshot store is damaged, 5 the journal cannot be read"""
 
