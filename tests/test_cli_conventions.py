@@ -261,6 +261,7 @@ def test_json_keys_are_the_documented_ones(netproj):
     emitted["pending.question"] = asked[0][0]["question"]
     assert emitted["pending.question"]["refs"], "the push's refs are what the person is asked about"
 
+    assert p.run("echo after > note.txt").returncode == 0
     steps = j("log")
     shown = j("show", "last")
     assert shown == steps[-1]
@@ -272,6 +273,7 @@ def test_json_keys_are_the_documented_ones(netproj):
     emitted["diff"] = d
     assert d["changes"], d
     emitted["diff.changes"] = d["changes"][0]
+    emitted["diff.parts"] = d["parts"][0]
     emitted["doctor"] = j("doctor")[0]
     emitted["fsck"] = j("fsck")
     emitted["error"] = j("show", "999", code=2)

@@ -196,6 +196,7 @@ def ask_daemon(project, msg):
         code = reply.get("exit")
         raise Usage(reply["error"].removeprefix("envgit: "),
                      code if code in (EXIT_DAEMON, EXIT_STORE, EXIT_JOURNAL) else None)
+    reply.pop("rid", None)              # the protocol's request id, not part of the answer
     return reply
 
 
