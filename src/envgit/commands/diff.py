@@ -85,11 +85,7 @@ def cmd_diff(args):
 def _split(j, a_step, a, b_step, b) -> list[dict]:
     """The range cut where changes were made outside envgit (daemon/outside.py), so those are
     never shown as a step's."""
-    try:
-        from ..daemon.outside import split_range
-    except ImportError:             # before outside steps existed: one part
-        return [{"from": f"step {a_step}", "to": "working tree" if b_step is None else f"step {b_step}",
-                 "from_tree": a, "to_tree": b, "outside": False, "step": None}]
+    from ..daemon.outside import split_range
     return split_range(j, a_step, a, b_step, b)
 
 

@@ -158,7 +158,10 @@ def git_changes(store, tree_a: str | None, tree_b: str | None, changes=None) -> 
         repo = RepoChange(gitdir.decode("utf-8", "surrogateescape"))
         repo.files = sum(1 for c in changes if repo.covers(c.path)
                          and (c.new_type or c.old_type) != "dir")
-        _compare(repo, _Repo(side_a, gitdir), _Repo(side_b, gitdir))
+        try:
+            _compare(repo, _Repo(side_a, gitdir), _Repo(side_b, gitdir))
+        except _READ_ERRORS as e:     # a damaged store object met on the way: said, not raised
+            repo.problems.append(f"{repo.gitdir}: {_why(e)}")
         repos.append(repo)
     return repos
 
@@ -384,7 +387,7 @@ class _Repo:
                     continue
                 try:
                     self._packs.append(_Pack(_text(name), idx, pack, self.hash_len))
-                except Unreadable as e:
+                except (Unreadable, struct.error, IndexError) as e:
                     self.problems.append(f"{_text(self.path(b'objects/pack/' + name))}: {e}")
             if self.snap.entry(self.path(b"objects/info/alternates")) is not None:
                 self.problems.append(f"{_text(self.gitdir)}: objects in alternates are not read")
