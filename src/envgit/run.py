@@ -50,6 +50,16 @@ def run(argv: list[str]) -> int:
     return step(argv, dict(os.environ))
 
 
+def _progress_line(frame, shown):
+    """A `progress` push while the step is being set up (the project's first snapshot): one
+    line on the terminal's stderr, rewritten in place and cleared once the step starts."""
+    if frame.get("push") == "progress":
+        text = "".join(c for c in str(frame.get("text", "")) if c.isprintable())[:200]
+        sys.stderr.write(f"\r\x1b[Kenvgit: {text}")
+        sys.stderr.flush()
+        shown.append(1)
+
+
 def step(argv: list[str], env: dict) -> int:
     """Run `argv` as one recorded step with `env` as the environment asked for (the daemon
     scrubs it by the policy): `envgit run`, and agents/steprun.py for the Codex exec-server.
@@ -61,14 +71,20 @@ def step(argv: list[str], env: dict) -> int:
         trusted_binary("perl", project.root)
     except (NoProject, LaunchError) as e:
         return fail(f"envgit: {e}")
+    shown = []
     try:
         conn = connect(project)
+        if sys.stderr.isatty():        # the first snapshot of a big project: show it move
+            conn.on_push = lambda frame: _progress_line(frame, shown)
         reply = conn.request({"op": "begin", "argv": argv, "cwd": os.path.realpath(cwd),
                               "env": env, "pid": os.getpid(),
                               "uid": os.getuid(), "session": os.environ.get("ENVGIT_SESSION"),
                               "tool_call_id": os.environ.get("ENVGIT_TOOL_CALL_ID")})
     except (DaemonError, OSError) as e:
-        return fail(f"envgit: {e}")
+        return fail(("\r\x1b[K" if shown else "") + f"envgit: {e}")
+    if shown:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
     if "error" in reply:
         return fail(reply["error"])
     if "refused" in reply:

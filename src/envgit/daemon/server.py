@@ -223,7 +223,7 @@ class Session:
             return {"step": step, "refused": text}
         # A record of an edit the agent already made (copilot's, an inner `record`) is that
         # edit: what changed since the last step is its, not the person's.
-        await self.settle(pol, "agent-edit" not in (msg.get("marks") or []))
+        await self.settle(pol, "agent-edit" not in (msg.get("marks") or []), conn=conn)
         if self.pending_baseline:       # step 1 carries what the directory was before it
             head["baseline"], self.pending_baseline = self.pending_baseline, None
         if msg.get("record_only"):
@@ -261,20 +261,39 @@ class Session:
         self.gate.ask_timeout = pol.ask_timeout
         return Net(str(self.gate.socket_path), str(self.certs_dir), self.gate.open_step(step))
 
-    async def settle(self, pol, look_outside=True, before="step"):
+    async def settle(self, pol, look_outside=True, before="step", conn=None):
         """Before a step: the first step's baseline, or, when no step runs, the changes made
-        outside envgit since the last one, recorded as their own step (outside.py)."""
+        outside envgit since the last one, recorded as their own step (outside.py). The
+        baseline of a big project takes a while: `conn`'s client is shown its progress."""
         async with self.tree_lock:
             if self.last_tree is None:
-                await asyncio.to_thread(self.ensure_baseline, pol)
+                counters = {}
+                await self.with_progress(asyncio.to_thread(self.ensure_baseline, pol, counters),
+                                         counters, conn)
             elif look_outside and not self.live:
                 await asyncio.to_thread(outside_changes.record, self, pol, before)
 
-    def ensure_baseline(self, pol):
+    async def with_progress(self, work, counters, conn, after_s=1.0, every_s=0.5):
+        """Await a snapshot (`work`) whose walk keeps `counters` current; once it has run for
+        `after_s`, push its progress to `conn` every `every_s` (the client shows it on a
+        terminal). A snapshot done within `after_s` pushes nothing."""
+        task = asyncio.ensure_future(work)
+        t0 = time.monotonic()
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                return task.result()
+            if conn is not None and time.monotonic() - t0 >= after_s:
+                files, size = counters.get("files_hashed", 0), counters.get("bytes_hashed", 0)
+                self.push({"conn": conn}, {
+                    "push": "progress", "what": "first snapshot", "unit": "file", "done": files,
+                    "total": None, "text": f"first snapshot: {files} files read ({size / 1e6:.0f} MB)"})
+
+    def ensure_baseline(self, pol, counters=None):
         """Before the project's first step: the tree it starts from (an agent's adapter asks
         for it at launch, before the agent's first edit, with op `baseline`)."""
         if self.last_tree is None:
-            base = self.snapshotter.take(pol, None)
+            base = self.snapshotter.take(pol, None, counters)
             self.last_tree = base["tree"]
             self.pending_baseline = {"tree": base["tree"], "ms": base["ms"]}
 
@@ -716,7 +735,7 @@ class Session:
         if op == "spec":
             return await self.spec(msg)
         if op == "baseline":                 # an agent's launch: the directory as it starts
-            await self.settle(self.policy(), before="agent")
+            await self.settle(self.policy(), before="agent", conn=conn)
             return {"tree": self.last_tree}
         if op == "answer":
             return self.answer(msg)

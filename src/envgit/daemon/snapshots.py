@@ -35,6 +35,7 @@ class Snapshotter:
         self._watcher = None
         self._watch_key = None
         self._saved_at = time.monotonic()
+        self.counters = None            # the running take's counters (progress), if asked for
 
     def filter(self, policy) -> Filter:
         return Filter(exclude=policy.snapshot_exclude, max_file_size=policy.max_file_size)
@@ -89,7 +90,7 @@ class Snapshotter:
             self._watch_key = flt.key()
         return self._watcher
 
-    def take(self, policy, prev_tree: str | None) -> dict:
+    def take(self, policy, prev_tree: str | None, counters: dict | None = None) -> dict:
         """Snapshot the project now; the summary of its changes since `prev_tree`.
 
         A damaged object (a flipped byte, a pack gone) must not stop every later step: the
@@ -97,10 +98,15 @@ class Snapshotter:
         the directory is snapshotted afresh (every file re-read, every tree re-encoded, the
         quarantined objects stored again). If the fresh tree is sound but the previous one is
         not, the summary says the changes cannot be listed (`diff_error`). If the fresh
-        snapshot fails too, SnapshotFailed says why; the caller records it on the step."""
+        snapshot fails too, SnapshotFailed says why; the caller records it on the step.
+        `counters`: kept current during the walk (Store.snapshot), for progress."""
         flt = self.filter(policy)
         with self.lock:
-            snap, changes, problem = self._take_checked(flt, prev_tree)
+            self.counters = counters
+            try:
+                snap, changes, problem = self._take_checked(flt, prev_tree)
+            finally:
+                self.counters = None
         summary = summarize(snap, changes)
         if problem:
             summary["diff_error"] = problem
@@ -140,13 +146,13 @@ class Snapshotter:
 
     def _capture(self, flt):
         try:
-            return self.store.snapshot(self.root, flt, self.cache, self._watcher_for(flt))
+            return self.store.snapshot(self.root, flt, self.cache, self._watcher_for(flt), self.counters)
         except OSError:
             if self._watcher is None:
                 raise
             self._watcher.close()       # a watcher gone wrong: fall back to a full walk
             self._watcher, self._watch_key = None, None
-            return self.store.snapshot(self.root, flt, self.cache, None)
+            return self.store.snapshot(self.root, flt, self.cache, None, self.counters)
 
     def _start_afresh(self):
         """Forget every memo (the cache may name damaged trees as unchanged) and the watcher:

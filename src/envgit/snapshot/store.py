@@ -28,10 +28,12 @@ class Store:
 
     # -- capture --------------------------------------------------------------------------
     def snapshot(self, root, flt: Filter | None = None, cache: StatCache | None = None,
-                 watcher=None) -> Snapshot:
+                 watcher=None, counters: dict | None = None) -> Snapshot:
         """Store the directory `root` as it is now; returns its tree id and what was left out.
         With `cache`, unchanged files are not re-read (and the cache is saved if it has a path
-        and `cache.autosave`); with `watcher`, only directories with events are re-listed."""
+        and `cache.autosave`); with `watcher`, only directories with events are re-listed.
+        `counters`: a dict kept current while the walk runs (files_hashed, bytes_hashed, …),
+        which another thread may read to show progress."""
         started = time.perf_counter()
         flt = flt or Filter()
         cache = cache if cache is not None else StatCache()
@@ -45,6 +47,10 @@ class Store:
         objects = self.objects
         written = objects.written_objects, objects.written_bytes
         capture = Capture(objects, flt, cache, changes)
+        if counters is not None:
+            capture.stats = counters
+            counters.update(dirs_listed=0, dirs_rechecked=0, entries_statted=0, files_hashed=0,
+                            bytes_hashed=0, trees_encoded=0)
         # The walk allocates a tuple per entry but builds no cycles; with a large cache in the
         # heap, the cyclic collector's full passes would cost more than the walk itself.
         collecting = gc.isenabled()
