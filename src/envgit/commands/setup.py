@@ -5,7 +5,7 @@ import sys
 
 from ..inert import inert
 from ..paths import find_project
-from . import command, json_flag, out
+from . import Usage, command, json_flag, out
 
 
 def add_parsers(sub, argparse):
@@ -63,10 +63,9 @@ def cmd_init(args):
     root = os.path.realpath(os.getcwd())
     home = os.path.realpath(os.path.expanduser("~"))
     if root in ("/", home) and not args.force:
-        print(f"envgit: {root} is {'/' if root == '/' else 'your home directory'}: as a project, all of it "
-              "would be visible and writable to every step; run `envgit init` in a project's "
-              "directory (or pass --force)", file=sys.stderr)
-        return 2
+        raise Usage(f"{root} is {'/' if root == '/' else 'your home directory'}: as a project, all of it "
+                    "would be visible and writable to every step; run `envgit init` in a project's "
+                    "directory (or pass --force)")
     policy = os.path.join(root, "envgit.yaml")
     if os.path.exists(policy) and not args.force:
         print(f"envgit: {policy} exists; keeping it (use --force to overwrite)", file=sys.stderr)
@@ -105,8 +104,7 @@ def cmd_policy(args):
     try:
         pol = load_policy(project.policy)
     except PolicyError as e:
-        print(f"envgit: {e}", file=sys.stderr)
-        return 2
+        raise Usage(str(e)) from None
     if args.policy_cmd == "check":
         print(f"{project.policy}: ok (sha256 {pol.sha256[:12]})")
         from ..sandbox.tracked import tracked_denied, warning
@@ -147,7 +145,6 @@ def cmd_daemon(args):
         if args.daemon_cmd == "stop":
             print("no daemon running")
             return 0
-        print(f"envgit: {e}", file=sys.stderr)
-        return 1
+        raise Usage(str(e), 1) from None
     out(conn.request({"op": args.daemon_cmd}))
     return 0
