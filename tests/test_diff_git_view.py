@@ -241,3 +241,76 @@ def test_a_long_history_costs_little(proj):
     [first] = diff_json(proj, "2", "1")["git"]
     assert first["added_count"] == 1
     print(f"diff of a one-commit reset in a 3000-commit pack: {took:.2f} s (whole CLI)")
+
+
+def _pack_header(typ, size):
+    out = [(typ << 4) | (size & 15)]
+    size >>= 4
+    while size:
+        out[-1] |= 0x80
+        out.append(size & 0x7F)
+        size >>= 7
+    return bytes(out)
+
+
+def _ofs(rel):
+    out = [rel & 0x7F]
+    rel >>= 7
+    while rel:
+        rel -= 1
+        out.insert(0, 0x80 | (rel & 0x7F))
+        rel >>= 7
+    return bytes(out)
+
+
+def test_hand_made_packs_are_read_within_bounds(tmp_path):
+    """A pack is the step's to write: a delta chain 3000 deep (git allows 4095) is followed,
+    a REF_DELTA naming its own id and an object whose bytes are not its id are said as
+    problems; nothing recurses without bound or raises out of git_changes."""
+    import hashlib
+    import struct
+    import zlib
+    body = b"tree " + b"4b825dc642cb6eb9a060e54bf8d69288fbee4904" + \
+        b"\nauthor a <a@e> 1700000000 +0000\ncommitter a <a@e> 1700000000 +0000\n\ndeep chain\n"
+    commit = hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()
+    loop = "ab" * 20
+    liar = hashlib.sha1(b"commit 3\0abc").hexdigest()
+    pack = bytearray(b"PACK" + struct.pack(">II", 2, 3003))
+    offsets = {}
+    base = len(pack)
+    pack += _pack_header(1, len(body)) + zlib.compress(body)
+    delta = bytes([len(body), len(body)]) if len(body) < 128 else None
+    assert delta is not None
+    delta += bytes([0x90, len(body)])             # copy the whole base
+    prev = base
+    for _ in range(3000):
+        at = len(pack)
+        pack += _pack_header(6, len(delta)) + _ofs(at - prev) + zlib.compress(delta)
+        prev = at
+    offsets[commit] = prev
+    offsets[loop] = len(pack)
+    pack += _pack_header(7, len(delta)) + bytes.fromhex(loop) + zlib.compress(delta)
+    offsets[liar] = len(pack)
+    pack += _pack_header(1, len(body)) + zlib.compress(body)
+    pack += hashlib.sha1(pack).digest()
+    names = sorted(offsets)
+    fanout = [sum(1 for n in names if int(n[:2], 16) <= i) for i in range(256)]
+    idx = b"\377tOc" + struct.pack(">I", 2) + struct.pack(">256I", *fanout)
+    idx += b"".join(bytes.fromhex(n) for n in names) + b"\0\0\0\0" * len(names)
+    idx += b"".join(struct.pack(">I", offsets[n]) for n in names) + b"\0" * 40
+
+    root = tmp_path / "p"
+    gitdir = root / ".git"
+    (gitdir / "objects" / "pack").mkdir(parents=True)
+    (gitdir / "refs" / "heads").mkdir(parents=True)
+    (gitdir / "HEAD").write_text("ref: refs/heads/main\n")
+    for name, oid in (("main", commit), ("loop", loop), ("liar", liar)):
+        (gitdir / "refs" / "heads" / name).write_text(oid + "\n")
+    (gitdir / "objects" / "pack" / "pack-x.pack").write_bytes(pack)
+    (gitdir / "objects" / "pack" / "pack-x.idx").write_bytes(idx)
+    store = Store(tmp_path / "objects")
+    tree = store.snapshot(root, Filter(), StatCache()).tree_id
+    [r] = git_changes(store, None, tree)
+    assert [(c.id, c.summary) for c in r.added] == [(commit, "deep chain")]
+    problems = " ".join(r.problems)
+    assert "a delta chain deeper than" in problems and f"{liar[:12]}: its content does not match its id" in problems

@@ -24,14 +24,17 @@ refs, objects found only through `objects/info/alternates`, a commit missing fro
 (a shallow clone's boundary stops the walk silently, as git's own does).
 
 Everything is bounded, since a step chooses these bytes: a walk visits at most MAX_WALK commits
-(the counts then say "at least"), a delta chain at most MAX_DELTA_DEPTH links, an object at most
-MAX_OBJECT bytes inflated, at most MAX_REFS refs per side; a malformed object or file is a
-problem said, never an exception out of git_changes.
+in at most WALK_SECONDS (the counts then say "or more"), a delta chain at most MAX_DELTA_DEPTH
+links (followed iteratively), an object at most MAX_OBJECT bytes inflated, at most MAX_REFS refs
+per side; every object read is checked against its id as git checks it; a malformed object or
+file is a problem said, never an exception out of git_changes.
 """
 
 import bisect
+import hashlib
 import heapq
 import struct
+import time
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -48,6 +51,7 @@ MAX_OBJECT = 64 << 20       # bytes an object may inflate to
 MAX_REFS = 100_000
 MAX_INDEX = 256 << 20
 SLOP = 5                    # commits walked past "everything left is common" (git's clock-skew slop)
+WALK_SECONDS = 20           # a walk that takes longer stops, its counts saying "at least"
 
 # What the summary of a gitdir stands for: the rest of `.git` (config, hooks, info/, a rebase's
 # state) is still listed file by file, since those are the files a person needs to see changed.
@@ -361,18 +365,32 @@ class _Repo:
         raw = bytes.fromhex(oid)
         return any(p.find(raw) is not None for p in self.packs())
 
-    def get(self, oid: str, depth: int = 0) -> tuple[int, bytes]:
+    def get(self, oid: str) -> tuple[int, bytes]:
         """(git type code: 1 commit, 2 tree, 3 blob, 4 tag; the object's bytes)."""
-        loose = self.path(b"objects/" + oid[:2].encode() + b"/" + oid[2:].encode())
-        f = self.snap.open(loose)
+        where = self._locate(oid)
+        if where is None:
+            raise KeyError(oid)
+        typ, data = where if isinstance(where[0], int) else self.at(*where)
+        # git's own check: an object is the one its id names (a step could write a pack or
+        # a loose file that says otherwise, and diff would show another commit's message)
+        h = hashlib.sha256() if len(oid) == 64 else hashlib.sha1()
+        h.update(_TYPE_NAMES[typ] + b" %d\0" % len(data))
+        h.update(data)
+        if h.hexdigest() != oid:
+            raise Unreadable(f"object {oid[:12]}: its content does not match its id")
+        return typ, data
+
+    def _locate(self, oid: str):
+        """A loose object's (type, bytes), or (pack, offset), or None."""
+        f = self.snap.open(self.path(b"objects/" + oid[:2].encode() + b"/" + oid[2:].encode()))
         if f is not None:
             return _loose(f.read(0, min(f.size, MAX_OBJECT)))
         raw = bytes.fromhex(oid)
         for p in self.packs():
             off = p.find(raw)
             if off is not None:
-                return self.at(p, off, depth)
-        raise KeyError(oid)
+                return p, off
+        return None
 
     def packs(self) -> list:
         if self._packs is None:
@@ -393,32 +411,51 @@ class _Repo:
                 self.problems.append(f"{_text(self.gitdir)}: objects in alternates are not read")
         return self._packs
 
-    def at(self, pack: "_Pack", offset: int, depth: int) -> tuple[int, bytes]:
-        key = (pack.name, offset)
-        got = self._cache.get(key)
-        if got is not None:
-            self._cache.move_to_end(key)
-            return got
-        if depth > MAX_DELTA_DEPTH:
-            raise Unreadable(f"a delta chain deeper than {MAX_DELTA_DEPTH} in {pack.name}")
-        typ, size, base, data_at = pack.header(offset, self.hash_len)
-        data = pack.inflate(data_at, size)
-        if typ == 6:
-            btyp, bdata = self.at(pack, base, depth + 1)
-            got = (btyp, _apply_delta(bdata, data))
-        elif typ == 7:
-            btyp, bdata = self.get(base.hex(), depth + 1)
-            got = (btyp, _apply_delta(bdata, data))
-        elif typ in (1, 2, 3, 4):
-            got = (typ, data)
-        else:
-            raise Unreadable(f"object type {typ} at {offset} in {pack.name}")
+    def at(self, pack: "_Pack", offset: int) -> tuple[int, bytes]:
+        """The object at `offset` in `pack`, its delta chain followed iteratively (a chain may
+        be thousands deep, and a REF_DELTA may name its own id: bounded, never recursive)."""
+        chain, spent = [], 0           # [(cache key, delta bytes)] from the object to its base
+        while True:
+            key = (pack.name, offset)
+            got = self._cache.get(key)
+            if got is not None:
+                self._cache.move_to_end(key)
+                break
+            if len(chain) > MAX_DELTA_DEPTH:
+                raise Unreadable(f"a delta chain deeper than {MAX_DELTA_DEPTH} in {pack.name}")
+            typ, size, base, data_at = pack.header(offset, self.hash_len)
+            spent += size
+            if spent > 4 * MAX_OBJECT:
+                raise Unreadable(f"a delta chain inflating past {4 * MAX_OBJECT} bytes in {pack.name}")
+            data = pack.inflate(data_at, size)
+            if typ in (1, 2, 3, 4):
+                got = (typ, data)
+                self._keep(key, got)
+                break
+            if typ not in (6, 7):
+                raise Unreadable(f"object type {typ} at {offset} in {pack.name}")
+            chain.append((key, data))
+            if typ == 6:
+                offset = base
+                continue
+            where = self._locate(base.hex())
+            if where is None:
+                raise KeyError(base.hex())
+            if isinstance(where[0], int):
+                got = where
+                break
+            pack, offset = where
+        for key, delta in reversed(chain):
+            got = (got[0], _apply_delta(got[1], delta))
+            self._keep(key, got)
+        return got
+
+    def _keep(self, key, got) -> None:
         self._cache[key] = got
         self._cached_bytes += len(got[1])
         while self._cached_bytes > (32 << 20) and len(self._cache) > 1:
             _, (_, old) = self._cache.popitem(last=False)
             self._cached_bytes -= len(old)
-        return got
 
     # index
     def index(self) -> dict:
@@ -543,6 +580,7 @@ class _Pack:
 
 
 _TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
+_TYPE_NAMES = {v: k for k, v in _TYPES.items()}
 
 
 def _loose(stored: bytes) -> tuple[int, bytes]:
@@ -694,7 +732,7 @@ def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set) -> Non
         paint(oid, OLD)
     for oid in tips_b:
         paint(oid, NEW)
-    visited, slop = 0, SLOP
+    visited, slop, deadline = 0, SLOP, time.monotonic() + WALK_SECONDS
     while queue:
         if all(flags[o] == OLD | NEW for _, _, o in queue):
             slop -= 1
@@ -704,8 +742,9 @@ def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set) -> Non
             slop = SLOP
         _, _, oid = heapq.heappop(queue)
         visited += 1
-        if visited > MAX_WALK:
+        if visited > MAX_WALK or (visited % 64 == 0 and time.monotonic() > deadline):
             repo.complete = False
+            missing.append(f"{repo.gitdir}: the walk stopped after {visited - 1} commits")
             break
         for parent in commit(oid)[1]:
             paint(parent, flags[oid])
