@@ -250,7 +250,7 @@ def test_json_keys_are_the_documented_ones(netproj):
             asks = j("pending")
             if asks:
                 asked.append(asks)
-                p.envgit("deny", str(asks[0]["id"]), check=True)
+                emitted["answer"] = json.loads(p.envgit("deny", str(asks[0]["id"]), "--json", check=True).stdout)
             time.sleep(0.1)
     t = threading.Thread(target=answer)
     t.start()
@@ -275,6 +275,12 @@ def test_json_keys_are_the_documented_ones(netproj):
     emitted["diff.changes"] = d["changes"][0]
     emitted["diff.parts"] = d["parts"][0]
     emitted["doctor"] = j("doctor")[0]
+    emitted["policy.check"] = j("policy", "check")
+    good = (p.root / "envgit.yaml").read_text()
+    p.write_policy("version: 1\nfilesystem:\n  deny_reed: []\n")
+    bad = j("policy", "check", code=2)
+    assert "envgit.yaml:3:3" in bad["error"] and set(bad) == doc["error"]
+    p.write_policy(good)
     emitted["fsck"] = j("fsck")
     emitted["error"] = j("show", "999", code=2)
     plan = j("rewind", "1", "--dry-run")

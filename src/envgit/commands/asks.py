@@ -17,9 +17,11 @@ def add_parsers(sub, argparse):
     s.add_argument("id", type=int, help="the question's id (`envgit pending` lists them)")
     s.add_argument("--rule", action="store_true",
                    help="allow what the same rule matches on that host for the rest of the step")
+    json_flag(s)
     s.set_defaults(fn=cmd_approve)
     s = command(sub, "deny", help="deny a pending request", example="envgit deny 3")
     s.add_argument("id", type=int, help="the question's id (`envgit pending` lists them)")
+    json_flag(s)
     s.set_defaults(fn=cmd_deny)
 
 
@@ -71,6 +73,9 @@ def _answer(args, answer):
         raise Usage("no session daemon is running, so nothing is waiting") from None
     if "error" in r:
         raise Usage(r["error"], r.get("exit", 1))
+    if args.json:
+        out({"id": args.id, "step": r["step"], "answer": answer})
+        return 0
     print(f"question {args.id} of step {r['step']}: {answer}")
     return 0
 

@@ -32,7 +32,9 @@ def add_parsers(sub, argparse):
                 example=["envgit policy check", "envgit policy show"])
     s.set_defaults(fn=cmd_policy)
     psub = s.add_subparsers(dest="policy_cmd", metavar="ACTION", required=True)
-    command(psub, "check", help="validate envgit.yaml", example="envgit policy check")
+    x = command(psub, "check", help="validate envgit.yaml", example=["envgit policy check",
+                "envgit policy check --json"])
+    json_flag(x)
     x = command(psub, "show", help="the effective policy, defaults merged, with sources",
                 example=["envgit policy show", "envgit policy show --json"])
     json_flag(x)
@@ -106,9 +108,13 @@ def cmd_policy(args):
     except PolicyError as e:
         raise Usage(str(e)) from None
     if args.policy_cmd == "check":
-        print(f"{project.policy}: ok (sha256 {pol.sha256[:12]})")
         from ..sandbox.tracked import tracked_denied, warning
         tracked = tracked_denied(pol, project.root, os.path.expanduser("~"))
+        if args.json:
+            out({"ok": True, "policy": project.policy, "sha256": pol.sha256,
+                 "tracked_denied": tracked, "warnings": [warning(tracked)] if tracked else []})
+            return 0
+        print(f"{project.policy}: ok (sha256 {pol.sha256[:12]})")
         if tracked:
             print(f"warning: {inert(warning(tracked))}")
     elif args.json:
