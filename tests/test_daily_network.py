@@ -63,12 +63,15 @@ def test_presets_are_listed_by_policy_show_the_schema_and_the_template(tmp_path)
         # the preset's hosts, each with the line and the preset it came from
         for host in ("pypi.org", "files.pythonhosted.org", "static.crates.io"):
             line = next(l for l in show.splitlines() if l.strip().startswith(f"- {host} "))
-            assert "envgit.yaml:3 preset:" in line, line
+            assert line.rstrip().endswith("envgit.yaml:3 (preset:pypi)" if "crates" not in line
+                                          else "envgit.yaml:3 (preset:crates)"), line
         assert next(l for l in show.splitlines() if "- example.com" in l).rstrip().endswith("envgit.yaml:3")
         for name, (hosts, _) in NETWORK_PRESETS.items():        # every preset listed, with its hosts
             assert f"preset:{name}" in show and hosts[-1] in show
         pol = json.loads(env.envgit("policy", "show", "--json", check=True).stdout)
         assert pol["network_allow"][:2] == ["pypi.org", "files.pythonhosted.org"]
+        assert pol["allow_presets"]["files.pythonhosted.org"] == "preset:pypi"
+        assert "example.com" not in pol["allow_presets"]
         schema = json.loads(env.envgit("policy", "schema", check=True).stdout)
         item = schema["properties"]["network"]["properties"]["allow"]["items"]
         consts = {c.get("const") for c in item["anyOf"]}

@@ -34,6 +34,9 @@ class Policy:
     # dotted key (with [i] for list items) -> "default" or "envgit.yaml:LINE"
     where: dict[str, str] = field(default_factory=dict, repr=False)
     mcp: dict = field(default_factory=lambda: dict(MCP_DEFAULTS))   # envgit mcp's section
+    # network.allow host -> the `preset:NAME` entry that brought it in (hosts named directly
+    # are not here)
+    allow_presets: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -102,7 +105,7 @@ def _merge(data, where, path, sha) -> Policy:
         protect=extend("filesystem.protect", defaults.PROTECT, fs.get("protect", [])),
         env_pass=extend("env.pass", defaults.ENV_PASS, env.get("pass", [])),
         env_set=given("env.set", env.get("set"), {}),
-        network_allow=_network_allow(net.get("allow", []), where, prov),
+        network_allow=_network_allow(net.get("allow", []), where, prov, presets := {}),
         l7=given("network.l7", net.get("l7"), {}),
         ask_timeout=given("network.ask_timeout", net.get("ask_timeout"), defaults.ASK_TIMEOUT_S),
         irreversible=given("irreversible", data.get("irreversible"), defaults.IRREVERSIBLE),
@@ -112,23 +115,23 @@ def _merge(data, where, path, sha) -> Policy:
         mcp=given("mcp", {**MCP_DEFAULTS, **data["mcp"]} if "mcp" in data else None, dict(MCP_DEFAULTS)),
     )
     pol.where = prov
+    pol.allow_presets = presets
     return pol
 
 
-def _network_allow(entries, where, prov) -> list[str]:
-    """network.allow with each `preset:NAME` replaced by its hosts, each host's provenance
-    naming the line and the preset ("envgit.yaml:7 preset:pypi")."""
+def _network_allow(entries, where, prov, presets) -> list[str]:
+    """network.allow with each `preset:NAME` replaced by its hosts; each host's provenance is
+    the line of its entry, and `presets` says which preset brought a host in."""
     out, seen = [], set()
     for i, entry in enumerate(entries):
-        line = where[f"network.allow[{i}]"]
-        if entry.startswith(defaults.PRESET_PREFIX):
-            hosts, line = defaults.NETWORK_PRESETS[entry[len(defaults.PRESET_PREFIX):]][0], f"{line} {entry}"
-        else:
-            hosts = (entry,)
+        preset = entry.startswith(defaults.PRESET_PREFIX)
+        hosts = defaults.NETWORK_PRESETS[entry[len(defaults.PRESET_PREFIX):]][0] if preset else (entry,)
         for h in hosts:
             if h not in seen:
                 seen.add(h)
-                prov[f"network.allow[{len(out)}]"] = line
+                prov[f"network.allow[{len(out)}]"] = where[f"network.allow[{i}]"]
+                if preset:
+                    presets[h] = entry
                 out.append(h)
     return out
 
@@ -143,7 +146,8 @@ def render(pol: Policy) -> str:
                       ("snapshot.exclude", "snapshot_exclude")]:
         lines.append(f"{key}:")
         for i, v in enumerate(getattr(pol, attr)):
-            lines.append(f"  - {v:<{width}} # {pol.where[f'{key}[{i}]']}")
+            via = f" ({pol.allow_presets[v]})" if attr == "network_allow" and v in pol.allow_presets else ""
+            lines.append(f"  - {v:<{width}} # {pol.where[f'{key}[{i}]']}{via}")
     for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("network.ask_timeout", "ask_timeout"), ("irreversible", "irreversible"),
                       ("shell", "shell"), ("snapshot.max_file_size", "max_file_size"), ("mcp", "mcp")]:
         lines.append(f"{key}: {json.dumps(getattr(pol, attr))}  # {pol.where[key]}")
