@@ -10,19 +10,19 @@ import sys
 
 from ..inert import inert, inert_line
 from ..paths import find_project
-from . import STEP_HELP, Usage, ask_daemon, open_journal, out, step_ref
-from .snapshot import Secrets, step_tree, withheld_line
-
-EXAMPLE = "envgit diff last~1 last -- src/"
-
+from . import STEP_HELP, Usage, ask_daemon, command, json_flag, open_journal, out, step_ref
+from .snapshot import Secrets, para, step_tree, withheld_line
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser("diff", help="what changed between two steps, or a step and the working tree",
-                       usage="envgit diff [A] [B] [--stat] [--raw] [--show-secrets] [--json] [-- PATH…]",
-                       epilog=f"example:\n  {EXAMPLE}\n\nA `.git` is shown as git sees it: refs moved, "
-                       "commits added and lost (on no ref any more), index changed; --raw lists its "
-                       "files instead. A file the policy denies (a .env) is listed with its content "
-                       "withheld unless --show-secrets.", formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = command(sub, "diff", help="what changed between two steps, or a step and the working tree",
+                example=["envgit diff", "envgit diff last~1 last -- src/", "envgit diff 3 5 --raw --stat"],
+                usage="envgit diff [A] [B] [--stat] [--raw] [--show-secrets] [--json] [-- PATH…]",
+                description=para("What changed from step A (default: the last) to step B (default: the "
+                "working tree). A repository's .git is shown as git sees it: refs moved, commits "
+                "added and commits lost (on no ref any more), the index changed; --raw lists its "
+                "files instead. Changes made outside envgit between steps are shown as their own "
+                "part. A file the policy denies to steps (a .env) is listed as changed with its "
+                "content withheld unless --show-secrets."))
     s.add_argument("a", nargs="?", type=step_ref, help=f"{STEP_HELP} (default: the last one)")
     s.add_argument("b", nargs="?", type=step_ref, help="a later step (default: the working tree)")
     s.add_argument("--stat", action="store_true", help="names and sizes only")
@@ -30,8 +30,8 @@ def add_parsers(sub, argparse):
                    help="list the files under .git (objects, refs, logs, index) instead of git's view")
     s.add_argument("--show-secrets", action="store_true",
                    help="show the content of files the policy denies to steps (deny_read)")
+    json_flag(s)
     s.set_defaults(paths=[], fn=cmd_diff)
-    s.add_argument("--json", action="store_true")
 
 
 # --- diff --------------------------------------------------------------------------------
@@ -43,22 +43,18 @@ def cmd_diff(args):
     from ..snapshot import Store
     project = find_project()
     j = open_journal(project)
-    try:
-        if args.a is None:
-            latest = j.last_snapshot_step() if j else None
-            if latest is None:
-                raise Usage("no snapshots yet: envgit run -- CMD takes one after every step")
-            a_step, a = latest.id, latest.snapshot["tree"]
-        else:
-            a_step, a = step_tree(j, args.a)
-        if args.b is not None:
-            b_step, b = step_tree(j, args.b)
-        else:
-            b_step, b = None, ask_daemon(project, {"op": "snapshot"})["tree"]
-        secrets = Secrets(project, args.show_secrets)
-    except Usage as e:
-        print(f"envgit: {e}", file=sys.stderr)
-        return e.code or 2
+    if args.a is None:
+        latest = j.last_snapshot_step() if j else None
+        if latest is None:
+            raise Usage("no snapshots yet: envgit run -- CMD takes one after every step")
+        a_step, a = latest.id, latest.snapshot["tree"]
+    else:
+        a_step, a = step_tree(j, args.a)
+    if args.b is not None:
+        b_step, b = step_tree(j, args.b)
+    else:
+        b_step, b = None, ask_daemon(project, {"op": "snapshot"})["tree"]
+    secrets = Secrets(project, args.show_secrets)
     a_name, b_name = f"step {a_step}", "working tree" if b_step is None else f"step {b_step}"
     store = Store(project.state_path("objects"))
     whole = _Part(store, args, secrets, {"from": a_name, "to": b_name, "from_tree": a, "to_tree": b,

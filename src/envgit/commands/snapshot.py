@@ -14,51 +14,58 @@ import sys
 
 from ..inert import inert, inert_line
 from ..paths import find_project
-from . import STEP_HELP, Usage, open_journal, out, resolve_step, step_ref
+from . import STEP_HELP, Usage, command, json_flag, open_journal, out, resolve_step, step_ref
 
 EXAMPLES = {
-    "ls": "envgit ls last src/",
-    "cat": "envgit cat last~1:src/app.py",
-    "restore": "envgit restore 12 --target /tmp/at-12 -- src/",
+    "ls": ["envgit ls last", "envgit ls last~1 src/ -r --json"],
+    "cat": ["envgit cat last~1:src/app.py", "envgit cat 12:.env --show-secrets"],
+    "restore": ["envgit restore 12 --target /tmp/at-12", "envgit restore last~1 --target ../old -- src/"],
 }
 
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser("ls", help="list what the snapshot of a step holds: names, types, modes, sizes",
-                       usage="envgit ls STEP [PATH] [-r] [--json]",
-                       epilog="example:\n  " + EXAMPLES["ls"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = command(sub, "ls", help="list what the snapshot of a step holds: names, types, modes, sizes",
+                example=EXAMPLES["ls"], usage="envgit ls STEP [PATH] [-r] [--json]",
+                description=para("List a directory (or one file) of the snapshot taken after a step, like "
+                "`git ls-tree` or `restic ls`: mode, size and path; a symlink with its target."))
     s.add_argument("step", type=step_ref, help=STEP_HELP)
     s.add_argument("path", nargs="?", default="", help="a directory or file in it (default: the top)")
     s.add_argument("-r", "--recursive", action="store_true", help="everything under PATH, not one level")
-    s.add_argument("--json", action="store_true")
+    json_flag(s)
     s.set_defaults(fn=cmd_ls)
 
-    s = sub.add_parser("cat", help="print a file as it was in the snapshot of a step",
-                       usage="envgit cat STEP:PATH [--show-secrets]",
-                       epilog="example:\n  " + EXAMPLES["cat"] + "\n\nThe bytes go to stdout as they are; on a terminal, "
-                       "control characters are shown as escapes (\\x1b). A symlink prints its target. A path "
-                       "the policy denies (a .env) is withheld unless --show-secrets.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = command(sub, "cat", help="print a file as it was in the snapshot of a step",
+                example=EXAMPLES["cat"], usage="envgit cat STEP:PATH [--show-secrets]",
+                description=para("Print a file of the snapshot taken after a step, like `git show REV:PATH`: "
+                "its bytes as they are when piped; on a terminal, control characters shown as escapes "
+                "(\\x1b). A symlink prints its target. A file the policy denies to steps (a .env) is "
+                "withheld (exit 1) unless --show-secrets."))
     s.add_argument("spec", metavar="STEP:PATH", help="a step (N, last, last~K), a colon, a path in the project")
     s.add_argument("--show-secrets", action="store_true",
                    help="print a file the policy denies to steps (deny_read) too")
     s.set_defaults(fn=cmd_cat)
 
-    s = sub.add_parser("restore", help="write the snapshot of a step (or some paths of it) into another "
-                       "directory; the project is not touched",
-                       usage="envgit restore STEP --target DIR [--force] [--json] [-- PATH…]",
-                       epilog="example:\n  " + EXAMPLES["restore"] + "\n\nFiles, modes and symlinks come back "
-                       "byte for byte (setuid/setgid bits never: docs/FORMAT.md). The target must be outside "
-                       "the project and empty (or new) unless --force; nothing is ever written through a "
-                       "symlink, so nothing lands outside the target.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = command(sub, "restore", help="write the snapshot of a step (or some paths of it) into another "
+                "directory; the project is not touched", example=EXAMPLES["restore"],
+                usage="envgit restore STEP --target DIR [--force] [--json] [-- PATH…]",
+                description=para("Write the snapshot taken after a step, or the PATHs of it, into DIR, like "
+                "`restic restore --target`: files, modes and symlinks byte for byte (setuid/setgid bits "
+                "never: docs/FORMAT.md). DIR must be outside the project and new or empty unless "
+                "--force; nothing is written through a symlink, so nothing lands outside DIR. "
+                "`envgit rewind` is what brings the project itself back."))
     s.add_argument("step", type=step_ref, help=STEP_HELP)
     s.add_argument("--target", required=True, metavar="DIR", help="where to write (created if missing)")
     s.add_argument("--force", action="store_true",
                    help="write into a non-empty directory: what the snapshot has replaces what is there "
-                        "(nothing else is deleted)")
-    s.add_argument("--json", action="store_true")
+                        "(nothing else is deleted; a directory where the snapshot has a file is refused)")
+    json_flag(s)
     s.set_defaults(paths=[], fn=cmd_restore)
+
+
+def para(text: str) -> str:
+    """A command's description, wrapped (its parser keeps the example's lines as written)."""
+    import textwrap
+    return textwrap.fill(text, 88)
 
 
 # --- shared with diff ---------------------------------------------------------------------
@@ -134,12 +141,9 @@ def cmd_ls(args):
     from ..snapshot import Store
     project = find_project()
     j = open_journal(project)
-    try:
-        n, tree = step_tree(j, args.step)
-        store = Store(project.state_path("objects"))
-        rows = _listing(store, tree, _rel_path(args.path), args.recursive)
-    except Usage as e:
-        return _fail(args, e)
+    n, tree = step_tree(j, args.step)
+    store = Store(project.state_path("objects"))
+    rows = _listing(store, tree, _rel_path(args.path), args.recursive)
     if args.json:
         out({"step": n, "tree": tree, "path": args.path.strip("/"), "recursive": args.recursive,
              "entries": [{"path": display(p), "type": e_type, "mode": f"{mode:04o}", "size": size,
@@ -204,32 +208,29 @@ def cmd_cat(args):
     from ..snapshot import Store
     project = find_project()
     ref, colon, path_text = args.spec.partition(":")
+    if not colon or not path_text:
+        raise Usage(f"{args.spec!r}: give STEP:PATH, e.g. `{EXAMPLES['cat'][0]}`")
+    import argparse
     try:
-        if not colon or not path_text:
-            raise Usage(f"{args.spec!r}: give STEP:PATH, e.g. `{EXAMPLES['cat']}`")
-        import argparse
-        try:
-            ref = step_ref(ref)
-        except argparse.ArgumentTypeError as e:
-            raise Usage(str(e)) from None
-        path = _rel_path(path_text)
-        if not path:
-            raise Usage(f"{args.spec!r}: the top of the project is a directory; `envgit ls {ref}` lists it")
-        j = open_journal(project)
-        n, tree = step_tree(j, ref)
-        store = Store(project.state_path("objects"))
-        try:
-            data = store.read_file(tree, path)
-        except FileNotFoundError:
-            raise Usage(f"{path_text}: not in the snapshot of step {n}; `envgit ls {n}` lists it") from None
-        except IsADirectoryError:
-            raise Usage(f"{path_text}: a directory in the snapshot of step {n}; `envgit ls {n} {path_text}` "
-                        "lists it") from None
-        why = Secrets(project, args.show_secrets).reason(path, (data,))
-        if why:
-            raise Usage(f"{path_text} {withheld_line(why)}", 1)
-    except Usage as e:
-        return _fail(args, e)
+        ref = step_ref(ref)
+    except argparse.ArgumentTypeError as e:
+        raise Usage(str(e)) from None
+    path = _rel_path(path_text)
+    if not path:
+        raise Usage(f"{args.spec!r}: the top of the project is a directory; `envgit ls {ref}` lists it")
+    j = open_journal(project)
+    n, tree = step_tree(j, ref)
+    store = Store(project.state_path("objects"))
+    try:
+        data = store.read_file(tree, path)
+    except FileNotFoundError:
+        raise Usage(f"{path_text}: not in the snapshot of step {n}; `envgit ls {n}` lists it") from None
+    except IsADirectoryError:
+        raise Usage(f"{path_text}: a directory in the snapshot of step {n}; `envgit ls {n} {path_text}` "
+                    "lists it") from None
+    why = Secrets(project, args.show_secrets).reason(path, (data,))
+    if why:
+        raise Usage(f"{path_text} {withheld_line(why)}", 1)
     if sys.stdout.isatty():
         # what a step wrote, on the person's terminal: inert (escapes shown, not obeyed)
         text = data.decode("utf-8", "backslashreplace")
@@ -246,14 +247,11 @@ def cmd_cat(args):
 def cmd_restore(args):
     from ..snapshot import Store
     project = find_project()
-    try:
-        j = open_journal(project)
-        n, tree = step_tree(j, args.step)
-        target = _target(project, args.target, args.force)
-        store = Store(project.state_path("objects"))
-        plan = _plan(store, tree, target, [_rel_path(p) for p in args.paths], args.force, n)
-    except Usage as e:
-        return _fail(args, e)
+    j = open_journal(project)
+    n, tree = step_tree(j, args.step)
+    target = _target(project, args.target, args.force)
+    store = Store(project.state_path("objects"))
+    plan = _plan(store, tree, target, [_rel_path(p) for p in args.paths], args.force, n)
     os.makedirs(target, exist_ok=True)
     store.restore(target, plan)
     counts = {k: sum(1 for i in plan.write if i.type in kinds)
@@ -350,14 +348,10 @@ def _in_the_way(target: str, items: list) -> list:
                 delete.append(Item(item.path, "file", 0, 0))      # a file or symlink: unlinked
                 absent.add(item.path)
             elif is_dir:
-                raise Usage(f"{os.path.join(target, os.fsdecode(item.path))}: a directory where the "
+                raise Usage(f"{inert(os.path.join(target, os.fsdecode(item.path)))}: a directory where the "
                             "snapshot has a file; move it away first")
     finally:
         for fd in fds.values():
             os.close(fd)
     return delete
 
-
-def _fail(args, e: Usage) -> int:
-    print(f"envgit: {e}", file=sys.stderr)
-    return e.code or 2
