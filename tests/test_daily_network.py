@@ -319,3 +319,19 @@ def test_localhost_entry_reaches_a_server_on_either_loopback(tmp_path):
             assert [(q["host"], q["port"], q["decision"]) for q in reqs] == [("localhost", dev.port, "allow")] * 2
         finally:
             env.stop()
+
+
+def test_which_loopback_entries_get_a_forwarder():
+    from envgit.sandbox.loopback import forwards, wrap
+    allow = ["localhost", "localhost:80", "127.0.0.1:8000", "localhost:5173", "[::1]:4873",
+             "127.0.0.1:8000", "example.com:8000", "127.0.0.2:9000", "*.localhost:3000", "LOCALHOST.:6006"]
+    # below 1024 nobody in the sandbox may bind; without a port it is 80/443; other hosts
+    # (127.0.0.2 included) are not in NO_PROXY, so clients send them to the proxy already
+    assert forwards(allow) == [("127.0.0.1", 8000), ("localhost", 5173), ("::1", 4873), ("localhost", 6006)]
+    argv = wrap(["echo", "hi"], forwards(["127.0.0.1:8000", "localhost:8000"]), "step1:pw")
+    script = argv[2]
+    assert argv[3:] == ["envgit-loopback", "echo", "hi"]
+    assert script.count("TCP4-LISTEN:8000") == 1 and script.count("TCP6-LISTEN:8000") == 1
+    assert "PROXY:127.0.0.1:127.0.0.1:8000,proxyport=3128,proxyauth=step1:pw" in script
+    assert "PROXY:127.0.0.1:localhost:8000" in script                   # the v6 side of localhost
+    assert wrap(["true"], [], "x") == ["true"]
