@@ -14,6 +14,7 @@ import time
 from conftest import CANARY
 from envgit.snapshot import Filter, StatCache, Store
 from envgit.snapshot.gitview import git_changes
+from test_cli_conventions import documented_keys
 
 AS = "git -c user.name=agent -c user.email=a@example.test"
 
@@ -64,6 +65,7 @@ def test_a_commit_is_a_ref_moved_and_a_commit_added(proj):
     j = diff_json(proj, "1", "2")
     g = j["git"]
     assert len(g) == 1 and g[0]["gitdir"] == ".git"
+    assert set(g[0]) == documented_keys()["diff.git"]
     assert g[0]["refs"] == [{"name": "refs/heads/main", "old": old, "new": new}]
     assert [c["id"] for c in g[0]["commits_added"]] == [new] and g[0]["lost_count"] == 0
     assert g[0]["commits_added"][0]["summary"] == "second: two"
@@ -216,8 +218,7 @@ def test_git_changes_for_the_rewind_plan(tmp_path):
     assert r.gitdir == ".git" and [c.id for c in r.lost] == [lost] and r.added == []
     assert r.covers(b".git/objects/aa/bb") and r.covers(b".git/index") and not r.covers(b".git/config")
     assert not r.covers(b"src/.git/objects/aa")
-    assert set(r.to_json()) == {"gitdir", "refs", "commits_added", "commits_lost", "added_count",
-                                "lost_count", "complete", "index", "index_count", "files", "problems"}
+    assert set(r.to_json()) == documented_keys()["diff.git"]
     assert r.lines()[0] == "git .git:" and any("commits lost" in line for line in r.lines())
     assert git_changes(store, a, a) == [] and git_changes(store, b, b, []) == []
     [first] = git_changes(store, None, a)                    # a repository that appears whole

@@ -13,6 +13,7 @@ import time
 
 from conftest import CANARY, ENVGIT
 from faults.faultlib import tree_of
+from test_cli_conventions import documented_keys
 
 
 def raw(proj, *args):
@@ -48,6 +49,8 @@ def test_ls_lists_names_types_modes_and_sizes(proj):
     assert got["run.sh"]["type"] == "exec" and got["run.sh"]["mode"] == "0750"
     assert got["link"]["type"] == "symlink" and got["link"]["target"] == "a.txt"
     assert got["sub"]["type"] == "dir" and got["sub"]["size"] == 0
+    doc = documented_keys()
+    assert set(j) == doc["ls"] and all(set(e) == doc["ls.entries"] for e in j["entries"])
 
     # one directory, recursively, as the file system has it
     j = json.loads(proj.envgit("ls", "1", "sub", "-r", "--json", check=True).stdout)
@@ -160,6 +163,7 @@ def test_restore_writes_a_step_elsewhere_byte_for_byte(proj, tmp_path):
     target2 = tmp_path / "later" / "x"
     j = json.loads(proj.envgit("restore", "last~1", "--target", str(target2), "--json", check=True).stdout)
     assert j["step"] == 3 and j["target"] == str(target2) and j["files"] > 0 and j["symlinks"] == 1
+    assert set(j) == documented_keys()["restore"]
     assert (target2 / "a.txt").read_text() == "two\n" and not (target2 / "sub").exists()
 
 
