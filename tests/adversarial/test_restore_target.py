@@ -98,3 +98,17 @@ def test_a_target_named_through_a_symlink_the_step_planted(attacker):
     r = a.envgit("restore", "1", "--target", str(link / "x"))
     assert r.returncode == 2 and "inside the project" in r.stderr
     assert os.listdir(outside) == [] and not (a.root / "x").exists()
+
+
+def test_restore_elsewhere_never_recreates_setuid_or_setgid_bits(attacker):
+    """As a rewind does not (test_restore_setuid.py): a person restoring as root would
+    otherwise write a step's setuid file owned by root."""
+    a = attacker
+    r = a.host("cp /usr/bin/id tool && chmod 6755 tool && mkdir shared && chmod 2775 shared")
+    assert r.returncode == 0, r.stderr
+    assert a.run("stat -c %a tool shared").stdout.split() == ["6755", "2775"]   # in the snapshot
+    target = place(a, "target") / "t"
+    a.envgit("restore", "1", "--target", str(target), check=True)
+    assert os.stat(target / "tool").st_mode & 0o7777 == 0o755
+    assert os.stat(target / "shared").st_mode & 0o7777 == 0o775
+    assert (target / "tool").read_bytes() == open("/usr/bin/id", "rb").read()

@@ -14,7 +14,7 @@ import sys
 
 from ..inert import inert, inert_line
 from ..paths import find_project
-from . import STEP_HELP, Usage, command, json_flag, open_journal, out, resolve_step, step_ref
+from . import STEP_HELP, Usage, command, json_flag, open_journal, out, progress, resolve_step, step_ref
 
 EXAMPLES = {
     "ls": ["envgit ls last", "envgit ls last~1 src/ -r --json"],
@@ -253,7 +253,9 @@ def cmd_restore(args):
     store = Store(project.state_path("objects"))
     plan = _plan(store, tree, target, [_rel_path(p) for p in args.paths], args.force, n)
     os.makedirs(target, exist_ok=True)
-    store.restore(target, plan)
+    from ..snapshot.restore import apply_plan
+    with progress(len(plan.write) + len(plan.delete), "path", "restore") as bar:
+        apply_plan(store.objects, target, plan, lambda done, total: bar.update(done - bar.n))
     counts = {k: sum(1 for i in plan.write if i.type in kinds)
               for k, kinds in (("files", ("file", "exec")), ("dirs", ("dir",)), ("symlinks", ("symlink",)))}
     size = sum(i.size for i in plan.write if i.type in ("file", "exec"))
