@@ -63,7 +63,8 @@ def test_every_command_has_help_with_an_example(tmp_path):
             r = subprocess.run([ENVGIT, *c, flag], capture_output=True, text=True, cwd=tmp_path, timeout=30)
             assert r.returncode == 0, (c, r.stderr)
             assert r.stdout.startswith(f"usage: envgit {' '.join(c)}"), (c, r.stdout[:200])
-            example = r.stdout.partition("\nexample:\n")[2]
+            example = re.split(r"\nexamples?:\n", r.stdout, maxsplit=1)[1:]
+            example = example[0] if example else ""
             assert f"envgit {' '.join(c)}" in example, f"envgit {' '.join(c)} --help has no example"
     # the hot-path commands are among them, and their --help is envgit's, not the tool's
     assert {"run", "claude", "codex", "copilot", "mcp"} <= {c[0] for c in cmds}

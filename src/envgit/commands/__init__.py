@@ -6,7 +6,7 @@ every command follows it the same way:
 
 - **A parser** is made with `command(sub, name, help=…, example=…)`: `help` is its line in
   `envgit --help`, `example` (one or more `envgit …` lines, required) is printed under
-  "example:" in `envgit NAME --help`. No command is hidden: every one has a `help`.
+  "example:" (or "examples:") at the end of `envgit NAME --help`. No command is hidden: every one has a `help`.
 - **A step argument** is `type=step_ref, help=STEP_HELP` (a number, `last`, `last~K`), turned
   into a step number in the function by `resolve_step(journal, ref)`, which raises Usage
   when there is no such step. Never `type=int` for a step.
@@ -49,7 +49,7 @@ def command(sub, name, *, help, example, **kw):
     example (an `envgit …` line, or several separated by newlines)."""
     import argparse
     lines = [example] if isinstance(example, str) else list(example)
-    epilog = "example:\n" + "\n".join(f"  {line}" for line in lines)
+    epilog = ("example:\n" if len(lines) == 1 else "examples:\n") + "\n".join(f"  {line}" for line in lines)
     return sub.add_parser(name, help=help, description=kw.pop("description", help), epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter, **kw)
 
