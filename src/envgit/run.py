@@ -26,6 +26,7 @@ import time
 from .daemon.client import DaemonError, connect
 from .paths import NoProject, find_project
 from .sandbox.launch import Foreground, Launch, LaunchError, bwrap_path, trusted_binary
+from .sandbox.resolver import Resolver
 
 
 SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal)
@@ -122,13 +123,16 @@ def execute(conn, step, args, env, bind=False, project_root=None) -> tuple[int, 
     command starts."""
     term = Terminal()
     conn.on_push = lambda frame: term.push(frame, conn)
+    dns = Resolver()              # the step's 127.0.0.1:53, answered here (sandbox/resolver.py)
     try:
-        code, sig, ms = _spawn_and_wait(args, env, conn, term, step if bind else None, project_root)
+        code, sig, ms = _spawn_and_wait(args, env, conn, term, step if bind else None, project_root, dns)
     except (LaunchError, OSError) as e:
         print(f"envgit: the sandbox could not start: {e}", file=sys.stderr)
         code, sig, ms = FAILED, 0, 0
+    finally:
+        dns.close()
     try:
-        reply = conn.request({"op": "end", "step": step, "exit_code": code,
+        reply = conn.request({"op": "end", "step": step, "exit_code": code, "dns": dns.summary(),
                               "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
         for line in reply.get("notices") or ():
             print(f"envgit: step {step}: {line}", file=sys.stderr)
@@ -143,10 +147,10 @@ def execute(conn, step, args, env, bind=False, project_root=None) -> tuple[int, 
 FORWARDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _spawn_and_wait(args, env, conn, term, bind_step, project_root):
+def _spawn_and_wait(args, env, conn, term, bind_step, project_root, dns):
     """Start the step's sandbox in a process group of its own (launch.py), give it the terminal
-    when this process holds it, tie its credentials when asked, and wait: (exit code, signal
-    number or 0, ms)."""
+    when this process holds it, tie its credentials when asked, plant its resolver (`dns`),
+    and wait: (exit code, signal number or 0, ms)."""
     launch = Launch(args, project_root, report=True)
     fg = Foreground()
     wake_r, wake_w = os.pipe()
@@ -168,12 +172,13 @@ def _spawn_and_wait(args, env, conn, term, bind_step, project_root):
             fg.give(pid)
             try:
                 info = launch.ready()
+                dns.plant(info.get("child-pid"))       # before the command can look a name up
                 if bind_step is not None:
                     conn.request({"op": "sandbox", "step": bind_step, "pidns": info.get("pid-namespace")})
             except (OSError, ValueError, DaemonError):
                 pass                # bwrap failed to start (its status says so), or no gate: no network
             launch.release()
-            status = _wait(pid, conn, term, fg, wake_r)
+            status = _wait(pid, conn, term, fg, wake_r, dns)
         finally:
             signal.set_wakeup_fd(old_wakeup)
         ms = round((time.monotonic_ns() - t0) / 1e6, 3)
@@ -191,10 +196,10 @@ def _spawn_and_wait(args, env, conn, term, bind_step, project_root):
         os.close(wake_w)
 
 
-def _wait(pid, conn, term, fg, wake_r):
-    """Until the command exits, serve what the daemon pushes (asks, notices) and the
-    person's answers typed at this terminal; follow the step's stops like a shell's job
-    control. Returns bwrap's wait status."""
+def _wait(pid, conn, term, fg, wake_r, dns):
+    """Until the command exits, serve what the daemon pushes (asks, notices), the
+    person's answers typed at this terminal and the step's name lookups (`dns`); follow the
+    step's stops like a shell's job control. Returns bwrap's wait status."""
     import select
     sock = conn.sock.fileno()
     asking = False
@@ -206,8 +211,12 @@ def _wait(pid, conn, term, fg, wake_r):
                 fg.take()
             else:
                 fg.give(pid, fg.step_modes)
-        watch = [wake_r] + ([sock] if sock is not None else []) + term.fds()
+        resolver = dns.fileno()
+        watch = [wake_r] + ([sock] if sock is not None else []) + term.fds() + \
+            ([resolver] if resolver is not None else [])
         ready, _, _ = select.select(watch, [], [])
+        if resolver is not None and resolver in ready:
+            dns.serve()
         if sock in ready:
             if not conn.fill():
                 sock = None             # the daemon went away; the command goes on

@@ -192,6 +192,8 @@ def cmd_show(args):
         print(f"  denied    {inert(p)}")
     for p in s.escape_routes:       # a file a program outside the sandbox obeys (escape-route-written)
         print(f"  escape    {inert(p)}")
+    if s.dns_names:                 # looked up inside: the resolver said "does not exist" to each
+        print(f"  looked up {inert(', '.join(s.dns_names))} ({s.dns_queries} lookups, none answered)")
     for r in s.requests:
         answer = f", {r['answer']} by {r.get('answered_by')} ({r.get('answered_how')})" if r.get("answer") else ""
         print(inert(f"  request   {r.get('decision', '?'):5} {r.get('method', '')} {r.get('scheme', '')}://"

@@ -8,8 +8,9 @@ a connection that closes with its step still open marks the step `interrupted`.
       -> {"step", "bwrap": [...], "env": {...}}      run it, then send `end`
       -> {"step", "refused": "message"}               a shell rule refused it (recorded)
       -> {"error": "message", "exit": 2}              bad policy or input (nothing recorded)
-  {"op": "end", "step", "exit_code", "signal", "duration_ms", "marks"?, "extra"?}
+  {"op": "end", "step", "exit_code", "signal", "duration_ms", "marks"?, "extra"?, "dns"?}
       -> {"ok": true, "marks": [...], "snapshot": {...}}   after the snapshot is taken
+      "dns": {"names", "queries"}, what the step asked its resolver (sandbox/resolver.py)
 A step that is not a command (an MCP execution, an agent's file edit) is begun with
 "record_only": true (no sandbox is built; the caller did the work under the policy) and may
 carry events before its end:
@@ -73,6 +74,8 @@ from ..inert import inert
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
 from ..sandbox.network import Net
+from ..sandbox import resolver
+from . import netadvice
 from ..sandbox import kernel
 from ..sandbox import routes
 from ..sandbox.tracked import tracked_denied, warning
@@ -315,6 +318,11 @@ class Session:
         marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
         escapes = escape_routes_written(info, summary, self.project.root, self.scan)
         notices = self.tracked_denied_notice(info)
+        dns = dns_summary(msg.get("dns"))
+        unreached = self.unreached_notices(info, dns)
+        if unreached and "denied-net" not in marks:
+            marks.append("denied-net")
+        notices += unreached
         if escapes:
             marks.append("escape-route-written")
             notices.append("WROTE AN ESCAPE ROUTE, a file a program outside the sandbox obeys "
@@ -342,6 +350,7 @@ class Session:
             "duration_ms": _typed(msg.get("duration_ms"), (int, float)), "marks": marks, "denied_paths": denied,
             "snapshot": summary, **({"escape_routes": escapes} if escapes else {}),
             **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
+            **({"dns_names": dns["names"], "dns_queries": dns["queries"]} if dns else {}),
             **({"policy_files": policy_files} if policy_files else {})}
         try:
             recorded = self.record(step, "end", end)
@@ -495,9 +504,35 @@ class Session:
             return
         info["requests"].append(rec)
         if rec.get("decision") == "deny" or rec.get("answer") == "deny":
-            what = f" ({rec['kind']})" if rec.get("kind") else ""
-            self.push(info, {"push": "notice", "text": f"envgit: denied {rec['method']} "
-                             f"{rec['host']}{rec['path']}{what} by rule {rec['rule']}"})
+            # Said once a step: a client's retries of a denied host are not said again.
+            said = info.setdefault("said", set())
+            if rec.get("rule") in ("network.allow", "builtin:special-address") and not rec.get("answer"):
+                entry = rec["host"] if rec.get("port") in (None, 80, 443) else f"{rec['host']}:{rec['port']}"
+                if entry in said:
+                    return
+                said.add(entry)
+                text = f"envgit: step {step}: " + netadvice.advice(info["policy"], [entry])
+            else:
+                if (rec.get("rule"), rec.get("method"), rec.get("host")) in said:
+                    return
+                said.add((rec.get("rule"), rec.get("method"), rec.get("host")))
+                what = f" ({rec['kind']})" if rec.get("kind") else ""
+                text = (f"envgit: denied {rec['method']} {rec['host']}{rec['path']}{what} by rule "
+                        f"{rec['rule']} (said once a step)")
+            self.push(info, {"push": "notice", "text": text})
+
+    def unreached_notices(self, info, dns) -> list[str]:
+        """After a step: the hosts it looked up (its resolver answered "does not exist"), said
+        once with the line of envgit.yaml that allows them, except those the gate's denial
+        already said during the step; those network.allow has, looked up directly, said too."""
+        if not dns:
+            return []
+        said = info.get("said", set())
+        hosts = [h for h in netadvice.wanted_hosts(dns["names"]) if h not in said]
+        direct = netadvice.direct_lookups(info["policy"], hosts)
+        missing = [h for h in hosts if h not in direct]
+        out = [netadvice.advice(info["policy"], missing)] if missing else []
+        return out + ([netadvice.direct_advice(direct)] if direct else [])
 
     def push(self, info, frame):
         conn = info.get("conn")
@@ -836,6 +871,20 @@ def outside_project(cwd, root):
         return (f"envgit: the working directory {cwd!r} is outside the project {root}; a step runs "
                 "in its own project only (start the agent or `envgit run` in the other project)")
     return None
+
+
+def dns_summary(value):
+    """The client's account of the step's resolver (sandbox/resolver.py), checked: {"names":
+    [str], "queries": int}, or None. A value of the wrong shape is left out, as with `end`'s
+    other fields; the names are the step's choice, kept in their escaped (inert) form."""
+    if not isinstance(value, dict):
+        return None
+    names = value.get("names")
+    queries = value.get("queries")
+    if not isinstance(names, list) or type(queries) is not int or queries < 0:
+        return None
+    names = [n[:resolver.MAX_NAME_CHARS] for n in names[:resolver.MAX_NAMES] if isinstance(n, str)]
+    return {"names": names, "queries": queries} if names or queries else None
 
 
 def request_marks(requests):

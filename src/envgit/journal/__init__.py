@@ -92,6 +92,8 @@ class Step:
     marks: list = field(default_factory=list)
     denied_paths: list = field(default_factory=list)
     escape_routes: list = field(default_factory=list)   # protected paths the step created
+    dns_names: list = field(default_factory=list)   # names it looked up (all "do not exist")
+    dns_queries: int | None = None                  # how many lookups, names past 100 included
     tool_call_id: str | None = None
     pid: int | None = None
     requests: list = field(default_factory=list)
@@ -558,6 +560,7 @@ def _fold(out, seq, step, kind, at, text):
         s.exit_code, s.signal = body.get("exit_code"), body.get("signal")
         s.denied_paths = body.get("denied_paths", [])
         s.escape_routes = body.get("escape_routes", [])
+        s.dns_names, s.dns_queries = body.get("dns_names", []), body.get("dns_queries")
         s.snapshot = body.get("snapshot", s.snapshot)
         s.extra = body.get("extra", s.extra)
         s.marks = s.marks + [m for m in body.get("marks", []) if m not in s.marks]

@@ -5,6 +5,7 @@ The view is built from an allow-list, not by hiding things in a copy of `/`:
   /proc /dev                     fresh (pid namespace's own /proc, a minimal /dev)
   /run /var/tmp                  empty tmpfs: no host sockets (docker.sock, dbus, ssh-agent)
   /tmp                           the session's private tmp under .envgit/
+  /etc/resolv.conf               nameserver 127.0.0.1: the step's own resolver (resolver.py)
   $HOME                          an empty read-only tmpfs, plus allow_read entries (toolchains)
                                  and a sanitised ~/.gitconfig (gitconfig.py)
   ~/.cache/envgit/<project>-<id> the project's package caches, writable (environ.py)
@@ -56,6 +57,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
     a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run",
           "--dir", "/var", "--tmpfs", "/var/tmp", "--symlink", "../run", "/var/run",
           "--bind", session_tmp, "/tmp"]
+    a += _resolv_conf(state_dir)
     has_home = home not in ("", "/") and project != home and not _inside(home, project)
     if has_home:
         a += ["--tmpfs", home]
@@ -105,6 +107,30 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         a += ["--ro-bind", empty_dir if os.path.isdir(p) and not os.path.islink(p) else empty_file, p]
         v.masked.append(p)
     return v
+
+
+def _resolv_conf(state_dir):
+    """/etc/resolv.conf naming the step's own resolver (resolver.py: 127.0.0.1, answered
+    "does not exist" and recorded). Bound where the host's file really is: on a host where
+    it is a symlink into /run (systemd-resolved), the sandbox's /run is an empty tmpfs and bwrap
+    makes the parents there."""
+    from .resolver import RESOLV_CONF
+    path = os.path.join(state_dir, "sandbox", "resolv.conf")
+    try:
+        with open(path) as f:
+            current = f.read() == RESOLV_CONF
+    except OSError:
+        current = False
+    if not current:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            f.write(RESOLV_CONF)
+        os.chmod(path + ".tmp", 0o644)
+        os.replace(path + ".tmp", path)
+    where = os.path.realpath("/etc/resolv.conf")
+    if not (where == "/etc/resolv.conf" and os.path.isfile(where)) and not _inside(where, "/run"):
+        return []                 # somewhere the sandbox cannot be given a file: leave it
+    return ["--ro-bind", path, where]
 
 
 def _global_git_config(copies, project, home, visible, state_dir):
