@@ -116,12 +116,13 @@ def cmd_log(args):
     import shutil
     import textwrap
     width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else None
+    sw = max(len(session_short(s.session)) for s in steps)      # the session column's width
     for s in steps:
         exit_ = {"running": "run", "interrupted": "int"}.get(
             s.status, "-" if s.exit_code is None else str(s.exit_code))   # `outside`: no command
         marks = " [" + inert(",".join(s.marks)) + "]" if s.marks else ""
         head = (f"{s.id:>4}  {s.started_at[:19].replace('T', ' ')}  exit {exit_:>3}  "
-                f"{_duration(s.duration_ms):>7}  {session_short(s.session):13}  ")
+                f"{_duration(s.duration_ms):>7}  {session_short(s.session):{sw}}  ")
         line = what_ran(s) + marks
         if width is None:               # piped: one line per step, the whole command
             print(head + line)
