@@ -315,3 +315,24 @@ def test_hand_made_packs_are_read_within_bounds(tmp_path):
     assert [(c.id, c.summary) for c in r.added] == [(commit, "deep chain")]
     problems = " ".join(r.problems)
     assert "a delta chain deeper than" in problems and f"{liar[:12]}: its content does not match its id" in problems
+
+
+def test_a_submodule_is_its_own_repository(proj):
+    """A submodule's gitdir lives under .git/modules/NAME: its commits are its own, and its
+    logs/ and refs/remotes/origin/ (which hold a HEAD too) are not taken for gitdirs."""
+    step(proj, f"mkdir libsrc && cd libsrc && git init -q -b main && echo l > l && git add l "
+               f"&& {AS} commit -qm lib1 && cd .. && echo a > a && git add a && {AS} commit -qm top")
+    step(proj, f"git -c protocol.file.allow=always submodule add -q ./libsrc sub && {AS} commit -qm 'add sub'")
+    step(proj, f"cd sub && echo m >> l && {AS} commit -qam 'sub change' && cd .. && {AS} commit -qam 'bump sub'")
+    sub_head = host_git(proj.root / "sub", "rev-parse", "HEAD").strip()
+    j = diff_json(proj, "2", "3")["git"]
+    assert [r["gitdir"] for r in j] == [".git", ".git/modules/sub"]
+    top, sub = j
+    assert [c["summary"] for c in top["commits_added"]] == ["bump sub"]
+    assert [i["path"] for i in top["index"]] == ["sub"]
+    assert [c["id"] for c in sub["commits_added"]] == [sub_head] and sub["commits_added"][0]["summary"] == "sub change"
+    assert [r["name"] for r in sub["refs"]] == ["refs/heads/main"]
+    added = diff_json(proj, "1", "2")["git"]
+    assert [r["gitdir"] for r in added] == [".git", ".git/modules/sub"]
+    d = proj.envgit("diff", "2", "3", check=True).stdout
+    assert "git .git/modules/sub:" in d and "sub change" in d and ".git/modules/sub/objects" not in d

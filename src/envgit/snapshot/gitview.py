@@ -189,10 +189,12 @@ def _gitdir_of(path: bytes, a: "_Snapshot", b: "_Snapshot") -> bytes | None:
     gitdir = parts[:i + 1]
     rest = parts[i + 1:]
     if rest[0] == b"modules":
-        # .git/modules/<name>/… where <name> may hold slashes: the deepest prefix holding HEAD
+        # .git/modules/<name>/… where <name> may hold slashes (and a submodule's own submodules
+        # are under its modules/): the deepest prefix that is a gitdir as git tells one, HEAD,
+        # objects/ and refs/ (logs/ and refs/remotes/origin/ hold a HEAD too)
         for n in range(len(rest) - 1, 1, -1):
             cand = b"/".join(gitdir + rest[:n])
-            if any(s.is_file(cand + b"/HEAD") for s in (a, b)):
+            if any(s.is_gitdir(cand) for s in (a, b)):
                 if rest[n] in _SUMMARISED:
                     return cand
                 return None
@@ -237,6 +239,13 @@ class _Snapshot:
     def is_file(self, path: bytes) -> bool:
         e = self.entry(path)
         return e is not None and e.type in (FILE, EXEC)
+
+    def is_dir(self, path: bytes) -> bool:
+        e = self.entry(path)
+        return e is not None and e.type == DIR
+
+    def is_gitdir(self, path: bytes) -> bool:
+        return self.is_file(path + b"/HEAD") and self.is_dir(path + b"/objects") and self.is_dir(path + b"/refs")
 
     def read(self, path: bytes, limit: int = MAX_OBJECT) -> bytes | None:
         """A regular file's bytes (None: no such file, or larger than `limit`)."""
