@@ -36,6 +36,14 @@ exit 125
 """
 
 
+# A step with no network at all: its lookups fail at once (resolver.py), and these make the
+# package clients that retry every failure (npm: 10 s then 60 s per request, even "host not
+# found"; pip: 5 tries with back-off) give up on the first, as nothing outside can answer a
+# later try either. Defaults only: the policy's env.set overrides them.
+OFFLINE_ENV = {"npm_config_fetch_retries": "0", "PIP_RETRIES": "0", "UV_HTTP_RETRIES": "0",
+               "CARGO_NET_RETRY": "0"}
+
+
 @dataclass
 class Net:
     """What the daemon hands the sandbox for one step with network."""

@@ -64,7 +64,8 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     if inner_socket is not None:
         view.args += ["--dir", "/run/envgit", "--ro-bind", inner_socket, INNER_INSIDE]
         ours["ENVGIT_INNER_SOCKET"] = INNER_INSIDE
-    env = scrub(host_env, policy.env_pass, {**cache_env(cache), **policy.env_set}, ours)
+    offline = network.OFFLINE_ENV if net is None else {}     # fail at once, no retries
+    env = scrub(host_env, policy.env_pass, {**cache_env(cache), **offline, **policy.env_set}, ours)
     # As root bwrap keeps the capabilities of the new user namespace, and with them
     # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.
     caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
