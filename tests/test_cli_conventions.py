@@ -178,6 +178,19 @@ def test_errors_are_json_under_json_outside_a_project(tmp_path):
         assert "envgit init" in doc["error"] and r.stderr == ""
 
 
+def test_every_command_says_its_errors_as_json_under_json(proj):
+    """The convention holds for every command that takes --json (commands/__init__.py), not
+    only the ones that render through dispatch: stdout one {error, exit} document, stderr empty."""
+    assert proj.run("echo 1 > a").returncode == 0
+    for argv in (["show", "999"], ["diff", "999"], ["rewind", "999", "--yes"], ["ls", "999"],
+                 ["log", "--session", "nosuch"], ["approve", "999"], ["deny", "999"],
+                 ["gc", "--keep-within", "soon"]):
+        r = proj.envgit(*argv, "--json")
+        assert r.stderr == "", (argv, r.stderr)
+        doc = json.loads(r.stdout)
+        assert set(doc) == {"error", "exit"} and r.returncode == doc["exit"] != 0, (argv, doc, r.returncode)
+
+
 # --- docs/JSON.md ------------------------------------------------------------------------
 
 def documented_keys() -> dict[str, set[str]]:
