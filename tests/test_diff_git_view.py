@@ -11,7 +11,7 @@ import os
 import subprocess
 import time
 
-from conftest import CANARY
+from conftest import CANARY, ENVGIT
 from envgit.snapshot import Filter, StatCache, Store
 from envgit.snapshot.gitview import git_changes
 from test_cli_conventions import documented_keys
@@ -336,3 +336,16 @@ def test_a_submodule_is_its_own_repository(proj):
     assert [r["gitdir"] for r in added] == [".git", ".git/modules/sub"]
     d = proj.envgit("diff", "2", "3", check=True).stdout
     assert "git .git/modules/sub:" in d and "sub change" in d and ".git/modules/sub/objects" not in d
+
+
+def test_what_a_step_wrote_in_git_is_shown_inert(proj):
+    """Commit messages and ref names are the step's: escapes are shown, never obeyed."""
+    step(proj, f"echo a > a && git add a && {AS} commit -qm base")
+    step(proj, f"echo b > b && git add b && {AS} commit -qm \"$(printf 'evil \\033[2J\\033]0;title\\007')\" "
+               "&& cp .git/refs/heads/main \"$(printf '.git/refs/heads/x\\033[31m')\"")
+    r = subprocess.run([ENVGIT, "diff", "1", "2"], cwd=proj.root, env=proj.env, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert b"\x1b" not in r.stdout and b"\x07" not in r.stdout
+    assert b"evil \\x1b[2J\\x1b]0;title\\x07" in r.stdout and b"refs/heads/x\\x1b[31m" in r.stdout
+    j = diff_json(proj, "1", "2")["git"][0]
+    assert j["commits_added"][0]["summary"] == "evil \x1b[2J\x1b]0;title\x07"     # JSON: escaped, exact
