@@ -246,7 +246,7 @@ class Session:
             if self.gate is not None:
                 self.gate.close_step(step)
             self.journal.append(step, "interrupted", {"reason": f"sandbox set-up failed: {e}"})
-            return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 2}
+            return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 125}
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
                            "requests": [], "tmp": own_tmp, "routes": routes.before_step(self.scan)}

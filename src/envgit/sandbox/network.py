@@ -14,14 +14,16 @@ CERTS_INSIDE = "/etc/ssl/certs"
 BUNDLE_INSIDE = CERTS_INSIDE + "/ca-certificates.crt"
 
 # socat listens before the command starts (it is reparented to the sandbox's init by the
-# subshell, so a shell that `wait`s for its children does not wait for it); the loop reads
-# /proc/net/tcp with shell builtins until 127.0.0.1:3128 is in LISTEN state (bounded).
-# The table is read on fd 3, scoped to the inner loop, and the command is exec'ed outside it:
-# its stdin, stdout, stderr and terminal are exactly the ones `envgit run` got, and no other
-# descriptor is left open in it.
+# subshell, so a shell that `wait`s for its children does not wait for it; the subshell prints
+# its pid); the loop reads /proc/net/tcp with shell builtins until 127.0.0.1:3128 is in LISTEN
+# state, and gives up as soon as socat is gone (it could not start: a bad ENVGIT_SOCAT, a
+# missing library) or after 2000 reads. The table is read on fd 3, scoped to the inner loop,
+# and the command is exec'ed outside it: its stdin, stdout, stderr and terminal are exactly
+# the ones `envgit run` got, and no other descriptor is left open in it. A socat that is not
+# installed at all is found before the step begins (_socat: the daemon refuses the step).
 BRIDGE = f"""\
-(socat TCP-LISTEN:{PORT},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=128 \
-UNIX-CONNECT:{SOCKET_INSIDE} </dev/null >/dev/null 2>&1 &)
+pid=$( (socat TCP-LISTEN:{PORT},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=128 \
+UNIX-CONNECT:{SOCKET_INSIDE} </dev/null >/dev/null 2>&1 & echo $!) )
 i=0
 up=
 while [ $i -lt 2000 ]; do
@@ -29,9 +31,11 @@ while [ $i -lt 2000 ]; do
     if [ "$local" = 0100007F:0C38 ] && [ "$state" = 0A ]; then up=1; break; fi
   done 3</proc/net/tcp
   [ -n "$up" ] && exec "$@"
+  kill -0 "$pid" 2>/dev/null || break
   i=$((i+1))
 done
-echo "envgit: the network bridge did not start (is socat installed? see envgit doctor)" >&2
+echo "envgit: the network bridge did not start (socat ended at once: check it with envgit doctor; \
+apt-get install socat)" >&2
 exit 125
 """
 
@@ -58,18 +62,21 @@ def mounts(net: Net) -> list[str]:
 
 
 def wrap(argv: list[str]) -> list[str]:
+    """The bridge prelude before `argv`; LaunchError (with the fix) when socat is missing."""
     return ["/bin/sh", "-c", BRIDGE.replace("(socat ", f"({_socat()} ", 1), "envgit-bridge", *argv]
 
 
 def _socat() -> str:
     """socat by absolute path from a trusted system directory (launch.trusted_binary), never
-    the step's PATH, where a project's virtualenv could put one of a step's making."""
+    the step's PATH, where a project's virtualenv could put one of a step's making. Missing,
+    the step is refused before it begins, at once, as envgit's own failure (exit 125)."""
     import shlex
     from .launch import LaunchError, trusted_binary
     try:
         return shlex.quote(trusted_binary("socat"))
-    except LaunchError:
-        return "/usr/bin/socat"           # absent: the bridge says so, and envgit doctor
+    except LaunchError as e:
+        raise LaunchError(f"{e}. The network bridge of a step with network.allow needs socat: "
+                          "apt-get install socat (dnf install socat, apk add socat)") from None
 
 
 def environment(net: Net) -> dict[str, str]:
