@@ -198,7 +198,7 @@ def test_a_daemon_that_never_answers_is_said_with_a_timeout(bare_proj, tmp_path)
             assert time.monotonic() - t < 15
             said = [line for line in r.stderr.splitlines() if line.startswith("envgit: ")]
             assert r.returncode != 0 and len(said) == 1 and "did not answer" in said[0], r.stderr
-            assert r.returncode == (1 if argv[0] in ("run", "daemon") else 3)
+            assert r.returncode == {"run": 125, "daemon": 1}.get(argv[0], 3)
     finally:
         mute.close()
         lock.close()
