@@ -33,6 +33,7 @@ import socket
 import threading
 
 from ..sandbox.launch import Launch, LaunchError
+from ..sandbox.resolver import PER_WAKE, Resolver
 
 MAX_FRAME = 4 * 1024 * 1024          # a frame from inside: argv + env of one command
 MAX_ARGS = 65536
@@ -269,6 +270,7 @@ async def run_step(sess, msg, fds, session, home):
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     launch = None
+    dns = Resolver()              # the step's 127.0.0.1:53, answered on this loop
     try:
         launch = Launch(begin["bwrap"], sess.project.root)
         # A session of its own: nothing inside can signal the daemon or another step.
@@ -279,6 +281,8 @@ async def run_step(sess, msg, fds, session, home):
         sess.live[step]["proc"] = proc
         try:
             info = await asyncio.to_thread(launch.ready)
+            if await asyncio.to_thread(dns.plant, info.get("child-pid")):
+                serve_resolver(loop, dns)
             if begin.get("bind") and sess.gate is not None:
                 sess.gate.bind_step(step, info["pid-namespace"])     # its credentials, its sandbox only
         except (OSError, ValueError, KeyError):
@@ -289,6 +293,9 @@ async def run_step(sess, msg, fds, session, home):
         os.write(fds[2], f"envgit: the sandbox could not start: {e}\n".encode())
         rc = 125
     finally:
+        if dns.fileno() is not None:
+            loop.remove_reader(dns.fileno())
+        dns.close()
         if launch is not None:
             launch.close()
     if rc < 0:                          # bwrap itself was killed
@@ -299,7 +306,7 @@ async def run_step(sess, msg, fds, session, home):
     fd = sess.live.get(step, {}).pop("stderr_fd", None)
     if fd is not None:
         os.close(fd)
-    ended = await sess.end({"step": step, "exit_code": code, "signal": name,
+    ended = await sess.end({"step": step, "exit_code": code, "signal": name, "dns": dns.summary(),
                             "duration_ms": round((loop.time() - t0) * 1000, 3)})
     for line in ended.get("notices") or ():          # what envgit run would print after the step
         try:
@@ -307,6 +314,18 @@ async def run_step(sess, msg, fds, session, home):
         except OSError:
             pass
     return {"step": step, "exit_code": code, "signal": name}
+
+
+def serve_resolver(loop, dns, pause_s=0.05):
+    """Answer the step's lookups on the daemon's loop. A full batch (a flood) stops reading for
+    `pause_s`: the step waits on its own queries, and the gate and other steps keep the loop."""
+    fd = dns.fileno()
+
+    def readable():
+        if dns.serve() >= PER_WAKE and dns.fileno() == fd:
+            loop.remove_reader(fd)
+            loop.call_later(pause_s, lambda: dns.fileno() == fd and loop.add_reader(fd, readable))
+    loop.add_reader(fd, readable)
 
 
 def _recv_with_fds(conn, n):

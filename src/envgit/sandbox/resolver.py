@@ -43,6 +43,8 @@ def plant(child_pid) -> int | None:
     runs without it: its lookups are refused at once, and not recorded)."""
     if not isinstance(child_pid, int) or child_pid <= 0:
         return None
+    if "threading" in sys.modules and not _quiet_fork:
+        _quiet_fork_warning()           # the daemon forks from a worker thread (inner.py)
     try:
         ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_DGRAM)
     except OSError:
@@ -84,6 +86,18 @@ def plant(child_pid) -> int | None:
         return None
     finally:
         ours.close()
+
+
+_quiet_fork = []
+
+
+def _quiet_fork_warning():
+    """Python warns about fork() in a process with threads (a child could find a lock held):
+    this child only makes system calls on objects it was handed, then _exits."""
+    import warnings
+    warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork",
+                            category=DeprecationWarning)
+    _quiet_fork.append(1)
 
 
 def _reap(pid):
