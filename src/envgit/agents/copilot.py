@@ -11,16 +11,18 @@ Copilot has no seam that hands its tools to another program, so
   anything else (MCP servers, web fetches of Copilot's own) is neither routed nor recorded.
 
 The hooks come as a plugin in a generated directory (`--plugin-dir`): the user's
-~/.copilot and the repository's .github/hooks are not touched.
+~/.copilot and the repository's .github/hooks are not touched. Copilot runs on the host with the
+person's own ~/.copilot, so what it remembers (trusted folders, its sessions) carries from one
+session to the next as without envgit; a step sees no ~/.copilot, and .github/hooks and
+.mcp.json in the project are protected escape routes.
 """
 
 import json
 import os
 import shlex
-import subprocess
 import sys
 
-from .session import AgentError, agent_binary, announce, new_session, project_here, session_dir
+from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, session_dir
 
 
 def build_plugin(project, session: str) -> str:
@@ -52,8 +54,4 @@ def launch(argv: list[str]) -> int:
     plugin = build_plugin(project, session)
     announce("copilot", session, "recorded and routed through hooks, not enforced: "
              "its file tools run in its own process")
-    try:
-        return subprocess.call([copilot, "--plugin-dir", plugin, *argv],
-                               env={**os.environ, "ENVGIT_SESSION": session})
-    except KeyboardInterrupt:
-        return 130
+    return run_on_terminal([copilot, "--plugin-dir", plugin, *argv], {**os.environ, "ENVGIT_SESSION": session})
