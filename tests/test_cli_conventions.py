@@ -312,6 +312,22 @@ def test_json_keys_are_the_documented_ones(netproj):
         assert set(s) == doc["step"]
 
 
+def test_init_and_protected_json_keys(tmp_path):
+    doc = documented_keys()
+    def j(*argv):
+        r = subprocess.run([ENVGIT, *argv, "--json"], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, "HOME": str(tmp_path.parent)})
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        return json.loads(r.stdout)
+    first, again = j("init"), j("init")
+    assert set(first) == set(again) == doc["init"]
+    assert first["wrote_policy"] and first["added_to_gitignore"]
+    assert not again["wrote_policy"] and not again["added_to_gitignore"]
+    routes = j("policy", "protected")
+    assert routes and all(set(r) == doc["protected"] for r in routes)
+    assert {"path": "**/.git/hooks", "action": "protect"}.items() <= routes[0].items()
+
+
 def _raw_snapshot_keys(p) -> set:
     """Every key a snapshot summary has in the journal itself (what show normalises)."""
     import sqlite3

@@ -12,6 +12,7 @@ def add_parsers(sub, argparse):
     s = command(sub, "init", help="write envgit.yaml and .envgit/ in this directory",
                 example="cd myproject && envgit init")
     s.add_argument("--force", action="store_true", help="overwrite an existing envgit.yaml")
+    json_flag(s)
     s.set_defaults(fn=cmd_init)
 
     s = command(sub, "demo", help="a scripted agent against a local git remote: push denied, "
@@ -40,8 +41,9 @@ def add_parsers(sub, argparse):
     json_flag(x)
     command(psub, "schema", help="the JSON Schema of envgit.yaml",
             example="envgit policy schema > envgit.schema.json")
-    command(psub, "protected", help="the escape routes: files a program outside the sandbox "
-            "obeys, read-only to a step or marked when changed", example="envgit policy protected")
+    x = command(psub, "protected", help="the escape routes: files a program outside the sandbox "
+                "obeys, read-only to a step or marked when changed", example="envgit policy protected")
+    json_flag(x)
 
     s = command(sub, "daemon", help="the session daemon (plumbing)",
                 example=["envgit daemon status", "envgit daemon stop"])
@@ -68,25 +70,34 @@ def cmd_init(args):
         raise Usage(f"{root} is {'/' if root == '/' else 'your home directory'}: as a project, all of it "
                     "would be visible and writable to every step; run `envgit init` in a project's "
                     "directory (or pass --force)")
+    said = []                           # what was done, line by line (the text answer)
     policy = os.path.join(root, "envgit.yaml")
-    if os.path.exists(policy) and not args.force:
+    wrote = not os.path.exists(policy) or args.force
+    if not wrote and not args.json:     # --json says it as wrote_policy: false
         print(f"envgit: {policy} exists; keeping it (use --force to overwrite)", file=sys.stderr)
     else:
         tmp = policy + ".tmp"
         with open(tmp, "w") as f:       # whole or absent: write, then rename
             f.write(defaults.TEMPLATE)
         os.replace(tmp, policy)
-        print(f"wrote {policy}")
+        said.append(f"wrote {policy}")
     state = os.path.join(root, ".envgit")
     os.makedirs(state, mode=0o700, exist_ok=True)
     gi = os.path.join(root, ".gitignore")
     lines = open(gi).read().splitlines() if os.path.exists(gi) else []
-    if not any(l.strip() in (".envgit", ".envgit/", "/.envgit", "/.envgit/") for l in lines):
+    ignored = not any(l.strip() in (".envgit", ".envgit/", "/.envgit", "/.envgit/") for l in lines)
+    if ignored:
         with open(gi, "a") as f:
             if lines and lines[-1] != "":
                 f.write("\n")
             f.write(".envgit/\n")
-        print(f"added .envgit/ to {gi}")
+        said.append(f"added .envgit/ to {gi}")
+    if args.json:
+        out({"root": root, "policy": policy, "wrote_policy": wrote, "state": state,
+             "gitignore": gi, "added_to_gitignore": ignored})
+        return 0
+    for line in said:
+        print(line)
     print(f"initialised envgit in {root}; next: envgit run -- CMD")
     return 0
 
@@ -99,8 +110,11 @@ def cmd_policy(args):
         out(json_schema())
         return 0
     if args.policy_cmd == "protected":
-        from ..policy.defaults import render_escape_routes
-        sys.stdout.write(render_escape_routes())
+        from ..policy.defaults import ESCAPE_ROUTES, render_escape_routes
+        if args.json:
+            out([{"path": p, "action": action, "why": why} for p, action, why in ESCAPE_ROUTES])
+        else:
+            sys.stdout.write(render_escape_routes())
         return 0
     project = find_project()
     try:
