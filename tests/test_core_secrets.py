@@ -87,7 +87,11 @@ def test_home_lists_nothing_private(proj):
     r = proj.run("ls -A ~")
     assert r.returncode == 0
     names = set(r.stdout.split())
-    assert names <= {".pyenv", "proj"}, names
+    assert names <= {".pyenv", "proj", ".cache"}, names
+    # .cache holds the project's own package cache only (sandbox/environ.py), never the host's
+    r = proj.run("ls -A ~/.cache ~/.cache/envgit")
+    assert r.stdout.split()[:2] == [f"{proj.home / '.cache'}:", "envgit"], r.stdout
+    assert len([n for n in r.stdout.split() if n.startswith("proj-")]) == 1, r.stdout
     assert ".ssh" not in names and ".aws" not in names and ".bash_history" not in names
 
 
