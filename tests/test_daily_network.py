@@ -236,6 +236,79 @@ def test_npm_install_through_preset_npm_and_the_second_session_uses_the_cache(tm
             env.stop()
 
 
+def _crate():
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as t:
+        for name, data in (("envgit-tiny-1.0.0/Cargo.toml",
+                            b'[package]\nname = "envgit-tiny"\nversion = "1.0.0"\nedition = "2021"\n'),
+                           ("envgit-tiny-1.0.0/src/lib.rs", b"pub const VALUE: u32 = 42;\n")):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            t.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def crates_app(crate):
+    """index.crates.io's sparse index and static.crates.io's files, as cargo reads them."""
+    line = json.dumps({"name": "envgit-tiny", "vers": "1.0.0", "deps": [], "features": {},
+                       "cksum": hashlib.sha256(crate).hexdigest(), "yanked": False}) + "\n"
+
+    def app(method, path, headers, body):
+        host = headers.get("host", "").split(":")[0]
+        if host == "index.crates.io" and path == "/config.json":
+            return 200, {"Content-Type": "application/json"}, \
+                b'{"dl": "https://static.crates.io/crates", "api": "https://crates.io"}'
+        if host == "index.crates.io" and path == "/en/vg/envgit-tiny":
+            return 200, {"Content-Type": "text/plain", "ETag": '"v1"'}, line.encode()
+        if host == "static.crates.io" and path == "/crates/envgit-tiny/1.0.0/download":
+            return 200, {"Content-Type": "application/gzip"}, crate
+        return 404, {"Content-Type": "text/plain"}, b"not here\n"
+    return app
+
+
+def _rust_toolchain():
+    """The real cargo and rustc binaries (not rustup's proxies, which need ~/.rustup)."""
+    try:
+        cargo, rustc = (subprocess.run(["rustup", "which", t], capture_output=True, text=True,
+                                       timeout=30).stdout.strip() for t in ("cargo", "rustc"))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (cargo, rustc) if cargo and rustc else None
+
+
+def test_cargo_fetch_through_preset_crates_and_the_second_session_uses_the_cache(tmp_path):
+    tools = _rust_toolchain()
+    if tools is None:
+        pytest.skip("no rust toolchain (rustup) on this machine")
+    cargo, rustc = tools
+    toolchain = os.path.dirname(os.path.dirname(cargo))
+    with HTTPSServer(crates_app(_crate()), ("crates.io", "index.crates.io", "static.crates.io"),
+                     root=tmp_path / "srv") as srv:
+        env = project(tmp_path, {"ENVGIT_RESOLVE": _resolve(srv), "ENVGIT_UPSTREAM_CA": str(srv.ca.cert_path)},
+                      "version: 1\nnetwork:\n  allow: [preset:crates]\n"
+                      f"filesystem:\n  allow_read: [\"{toolchain}\"]\n"
+                      f"env:\n  set:\n    RUSTC: \"{rustc}\"\n")
+        (env.root / "Cargo.toml").write_text('[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n'
+                                            '[dependencies]\nenvgit-tiny = "1.0.0"\n')
+        (env.root / "src").mkdir()
+        (env.root / "src" / "lib.rs").write_text("pub use envgit_tiny::VALUE;\n")
+        fetch = f"{cargo} fetch -q && ls \"$CARGO_HOME\"/registry/src/*/"
+        try:
+            r = env.run(fetch, timeout=180)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert "envgit-tiny-1.0.0" in r.stdout
+            crates = [p for m, p, s in srv.log if p.endswith("/download")]
+            assert len(crates) == 1, srv.log
+            env.stop()
+            (env.root / "Cargo.lock").unlink()
+            r = env.run(fetch, timeout=180)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert [p for m, p, s in srv.log if p.endswith("/download")] == crates, srv.log
+            assert not (env.home / ".cargo").exists()
+        finally:
+            env.stop()
+
+
 # --- a dev server on the host's loopback ----------------------------------------------------------
 
 
