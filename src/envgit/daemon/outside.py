@@ -38,7 +38,7 @@ def write(sess, summary, before: str) -> int:
     since = last.id if last is not None and last.snapshot.get("tree") == sess.last_tree else None
     step = sess.journal.outside_step({"snapshot": summary, "session": sess.id, "user": _me(),
                                       "since_step": since, "before": before})
-    sess.last_tree = summary["tree"]
+    sess.last_tree, sess.tree_unknown = summary["tree"], False
     return step
 
 

@@ -236,7 +236,7 @@ def snapshot_after(sess, pol, undo_tree) -> dict:
         summary = sess.snapshotter.take(pol, undo_tree)
     except (SnapshotFailed, OSError) as e:
         return {"error": f"snapshot failed: {e}"}
-    sess.last_tree = summary["tree"]
+    sess.last_tree, sess.tree_unknown = summary["tree"], False
     return summary
 
 

@@ -114,6 +114,9 @@ class Session:
         self.stopping = asyncio.Event()
         self.snapshotter = Snapshotter(project)
         self.last_tree = _last_tree(self.journal)
+        # Whether what changed since last_tree may be a step's own (its snapshot failed, it
+        # was killed before one, the journal lost its entries): then it is not called outside.
+        self.tree_unknown = bool(self.journal.lost_now) or _newest_untreed(self.journal)
         self.pending_baseline = None   # taken, not yet written on a step
         # Held while the directory is compared with last_tree (outside changes) and by a
         # rewind while it writes: no step begins halfway through either.
@@ -273,7 +276,7 @@ class Session:
                 counters = {}
                 await self.with_progress(asyncio.to_thread(self.ensure_baseline, pol, counters),
                                          counters, conn)
-            elif look_outside and not self.live:
+            elif look_outside and not self.live and not self.tree_unknown:
                 await asyncio.to_thread(outside_changes.record, self, pol, before)
 
     async def with_progress(self, work, counters, conn, after_s=1.0, every_s=0.5):
@@ -422,12 +425,14 @@ class Session:
         try:
             summary = await asyncio.to_thread(self.snapshotter.take, pol, self.last_tree)
         except (OSError, SnapshotFailed) as e:     # disk full, permissions, a damaged store
+            self.tree_unknown = True
             return {"error": f"snapshot failed: {e}"}
         except Exception as e:          # a bug must not leave the step open for ever either
             import traceback
             traceback.print_exc()       # to daemon.log
+            self.tree_unknown = True
             return {"error": f"snapshot failed: {type(e).__name__}: {e}"}
-        self.last_tree = summary["tree"]
+        self.last_tree, self.tree_unknown = summary["tree"], False
         return summary
 
     async def interrupted(self, step, reason):
@@ -949,6 +954,15 @@ async def decode_checked(body):
         frames.check_marshal(body)
         return decode(body)
     return await asyncio.to_thread(load) if len(body) > frames.THREAD_AT else load()
+
+
+def _newest_untreed(journal):
+    """Whether the newest step that ran something has no snapshot (failed, or killed first)."""
+    for s in journal.steps_newest_first():
+        if "refused" in s.marks:
+            continue                    # ran nothing
+        return not (s.snapshot or {}).get("tree")
+    return False
 
 
 def _last_tree(journal):
