@@ -80,7 +80,7 @@ def _fix(path: str, sha256: str, entries: tuple) -> tuple[str, str]:
     _, network = _child(root, "network")
     if network is None:
         return (f"{name}: no network section",
-                f"add this line at the end of {name}:   network: {{allow: [{', '.join(quoted)}]}}")
+                f"add this line at the end of {name}: `network: {{allow: [{', '.join(quoted)}]}}`")
     key, allow = _child(network, "allow")
     if allow is None:
         n = network.start_mark.line          # the `network:` key's value; the key is above
@@ -89,7 +89,7 @@ def _fix(path: str, sha256: str, entries: tuple) -> tuple[str, str]:
             indent = " " * key.start_mark.column
             line = key.start_mark.line + 1
             return (f"{name}:{line}: network has no allow",
-                    f"add this line before line {line}:   {indent}allow: [{', '.join(quoted)}]")
+                    f"add this line before line {line}: `{indent}allow: [{', '.join(quoted)}]`")
         return (f"{name}:{n + 1}: network has no allow",
                 f"add allow: [{', '.join(quoted)}] under network: at line {n + 1}")
     line = key.start_mark.line + 1
@@ -102,13 +102,17 @@ def _fix(path: str, sha256: str, entries: tuple) -> tuple[str, str]:
         src = lines[at - 1]
         items = [text[i.start_mark.index:i.end_mark.index] for i in allow.value] + quoted
         new = src[:allow.start_mark.column] + "[" + ", ".join(items) + "]" + src[allow.end_mark.column:]
-        return f"{name}:{line}", f"make line {at} read:   {new.rstrip()}"
+        return f"{name}:{line}", f"make line {at} read: `{new.rstrip()}`"
     last = allow.value[-1].end_mark.line + 1 if allow.value else line
     dash = " " * allow.start_mark.column
+    if allow.value:                           # indented as the last entry's dash
+        item = allow.value[-1].start_mark
+        src = lines[item.line] if item.line < len(lines) else ""
+        dash = " " * max(src.rfind("-", 0, item.column), 0)
     if len(quoted) == 1:
-        return f"{name}:{line}", f"add this line after line {last}:   {dash}- {quoted[0]}"
+        return f"{name}:{line}", f"add this line after line {last}: `{dash}- {quoted[0]}`"
     return (f"{name}:{line}", f"add these lines after line {last}, one under the other: "
-            + " and ".join(f"'{dash}- {q}'" for q in quoted))
+            + " and ".join(f"`{dash}- {q}`" for q in quoted))
 
 
 def _child(node, key):
