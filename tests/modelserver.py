@@ -348,6 +348,18 @@ class AgentTerminal:
         fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.raw = b""
         self._lock = threading.Lock()
+        import pyte
+
+        class Screen(pyte.Screen):
+            # queries are answered by _answer; pyte 0.8.2's own handlers of them fail on the
+            # private forms (CSI ? 6 n) that Copilot sends
+            def report_device_status(self, *a, **kw):
+                pass
+
+            def report_device_attributes(self, *a, **kw):
+                pass
+        self._screen = Screen(cols, rows)
+        self._stream = pyte.ByteStream(self._screen)
         self.modes_before = self.stty()
 
         def take_terminal():             # the child leads a session whose terminal this is
@@ -371,6 +383,11 @@ class AgentTerminal:
             if data:
                 with self._lock:
                     self.raw += data
+                    try:
+                        self._stream.feed(data)
+                    except Exception:       # a sequence pyte cannot take: go on with a new parser
+                        import pyte
+                        self._stream = pyte.ByteStream(self._screen)
                 self._answer(data)
 
     def _answer(self, data: bytes):
@@ -392,6 +409,11 @@ class AgentTerminal:
         with self._lock:
             return self.ESCAPES.sub(b"", self.raw).decode(errors="replace")
 
+    def screen(self) -> str:
+        """The screen as it is now (a line a program completes in pieces is whole here)."""
+        with self._lock:
+            return "\n".join(line.rstrip() for line in self._screen.display)
+
     def mark(self) -> int:
         """A place in the output: wait_for(…, after=mark) looks only at what came after it."""
         with self._lock:
@@ -401,20 +423,24 @@ class AgentTerminal:
         with self._lock:
             return self.ESCAPES.sub(b"", self.raw[mark:]).decode(errors="replace")
 
+    def shows(self, text: str, after=0) -> bool:
+        """`text` was printed (after `mark`), or is on the screen now (without a mark)."""
+        return text in self.shown_after(after) or (not after and text in self.screen())
+
     def wait_for(self, text: str, timeout=90, after=0) -> None:
         import time
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if text in self.shown_after(after):
+            if self.shows(text, after):
                 return
-            if self.proc.poll() is not None and text not in self.shown_after(after):
+            if self.proc.poll() is not None:
                 time.sleep(0.3)              # the last output may still be on its way
-                if text in self.shown_after(after):
+                if self.shows(text, after):
                     return
                 break
             time.sleep(0.1)
-        raise AssertionError(f"{text!r} not shown (exit {self.proc.poll()}); the terminal "
-                             f"showed, last:\n{self.text()[-4000:]}")
+        raise AssertionError(f"{text!r} not shown (exit {self.proc.poll()}); the screen:\n"
+                             f"{self.screen()}\nthe output, last:\n{self.text()[-3000:]}")
 
     def type(self, keys: str, delay=0.03):
         import time
