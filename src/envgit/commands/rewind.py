@@ -6,21 +6,20 @@ import sys
 
 from ..inert import inert
 from ..paths import find_project
-from . import STEP_HELP, Usage, ask_daemon, open_journal, out, resolve_step, step_ref
+from . import STEP_HELP, Usage, ask_daemon, command, json_flag, open_journal, out, resolve_step, step_ref
 
 TOPS_SHOWN = 15             # top-level names in a plan's summary; the rest in one line
 
 
 def add_parsers(sub, argparse):
-    s = sub.add_parser(
-        "rewind", help="bring the directory back to the snapshot after a step (or undo a rewind)",
+    s = command(
+        sub, "rewind", help="bring the directory back to the snapshot after a step (or undo a rewind)",
+        example=["envgit rewind last~1 --dry-run", "envgit rewind 12 --yes", "envgit rewind --undo"],
         usage="envgit rewind (STEP | --undo) [--yes] [--dry-run] [--policy] [--json] [-- PATH…]",
         description="Bring the directory back to the snapshot after STEP. Every rewind first "
                     "records the directory as it is (edits made outside envgit included), so "
                     "`envgit rewind --undo` gives it back exactly. envgit.yaml is left as it is "
-                    "unless --policy is given.",
-        epilog="examples:\n  envgit rewind last~1 --dry-run\n  envgit rewind 12 --yes\n"
-               "  envgit rewind --undo", formatter_class=argparse.RawDescriptionHelpFormatter)
+                    "unless --policy is given.")
     s.add_argument("step", nargs="?", type=step_ref, help=STEP_HELP)
     s.add_argument("--undo", action="store_true",
                    help="go back to where the last rewind started (outside edits included)")
@@ -29,23 +28,19 @@ def add_parsers(sub, argparse):
     s.add_argument("--policy", action="store_true",
                    help="restore envgit.yaml too (by default the policy is left as it is)")
     s.set_defaults(paths=[], fn=cmd_rewind)
-    s.add_argument("--json", action="store_true")
+    json_flag(s)
 
 
 # --- rewind ------------------------------------------------------------------------------
 
 def cmd_rewind(args):
     project = find_project()
-    try:
-        if args.undo == (args.step is not None):
-            raise Usage("give a step to rewind to, or --undo (not both): envgit rewind last~1")
-        n = None if args.undo else resolve_step(open_journal(project), args.step)
-        msg = {"op": "rewind", "step": n, "undo": args.undo, "paths": args.paths or None,
-               "policy": args.policy, "uid": os.getuid()}
-        preview = ask_daemon(project, msg)
-    except Usage as e:
-        print(f"envgit: {e}", file=sys.stderr)
-        return e.code or 2
+    if args.undo == (args.step is not None):
+        raise Usage("give a step to rewind to, or --undo (not both): envgit rewind last~1")
+    n = None if args.undo else resolve_step(open_journal(project), args.step)
+    msg = {"op": "rewind", "step": n, "undo": args.undo, "paths": args.paths or None,
+           "policy": args.policy, "uid": os.getuid()}
+    preview = ask_daemon(project, msg)
     what = _what(preview)
     if not args.json:
         _print_preview(preview, what)
@@ -61,17 +56,15 @@ def cmd_rewind(args):
         return 0
     if not args.yes:
         if not sys.stdin.isatty():
-            print("envgit: not a terminal; pass --yes to rewind without asking", file=sys.stderr)
-            return 2
+            raise Usage("not a terminal; pass --yes to rewind without asking")
         answer = input(f"rewind to {what}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             print("nothing changed")
             return 1
     try:
         done = ask_daemon(project, {**msg, "apply": True})
-    except Usage as e:
-        print(f"envgit: {e}", file=sys.stderr)
-        return e.code or 1
+    except Usage as e:                  # refused or failed while applying: exit 1 (or its own)
+        raise Usage(str(e), e.code or 1) from None
     if args.json:
         out(done)
         return 0
