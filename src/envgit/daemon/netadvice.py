@@ -15,14 +15,19 @@ from ..policy import defaults
 from ..policy.network import allowed_by, norm_host
 
 
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
 def wanted_hosts(names) -> list[str]:
-    """The looked-up names a person could put in network.allow: a dotted host name, not a
-    reverse lookup (*.arpa) and not a name with bytes no host has (shown escaped, \\DDD).
-    A single label (the sandbox's own hostname, a search-list guess) is left out too."""
+    """The looked-up names a person could put in network.allow: a dotted host name of letters,
+    digits, '-' and '_' (any other name is the step's invention: it stays in the journal, in
+    its escaped form, and is not said), not a reverse lookup (*.arpa). A single label (the
+    sandbox's own hostname, a search-list guess) is left out too."""
     out = []
     for n in names:
         h = n.rstrip(".").lower()
-        if "." in h and "\\" not in h and not h.endswith(".arpa") and h not in out:
+        if ("." in h and set(h) <= _HOST_CHARS and not h.endswith(".arpa") and len(h) <= 253
+                and h not in out):
             out.append(h)
     return out
 
