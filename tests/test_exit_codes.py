@@ -3,11 +3,13 @@ off and on: the command's own code unchanged (a chosen `exit 130` too), a death 
 re-raised (the caller sees the signal, a shell 128+N), 127 not found, 126 not executable, 125
 envgit's own failure with one `envgit:` line naming the fix."""
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -167,3 +169,42 @@ def test_refused_by_a_shell_rule_is_126(netproj):
     netproj.write_policy("version: 1\n" + NETWORK[netproj.net] + "shell:\n  - deny: ['git push']\n")
     status, text = run_on_terminal(netproj, "git", "push")
     assert exit_code(status) == 126 and "git push" in text, (status, text)
+
+
+# --- the Codex exec-server's step launcher (agents/steprun.py) is envgit run's run.step -------
+
+def steprun_argv(proj, *cmd):
+    """`python -I -m envgit.agents.steprun FD -- CMD`, its environment on a pipe (the daemon
+    scrubs it by the policy, as envgit run's)."""
+    r, w = os.pipe()
+    os.write(w, json.dumps({"PATH": proj.env["PATH"], "HOME": proj.env["HOME"]}).encode())
+    os.close(w)
+    os.set_inheritable(r, True)
+    return r, [sys.executable, "-I", "-m", "envgit.agents.steprun", str(r), "--", *cmd]
+
+
+def test_the_codex_step_launcher_has_envgit_runs_streams_and_status(netproj):
+    def piped(*cmd, input=None):
+        fd, argv = steprun_argv(netproj, *cmd)
+        try:
+            return subprocess.run(argv, cwd=netproj.root, env=netproj.env, input=input, capture_output=True,
+                                  text=True, pass_fds=(fd,), timeout=120)
+        finally:
+            os.close(fd)
+    r = piped("cat", input="through the pipe\n")
+    assert r.returncode == 0 and r.stdout == "through the pipe\n", r.stderr
+    r = piped("sh", "-c", "ls /proc/self/fd")
+    assert sorted(int(x) for x in r.stdout.split()) == [0, 1, 2, 3], (r.stdout, r.stderr)
+    assert piped("sh", "-c", "exit 130").returncode == 130
+    assert piped("sh", "-c", "kill -INT $$").returncode == -signal.SIGINT
+    assert piped("no-such-command-here").returncode == 127
+    # on a terminal: the step reads the typed line from it
+    fd, argv = steprun_argv(netproj, "sh", "-c", "echo ready; read line; echo got:$line; [ -t 0 ] && echo tty-in")
+    try:
+        with Term(argv, netproj.root, netproj.env) as t:
+            assert t.expect(b"ready"), t.text
+            t.send(b"typed\r")
+            status = t.wait()
+    finally:
+        os.close(fd)
+    assert exit_code(status) == 0 and "got:typed" in t.text and "tty-in" in t.text, t.text
