@@ -160,3 +160,11 @@ def test_codex_state_persists_between_sessions_and_its_config_stays_out_of_reach
     assert not os.path.exists("/tmp/pwned")
     sessions = {s["session"] for s in steps(proj)}
     assert len(sessions) == 1                               # the second session's one step
+
+
+def test_envgit_codex_outside_a_project_is_envgits_own_failure(tmp_path, proj, codex_bin):
+    import subprocess
+    r = subprocess.run([ENVGIT, "codex"], cwd=tmp_path, env={**proj.env, "ENVGIT_CODEX_BIN": codex_bin},
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 125, r                           # as `envgit run` says its own failure
+    assert r.stderr.startswith("envgit: ") and "envgit init" in r.stderr and r.stderr.count("\n") == 1

@@ -123,3 +123,11 @@ def test_copilot_state_persists_between_sessions_and_its_config_stays_out_of_rea
     for path, text in settings.items():
         assert "x\n" not in path.read_text()[len(text):]
     assert not os.path.exists("/tmp/pwned")
+
+
+def test_envgit_copilot_outside_a_project_is_envgits_own_failure(tmp_path, proj, copilot_bin):
+    import subprocess
+    r = subprocess.run([ENVGIT, "copilot"], cwd=tmp_path, env={**proj.env, "ENVGIT_COPILOT_BIN": copilot_bin},
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 125, r                           # as `envgit run` says its own failure
+    assert r.stderr.startswith("envgit: ") and "envgit init" in r.stderr and r.stderr.count("\n") == 1

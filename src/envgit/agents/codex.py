@@ -26,6 +26,7 @@ import os
 import sys
 
 from .codex_trust import TrustError, hook_identity, trust_override
+from ..run import FAILED
 from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, session_dir
 
 # Ours replace theirs in the overlay only; every other name is the user's own Codex home.
@@ -104,7 +105,7 @@ def launch(argv: list[str]) -> int:
         codex = agent_binary("codex", "ENVGIT_CODEX_BIN", "@openai/codex")
     except AgentError as e:
         print(f"envgit: {e}", file=sys.stderr)
-        return 2
+        return FAILED               # envgit's own failure, as `envgit run` says it
     session = new_session("codex")
     user_home = user_codex_home()
     home = build_overlay(project, session, user_home)

@@ -22,6 +22,7 @@ import os
 import shlex
 import sys
 
+from ..run import FAILED
 from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, session_dir
 
 
@@ -49,7 +50,7 @@ def launch(argv: list[str]) -> int:
         copilot = agent_binary("copilot", "ENVGIT_COPILOT_BIN", "@github/copilot")
     except AgentError as e:
         print(f"envgit: {e}", file=sys.stderr)
-        return 2
+        return FAILED               # envgit's own failure, as `envgit run` says it
     session = new_session("copilot")
     plugin = build_plugin(project, session)
     announce("copilot", session, "recorded and routed through hooks, not enforced: "
