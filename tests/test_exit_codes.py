@@ -65,6 +65,9 @@ def test_a_chosen_130_is_not_a_death_by_sigint(netproj):
 def test_a_command_killed_by_ctrl_c_ends_envgit_by_sigint(netproj):
     status, text = run_on_terminal(netproj, "sh", "-c", "echo ready; exec sleep 30", send=b"\x03", when=b"ready")
     assert died_of(status) == signal.SIGINT, (status, text)
+    # Ctrl-\ likewise, without a core dump of envgit's own
+    status, text = run_on_terminal(netproj, "sh", "-c", "echo ready; exec sleep 30", send=b"\x1c", when=b"ready")
+    assert died_of(status) == signal.SIGQUIT and not os.WCOREDUMP(status), (status, text)
 
 
 def test_a_death_by_signal_is_reraised(netproj):
@@ -132,6 +135,16 @@ def test_125_missing_bubblewrap(netproj):
 def test_125_missing_perl(netproj):
     status, text = run_on_terminal(netproj, "true", ENVGIT_PERL="/nonexistent/perl")
     assert_failed(status, text, "ENVGIT_PERL")
+
+
+def test_125_the_sandbox_did_not_start(netproj):
+    # a trusted binary that is not bwrap: it exits 1 before any command runs, as bwrap does
+    # when it cannot set the sandbox up (its own message precedes envgit's)
+    status, text = run_on_terminal(netproj, "echo", "should-not-run", ENVGIT_BWRAP="/bin/false")
+    assert_failed(status, text, "the sandbox did not start", "envgit doctor")
+    assert "should-not-run" not in text
+    log = subprocess.run([ENVGIT, "log", "--json"], cwd=netproj.root, env=netproj.env, capture_output=True, text=True)
+    assert json.loads(log.stdout)[-1]["exit_code"] == 125, log.stdout
 
 
 def test_125_the_daemon_does_not_answer(netproj):
