@@ -49,7 +49,7 @@ MAX_LISTED = 200            # commits and index paths kept in a RepoChange (coun
 MAX_DELTA_DEPTH = 5_000     # git packs at most 4095 deep
 MAX_OBJECT = 64 << 20       # bytes an object may inflate to
 MAX_REFS = 100_000
-MAX_INDEX = 256 << 20
+MAX_INDEX = 256 << 20        # bytes of an index file (git's, or a pack's .idx: ~9M objects)
 SLOP = 5                    # commits walked past "everything left is common" (git's clock-skew slop)
 WALK_SECONDS = 20           # a walk that takes longer stops, its counts saying "at least"
 
@@ -409,8 +409,11 @@ class _Repo:
                 if not name.endswith(b".idx"):
                     continue
                 pack = self.snap.open(d + b"/" + name[:-4] + b".pack")
-                idx = self.snap.read(d + b"/" + name, 1 << 30)
-                if pack is None or idx is None:
+                idx = self.snap.read(d + b"/" + name, MAX_INDEX)
+                if pack is None:
+                    continue
+                if idx is None:
+                    self.problems.append(f"{_text(self.path(b'objects/pack/' + name))}: over {MAX_INDEX} bytes")
                     continue
                 try:
                     self._packs.append(_Pack(_text(name), idx, pack, self.hash_len))
