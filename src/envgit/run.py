@@ -151,6 +151,7 @@ def _spawn_and_wait(args, env, conn, term, bind_step, project_root, dns):
     """Start the step's sandbox in a process group of its own (launch.py), give it the terminal
     when this process holds it, tie its credentials when asked, plant its resolver (`dns`),
     and wait: (exit code, signal number or 0, ms)."""
+    dns.prepare()                 # its planter forks now, beside bwrap's own start
     launch = Launch(args, project_root, report=True)
     fg = Foreground()
     wake_r, wake_w = os.pipe()
