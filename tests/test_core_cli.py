@@ -53,7 +53,8 @@ def test_doctor(proj):
 
 
 ALLOWED = {"envgit", "envgit.cli", "envgit.run", "envgit.paths", "envgit.daemon",
-           "envgit.daemon.client", "envgit.sandbox", "envgit.sandbox.seccomp", "envgit.sandbox.launch"}
+           "envgit.daemon.client", "envgit.sandbox", "envgit.sandbox.seccomp", "envgit.sandbox.launch",
+           "envgit.sandbox.resolver"}
 
 
 def test_hot_path_imports_only_the_standard_library():
