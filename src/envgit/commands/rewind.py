@@ -16,9 +16,9 @@ def add_parsers(sub, argparse):
         sub, "rewind", help="bring the directory back to the snapshot after a step (or undo a rewind)",
         example=["envgit rewind last~1 --dry-run", "envgit rewind 12 --yes", "envgit rewind --undo"],
         usage="envgit rewind (STEP | --undo) [--yes] [--dry-run] [--policy] [--json] [-- PATH…]",
-        description="Bring the directory back to the snapshot after STEP. Every rewind first "
-                    "records the directory as it is (edits made outside envgit included), so "
-                    "`envgit rewind --undo` gives it back exactly. envgit.yaml is left as it is "
+        description="Bring the directory back to the snapshot after STEP. Every rewind first\n"
+                    "records the directory as it is (edits made outside envgit included), so\n"
+                    "`envgit rewind --undo` gives it back exactly. envgit.yaml is left as it is\n"
                     "unless --policy is given.")
     s.add_argument("step", nargs="?", type=step_ref, help=STEP_HELP)
     s.add_argument("--undo", action="store_true",
