@@ -42,8 +42,8 @@ def forwards(network_allow: list[str]) -> list[tuple[str, int]]:
 
 
 def _listens(host: str) -> list[tuple[str, str]]:
-    """(socat listen address type and bind option, /proc/net table) for a forwarded host:
-    a name listens on both loopbacks, since clients resolve it to either."""
+    """(socat listen address type, its bind option) for each address a forwarded host is
+    listened for at: a name on both loopbacks, since clients resolve it to either."""
     v4 = ("TCP4-LISTEN", "bind=127.0.0.1")
     v6 = ("TCP6-LISTEN", "bind=[::1],ipv6only=1")
     if host in LOOPBACK_V4:
@@ -73,7 +73,7 @@ def wrap(argv: list[str], fwd: list[tuple[str, int]], credential: str) -> list[s
             if (kind, port) in taken:       # 'localhost:P' and '127.0.0.1:P': the first serves
                 continue
             taken.add((kind, port))
-            lines.append(f"({socat} {kind}:{port},{bind},reuseaddr,fork,backlog=128 "
+            lines.append(f"({socat} {kind}:{port},{bind},reuseaddr,fork,nodelay,backlog=128 "
                          f"PROXY:127.0.0.1:{target}:{port},proxyport={network.PORT},"
                          f"proxyauth={credential} </dev/null >/dev/null 2>&1 &)")
             (want4 if kind == "TCP4-LISTEN" else want6).append(_hex_local(kind, port))
