@@ -85,6 +85,8 @@ def project_cache(project: str, state_dir: str, environ=os.environ) -> str | Non
         if not os.path.isabs(home) or home == "/":
             return None
         root = os.path.join(home, ".cache")
+    if not os.path.isdir(os.path.dirname(os.path.normpath(root))):
+        return None                 # a home that does not exist is not made here
     root = os.path.normpath(os.path.join(root, "envgit"))
     project = os.path.realpath(project)
     real = os.path.realpath(root)
