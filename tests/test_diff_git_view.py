@@ -349,3 +349,16 @@ def test_what_a_step_wrote_in_git_is_shown_inert(proj):
     assert b"evil \\x1b[2J\\x1b]0;title\\x07" in r.stdout and b"refs/heads/x\\x1b[31m" in r.stdout
     j = diff_json(proj, "1", "2")["git"][0]
     assert j["commits_added"][0]["summary"] == "evil \x1b[2J\x1b]0;title\x07"     # JSON: escaped, exact
+
+
+def test_a_shallow_clone_ends_the_walk_at_its_boundary(proj):
+    step(proj, f"mkdir src && cd src && git init -q -b main && for i in 1 2 3 4 5; do echo $i > f; "
+               f"git add f; {AS} commit -qm c$i; done")
+    step(proj, "git clone -q --depth 2 file://$PWD/src shallow")
+    step(proj, f"cd shallow && echo 6 > f && {AS} commit -qam c6")
+    j = diff_json(proj, "2", "3")["git"]
+    assert [r["gitdir"] for r in j] == ["shallow/.git"]
+    assert j[0]["problems"] == [] and [c["summary"] for c in j[0]["commits_added"]] == ["c6"]
+    first = diff_json(proj, "1", "2")["git"]
+    got = next(r for r in first if r["gitdir"] == "shallow/.git")
+    assert got["problems"] == [] and [c["summary"] for c in got["commits_added"]] == ["c5", "c4"]

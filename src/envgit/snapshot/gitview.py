@@ -19,15 +19,16 @@ Why a reader of its own rather than `git` on a temporary restore of `.git`:
 What it reads: loose objects (zlib), packs through their `.idx` (v1 and v2; OFS_DELTA and
 REF_DELTA resolved), `HEAD`, loose refs, `packed-refs`, linked worktrees' `HEAD`, annotated
 tags peeled, the index (versions 2-4; a split index's shared part merged in). SHA-1 and SHA-256
-(told apart by the length of the ids the refs hold). Not read, and said in `problems`: reftable
-refs, objects found only through `objects/info/alternates`, a commit missing from the snapshot
-(a shallow clone's boundary stops the walk silently, as git's own does).
+(told apart by the length of the ids the refs hold); a shallow clone's boundary (`shallow`)
+ends the walk there, as in git. Not read, and said in `problems`: reftable refs, objects found
+only through `objects/info/alternates`, a commit missing from the snapshot.
 
-Everything is bounded, since a step chooses these bytes: a walk visits at most MAX_WALK commits
-in at most WALK_SECONDS (the counts then say "or more"), a delta chain at most MAX_DELTA_DEPTH
-links (followed iteratively), an object at most MAX_OBJECT bytes inflated, at most MAX_REFS refs
-per side; every object read is checked against its id as git checks it; a malformed object or
-file is a problem said, never an exception out of git_changes.
+Everything is bounded, since a step chooses these bytes: at most MAX_REPOS repositories, a walk
+visits at most MAX_WALK commits, the walks of a call take at most WALK_SECONDS (the counts then
+say "or more"), a delta chain at most MAX_DELTA_DEPTH links (followed iteratively), an object
+at most MAX_OBJECT bytes inflated, at most MAX_REFS refs per side; every object read is checked
+against its id as git checks it; a malformed object or file is a problem said, never an
+exception out of git_changes.
 """
 
 import bisect
@@ -51,7 +52,8 @@ MAX_OBJECT = 64 << 20       # bytes an object may inflate to
 MAX_REFS = 100_000
 MAX_INDEX = 256 << 20        # bytes of an index file (git's, or a pack's .idx: ~9M objects)
 SLOP = 5                    # commits walked past "everything left is common" (git's clock-skew slop)
-WALK_SECONDS = 20           # a walk that takes longer stops, its counts saying "at least"
+WALK_SECONDS = 20           # the walks of one call together; past it they stop, counts saying "or more"
+MAX_REPOS = 100             # repositories summarised in one call; the rest are listed as files
 
 # What the summary of a gitdir stands for: the rest of `.git` (config, hooks, info/, a rebase's
 # state) is still listed file by file, since those are the files a person needs to see changed.
@@ -158,12 +160,13 @@ def git_changes(store, tree_a: str | None, tree_b: str | None, changes=None) -> 
         if gitdir is not None:
             found.setdefault(gitdir, 0)
     repos = []
-    for gitdir in sorted(found):
+    deadline = time.monotonic() + WALK_SECONDS
+    for gitdir in sorted(found)[:MAX_REPOS]:
         repo = RepoChange(gitdir.decode("utf-8", "surrogateescape"))
         repo.files = sum(1 for c in changes if repo.covers(c.path)
                          and (c.new_type or c.old_type) != "dir")
         try:
-            _compare(repo, _Repo(side_a, gitdir), _Repo(side_b, gitdir))
+            _compare(repo, _Repo(side_a, gitdir), _Repo(side_b, gitdir), deadline)
         except _READ_ERRORS as e:     # a damaged store object met on the way: said, not raised
             repo.problems.append(f"{repo.gitdir}: {_why(e)}")
         repos.append(repo)
@@ -469,6 +472,10 @@ class _Repo:
             _, (_, old) = self._cache.popitem(last=False)
             self._cached_bytes -= len(old)
 
+    def shallow(self) -> set[str]:
+        data = self.snap.read(self.path(b"shallow"), MAX_OBJECT)
+        return {_text(line.strip()) for line in (data or b"").splitlines() if line.strip()}
+
     # index
     def index(self) -> dict:
         data = self.snap.read(self.path(b"index"), MAX_INDEX)
@@ -658,7 +665,7 @@ _READ_ERRORS = (Unreadable, KeyError, ValueError, IndexError, struct.error, zlib
                 StoreError, CorruptObject)
 
 
-def _compare(repo: RepoChange, a: _Repo, b: _Repo) -> None:
+def _compare(repo: RepoChange, a: _Repo, b: _Repo, deadline: float) -> None:
     try:
         refs_a, refs_b = a.refs(), b.refs()
     except (StoreError, CorruptObject) as e:
@@ -671,7 +678,7 @@ def _compare(repo: RepoChange, a: _Repo, b: _Repo) -> None:
     tips_a = _tips(a, refs_a, repo.problems)
     tips_b = _tips(b, refs_b, repo.problems)
     if tips_a != tips_b:
-        _walk(repo, a, b, tips_a, tips_b)
+        _walk(repo, a, b, tips_a, tips_b, deadline)
     try:
         _compare_index(repo, a.index(), b.index())
     except _READ_ERRORS as e:
@@ -704,7 +711,7 @@ def _tips(side: _Repo, refs: dict, problems: list) -> set[str]:
 OLD, NEW = 1, 2
 
 
-def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set) -> None:
+def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set, deadline: float) -> None:
     """Commits reachable from one side's tips and not the other's: walk newest first from
     both, painting each commit with the sides that reach it, until everything still queued
     is reached by both (then the rest is common history)."""
@@ -713,6 +720,7 @@ def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set) -> Non
     queue: list = []
     order: dict[str, int] = {}         # first painted: among equal times, children before parents
     missing = []
+    shallow = a.shallow() | b.shallow()   # a shallow clone's boundary: no parents past it
 
     def commit(oid):
         got = info.get(oid)
@@ -725,6 +733,8 @@ def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set) -> Non
                     continue
                 if typ == 1:
                     got = _parse_commit(data)
+                    if oid in shallow:
+                        got = (got[0], [], got[2])
                     break
                 err = Unreadable("not a commit")
             else:
@@ -744,7 +754,7 @@ def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set) -> Non
         paint(oid, OLD)
     for oid in tips_b:
         paint(oid, NEW)
-    visited, slop, deadline = 0, SLOP, time.monotonic() + WALK_SECONDS
+    visited, slop = 0, SLOP
     while queue:
         if all(flags[o] == OLD | NEW for _, _, o in queue):
             slop -= 1
