@@ -229,3 +229,41 @@ def test_a_big_rewind_summarises_its_plan_and_shows_progress_on_a_terminal(proj)
     assert "rewound to step 1" in shown
     assert re.search(r"\d+/\d+", shown), shown          # the progress bar's count
     assert (proj.root / "src" / "f1499").read_text() == "src1499\n"
+
+
+def test_a_sandbox_alive_between_steps_is_said_on_the_outside_entry(bare_proj):
+    """A long-lived sandboxed helper (started from the daemon's `spec`, as the MCP REPL is,
+    and kept between steps) writes between steps: the outside entry says a sandbox could have
+    written it (mark `sandbox-alive`), so an agent's late write never passes for the person's."""
+    from envgit.daemon.client import connect
+    from envgit.paths import Project
+    from envgit.sandbox.launch import Launch
+    proj = bare_proj
+    assert proj.run("echo 1 > a").returncode == 0
+    conn = connect(Project(str(proj.root)))
+    spec = conn.request({"op": "spec", "argv": ["/bin/sh", "-c", "sleep 0.5; echo late > late.txt; sleep 60"],
+                         "cwd": str(proj.root), "env": proj.env})
+    conn.close()
+    assert "bwrap" in spec, spec
+    launch = Launch(spec["bwrap"], str(proj.root))
+    proc = subprocess.Popen(launch.argv, env=spec["env"], pass_fds=launch.pass_fds, start_new_session=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        launch.spawned(proc.pid)
+        launch.ready()
+        launch.release()
+        launch.close()
+        deadline = time.monotonic() + 20
+        while not (proj.root / "late.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (proj.root / "late.txt").read_text() == "late\n"
+        assert proj.run("true").returncode == 0
+        entry = log(proj)[1]
+        assert entry["marks"] == ["outside", "sandbox-alive"], entry
+        assert entry["snapshot"]["paths"] == [{"path": "late.txt", "status": "added"}]
+    finally:
+        proc.kill()
+        proc.wait()
+    (proj.root / "mine.txt").write_text("the person's\n")        # no sandbox alive now
+    assert proj.run("true").returncode == 0
+    assert log(proj)[3]["marks"] == ["outside"]

@@ -36,10 +36,45 @@ def write(sess, summary, before: str) -> int:
     """The `outside` step for a snapshot already taken (its summary against sess.last_tree)."""
     last = sess.journal.last_snapshot_step()
     since = last.id if last is not None and last.snapshot.get("tree") == sess.last_tree else None
-    step = sess.journal.outside_step({"snapshot": summary, "session": sess.id, "user": _me(),
-                                      "since_step": since, "before": before})
+    body = {"snapshot": summary, "session": sess.id, "user": _me(), "since_step": since, "before": before}
+    alive = sandboxes_holding(sess.project.root)
+    if alive:           # a sandbox outlived its step (the MCP REPL): not only the person could write
+        body["sandboxes_alive"] = alive
+    step = sess.journal.outside_step(body)
     sess.last_tree, sess.tree_unknown = summary["tree"], False
     return step
+
+
+def sandboxes_holding(root: str) -> int:
+    """How many processes of another mount namespace (a sandbox: bwrap makes one) have the
+    project mounted, i.e. could have written it between steps. A long-lived sandboxed helper
+    (the MCP REPL, kept across `execute` calls) is alive between steps; a timer in it could
+    write then, and its change must not pass for the person's. Read only when a difference
+    was found (a /proc walk: ~1-2 ms)."""
+    try:
+        mine = os.readlink("/proc/self/ns/mnt")
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0
+    n = 0
+    for pid in pids:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") == mine:
+                continue
+            with open(f"/proc/{pid}/mountinfo", "rb") as f:
+                points = [_unescape(line.split(b" ", 5)[4]) for line in f]
+        except (OSError, IndexError):
+            continue                    # gone, or not ours to read
+        if any(p == root or p.startswith(root.rstrip("/") + "/") for p in points):
+            n += 1
+    return n
+
+
+def _unescape(field: bytes) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as octal escapes."""
+    for esc, ch in ((b"\\040", b" "), (b"\\011", b"\t"), (b"\\012", b"\n"), (b"\\134", b"\\")):
+        field = field.replace(esc, ch)
+    return field.decode("utf-8", "surrogateescape")
 
 
 def _me() -> str:
