@@ -203,3 +203,23 @@ def test_restore_some_paths_and_what_it_refuses(proj, tmp_path):
     assert tree_of(proj.root) == before
     r = proj.envgit("restore", "1")
     assert r.returncode == 2 and "--target" in r.stderr
+
+
+def test_a_damaged_store_or_a_dropped_snapshot_writes_nothing(proj, tmp_path):
+    made_tree(proj)
+    assert proj.run("echo 2 > a.txt").returncode == 0
+    assert proj.run("echo 3 > a.txt").returncode == 0
+    r = proj.envgit("gc", "--keep-last", "1", check=True)
+    for argv in (("ls", "1"), ("cat", "1:a.txt"), ("restore", "1", "--target", str(tmp_path / "g"))):
+        r = proj.envgit(*argv)
+        assert r.returncode == 2 and "dropped by `envgit gc`" in r.stderr, (argv, r.stderr)
+    assert not (tmp_path / "g").exists()
+    proj.stop()
+    packs = sorted((proj.root / ".envgit" / "objects" / "packs").rglob("*.pack"), key=lambda p: p.stat().st_size)
+    big = packs[-1]                             # the one holding sub/big.bin's chunks
+    data = bytearray(big.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    big.write_bytes(bytes(data))
+    r = proj.envgit("restore", "last", "--target", str(tmp_path / "d"))
+    assert r.returncode == 4 and "fsck" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "d").exists()        # refused before the first write: nothing left

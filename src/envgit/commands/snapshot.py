@@ -252,10 +252,19 @@ def cmd_restore(args):
     target = _target(project, args.target, args.force)
     store = Store(project.state_path("objects"))
     plan = _plan(store, tree, target, [_rel_path(p) for p in args.paths], args.force, n)
-    os.makedirs(target, exist_ok=True)
     from ..snapshot.restore import apply_plan
-    with progress(len(plan.write) + len(plan.delete), "path", "restore") as bar:
-        apply_plan(store.objects, target, plan, lambda done, total: bar.update(done - bar.n))
+    created = not os.path.lexists(target)
+    os.makedirs(target, exist_ok=True)
+    try:
+        with progress(len(plan.write) + len(plan.delete), "path", "restore") as bar:
+            apply_plan(store.objects, target, plan, lambda done, total: bar.update(done - bar.n))
+    except BaseException:
+        if created:             # refused before the first write (a damaged store): leave nothing
+            try:
+                os.rmdir(target)
+            except OSError:
+                pass
+        raise
     counts = {k: sum(1 for i in plan.write if i.type in kinds)
               for k, kinds in (("files", ("file", "exec")), ("dirs", ("dir",)), ("symlinks", ("symlink",)))}
     size = sum(i.size for i in plan.write if i.type in ("file", "exec"))
