@@ -87,8 +87,8 @@ def _print_preview(p, what):
           f"{c['delete']} to delete")
     if p.get("outside"):
         o = p["outside"]
-        print(f"first recorded as a step of their own (the undo point), changes made outside "
-              f"envgit since the last step: +{o['added']} ~{o['modified']} -{o['deleted']}")
+        print(f"edits made outside envgit since the last step (+{o['added']} ~{o['modified']} "
+              f"-{o['deleted']}) are recorded first, as a step of their own: the undo point")
     if c["write"] + c["delete"] <= 20 and p["listed_whole"]:
         for title, items in (("write", p["write"]), ("delete", p["delete"])):
             if items:
