@@ -444,7 +444,8 @@ def test_pipx_install_from_a_checkout_and_from_a_wheel(tmp_path):
     doctor, and runs a step. The index is reached (dependencies come from it), as CI can."""
     tool = tmp_path / "tool"
     subprocess.run([sys.executable, "-m", "venv", str(tool)], check=True)
-    r = subprocess.run([tool / "bin" / "pip", "install", "-q", PIPX], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([tool / "bin" / "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), PIPX],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     src = tmp_path / "checkout"
     _checkout_copy(src)
