@@ -202,3 +202,38 @@ def test_a_missing_socat_is_found_at_once(proj, socat):
     # the daemon's start and the gate's dominate; the bridge loop alone took 20 s
     assert took < 15, took
     proj.stop()
+
+
+# --- a step the daemon runs (an agent's Bash call through the inner socket) --------------
+
+def test_a_step_asked_for_from_inside_gets_the_resolver_too(proj):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from envgit.daemon.client import connect
+    from envgit.paths import Project
+    from envgit.sandbox.seccomp import program
+    proj.write_policy(POLICY_FLOW)
+    proj.run("true")
+    conn = connect(Project(str(proj.root)))
+    helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": str(proj.root), "env": proj.env,
+                           "record_only": True, "session": "agent-dns"})
+    shim = Path(__file__).resolve().parent.parent / "src" / "envgit" / "daemon" / "inner_shim.py"
+    shutil.copy(shim, proj.root / "shim.py")
+    spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", str(proj.root / "shim.py"), "sh", "-c",
+                                                "getent hosts inner.never.invalid; echo rc=$?"],
+                         "cwd": str(proj.root), "env": proj.env, "session": "agent-dns", "inner": True,
+                         "step": helper["step"]})
+    fd = os.memfd_create("s", 0)
+    os.write(fd, program())
+    os.lseek(fd, 0, 0)
+    t = time.monotonic()
+    r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
+                       pass_fds=[fd], capture_output=True, text=True, timeout=60)
+    assert "rc=2" in r.stdout and time.monotonic() - t < 20, r.stdout + r.stderr   # not found, at once
+    assert len(notices(r.stderr)) == 1 and "inner.never.invalid" in r.stderr, r.stderr
+    conn.request({"op": "end", "step": helper["step"], "exit_code": 0})
+    steps = json.loads(proj.envgit("log", "--json", check=True).stdout)
+    inner = [s for s in steps if s["session"] == "agent-dns" and s["argv"][:1] == ["sh"]]
+    assert len(inner) == 1 and inner[0]["dns_names"] == ["inner.never.invalid"], inner
