@@ -442,6 +442,27 @@ class AgentTerminal:
         raise AssertionError(f"{text!r} not shown (exit {self.proc.poll()}); the screen:\n"
                              f"{self.screen()}\nthe output, last:\n{self.text()[-3000:]}")
 
+    def answer(self, question: str, keys: str, until: str | None = None, timeout=90, retry_after=8):
+        """Answer a question the program shows: `keys` typed once `question` is shown, and again
+        while it is still on the screen `retry_after` s later (a program still starting may drop
+        keys). Done when `until` is printed, or (without it) the question has left the screen."""
+        import time
+        self.wait_for(question, timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            mark = self.mark()
+            self.type(keys)
+            typed = time.monotonic()
+            while time.monotonic() - typed < retry_after:
+                if (self.shows(until, after=mark) or until in self.screen()) if until else \
+                        question not in self.screen():
+                    return
+                time.sleep(0.2)
+            if question not in self.screen() or time.monotonic() > deadline:
+                break
+        if until:
+            self.wait_for(until, timeout=max(1, deadline - time.monotonic()))
+
     def type(self, keys: str, delay=0.03):
         import time
         for key in self.KEYS.findall(keys):

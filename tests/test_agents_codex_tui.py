@@ -12,11 +12,12 @@ import signal
 import pytest
 
 from conftest import ENVGIT
-from modelserver import AgentTerminal, Call, ModelServer, agent_bin, codex_config
+from modelserver import CODEX_MODEL, AgentTerminal, Call, ModelServer, agent_bin, codex_config
 
 PROMPT = "please look around 7c1f"
 ANSWER = "the-answer-4e2a"
 COMPOSER = "Ask Codex to do anything"
+READY = f"{CODEX_MODEL.upper()} default"      # the status line, once Codex has loaded
 
 
 @pytest.fixture(scope="session")
@@ -41,15 +42,15 @@ def user_config(proj, model):
 def first_run(t):
     """What Codex asks on its first run in a folder, answered as a person would: trust the
     folder; keep the configured model (the scripted server offers the tools of that one)."""
-    t.wait_for("Trust this folder?")
-    t.type("\r")
-    t.wait_for("Use existing model")
-    t.type("\x1b[B\r")
+    t.answer("Trust this folder?", "\r", until="Use existing model")
+    t.answer("Use existing model", "\x1b[B\r")
 
 
 def ask(t, prompt=PROMPT):
-    t.wait_for(COMPOSER)
-    t.type(prompt + "\r")
+    """Type the prompt (again if the composer did not show it: keys typed while the program
+    still starts may be dropped), then Enter, and wait for the answer."""
+    t.answer(READY, prompt, until=prompt)
+    t.type("\r")
     t.wait_for(ANSWER)
 
 

@@ -35,14 +35,14 @@ def copilot_tui(proj, copilot_bin, model):
 
 def trust_and_remember(t):
     """Copilot's first question in a folder, answered "Yes, and remember this folder"."""
-    t.wait_for("Do you trust the files in this folder?")
-    t.type("\x1b[B\r")
-    t.wait_for("added to trusted folders")
+    t.answer("Do you trust the files in this folder?", "\x1b[B\r", until="added to trusted folders")
 
 
 def ask(t, prompt=PROMPT):
-    t.wait_for(READY)
-    t.type(prompt + "\r")
+    """Type the prompt (again if the composer did not show it: keys typed while the program
+    still starts may be dropped), then Enter, and wait for the answer."""
+    t.answer(READY, prompt, until=prompt)
+    t.type("\r")
     t.wait_for(ANSWER)
 
 
