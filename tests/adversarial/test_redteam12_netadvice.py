@@ -44,3 +44,15 @@ def test_the_notice_never_offers_a_cloud_metadata_or_loopback_host(attacker):
 def test_a_step_asking_only_for_the_metadata_name_gets_no_line_to_paste(attacker):
     said = _notice(attacker, ["metadata.google.internal"])
     assert not any("metadata.google.internal" in s and "allow" in s for s in said), said
+
+
+def test_the_gates_denial_notice_never_offers_the_metadata_service(attacker):
+    """The same through the gate (the network on, the step asking the proxy itself): the
+    denial of the metadata address and name is said with the line that allows them."""
+    attacker.write_policy('version: 1\nnetwork:\n  allow: ["example.org"]\n')
+    r = attacker.run("curl -s -m 5 -p http://169.254.169.254/latest/meta-data/ -o /dev/null; "
+                     "curl -s -m 5 http://metadata.google.internal/computeMetadata/v1/ -o /dev/null; true",
+                     timeout=60)
+    said = "\n".join(line for line in r.stderr.splitlines() if "network.allow" in line)
+    for host in ("169.254.169.254", "metadata.google.internal"):
+        assert f'"{host}"' not in said, f"envgit suggests allowing {host}: {said}"
