@@ -45,8 +45,9 @@ class LaunchError(Exception):
 # The reporter: the command's parent inside the sandbox. bwrap's pid 1 reaps the command and
 # reports signal N as exit 128+N, so only a process that waits for the command itself sees its
 # real wait status; this one writes it ("$?\n", the raw status) to the fd named first, then
-# exits as bwrap would. Perl: installed wherever git is (git needs it) and ~2 ms to start, where
-# a Python one costs ~12 ms per step (bench/bench_run.py). Its argv: FD, the signals the
+# exits as bwrap would. Perl: installed wherever git is (git needs it) and ~2 ms to start on an
+# idle machine, where a Python one costs ~12 ms per step (a compiled one would cost ~0.3 ms, but
+# needs a build step). Its argv: FD, the signals the
 # command gets at their default disposition (INT,QUIT unless envgit run's caller ignored them),
 # NAME=VALUE / NAME items that restore the command's own PERL5OPT, PERLIO, PERL_BADLANG (the
 # reporter starts without them: they would load modules into it, or print locale warnings),
@@ -54,7 +55,7 @@ class LaunchError(Exception):
 # exec), and it is found as a shell would: not found 127, not executable 126.
 REPORTER = r"""$0 = "envgit-step";
 my $fd = shift; my $sigs = shift; my @env;
-while (@ARGV and (my $a = shift) ne "--") { push @env, $a }
+while (@ARGV and (my $item = shift) ne "--") { push @env, $item }
 open(my $report, ">&=", $fd) or exit 125;
 my $pid = fork;
 if (!defined $pid) { print STDERR "envgit: cannot start $ARGV[0]: $!\n"; exit 125 }
@@ -67,7 +68,8 @@ if (!$pid) {
   print STDERR "envgit: $ARGV[0]: ", ($e == 2 && $ARGV[0] !~ m{/} ? "command not found" : "$!"), "\n";
   exit($e == 2 ? 127 : 126);
 }
-waitpid($pid, 0);
+my $got;
+do { $got = waitpid($pid, 0) } while ($got == -1 && $! == 4);     # EINTR
 $SIG{PIPE} = "IGNORE";
 syswrite($report, "$?\n");
 exit(($? & 127) ? 128 + ($? & 127) : $? >> 8);
@@ -177,7 +179,6 @@ class Launch:
             # SIGINT/SIGQUIT ignored by whoever started this process (`nohup`, a script's `&`)
             # stay ignored in the command, as they would without envgit (read before the caller
             # installs its own handlers to pass them on)
-            import _signal
             self._caller_ignored = {n for n in ("INT", "QUIT")
                                     if _signal.getsignal(getattr(_signal, "SIG" + n)) == _signal.SIG_IGN}
         self.pass_fds = tuple(self._child)
@@ -203,7 +204,7 @@ class Launch:
         if self.report_r is not None:
             ignored = (_signal.SIGINT, _signal.SIGQUIT)
             reset = tuple(s for s in _RESET_SIGNALS if s not in ignored)
-            argv, env = self._with_reporter(env)
+            argv, env = self.command_line(env)
         old = {s: _signal.signal(s, _signal.SIG_IGN) for s in ignored}
         try:
             self.pid = os.posix_spawn(self.bwrap, argv, env, file_actions=actions,
@@ -214,9 +215,14 @@ class Launch:
             self.spawned()
         return self.pid
 
-    def _with_reporter(self, env):
-        """bwrap's argv with the reporter before the command, and the reporter's environment
-        (the command's, less what would act on perl; the reporter restores it)."""
+    def command_line(self, env):
+        """(argv, env) to start bwrap with: with the reporter, the argv has it before the
+        command and the environment is the command's less what would act on perl (the reporter
+        restores it). A caller that spawns with its own process API (the daemon's asyncio) uses
+        this, and outcome() with the wait status (asyncio's returncode -N is status N, M >= 0
+        is M << 8)."""
+        if self.report_r is None:
+            return self.argv, env
         sigs = ",".join(n for n in ("INT", "QUIT") if n not in self._caller_ignored)
         stash = [f"{k}={env[k]}" if k in env else k for k in REPORTER_STASHED]
         env = {k: v for k, v in env.items() if k not in REPORTER_STASHED}
