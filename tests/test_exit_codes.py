@@ -77,6 +77,19 @@ def test_a_death_by_signal_is_reraised(netproj):
     assert not list(netproj.root.glob("core*"))         # envgit dumped no core of its own
 
 
+def test_a_command_writing_into_a_closed_pipe_ends_envgit_by_sigpipe(netproj):
+    # `envgit run -- yes | head -1`: yes dies of SIGPIPE, and so does envgit, quietly
+    p = subprocess.Popen([ENVGIT, "run", "--", "yes"], cwd=netproj.root, env=netproj.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"y\n"
+    p.stdout.close()
+    try:
+        assert p.wait(timeout=60) == -signal.SIGPIPE
+    finally:
+        p.kill()
+    assert b"envgit" not in p.stderr.read()
+
+
 def test_kill_9_of_the_command_is_137_to_the_shell(netproj):
     status, text = on_terminal(netproj, ["sh", "-c", f"{ENVGIT} run -- sh -c 'echo started; kill -KILL $$'; echo rc=$?"])
     assert exit_code(status) == 0 and "started" in text and "rc=137" in text, text
