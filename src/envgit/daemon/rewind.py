@@ -172,8 +172,9 @@ def preview(sess, step, undo, paths, restore_policy) -> dict:
 def apply(sess, step: int | None, undo: bool, paths: list[str] | None, restore_policy: bool, user: str,
           progress=None) -> dict:
     """The rewind itself. The caller holds the session's tree lock (no step begins meanwhile)."""
-    if sess.live:
-        raise RewindError(f"step {min(sess.live)} is running; rewind when no step runs")
+    if sess.live or getattr(sess, "starting", 0):
+        which = f"step {min(sess.live)} is running" if sess.live else "a step is starting"
+        raise RewindError(f"{which}; rewind when no step runs")
     target = resolve(sess.journal, step, undo)
     restore_policy = restore_policy or target["policy"]
     p, shown, now = plan(sess, target, paths, restore_policy)

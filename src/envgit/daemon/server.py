@@ -121,6 +121,7 @@ class Session:
         # Held while the directory is compared with last_tree (outside changes) and by a
         # rewind while it writes: no step begins halfway through either.
         self.tree_lock = asyncio.Lock()
+        self.starting = 0               # steps begun and not yet live (their sandbox being built)
         self.gate = None               # the network gate, started by the first step needing it
         self.gate_failed = False
         self.certs_dir = None
@@ -238,6 +239,7 @@ class Session:
                                "requests": [], "routes": routes.before_step(self.scan)}
             return {"step": step}
         step = self.journal.begin_step(head)
+        self.starting += 1              # begun, not yet live: a rewind waits for it too
         try:
             net = await self.net_for(pol, step)
             tmp, own_tmp = self.step_tmp(session, step)
@@ -250,6 +252,8 @@ class Session:
                 self.gate.close_step(step)
             self.journal.append(step, "interrupted", {"reason": f"sandbox set-up failed: {e}"})
             return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 125}
+        finally:
+            self.starting -= 1
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
                            "requests": [], "tmp": own_tmp, "routes": routes.before_step(self.scan)}
