@@ -182,3 +182,51 @@ for labels in ([b"\x1b]0;pwned\x07", b"evil", b"test"], [b"\x1b[31mred", b"inval
     shown = attacker.envgit("show", "last").stdout
     assert "\x1b" not in shown and "\\027[31mred.invalid" in shown, repr(shown)
     assert canary.heard == []
+
+
+def test_a_flood_from_a_step_the_daemon_runs_leaves_the_daemon_answering(attacker, canary):
+    """The steps the daemon starts itself (an agent's Bash call through the inner socket) are
+    answered on the daemon's own loop: a flood there must not starve other steps."""
+    if attacker.user is not None:
+        pytest.skip("drives the daemon's protocol from the test process (root); the unprivileged "
+                    "run of the same resolver code is test_flood_and_malformed_queries[user]")
+    import shutil
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from envgit.daemon.client import connect
+    from envgit.paths import Project
+    from envgit.sandbox.seccomp import program
+    attacker.write_policy("version: 1\nnetwork:\n  allow: []\n")
+    (attacker.root / "attack.py").write_text(ATTACK)
+    attacker.run("true")
+    conn = connect(Project(str(attacker.root)))
+    helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": str(attacker.root), "env": attacker.env,
+                           "record_only": True, "session": "agent-flood"})
+    shim = Path(__file__).resolve().parents[2] / "src" / "envgit" / "daemon" / "inner_shim.py"
+    shutil.copy(shim, attacker.root / "shim.py")
+    spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", str(attacker.root / "shim.py"),
+                                                "python3", "attack.py", CANARY, *host_nameservers()],
+                         "cwd": str(attacker.root), "env": attacker.env, "session": "agent-flood",
+                         "inner": True, "step": helper["step"]})
+    fd = os.memfd_create("s", 0)
+    os.write(fd, program())
+    os.lseek(fd, 0, 0)
+    flood = subprocess.Popen([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
+                             pass_fds=[fd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)                                    # the flood is on
+    t = time.monotonic()
+    during = attacker.run("echo alive", timeout=60)
+    took = time.monotonic() - t
+    out, err = flood.communicate(timeout=120)
+    assert during.returncode == 0 and during.stdout == "alive\n", during.stderr
+    assert took < 30, took
+    assert "after=NONAME fast" in out and "answer rcode=3 an=0 ns=0 ar=0" in out, out + err
+    assert "\x1b" not in err and "\x07" not in err, repr(err)
+    assert canary.heard == []
+    conn.request({"op": "end", "step": helper["step"], "exit_code": 0})
+    steps = json.loads(attacker.envgit("log", "--json", check=True).stdout)
+    inner = [s for s in steps if s["session"] == "agent-flood" and s["argv"][:1] == ["python3"]]
+    assert len(inner) == 1 and inner[0]["dns_queries"] > 100 and len(inner[0]["dns_names"]) <= 100
+    assert attacker.run("echo after").stdout == "after\n"
