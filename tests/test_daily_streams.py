@@ -85,6 +85,11 @@ def test_bash_i_takes_typed_lines_and_shows_its_prompt(netproj):
         t.send(b"echo typed-$((6*7))\r")
         assert t.expect(b"typed-42"), t.text
         assert t.expect(b"PROMPT$ "), t.text            # and the next prompt
+        t.send(b"sleep 30\r")
+        t.send(b"\x03", settle=1.0)                     # Ctrl-C ends the sleep, not the shell
+        assert t.expect(b"PROMPT$ "), t.text
+        t.send(b"echo still-$((40+2))\r")
+        assert t.expect(b"still-42"), t.text
         t.send(b"exit 5\r")
         status = t.wait()
     assert exit_code(status) == 5, t.text
