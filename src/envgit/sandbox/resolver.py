@@ -42,7 +42,8 @@ class Planter:
     """A forked child that waits for bwrap's sandbox init pid, then joins that sandbox's user
     and network namespaces, binds 127.0.0.1:53 there and hands the socket back. Forked before
     bwrap is spawned (`envgit run`), so the fork runs beside bwrap's own start and only the
-    hand-over is left between --info-fd and --block-fd (~0.1 ms, where a fork then took 1-2)."""
+    hand-over (one wake-up each way: ~1 ms at best here, where a fork then took 1-15 ms on a
+    loaded machine) is left between --info-fd and --block-fd."""
 
     def __init__(self):
         self.pid = self.sock = None
