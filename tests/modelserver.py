@@ -43,6 +43,13 @@ class Say:
 
 
 @dataclass
+class Parallel:
+    """The model calls several tools in one answer (two `tool_use` blocks in one message), as
+    a model does for independent commands; the agent runs them at once."""
+    calls: list
+
+
+@dataclass
 class Logged:
     path: str
     body: dict
@@ -98,6 +105,8 @@ class ModelServer:
         with self.lock:
             if self.pos < len(self.script):
                 item = self.script[self.pos]
+                if isinstance(item, Parallel):
+                    return self._parallel(item, offered)
                 wanted = {item.tool, *item.offered} if isinstance(item, Call) else None
                 if wanted is None or wanted & offered:
                     self.pos += 1
@@ -109,6 +118,19 @@ class ModelServer:
                     return True, ("say", item.text)
                 return False, ("say", "ok")
             return bool(offered), ("say", self.final)
+
+    def _parallel(self, item, offered):
+        """(as _next) for a Parallel item, under the lock: every call or none."""
+        if not all({c.tool, *c.offered} & offered for c in item.calls):
+            return False, ("say", "ok")
+        self.pos += 1
+        calls = []
+        for c in item.calls:
+            name = c.tool if c.tool in offered else sorted({c.tool, *c.offered} & offered)[0]
+            cid = c.id or f"call_envgit_{next(self._ids)}"
+            self.calls.append((cid, name, c.input))
+            calls.append(("call", cid, name, c.input))
+        return True, ("calls", calls)
 
     # --- serving -------------------------------------------------------------------------
 
@@ -203,6 +225,8 @@ def _message_json(answer, body):
 
 
 def _anthropic_content(answer):
+    if answer[0] == "calls":         # Parallel: one tool_use block per call
+        return [_anthropic_content(a)[0][0] for a in answer[1]], "tool_use"
     if answer[0] == "call":
         _, cid, name, inp = answer
         return [{"type": "tool_use", "id": cid, "name": name, "input": inp}], "tool_use"
