@@ -47,10 +47,15 @@ def ask(t, prompt=PROMPT):
 
 
 def quit_with_ctrl_c(t):
-    """Ctrl-C twice, as Copilot asks ("ctrl+c again to exit")."""
-    t.type("\x03")
-    t.wait_for("again to exit", timeout=20)
-    t.type("\x03")
+    """Ctrl-C twice, as Copilot asks ("ctrl+c again to exit"); a Ctrl-C that lands while it is
+    still closing the turn cancels that instead, so press on, a second apart, until it exits."""
+    import subprocess
+    for _ in range(10):
+        t.type("\x03")
+        try:
+            return t.proc.wait(1)
+        except subprocess.TimeoutExpired:
+            pass
     return t.wait(60)
 
 
