@@ -37,6 +37,9 @@ class Policy:
     # network.allow host -> the `preset:NAME` entry that brought it in (hosts named directly
     # are not here)
     allow_presets: dict[str, str] = field(default_factory=dict)
+    # name -> {"from": {kind: value}, "hosts": [...], "methods"?: [...], "paths"?: [...]}:
+    # where the daemon reads each real value, never the value (credentials/)
+    credentials: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -72,7 +75,22 @@ def load_policy(path) -> Policy:
     if data["version"] != 1:
         raise PolicyError(path, int(where["version"].rsplit(":", 1)[1]), 1,
                           f"version {data['version']} is not known to this envgit; use 'version: 1'")
+    _credential_conflicts(data, where, path)
     return _merge(data, where, str(path), hashlib.sha256(raw).hexdigest())
+
+
+def _credential_conflicts(data, where, path) -> None:
+    """A variable that is a credential's source cannot also be passed in: the real value
+    would be inside, next to its placeholder."""
+    sources = {c["from"]["env"]: name for name, c in data.get("credentials", {}).items()
+               if "env" in c["from"]}
+    for i, var in enumerate(data.get("env", {}).get("pass", [])):
+        if var in sources:
+            line = int(where[f"env.pass[{i}]"].rsplit(":", 1)[1])
+            raise PolicyError(path, line, 1, f"env.pass names {var}, the source of credential "
+                              f"'{sources[var]}': the real value would enter the sandbox; remove "
+                              f"it from env.pass (steps get a placeholder in {var}, and the gate "
+                              "sends the real value to the credential's hosts)")
 
 
 def _merge(data, where, path, sha) -> Policy:
@@ -116,6 +134,7 @@ def _merge(data, where, path, sha) -> Policy:
     )
     pol.where = prov
     pol.allow_presets = presets
+    pol.credentials = given("credentials", data.get("credentials"), {})
     return pol
 
 
@@ -151,6 +170,11 @@ def render(pol: Policy) -> str:
     for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("network.ask_timeout", "ask_timeout"), ("irreversible", "irreversible"),
                       ("shell", "shell"), ("snapshot.max_file_size", "max_file_size"), ("mcp", "mcp")]:
         lines.append(f"{key}: {json.dumps(getattr(pol, attr))}  # {pol.where[key]}")
+    for name, c in pol.credentials.items():
+        (kind, source), = c["from"].items()
+        narrow = "".join(f" {k}={','.join(c[k])}" for k in ("methods", "paths") if c.get(k))
+        lines.append(f"credential {name}: from {kind} {source!r} to {', '.join(c['hosts'])}"
+                     f"{narrow}  # {pol.where['credentials']}")
     lines.append("# network presets ('preset:NAME' in network.allow stands for these hosts):")
     lines += defaults.render_network_presets("#   ")
     return "\n".join(lines) + "\n"

@@ -269,6 +269,23 @@ SCHEMA = Map({
         "max_file_size": Size("files larger than this are left out of snapshots (and said so)"),
         "exclude": List(Str(check=check_glob), doc="project globs left out of snapshots"),
     }, doc="what the snapshot after each step holds"),
+    "credentials": Dict(Str(check=check_identifier), Map({
+        "from": OneOf({
+            "env": Map({"env": Str("a variable of the daemon's environment (the person's "
+                                   "`envgit run`)", check=check_env_name)}, required=("env",)),
+            "command": Map({"command": Str("a command run on the host, outside the sandbox; its "
+                                           "output, once a session, is the value")}, required=("command",)),
+            "file": Map({"file": Str("a file on the host ('~/' allowed) holding the value")},
+                        required=("file",)),
+            "profile": Map({"profile": Str("an AWS profile of ~/.aws, read by the daemon")},
+                           required=("profile",)),
+        }, doc="where the daemon reads the real value (never the sandbox)"),
+        "hosts": List(Str(check=check_host), doc="the only hosts the real value is sent to"),
+        "methods": List(Str(enum=METHODS), doc="optional: only these methods get it"),
+        "paths": List(Str(), doc="optional: only these path globs get it"),
+    }, required=("from", "hosts")), doc=(
+        "credentials kept outside the sandbox: a step sees a placeholder, the gate swaps in the "
+        "real value only on allowed requests to the credential's hosts")),
     "mcp": Map({
         "servers": Dict(Str(check=check_identifier), Map({
             "command": Str("the program of a stdio server"),
