@@ -160,6 +160,8 @@ def launch(argv: list[str]) -> int:
     home = os.path.expanduser("~")
     python, python_dirs = python_inside()
     top, bin_dir, state = write_scripts(python)
+    calls = os.path.join(state, "calls")
+    os.mkdir(calls)
     try:
         hook = os.path.join(bin_dir, "claude_hook.py")
         pre, post = f"{hook} pre", f"{hook} post"
@@ -167,15 +169,16 @@ def launch(argv: list[str]) -> int:
         with open(settings_file, "w") as f:
             json.dump(settings(pre, post), f, indent=2)
         set_env = {k: v for k, v in os.environ.items() if k.startswith(CLAUDE_VARS)}
-        # ENVGIT_CLAUDE_CALLS stays writable inside Claude's sandbox, so Claude's own Write tool
-        # could put an id there: the PreToolUse hook that must write it runs in that sandbox, as
-        # Claude's child, under the same mounts (a mount cannot tell the two apart). What bounds
-        # it: the hook rewrites it right before each Bash call, the model's Bash steps run in
+        # ENVGIT_CLAUDE_CALLS (a directory: one file per Bash call, claude_hook.py) stays
+        # writable inside Claude's sandbox, so Claude's own Write tool could put an id there:
+        # the PreToolUse hook that must write it runs in that sandbox, as Claude's child, under
+        # the same mounts (a mount cannot tell the two apart). What bounds it: the hook writes
+        # each call's id right before the call, the model's Bash steps run in
         # sibling sandboxes without this directory, and a tool_call_id sent from inside is the
         # agent's label on a step (recorded with origin "inner"), never an authority.
         set_env.update({"CLAUDE_CODE_SHELL_PREFIX": os.path.join(bin_dir, "claude_shim.py"),
                         "ENVGIT_CLAUDE_HOOKS": "\n".join((pre, post)),
-                        "ENVGIT_CLAUDE_CALLS": os.path.join(state, "current-call")})
+                        "ENVGIT_CLAUDE_CALLS": calls})
         if os.geteuid() == 0:
             set_env["IS_SANDBOX"] = "1"     # as root, --dangerously-skip-permissions asks for it
         cwd = os.path.realpath(os.getcwd())

@@ -4,8 +4,9 @@
 
     claude_hook.py pre|post     (the hook event on stdin)
 
-pre:  Bash: the tool_use_id goes to $ENVGIT_CLAUDE_CALLS, where the shell-prefix shim picks it
-      up for the Bash call's step
+pre:  Bash: the tool_use_id goes to $ENVGIT_CLAUDE_CALLS/<digest of the command>.<n>, where
+      the shell-prefix shim running that command takes it for the Bash call's step (one file
+      per call: parallel calls keep their own ids)
 post: Write|Edit|MultiEdit|NotebookEdit: over the inner control socket, a record-only step for
       the edit, with its tool-call id and the snapshot after it (the edit itself already
       happened inside the sandbox, under its mounts)"""
@@ -14,6 +15,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 WRITES = ("Write", "Edit", "MultiEdit", "NotebookEdit")
 
@@ -26,12 +28,16 @@ def tool_path(tool_input: dict):
 
 
 def pre(event):
-    call, calls_file = event.get("tool_use_id"), os.environ.get("ENVGIT_CLAUDE_CALLS")
-    if call and calls_file:
-        tmp = f"{calls_file}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(call)
-        os.replace(tmp, calls_file)
+    call, calls = event.get("tool_use_id"), os.environ.get("ENVGIT_CLAUDE_CALLS")
+    command = (event.get("tool_input") or {}).get("command")
+    if not (call and calls and isinstance(command, str)):
+        return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from claude_shim import call_key
+    tmp = os.path.join(calls, f".{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(call)
+    os.replace(tmp, os.path.join(calls, f"{call_key(command)}.{time.time_ns()}"))
 
 
 def request(msg: dict) -> dict:

@@ -10,13 +10,16 @@ Three kinds of string arrive here, told apart by their shape:
                      -> over the inner control socket, one step in a sibling sandbox, argv
                      ["bash", "-c", <cmd>] (the model's command, none of the boilerplate), on
                      this process's stdin/stdout/stderr, with the tool-call id envgit's
-                     PreToolUse hook left in $ENVGIT_CLAUDE_CALLS; then the cwd file gets the
-                     directory the step started in
+                     PreToolUse hook left for this command in $ENVGIT_CLAUDE_CALLS; the step
+                     itself writes its last directory to Claude's cwd file when <cmd>
+                     succeeds (the daemon's cwd_file), so a `cd` holds in the next call, as in
+                     Claude Code without envgit
   envgit's own hook  (its exact command line, in $ENVGIT_CLAUDE_HOOKS) -> run as is
   anything else      the user's hooks, stdio MCP servers, status lines -> run as is, inside
                      Claude's sandbox, as Claude would without envgit
 """
 
+import hashlib
 import os
 import re
 import shlex
@@ -38,12 +41,33 @@ def model_command(composed: str):
     return " ".join(words), m.group("cwdfile")      # what `eval` runs: its words, space-joined
 
 
-def current_call():
+def call_key(command: str) -> str:
+    """The name under which claude_hook.py leaves a Bash call's id: the command's digest, so
+    that parallel calls (two tool_use blocks in one answer) each find their own."""
+    return hashlib.sha256(command.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def take_call(command: str):
+    """The tool-call id the PreToolUse hook left for `command` (taken: each id once), else the
+    only one waiting (Claude may have reworded the command), else None."""
+    d = os.environ.get("ENVGIT_CLAUDE_CALLS", "")
     try:
-        with open(os.environ.get("ENVGIT_CLAUDE_CALLS", "")) as f:
-            return f.read().strip() or None
+        waiting = sorted(n for n in os.listdir(d) if "." in n and not n.startswith("."))
     except OSError:
         return None
+    mine = [n for n in waiting if n.split(".", 1)[0] == call_key(command)]
+    for name in mine or (waiting if len(waiting) == 1 else []):
+        taken = os.path.join(d, f".taken.{os.getpid()}")
+        try:
+            os.rename(os.path.join(d, name), taken)     # atomic: a parallel shim gets the next one
+        except OSError:
+            continue
+        try:
+            with open(taken) as f:
+                return f.read().strip() or None
+        finally:
+            os.unlink(taken)
+    return None
 
 
 def main(argv=None) -> int:
@@ -59,16 +83,7 @@ def main(argv=None) -> int:
     cmd, cwd_file = call
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import inner_shim
-    start = os.getcwd()
-    try:
-        return inner_shim.exit_code(["bash", "-c", cmd], tool_call_id=current_call())
-    finally:
-        # cd inside a step does not outlive it: Claude stays where the command started.
-        try:
-            with open(cwd_file, "w") as f:
-                f.write(start + "\n")
-        except OSError:
-            pass
+    return inner_shim.exit_code(["bash", "-c", cmd], tool_call_id=take_call(cmd), cwd_file=cwd_file)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,12 @@ command writes to the agent's own pipes or terminal.
 
 One socket per agent session, bound read-only into that session's sandbox at
 `/run/envgit/control.sock`. It offers only:
-  {"op": "run", "argv", "cwd", "env", "tool_call_id"?}  + 3 fds  -> {"step", "exit_code", "signal"}
+  {"op": "run", "argv", "cwd", "env", "tool_call_id"?, "cwd_file"?}  + 3 fds
+                                                  -> {"step", "exit_code", "signal"}
+      cwd_file (a /tmp/NAME, with argv ["bash", "-c", CMD]): where the shell's last directory
+      goes when CMD succeeds, as Claude Code's own `eval CMD && pwd -P >| FILE` does, so a `cd`
+      holds in the agent's next call; the /tmp is the agent's (its session's), the write the
+      step's own. The step is recorded as argv.
   {"op": "record", "argv", "cwd", "tool_call_id"?, "marks"?, "body"?}  -> {"step"}
       a step for something already done inside (an agent's file edit): its snapshot, now.
       Marked `from-inner` (and `origin: "inner"` on its begin entry): what it claims is the
@@ -28,6 +33,7 @@ import array
 import asyncio
 import json
 import os
+import shlex
 import signal
 import socket
 import threading
@@ -125,7 +131,25 @@ def _body(v):
     return out
 
 
-FIELDS = {"run": {"op", "argv", "cwd", "env", "tool_call_id"},
+def _cwd_file(v, argv):
+    if v is None:
+        return None
+    v = _str(v, "cwd_file", 256)
+    name = v[len("/tmp/"):]
+    if not v.startswith("/tmp/") or not name or "/" in name or name in (".", ".."):
+        raise BadRequest("cwd_file must be a file directly in /tmp")
+    if len(argv) != 3 or argv[:2] != ["bash", "-c"]:
+        raise BadRequest("cwd_file goes with argv [\"bash\", \"-c\", CMD] only")
+    return v
+
+
+def tracking_cwd(argv, cwd_file):
+    """What runs for a run with cwd_file: CMD in the same shell, then its directory, as the
+    agent itself composes it (`eval` keeps CMD's own words, `$0` and positional parameters)."""
+    return ["bash", "-c", f"eval {shlex.quote(argv[2])} && pwd -P >| {shlex.quote(cwd_file)}"]
+
+
+FIELDS = {"run": {"op", "argv", "cwd", "env", "tool_call_id", "cwd_file"},
           "record": {"op", "argv", "cwd", "tool_call_id", "marks", "body"},
           "status": {"op"}}
 
@@ -143,6 +167,7 @@ def check_request(msg: dict, root: str) -> dict:
     out = {"op": op, "tool_call_id": _call_id(msg.get("tool_call_id"))}
     if op == "run":
         out.update(argv=_argv(msg.get("argv")), cwd=_cwd(msg.get("cwd"), root), env=_env(msg.get("env")))
+        out["cwd_file"] = _cwd_file(msg.get("cwd_file"), out["argv"])
         return out
     argv = msg.get("argv") or ["edit"]
     marks = msg.get("marks") or []
@@ -259,7 +284,8 @@ async def run_step(sess, msg, fds, session, home):
     """Begin a step, run it in its own sandbox on the given stdio fds, end it (snapshot)."""
     begin = await sess.begin({"argv": msg["argv"], "cwd": msg["cwd"], "env": msg["env"], "home": home,
                               "pid": None, "uid": os.getuid(), "session": session,
-                              "tool_call_id": msg["tool_call_id"], "origin": "inner"})
+                              "tool_call_id": msg["tool_call_id"], "origin": "inner"},
+                             run_argv=tracking_cwd(msg["argv"], msg["cwd_file"]) if msg.get("cwd_file") else None)
     if "error" in begin:
         return begin
     step = begin["step"]

@@ -46,9 +46,11 @@ def reply(s) -> dict:
     return out if isinstance(out, dict) else {"error": "envgit: a reply that is not an object"}
 
 
-def run(argv, env=None, tool_call_id=None) -> dict:
+def run(argv, env=None, tool_call_id=None, cwd_file=None) -> dict:
     msg = {"op": "run", "argv": argv, "cwd": os.getcwd(), "env": dict(env or os.environ),
            "tool_call_id": tool_call_id or os.environ.get("ENVGIT_TOOL_CALL_ID")}
+    if cwd_file:
+        msg["cwd_file"] = cwd_file          # inner.py: the shell's last directory goes there
     data = frame(msg)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(os.environ.get("ENVGIT_INNER_SOCKET", "/run/envgit/control.sock"))
@@ -58,10 +60,10 @@ def run(argv, env=None, tool_call_id=None) -> dict:
         return reply(s)
 
 
-def exit_code(argv, tool_call_id=None) -> int:
+def exit_code(argv, tool_call_id=None, cwd_file=None) -> int:
     """Run ARGV as a step; its exit status, or envgit's own when it could not run."""
     try:
-        reply = run(argv, tool_call_id=tool_call_id)
+        reply = run(argv, tool_call_id=tool_call_id, cwd_file=cwd_file)
     except (OSError, EOFError) as e:
         print(f"envgit: cannot reach the envgit daemon from inside the sandbox: {e}", file=sys.stderr)
         return 125

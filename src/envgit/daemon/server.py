@@ -201,7 +201,10 @@ class Session:
 
     # --- operations ---------------------------------------------------------------------
 
-    async def begin(self, msg, conn=None):
+    async def begin(self, msg, conn=None, run_argv=None):
+        """`run_argv`: what the sandbox runs when it is not `argv` itself, for the daemon's own
+        callers only (never from the wire): inner.py runs an agent's shell command followed by
+        the agent's own cwd bookkeeping, recorded as the command alone."""
         argv, cwd = msg.get("argv"), msg.get("cwd")
         if not argv or not isinstance(argv, list) or not cwd:
             return {"error": "envgit run needs a command: envgit run [--] CMD [ARGS…]", "exit": 2}
@@ -243,7 +246,7 @@ class Session:
         try:
             net = await self.net_for(pol, step)
             tmp, own_tmp = self.step_tmp(session, step)
-            spec = build(pol, self.project.root, cwd, argv, msg.get("env") or {},
+            spec = build(pol, self.project.root, cwd, run_argv or argv, msg.get("env") or {},
                          self.project.state, tmp, self.scan,
                          {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session}, net,
                          home=msg.get("home"))
