@@ -44,6 +44,54 @@ def scrub(host_env: dict, passes: list[str], sets: dict, extra: dict) -> dict:
     return out
 
 
+# --- credentials ------------------------------------------------------------------------------
+#
+# A step never gets a credential's real value: it gets the session's placeholder
+# (credentials/placeholder.py) where its clients look, and the gate swaps the real value in on
+# the way out to the credential's hosts (proxy/credentials.py). Git's helper is set through
+# git's environment config (GIT_CONFIG_COUNT/KEY_n/VALUE_n), never by writing a config file.
+
+def credential_env(policy, env: dict) -> dict[str, str]:
+    """The variables to add to a step's environment `env` for the policy's credentials."""
+    creds = getattr(policy, "credentials", None)
+    if not creds:
+        return {}
+    from ..credentials.placeholder import SESSION, kind_of
+    out: dict[str, str] = {}
+    git: list[tuple[str, str]] = []
+    for name, cred in creds.items():
+        ph, kind = SESSION.of(name, cred), kind_of(name, cred)
+        if kind == "aws":
+            out.update(AWS_ACCESS_KEY_ID=ph["key_id"], AWS_SECRET_ACCESS_KEY=ph["secret"])
+            continue
+        token = ph["token"]
+        out["ENVGIT_CREDENTIAL_" + name.upper()] = token
+        if "env" in cred["from"]:
+            out[cred["from"]["env"]] = token
+        if kind == "github":
+            out.update(GITHUB_TOKEN=token, GH_TOKEN=token)
+        if kind == "npm":
+            out.setdefault("NPM_TOKEN", token)
+        for host in cred["hosts"]:
+            if kind != "github":
+                # npm reads `//host/:_authToken` from npm_config_… without renaming it.
+                out[f"npm_config_//{host}/:_authToken"] = token
+            url = f"https://{host}"
+            git.append((f"credential.{url}.helper", ""))       # only ours for this host
+            git.append((f"credential.{url}.helper",
+                        f"!f() {{ test \"$1\" = get && printf 'username=x-access-token\\npassword=%s\\n' "
+                        f"'{token}'; }}; f"))
+    if git:
+        try:
+            n = int(env.get("GIT_CONFIG_COUNT", "0"))
+        except ValueError:
+            n = 0
+        for i, (k, v) in enumerate(git, start=n):
+            out[f"GIT_CONFIG_KEY_{i}"], out[f"GIT_CONFIG_VALUE_{i}"] = k, v
+        out["GIT_CONFIG_COUNT"] = str(n + len(git))
+    return out
+
+
 # --- package caches ---------------------------------------------------------------------------
 #
 # Each project has one cache directory, outside it and outside the host's own caches:

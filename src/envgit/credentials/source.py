@@ -1,0 +1,92 @@
+"""Reading a credential's real value on the host, in the daemon, when a request needs it.
+
+Sources: `env` (the daemon's environment: the person's `envgit run` that started it),
+`command` (run on the host, outside any sandbox; its output cached for the session), `file`
+('~/' allowed), `profile` (an AWS profile of ~/.aws/credentials). Values are cached for the
+session and never logged: errors name the source, never its output.
+"""
+
+import configparser
+import os
+import subprocess
+
+COMMAND_TIMEOUT = 30
+
+
+class CredentialError(Exception):
+    """A source that does not resolve; the message names the source, never a value."""
+
+
+def _home(environ) -> str:
+    return environ.get("HOME") or os.path.expanduser("~")
+
+
+def read(name: str, source: dict, environ=os.environ) -> dict[str, str]:
+    """The real value(s): {"token": …}, or for a profile {"key_id", "secret", "session"?}."""
+    (kind, where), = source.items()
+    if kind == "env":
+        value = environ.get(where, "")
+        if not value:
+            raise CredentialError(f"credential {name}: the variable {where} is not set in the "
+                                  "environment of the `envgit run` that started the session "
+                                  "(set it there; `envgit stop` ends the old session)")
+        return {"token": value}
+    if kind == "file":
+        path = os.path.join(_home(environ), where[2:]) if where.startswith("~/") else where
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = f.read().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise CredentialError(f"credential {name}: cannot read {path}: "
+                                  f"{getattr(e, 'strerror', None) or type(e).__name__}") from None
+        if not value:
+            raise CredentialError(f"credential {name}: {path} is empty")
+        return {"token": value}
+    if kind == "command":
+        try:
+            r = subprocess.run(["/bin/sh", "-c", where], capture_output=True, text=True,
+                               timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL,
+                               env=dict(environ))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise CredentialError(f"credential {name}: the command {where!r} did not run "
+                                  f"({type(e).__name__})") from None
+        value = r.stdout.strip()
+        if r.returncode != 0 or not value:
+            raise CredentialError(f"credential {name}: the command {where!r} exited "
+                                  f"{r.returncode}" + ("" if value else " with no output"))
+        return {"token": value}
+    if kind == "profile":
+        path = environ.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(_home(environ), ".aws", "credentials")
+        cp = configparser.RawConfigParser()
+        try:
+            cp.read(path, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError):
+            raise CredentialError(f"credential {name}: {path} cannot be read as an ini file") from None
+        if not cp.has_section(where) or not cp.has_option(where, "aws_access_key_id") \
+                or not cp.has_option(where, "aws_secret_access_key"):
+            raise CredentialError(f"credential {name}: no profile [{where}] with an access key "
+                                  f"and secret in {path}")
+        out = {"key_id": cp.get(where, "aws_access_key_id").strip(),
+               "secret": cp.get(where, "aws_secret_access_key").strip()}
+        if cp.has_option(where, "aws_session_token"):
+            out["session"] = cp.get(where, "aws_session_token").strip()
+        return out
+    raise CredentialError(f"credential {name}: unknown source {kind!r}")
+
+
+class Sources:
+    """The session's real values, read on first need and cached (a `command:` runs once).
+    A source that changed in the policy is read afresh."""
+
+    def __init__(self, environ=None):
+        self.environ = dict(os.environ if environ is None else environ)
+        self._cache: dict[tuple, dict[str, str]] = {}
+
+    def value(self, name: str, source: dict) -> dict[str, str]:
+        key = (name, tuple(sorted(source.items())))
+        if key not in self._cache:
+            self._cache[key] = read(name, source, self.environ)
+        return self._cache[key]
+
+    def __repr__(self):                     # never the values, whatever prints this
+        return f"<Sources: {len(self._cache)} cached>"
