@@ -4,7 +4,6 @@ commit` left the terminal raw). Everything here is typed into a real pseudo-term
 or piped, as a person does; with the network on the bridge really runs (HTTPS_PROXY is set in
 the step and the gate answers it)."""
 
-import os
 import shutil
 import signal
 import subprocess
@@ -12,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import ENVGIT
-from ptydrive import Term, died_of, exit_code
+from ptydrive import Term, exit_code
 
 NETWORK = {"off": "", "on": "network:\n  allow: [\"example.test\"]\n"}
 
@@ -178,3 +177,16 @@ def test_ctrl_c_leaves_a_command_that_handles_it_running_to_its_own_end(netproj)
         t.send(b"\x03", settle=0.5)
         status = t.wait()
     assert exit_code(status) == 7 and "handled" in t.text, (status, t.text)
+
+
+def test_the_command_gets_sigint_as_envgit_run_got_it(netproj):
+    """Default when envgit run had it at default; ignored when whoever started envgit run ignored
+    it (`nohup`, a script's `cmd &`), as without envgit (bwrap itself ignores it either way)."""
+    def ignored_in_the_command(prefix):
+        r = subprocess.run(["sh", "-c", f"{prefix}exec {ENVGIT} run -- grep SigIgn /proc/self/status"],
+                           cwd=netproj.root, env=netproj.env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        mask = int(r.stdout.split()[-1], 16)
+        return {s for s in (signal.SIGINT, signal.SIGQUIT) if mask & (1 << (s - 1))}
+    assert ignored_in_the_command("") == set()
+    assert ignored_in_the_command("trap '' INT QUIT; ") == {signal.SIGINT, signal.SIGQUIT}
