@@ -305,8 +305,7 @@ class Terminal:
                 self._prompt()
 
     def _prompt(self):
-        os.write(self.tty, f"  allow once [y], allow this rule on this host for the step [r], "
-                           f"deny [N]? ".encode())
+        os.write(self.tty, b"  allow once [y], allow this rule on this host for the step [r], deny [N]? ")
 
     def typed(self, conn):
         line = os.read(self.tty, 1024).decode(errors="replace").strip().lower()
