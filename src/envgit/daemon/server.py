@@ -907,6 +907,8 @@ def request_marks(requests):
         marks.append("asked")
     if any(r.get("irreversible") for r in requests):
         marks.append("irreversible")
+    if any(r.get("rule") == "credential-misuse" for r in requests):
+        marks.append("credential-misuse")      # a placeholder sent where its credential may not go
     return marks
 
 
