@@ -24,6 +24,7 @@ from ..paths import UnixAddress
 from ..policy import network
 from . import bodies, ca
 from .addon import EnvgitAddon
+from .credentials import CredentialSwap
 
 log = logging.getLogger("envgit.proxy")
 
@@ -142,6 +143,7 @@ class Gate:
         self._record, self._ask = record, ask
         self.upstream_ca, self.ask_timeout = upstream_ca, ask_timeout
         self.addon = EnvgitAddon(self)
+        self.credentials = CredentialSwap(self)   # after the addon: swaps only what it allowed
         self.tcp_address: tuple[str, int] | None = None
         self._creds: dict[str, tuple[str, int]] = {}      # user -> (password, step)
         self._pidns: dict[int, int] = {}                  # step -> its sandbox's pid namespace
@@ -185,7 +187,8 @@ class Gate:
         self.master = Master(opts, event_loop=asyncio.get_running_loop())
         servers = proxyserver.Proxyserver()
         self.master.addons.add(core.Core(), servers, next_layer.NextLayer(),
-                               tlsconfig.TlsConfig(), disable_h2c.DisableH2C(), self.addon)
+                               tlsconfig.TlsConfig(), disable_h2c.DisableH2C(), self.addon,
+                               self.credentials)
         opts.update(
             mode=[],                          # mitmproxy listens on nothing; the gate does
             confdir=str(confdir),

@@ -1,0 +1,206 @@
+"""The gate's credential swap: a mitmproxy addon registered after EnvgitAddon.
+
+- `requestheaders`: every placeholder of the session (credentials/placeholder.py) is looked
+  for wherever a client puts a token: any header value (Authorization Bearer/token, custom
+  headers), Basic credentials (base64 of user:password, as git and npm send them), the path
+  and query (raw and percent-decoded). A placeholder on a request its credential does not
+  cover (host not in `hosts`, method or path outside its narrowing) is denied there, before
+  anything leaves, recorded with rule `credential-misuse` (the step is marked), and nothing is
+  swapped. An approval cannot change this: it is judged before and apart from every ask.
+- `request` (after EnvgitAddon has judged the request): the body, if buffered whole, is
+  looked at the same way; then, on a request the policy allowed, the real value replaces the
+  placeholder where the client put it, and the record says `credential: NAME`. A request
+  the policy denied keeps its placeholder (and is not sent anyway).
+
+Real values live in credentials.source.Sources, read on first need; they are never put in a
+record, a log line or an error message.
+"""
+
+import base64
+import binascii
+import time
+from urllib.parse import unquote
+
+from mitmproxy import http
+
+from ..credentials.placeholder import SESSION, kind_of
+from ..credentials.source import CredentialError, Sources
+from ..policy import network
+from ..policy.network import url_glob
+from .addon import EnvgitAddon, deny_response
+
+RULE = "credential-misuse"
+
+
+def _basic(value: str) -> str | None:
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        return base64.b64decode(token.strip(), validate=True).decode("latin-1")
+    except (binascii.Error, ValueError):
+        return None
+
+
+class CredentialSwap:
+    """One gate's credentials: placeholders watched on every intercepted request, real values
+    swapped in on allowed requests to a credential's hosts."""
+
+    def __init__(self, gate, sources: Sources | None = None):
+        self.gate = gate
+        self.sources = sources or Sources()
+
+    # --- what a request carries ----------------------------------------------------------
+
+    def _placeholders(self, policy) -> dict[str, tuple[dict, list[str]]]:
+        """name -> (its credential, its placeholder strings)."""
+        out = {}
+        for name, cred in getattr(policy, "credentials", {}).items():
+            ph = SESSION.of(name, cred)
+            out[name] = (cred, list(ph.values()))
+        return out
+
+    @staticmethod
+    def _texts(flow: http.HTTPFlow) -> list[str]:
+        """Where a client may put a token, as the server would read it."""
+        r = flow.request
+        texts = [r.path, unquote(r.path), unquote(unquote(r.path))]
+        for _, v in r.headers.fields:
+            value = v.decode("latin-1")
+            texts.append(value)
+            decoded = _basic(value)
+            if decoded is not None:
+                texts.append(decoded)
+        return texts
+
+    @staticmethod
+    def _target(flow, conn) -> tuple[str, int]:
+        if conn is not None and conn.connect is not None:
+            return conn.connect
+        return flow.request.host, flow.request.port
+
+    @staticmethod
+    def _covers(cred, host, port, method, path) -> bool:
+        if not any(network.entry_matches(e, host, port) for e in cred["hosts"]):
+            return False
+        methods = {m.upper() for m in cred.get("methods") or ["*"]}
+        if "*" not in methods and method.upper() not in methods:
+            return False
+        if cred.get("paths"):
+            return any(url_glob(p).fullmatch(path.partition("?")[0]) for p in cred["paths"])
+        return True
+
+    def _found(self, flow, texts) -> list[str]:
+        policy = self.gate.policy()
+        return [name for name, (_, phs) in self._placeholders(policy).items()
+                if any(ph in t for ph in phs for t in texts)]
+
+    def _misuse(self, flow, names) -> str | None:
+        """The first credential found on a request it does not cover, or None."""
+        policy = self.gate.policy()
+        conn = self.gate.addon.conns.get(flow.client_conn.id)
+        host, port = self._target(flow, conn)
+        for name in names:
+            cred = policy.credentials.get(name)
+            if cred is None or not self._covers(cred, host, port, flow.request.method, flow.request.path):
+                return name
+        return None
+
+    def _deny(self, flow, name, rec=None) -> None:
+        conn = self.gate.addon.conns.get(flow.client_conn.id)
+        host, port = self._target(flow, conn)
+        d = network.Decision(
+            "deny", RULE, f"the placeholder of credential '{name}' was sent to "
+            f"{network.norm_host(host)}:{port} ({flow.request.method}), which the credential "
+            "does not cover; nothing was swapped or sent",
+            hint=f"credentials.{name}.hosts (and methods/paths) in envgit.yaml say where it may go")
+        flow.response = deny_response(flow, d)
+        flow.metadata["envgit.answered"] = True
+        fields = {"decision": "deny", "rule": RULE, "reason": d.reason, "kind": "credential",
+                  "credential": name, "irreversible": False}
+        if rec is not None:                 # judged already: its record says the denial
+            rec.update(fields)
+            return
+        flow.metadata["envgit.judged"] = True
+        out = EnvgitAddon._record(flow, d, host=network.norm_host(host), port=port,
+                                  status=403, duration_ms=0)
+        out.update(fields)
+        self.gate.emit(flow.metadata.get("envgit.step"), out)
+
+    # --- events --------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow):
+        if flow.response is not None or not getattr(self.gate.policy(), "credentials", None):
+            return
+        names = self._found(flow, self._texts(flow))
+        if not names:
+            return
+        bad = self._misuse(flow, names)
+        if bad is not None:
+            self._deny(flow, bad)
+            return
+        flow.metadata["envgit.credentials"] = names
+
+    def request(self, flow: http.HTTPFlow):
+        if flow.metadata.get("envgit.swapped") or not getattr(self.gate.policy(), "credentials", None):
+            return
+        rec = flow.metadata.get("envgit.record")
+        names = list(flow.metadata.get("envgit.credentials", []))
+        body = flow.request.raw_content
+        if body:
+            in_body = [n for n in self._found(flow, [body.decode("latin-1")]) if n not in names]
+            bad = self._misuse(flow, in_body) if in_body else None
+            if bad is not None and (flow.response is None or rec is not None):
+                self._deny(flow, bad, rec)
+                return
+        if flow.response is not None or not names:
+            return                          # denied by the policy: sent nowhere, nothing swapped
+        flow.metadata["envgit.swapped"] = True
+        started = time.perf_counter()
+        for name in names:
+            cred = self.gate.policy().credentials[name]
+            try:
+                real = self.sources.value(name, cred["from"])
+            except CredentialError as e:
+                d = network.Decision("deny", "credential-unavailable", str(e),
+                                     hint="`envgit doctor` checks every credential's source")
+                flow.response = deny_response(flow, d)
+                flow.metadata["envgit.answered"] = True
+                if rec is not None:
+                    rec.update(decision="deny", rule=d.rule, reason=d.reason, credential=name)
+                return
+            if kind_of(name, cred) == "aws":
+                self._resign(flow, SESSION.of(name, cred), real)
+            else:
+                self._swap(flow, SESSION.of(name, cred)["token"], real["token"])
+        if rec is not None:
+            rec["credential"] = ",".join(names)
+            rec["swap_us"] = round((time.perf_counter() - started) * 1e6, 1)
+
+    # --- swapping --------------------------------------------------------------------------
+
+    @staticmethod
+    def _swap(flow, placeholder: str, real: str) -> None:
+        r = flow.request
+        fields = []
+        for k, v in r.headers.fields:
+            value = v.decode("latin-1")
+            decoded = _basic(value)
+            if decoded is not None and placeholder in decoded:
+                swapped = base64.b64encode(decoded.replace(placeholder, real).encode("latin-1"))
+                value = value.split(" ", 1)[0] + " " + swapped.decode()
+            elif placeholder in value:
+                value = value.replace(placeholder, real)
+            fields.append((k, value.encode("latin-1")))
+        r.headers.fields = tuple(fields)
+        if placeholder in r.path:
+            r.path = r.path.replace(placeholder, real)
+        if r.raw_content and placeholder.encode() in r.raw_content:
+            r.raw_content = r.raw_content.replace(placeholder.encode(), real.encode())
+            if "content-length" in r.headers:
+                r.headers["content-length"] = str(len(r.raw_content))
+
+    @staticmethod
+    def _resign(flow, placeholder: dict, real: dict) -> None:
+        from .sigv4 import resign
+        resign(flow.request, placeholder, real)

@@ -1,0 +1,252 @@
+"""Credentials kept outside the sandbox (issue 13), the real way: `envgit run` in real bwrap,
+the daemon's gate, real git, curl and npm inside, against HTTPS servers on 127.0.0.1 that
+require the real token (a git http-backend behind HTTP Basic, an npm registry behind a
+Bearer token). The real token is only in the environment of the person's `envgit run`; the
+step sees a placeholder, and the gate swaps the real value in on the way to the credential's
+host only."""
+
+import base64
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+from conftest import Env, make_home
+from gitserver import GitServer, HTTPSServer
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+REAL = "ghp_REALtokenREALtokenREALtokenREAL12345"        # the person's token: never inside
+NPM_REAL = "npm_REALnpmREALnpmREALnpmREALnpm1234"
+
+
+class AuthGitServer(GitServer):
+    """The git http-backend behind HTTP Basic: 401 unless the password is the real token.
+    `auths` holds every Authorization value it received (the server's log)."""
+
+    def __init__(self, token, **kw):
+        super().__init__(**kw)
+        self.token, self.auths = token, []
+
+    def _cgi(self, method, path, headers, body):
+        auth = headers.get("authorization", "")
+        self.auths.append(auth)
+        scheme, _, b64 = auth.partition(" ")
+        ok = False
+        if scheme.lower() == "basic":
+            try:
+                ok = base64.b64decode(b64).decode().partition(":")[2] == self.token
+            except ValueError:
+                ok = False
+        if not ok:
+            return 401, {"WWW-Authenticate": 'Basic realm="private"', "Content-Type": "text/plain"}, b"no\n"
+        return super()._cgi(method, path, headers, body)
+
+
+def _stub(method, path, headers, body):
+    return 200, {"Content-Type": "text/plain"}, b"stub\n"
+
+
+def hostport(srv, name=None):
+    return f"{name or srv.names[0]}:{srv.port}"
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A private git server (credential host), a second allowed server (not a credential host),
+    and a project whose person has the token in their environment only."""
+    with AuthGitServer(REAL, root=tmp_path / "git") as git, \
+            HTTPSServer(_stub, ("stub.example.test",), root=tmp_path / "stub", ca=git.ca) as stub:
+        home = make_home(tmp_path)
+        root = home / "proj"
+        root.mkdir()
+        env = Env(home, root, {"ENVGIT_RESOLVE": f"{git.resolve},{stub.resolve}",
+                               "ENVGIT_UPSTREAM_CA": str(git.ca.cert_path), "MY_GH_TOKEN": REAL})
+        env.envgit("init", check=True)
+        env.write_policy(
+            "version: 1\n"
+            f"network:\n  allow: [\"{hostport(git)}\", \"{hostport(stub)}\"]\n"
+            "irreversible:\n  - preset: default\n"
+            "credentials:\n  github:\n    from: { env: MY_GH_TOKEN }\n"
+            f"    hosts: [\"{hostport(git)}\"]\n")
+        try:
+            yield env, git, stub
+        finally:
+            env.stop()
+
+
+def steps(env):
+    return json.loads(env.envgit("log", "--json", check=True).stdout)
+
+
+def test_clone_and_fetch_with_the_token_only_outside(world):
+    env, git, stub = world
+    r = env.run(f"git clone -q {git.url} r && cd r && git fetch -q origin && git log --format=%s -1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "initial"
+    real = "Basic " + base64.b64encode(f"x-access-token:{REAL}".encode()).decode()
+    assert real in git.auths                          # the real token arrived, server side
+    assert not stub.requests                          # and only there
+    reqs = steps(env)[-1]["requests"]
+    swapped = [q for q in reqs if q.get("credential") == "github"]
+    assert swapped and all(q["host"] == "git.example.test" for q in swapped), reqs
+    assert REAL not in json.dumps(reqs)
+
+
+def test_inside_only_the_placeholder(world):
+    env, git, stub = world
+    hp = hostport(git)
+    r = env.run("env; tr '\\0' '\\n' < /proc/self/environ; git config -l; "
+                f"printf 'protocol=https\\nhost={hp}\\n\\n' | git credential fill; "
+                "grep -rs . $HOME /tmp 2>/dev/null | grep -c ghp_ || true")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert REAL not in out and REAL not in r.stderr
+    ph = [line.split("=", 1)[1] for line in out.splitlines() if line.startswith("MY_GH_TOKEN=")][0]
+    assert ph.startswith("ghp_") and len(ph) == len(REAL) and ph != REAL    # shaped like the real one
+    assert f"GITHUB_TOKEN={ph}" in out and f"GH_TOKEN={ph}" in out
+    assert f"password={ph}" in out                    # git credential fill answers the placeholder
+    assert "credential.https://" + hp + ".helper" in out
+    # the host's own files were not written: the helper lives in the environment
+    assert not (env.home / ".gitconfig").exists()
+
+
+@pytest.mark.parametrize("how", [
+    "curl -s -o /dev/null -w '%{{http_code}}' -H \"Authorization: Bearer $MY_GH_TOKEN\" {url}/",
+    "curl -s -o /dev/null -w '%{{http_code}}' \"{url}/api?access_token=$MY_GH_TOKEN\"",
+    "curl -s -o /dev/null -w '%{{http_code}}' -u \"x-access-token:$MY_GH_TOKEN\" {url}/",
+    "curl -s -o /dev/null -w '%{{http_code}}' -H \"X-Api-Key: $MY_GH_TOKEN\" {url}/",
+    "git ls-remote https://x-access-token:$MY_GH_TOKEN@{host}/repo.git; echo 403",
+])
+def test_placeholder_to_another_allowed_host_is_denied_and_marked(world, how):
+    env, git, stub = world
+    r = env.run(how.format(url=stub.url_for(), host=hostport(stub)))
+    assert r.stdout.strip().endswith("403"), r.stdout + r.stderr
+    assert not stub.requests                          # the second server received nothing
+    s = steps(env)[-1]
+    assert "credential-misuse" in s["marks"], s["marks"]
+    bad = [q for q in s["requests"] if q.get("rule") == "credential-misuse"]
+    assert bad and bad[0]["credential"] == "github" and bad[0]["host"] == "stub.example.test"
+    assert bad[0]["decision"] == "deny"
+    assert not git.auths or all(REAL not in a for a in git.auths)
+
+
+def test_git_remote_rewritten_to_another_host_is_denied(world):
+    env, git, stub = world
+    r = env.run(f"git clone -q {git.url} r && cd r && "
+                f"git -c credential.helper= -c 'credential.helper=!f() {{ echo username=x; "
+                f"echo password=$MY_GH_TOKEN; }}; f' ls-remote https://{hostport(stub)}/repo.git")
+    assert r.returncode != 0
+    assert not stub.requests or all("authorization" not in q["headers"] for q in stub.requests)
+    assert "credential-misuse" in steps(env)[-1]["marks"]
+
+
+def test_push_with_the_credential_is_still_denied_by_the_preset(world):
+    env, git, stub = world
+    before = git.refs()
+    r = env.run(f"git clone -q {git.url} r && cd r && git -c user.email=a@b -c user.name=a "
+                "commit -q --allow-empty -m x && git push origin main")
+    assert r.returncode != 0
+    assert "preset:default/git-push" in r.stderr, r.stderr
+    assert git.refs() == before
+
+
+def test_policy_show_lists_credentials_and_doctor_checks_them_without_values(world):
+    env, git, stub = world
+    r = env.envgit("policy", "show", check=True)
+    assert "credential github: from env 'MY_GH_TOKEN'" in r.stdout
+    assert REAL not in r.stdout
+    r = env.envgit("doctor")
+    assert "credential github" in r.stdout + r.stderr and REAL not in r.stdout + r.stderr
+    r = env.envgit("doctor", env={"MY_GH_TOKEN": ""})
+    assert "MY_GH_TOKEN is not set" in r.stdout + r.stderr
+
+
+def test_env_pass_of_a_credential_source_is_refused(world):
+    env, git, stub = world
+    text = (env.root / "envgit.yaml").read_text()
+    env.write_policy(text + "env:\n  pass: [MY_GH_TOKEN]\n")
+    r = env.run("echo $MY_GH_TOKEN")
+    assert r.returncode != 0
+    assert "env.pass names MY_GH_TOKEN" in r.stderr and "envgit.yaml:" in r.stderr, r.stderr
+    assert REAL not in r.stdout + r.stderr
+
+
+def _npm_tarball():
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as t:
+        for name, data in (("package/package.json",
+                            b'{"name": "private-tiny", "version": "1.0.0", "main": "index.js"}\n'),
+                           ("package/index.js", b"module.exports = 'private';\n")):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            t.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
+def test_npm_install_from_a_token_requiring_registry(tmp_path):
+    tarball = _npm_tarball()
+    seen = []
+    holder = {}
+
+    def app(method, path, headers, body):
+        seen.append(headers.get("authorization", ""))
+        if headers.get("authorization") != f"Bearer {NPM_REAL}":
+            return 401, {"Content-Type": "application/json", "WWW-Authenticate": "Bearer"}, b'{"error": "auth"}'
+        base = f"https://npm.example.test:{holder['port']}"
+        if path == "/private-tiny":
+            doc = {"name": "private-tiny", "dist-tags": {"latest": "1.0.0"},
+                   "versions": {"1.0.0": {"name": "private-tiny", "version": "1.0.0", "main": "index.js",
+                                          "dist": {"tarball": f"{base}/private-tiny/-/private-tiny-1.0.0.tgz",
+                                                   "integrity": "sha512-" + base64.b64encode(
+                                                       hashlib.sha512(tarball).digest()).decode(),
+                                                   "shasum": hashlib.sha1(tarball).hexdigest()}}}}
+            return 200, {"Content-Type": "application/json"}, json.dumps(doc).encode()
+        if path == "/private-tiny/-/private-tiny-1.0.0.tgz":
+            return 200, {"Content-Type": "application/octet-stream"}, tarball
+        return 404, {"Content-Type": "application/json"}, b'{"error": "not found"}'
+
+    with HTTPSServer(app, ("npm.example.test",), root=tmp_path / "srv") as srv:
+        holder["port"] = srv.port
+        home = make_home(tmp_path)
+        root = home / "proj"
+        root.mkdir()
+        env = Env(home, root, {"ENVGIT_RESOLVE": srv.resolve, "ENVGIT_UPSTREAM_CA": str(srv.ca.cert_path),
+                               "NPM_TOKEN": NPM_REAL})
+        env.envgit("init", check=True)
+        hp = hostport(srv)
+        env.write_policy(f"version: 1\nnetwork:\n  allow: [\"{hp}\"]\n"
+                         f"credentials:\n  npm:\n    from: {{ env: NPM_TOKEN }}\n    hosts: [\"{hp}\"]\n")
+        (root / "package.json").write_text('{"name": "app", "version": "0.0.0", "private": true}\n')
+        try:
+            r = env.run(f"npm install --no-audit --no-fund --no-update-notifier --registry https://{hp}/ "
+                        "private-tiny && node -e 'console.log(require(\"private-tiny\"))' && "
+                        "env | grep -c npm_ && (grep -rs NPM_REAL $HOME /tmp; true)", timeout=180)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert "private" in r.stdout
+            assert f"Bearer {NPM_REAL}" in seen               # the server got the real token
+            assert NPM_REAL not in r.stdout + r.stderr
+            reqs = steps(env)[-1]["requests"]
+            assert any(q.get("credential") == "npm" for q in reqs), reqs
+            lock = (root / "package-lock.json").read_text()
+            assert NPM_REAL not in lock
+        finally:
+            env.stop()
+
+
+def test_no_real_value_in_the_journal_the_daemon_log_or_json(world):
+    env, git, stub = world
+    env.run(f"git clone -q {git.url} r; curl -s -H \"Authorization: token $MY_GH_TOKEN\" {stub.url_for()}/")
+    outs = [env.envgit(*a).stdout for a in (("log", "--json"), ("show", "--json", "1"),
+                                            ("show", "1"), ("policy", "show"))]
+    assert all(REAL not in o for o in outs)
+    state = env.root / ".envgit"
+    r = subprocess.run(["grep", "-rlaF", REAL, str(state)], capture_output=True, text=True)
+    assert r.stdout == "", r.stdout                   # journal, objects, daemon log
+    assert any("credential" in o for o in outs)
