@@ -51,14 +51,19 @@ def scrub(host_env: dict, passes: list[str], sets: dict, extra: dict) -> dict:
 # the way out to the credential's hosts (proxy/credentials.py). Git's helper is set through
 # git's environment config (GIT_CONFIG_COUNT/KEY_n/VALUE_n), never by writing a config file.
 
-def credential_env(policy, env: dict) -> dict[str, str]:
-    """The variables to add to a step's environment `env` for the policy's credentials."""
+def credential_env(policy, env: dict, session_tmp: str | None = None) -> dict[str, str]:
+    """The variables to add to a step's environment `env` for the policy's credentials.
+    With `session_tmp` (the host directory that is the step's /tmp), npm's per-registry
+    tokens also go in a user config file there: a shell drops the `npm_config_//host/:…`
+    variables (not shell names) before npm sees them. (The person's ~/.npmrc is unreadable
+    inside anyway: a default deny.)"""
     creds = getattr(policy, "credentials", None)
     if not creds:
         return {}
     from ..credentials.placeholder import SESSION, kind_of
     out: dict[str, str] = {}
     git: list[tuple[str, str]] = []
+    npmrc: list[str] = []
     for name, cred in creds.items():
         ph, kind = SESSION.of(name, cred), kind_of(name, cred)
         if kind == "aws":
@@ -76,11 +81,18 @@ def credential_env(policy, env: dict) -> dict[str, str]:
             if kind != "github":
                 # npm reads `//host/:_authToken` from npm_config_… without renaming it.
                 out[f"npm_config_//{host}/:_authToken"] = token
+                npmrc.append(f"//{host}/:_authToken={token}\n")
             url = f"https://{host}"
             git.append((f"credential.{url}.helper", ""))       # only ours for this host
             git.append((f"credential.{url}.helper",
                         f"!f() {{ test \"$1\" = get && printf 'username=x-access-token\\npassword=%s\\n' "
                         f"'{token}'; }}; f"))
+    if npmrc and session_tmp and "npm_config_userconfig" not in env:
+        path = os.path.join(session_tmp, ".envgit-npmrc")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.writelines(npmrc)
+        out["npm_config_userconfig"] = "/tmp/.envgit-npmrc"
     if git:
         try:
             n = int(env.get("GIT_CONFIG_COUNT", "0"))

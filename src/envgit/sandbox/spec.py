@@ -66,7 +66,7 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
         ours["ENVGIT_INNER_SOCKET"] = INNER_INSIDE
     offline = network.OFFLINE_ENV if net is None else {}     # fail at once, no retries
     env = scrub(host_env, policy.env_pass, {**cache_env(cache), **offline, **policy.env_set}, ours)
-    env.update(credential_env(policy, env))      # placeholders only; the gate swaps real values
+    env.update(credential_env(policy, env, session_tmp))      # placeholders only; the gate swaps real values
     # As root bwrap keeps the capabilities of the new user namespace, and with them
     # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.
     caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
