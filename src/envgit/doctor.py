@@ -122,6 +122,30 @@ def run_checks() -> list[Check]:
     if state:
         ok = os.access(state, os.W_OK)
         out.append(Check("state dir", ok, state, f"make {state} writable by {os.getuid()}"))
+    out += credential_checks()
+    return out
+
+
+def credential_checks() -> list[Check]:
+    """Each credential of the project's policy: does its source resolve here (this shell's
+    environment, as a session this shell starts would read it)? Never its value."""
+    from .credentials.source import CredentialError, read
+    from .paths import NoProject, find_project
+    from .policy import PolicyError, load_policy
+    try:
+        pol = load_policy(find_project().policy)
+    except (NoProject, PolicyError, OSError):
+        return []
+    out = []
+    for name, cred in pol.credentials.items():
+        (kind, where), = cred["from"].items()
+        try:
+            read(name, cred["from"])
+            out.append(Check(f"credential {name}", True, f"{kind} {where!r} resolves (value not "
+                             f"shown); sent only to {', '.join(cred['hosts'])}", required=False))
+        except CredentialError as e:
+            out.append(Check(f"credential {name}", False, str(e),
+                             f"make credentials.{name}.from in envgit.yaml resolve", required=False))
     return out
 
 
