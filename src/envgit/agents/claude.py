@@ -122,6 +122,23 @@ def claude_state(home: str) -> tuple[list[str], list[str]]:
     return [d, cfg], write
 
 
+def own_config(project, home: str) -> str | None:
+    """Claude's config directory for this project (claude_config.py), laid out for a launch;
+    None (Claude keeps the read-only ~/.claude.json, and asks its start-up questions again)
+    when there is no place for it."""
+    from ..sandbox.environ import project_cache
+    from .claude_config import config_dir, prepare
+    cfg = config_dir(project_cache(project.root, project.state))
+    if cfg is None:
+        return None
+    try:
+        prepare(cfg, home)
+    except OSError as e:
+        print(f"envgit: Claude's state will not persist this session: {cfg}: {e}", file=sys.stderr)
+        return None
+    return cfg
+
+
 def model_endpoint(env: dict) -> tuple[str, int]:
     u = urlsplit(env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com")
     return u.hostname or "", u.port or (80 if u.scheme == "http" else 443)
@@ -183,6 +200,10 @@ def launch(argv: list[str]) -> int:
             set_env["IS_SANDBOX"] = "1"     # as root, --dangerously-skip-permissions asks for it
         cwd = os.path.realpath(os.getcwd())
         state_read, state_write = claude_state(home)
+        own = own_config(project, home)
+        if own:
+            set_env["CLAUDE_CONFIG_DIR"] = own
+            state_write.append(own)
         try:
             conn = connect(project)
             conn.request({"op": "baseline"})

@@ -1,0 +1,193 @@
+"""`envgit claude` as a person uses it: Claude Code's full-screen UI on a real pseudo-terminal,
+answered and typed into, the real Claude Code (pinned, from npm) against the scripted model
+server, which it reaches only through the network gate. The typed prompt reaches the model,
+each Bash call is a step with its tool-call id, the answer is on the screen, /exit and Ctrl-C
+end it and the terminal is left as it was found; a `cd` holds from one Bash call to the next,
+as in Claude Code alone; Claude's own state persists, so a second session asks nothing; two
+Bash calls in one answer keep their own ids.
+
+Claude authenticates with ANTHROPIC_AUTH_TOKEN (as with a gateway): with an API key, a first
+run checks it can reach api.anthropic.com before anything else, which nothing here can."""
+
+import json
+import shutil
+import signal
+import time
+
+import pytest
+
+from conftest import ENVGIT
+from modelserver import AgentTerminal, Call, ModelServer, Parallel, agent_bin, claude_env
+
+MODEL_HOST = "model.example.test"
+PROMPT = "please run the commands 5e1f"
+ANSWER = "the-answer-7c2a"
+READY = "shift+tab to cycle"          # the permission-mode line under Claude's prompt box
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None,
+                                reason="socat is not installed (Claude reaches its model only through the gate)")
+
+
+@pytest.fixture(scope="session")
+def claude_bin():
+    return agent_bin("claude")
+
+
+@pytest.fixture
+def cproj(proj):
+    proj.env["ENVGIT_RESOLVE"] = f"{MODEL_HOST}=127.0.0.1"
+    return proj
+
+
+def bash(cmd):
+    return Call("Bash", {"command": cmd, "description": "scripted"})
+
+
+def policy(model):
+    return f'version: 1\nnetwork:\n  allow: ["{MODEL_HOST}:{model.port}"]\n'
+
+
+def claude_tui(proj, claude_bin, model, *args):
+    env = {**proj.env, **claude_env(f"http://{MODEL_HOST}:{model.port}"), "ENVGIT_CLAUDE_BIN": claude_bin,
+           "ANTHROPIC_AUTH_TOKEN": "scripted"}
+    env.pop("ANTHROPIC_API_KEY")
+    # Bash allowed up front: the calls run without a permission question (auto mode would ask
+    # the model to judge each one)
+    return AgentTerminal([ENVGIT, "claude", "--allowedTools", "Bash", *args], env, proj.root)
+
+
+STARTUP = ("Choose the text style", "Security notes", "Yes, I trust this folder")
+
+
+def first_run(t):
+    """Claude's start-up questions, answered: the theme, the security notes, the folder's trust
+    (its default is "No, exit": down, then Enter)."""
+    t.answer(STARTUP[0], "\r")
+    t.answer(STARTUP[1], "\r")
+    t.answer(STARTUP[2], "\x1b[B\r")
+
+
+def ask(t, prompt=PROMPT, answer=ANSWER):
+    """Type the prompt once the prompt box is there (again if the box did not show it: keys
+    typed while Claude still starts may be dropped), Enter, and wait for the answer."""
+    t.wait_for(READY)
+    for _ in range(3):
+        t.type(prompt)
+        deadline = time.monotonic() + 8
+        while prompt not in t.screen() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if prompt in t.screen():
+            break
+    t.type("\r")
+    t.wait_for(answer, timeout=120)
+
+
+def exit_command(t):
+    t.type("/exit")
+    time.sleep(1)                      # the command list opens under what is typed
+    t.type("\r")
+    return t.wait(60)
+
+
+def steps(proj):
+    return json.loads(proj.envgit("log", "--json", check=True).stdout)
+
+
+def test_a_typed_prompt_runs_bash_calls_as_steps_and_a_cd_holds(cproj, claude_bin):
+    (cproj.root / "sub").mkdir()
+    with ModelServer([bash("cd sub && echo moved"), bash("pwd")], final=ANSWER) as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            first_run(t)
+            ask(t)
+            assert ANSWER in t.screen()                     # the answer, rendered
+            assert exit_command(t) == 0
+            assert t.stty() == t.modes_before
+    sent = [json.dumps(e.body) for e in model.main_requests()]
+    assert sent and PROMPT in sent[0]                        # what was typed reached the model
+    (c1, _, out1), (c2, _, out2) = model.results()
+    sub = str(cproj.root / "sub")
+    assert out1.strip() == "moved" and out2.strip() == sub, (out1, out2)
+    session, *calls = steps(cproj)
+    assert [(s["argv"], s["cwd"], s["tool_call_id"], s["exit_code"]) for s in calls] == [
+        (["bash", "-c", "cd sub && echo moved"], str(cproj.root), c1, 0),
+        (["bash", "-c", "pwd"], sub, c2, 0)]                 # the second call started in sub/
+    assert "agent-session" in session["marks"] and session["exit_code"] == 0
+
+
+def test_a_failed_command_leaves_the_directory_as_claude_alone_does(cproj, claude_bin):
+    """Claude runs `eval CMD && pwd -P >| FILE`: a command that fails does not move it."""
+    (cproj.root / "sub").mkdir()
+    with ModelServer([bash("cd sub && false"), bash("pwd")], final=ANSWER) as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            first_run(t)
+            ask(t)
+            assert exit_command(t) == 0
+    (_, _, out2) = model.results()[1]
+    assert out2.strip() == str(cproj.root), out2
+
+
+def test_ctrl_c_ends_claude_and_the_terminal_is_restored(cproj, claude_bin):
+    with ModelServer([], final=ANSWER) as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            first_run(t)
+            t.wait_for(READY)
+            assert t.stty() != t.modes_before               # Claude has the terminal in raw mode
+            status = None
+            for _ in range(10):                             # Ctrl-C twice, as Claude asks
+                t.type("\x03")
+                time.sleep(0.3)
+                t.type("\x03")
+                try:
+                    status = t.proc.wait(2)
+                    break
+                except Exception:
+                    pass
+            assert status == 0, t.screen()
+            assert t.stty() == t.modes_before
+    session, = steps(cproj)
+    assert session["exit_code"] == 0 and "agent-session" in session["marks"]
+
+
+def test_claudes_state_persists_so_a_second_session_asks_nothing(cproj, claude_bin):
+    with ModelServer([], final=ANSWER) as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            first_run(t)
+            ask(t)
+            assert exit_command(t) == 0
+    state = cproj.home / ".claude"
+    settings = state / "settings.json"
+    settings.write_text('{"env": {"FROM_THE_PERSON": "1"}}\n')
+    with ModelServer([bash("echo second-session-ran")], final="second-answer") as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            ask(t, "second session", "second-answer")       # straight to the prompt
+            assert exit_command(t) == 0
+            assert t.stty() == t.modes_before
+            shown = t.text()
+    for question in STARTUP:
+        assert question not in shown, question
+    (_, _, out), = model.results()
+    assert "second-session-ran" in out, out
+    assert settings.read_text() == '{"env": {"FROM_THE_PERSON": "1"}}\n'   # the person's, as it was
+    assert not (cproj.home / ".claude.json").exists()         # the person's own: never written inside
+    assert any((state / "projects").rglob("*.jsonl"))         # the transcripts: where --resume looks
+
+
+def test_parallel_bash_calls_keep_their_own_ids(cproj, claude_bin):
+    a = bash("sleep 1; echo first-call-out")
+    b = bash("echo second-call-out")
+    with ModelServer([Parallel([a, b])], final=ANSWER) as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            first_run(t)
+            ask(t)
+            assert exit_command(t) == 0
+    (ca, _, _), (cb, _, _) = model.calls
+    assert "first-call-out" in model.result_of(ca) and "second-call-out" not in model.result_of(ca)
+    assert "second-call-out" in model.result_of(cb) and "first-call-out" not in model.result_of(cb)
+    by_id = {s["tool_call_id"]: s["argv"] for s in steps(cproj)[1:]}
+    assert by_id == {ca: ["bash", "-c", a.input["command"]], cb: ["bash", "-c", b.input["command"]]}
