@@ -190,3 +190,21 @@ def test_the_command_gets_sigint_as_envgit_run_got_it(netproj):
         return {s for s in (signal.SIGINT, signal.SIGQUIT) if mask & (1 << (s - 1))}
     assert ignored_in_the_command("") == set()
     assert ignored_in_the_command("trap '' INT QUIT; ") == {signal.SIGINT, signal.SIGQUIT}
+
+
+def test_the_network_outlives_a_ctrl_c_the_command_survives(proj):
+    """A REPL or a dev server survives Ctrl-C and goes on using the network: the bridge (socat)
+    is in a session of its own, out of the terminal's foreground group, so the Ctrl-C is the
+    command's alone. The oracle: 127.0.0.1:3128 still listening after it."""
+    if shutil.which("socat") is None:
+        pytest.skip("socat is not installed (dev/run installs it)")
+    proj.write_policy(policy("on"))
+    proj.env["TERM"] = "xterm"
+    listening = "grep -q ' 0100007F:0C38 00000000:0000 0A' /proc/net/tcp && echo bridge-up || echo bridge-down"
+    script = (f"trap 'echo caught' INT; echo ready; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); "
+              f"[ -f stop ] && break; done; {listening}")
+    with term(proj, [ENVGIT, "run", "--", "sh", "-c", f"({script}) </dev/tty; true"]) as t:
+        assert t.expect(b"ready"), t.text
+        t.send(b"\x03", settle=1.0)
+        status = t.wait()
+    assert "caught" in t.text and "bridge-up" in t.text, (status, t.text)

@@ -101,8 +101,9 @@ def run_checks() -> list[Check]:
                          "Ubuntu 24.04+: add an AppArmor profile allowing userns for bwrap, or "
                          "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"))
     for tool, pkg, why in (("socat", "socat", "the in-sandbox bridge to the proxy"),
-                           ("git", "git", "git itself")):
-        if tool in ("socat", "git"):        # as the daemon finds them: never from PATH
+                           ("git", "git", "git itself"),
+                           ("perl", "perl-base", "every step's exit-status reporter (sandbox/launch.py)")):
+        if tool in ("socat", "git", "perl"):    # as envgit finds them: never from PATH
             try:
                 path = trusted_binary(tool)
             except LaunchError:

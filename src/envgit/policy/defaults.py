@@ -201,8 +201,11 @@ def render_escape_routes() -> str:
     return "\n".join(lines) + "\n"
 
 
+# The person's editor and pager too: `git commit` in a step opens the editor they chose, as
+# it does without envgit (the program must exist in the sandbox's view, as every command must).
 ENV_PASS = ["PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM", "NO_COLOR",
-            "TZ", "USER", "LOGNAME", "SHELL", "PYENV_ROOT", "PYENV_VERSION"]
+            "TZ", "USER", "LOGNAME", "SHELL", "PYENV_ROOT", "PYENV_VERSION",
+            "EDITOR", "VISUAL", "GIT_EDITOR", "PAGER", "GIT_PAGER", "LESS"]
 
 # A variable whose name looks like this reaches the sandbox only when passed by its exact name.
 SECRET_NAME_GLOBS = ["*_TOKEN", "*_TOKEN_*", "*TOKEN", "*_SECRET", "*_SECRET_*", "*SECRET",
@@ -312,7 +315,8 @@ filesystem:
   protect: []
 
 env:
-  # Passed into the sandbox besides PATH, HOME, LANG, LC_*, TERM, TZ, USER, SHELL.
+  # Passed into the sandbox besides PATH, HOME, LANG, LC_*, TERM, TZ, USER, SHELL,
+  # EDITOR, VISUAL, PAGER.
   # A token-like name (*_TOKEN, *_SECRET, *_KEY, *PASSWORD*) passes only if named exactly.
   pass: []
 

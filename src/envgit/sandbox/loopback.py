@@ -73,11 +73,11 @@ def wrap(argv: list[str], fwd: list[tuple[str, int]], credential: str) -> list[s
             if (kind, port) in taken:       # 'localhost:P' and '127.0.0.1:P': the first serves
                 continue
             taken.add((kind, port))
-            lines.append(f"({socat} {kind}:{port},{bind},reuseaddr,fork,nodelay,backlog=128 "
+            lines.append(f"($ss {socat} {kind}:{port},{bind},reuseaddr,fork,nodelay,backlog=128 "
                          f"PROXY:127.0.0.1:{target}:{port},proxyport={network.PORT},"
                          f"proxyauth={credential} </dev/null >/dev/null 2>&1 &)")
             (want4 if kind == "TCP4-LISTEN" else want6).append(_hex_local(kind, port))
-    script = "\n".join(lines) + "\n" + _WAIT.format(
+    script = network.SETSID + "\n".join(lines) + "\n" + _WAIT.format(
         want4=" ".join(want4), want6=" ".join(want6)) + 'exec "$@"\n'
     return ["/bin/sh", "-c", script, "envgit-loopback", *argv]
 

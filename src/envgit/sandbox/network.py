@@ -21,8 +21,15 @@ BUNDLE_INSIDE = CERTS_INSIDE + "/ca-certificates.crt"
 # and the command is exec'ed outside it: its stdin, stdout, stderr and terminal are exactly
 # the ones `envgit run` got, and no other descriptor is left open in it. A socat that is not
 # installed at all is found before the step begins (_socat: the daemon refuses the step).
-BRIDGE = f"""\
-pid=$( (socat TCP-LISTEN:{PORT},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=128 \
+# socat runs in a session of its own (setsid, from the system's directories: util-linux and
+# busybox have it), out of the terminal's foreground group: a Ctrl-C the command survives (a
+# REPL, a dev server) must not end the step's network with it.
+SETSID = """\
+ss=
+for f in /usr/bin/setsid /bin/setsid; do [ -x "$f" ] && { ss=$f; break; }; done
+"""
+BRIDGE = SETSID + f"""\
+pid=$( ($ss socat TCP-LISTEN:{PORT},bind=127.0.0.1,reuseaddr,fork,nodelay,backlog=128 \
 UNIX-CONNECT:{SOCKET_INSIDE} </dev/null >/dev/null 2>&1 & echo $!) )
 i=0
 up=
@@ -63,7 +70,7 @@ def mounts(net: Net) -> list[str]:
 
 def wrap(argv: list[str]) -> list[str]:
     """The bridge prelude before `argv`; LaunchError (with the fix) when socat is missing."""
-    return ["/bin/sh", "-c", BRIDGE.replace("(socat ", f"({_socat()} ", 1), "envgit-bridge", *argv]
+    return ["/bin/sh", "-c", BRIDGE.replace("$ss socat ", f"$ss {_socat()} ", 1), "envgit-bridge", *argv]
 
 
 def _socat() -> str:
