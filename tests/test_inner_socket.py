@@ -15,17 +15,19 @@ from envgit.sandbox.seccomp import program
 SHIM = Path(__file__).resolve().parent.parent / "src" / "envgit" / "daemon" / "inner_shim.py"
 
 
-def test_a_step_from_inside_a_sandbox(proj):
-    proj.run("true")                                   # the daemon is up, step 1 recorded
+def _inner_step(proj, session, script):
+    """Run `sh -c script` as a step asked for from inside a sandbox (the shim on the inner
+    socket, as an agent's tool call does): (the shim's result, the step as log --json has it)."""
+    proj.run("true")                                   # the daemon is up
     project = Project(str(proj.root))
     conn = connect(project)
     helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": str(proj.root), "env": proj.env,
-                           "record_only": True, "session": "agent-s1"})
+                           "record_only": True, "session": session})
     # the shim must be visible inside: put it in the project (a real adapter binds it in)
     shutil.copy(SHIM, proj.root / "shim.py")
     spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", str(proj.root / "shim.py"), "sh", "-c",
-                                                "echo from-inner; cat ~/.ssh/id_ed25519; exit 3"],
-                         "cwd": str(proj.root), "env": proj.env, "session": "agent-s1", "inner": True,
+                                                script],
+                         "cwd": str(proj.root), "env": proj.env, "session": session, "inner": True,
                          "step": helper["step"]})
     assert "bwrap" in spec, spec
     fd = os.memfd_create("s", 0)
@@ -33,13 +35,28 @@ def test_a_step_from_inside_a_sandbox(proj):
     os.lseek(fd, 0, 0)
     r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
                        pass_fds=[fd], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 3, r.stdout + r.stderr
-    assert "from-inner" in r.stdout and "CANARY" not in r.stdout
     conn.request({"op": "end", "step": helper["step"], "exit_code": 0})
     steps = json.loads(proj.envgit("log", "--json", check=True).stdout)
-    inner = [s for s in steps if s["argv"][:2] == ["sh", "-c"] and "from-inner" in s["argv"][2]]
-    assert len(inner) == 1 and inner[0]["session"] == "agent-s1" and inner[0]["exit_code"] == 3
-    assert inner[0]["snapshot"]["tree"]
+    inner = [s for s in steps if s["argv"][:2] == ["sh", "-c"] and s["argv"][2] == script]
+    assert len(inner) == 1, steps
+    return r, inner[0]
+
+
+def test_a_step_from_inside_a_sandbox(proj):
+    r, inner = _inner_step(proj, "agent-s1", "echo from-inner; cat ~/.ssh/id_ed25519; exit 3")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "from-inner" in r.stdout and "CANARY" not in r.stdout
+    assert inner["session"] == "agent-s1" and inner["exit_code"] == 3
+    assert inner["snapshot"]["tree"]
+
+
+def test_an_inner_steps_chosen_130_is_not_a_death_by_sigint(proj):
+    """Steps an agent's tool call asks for get the exit-status reporter as envgit run's do:
+    `exit 130` is recorded as exit 130 with no signal, a real SIGINT death as SIGINT."""
+    r, chosen = _inner_step(proj, "agent-s2", "exit 130")
+    assert r.returncode == 130 and chosen["exit_code"] == 130 and chosen["signal"] is None, chosen
+    r, died = _inner_step(proj, "agent-s2", "kill -INT $$; sleep 5")
+    assert died["exit_code"] == 130 and died["signal"] == "SIGINT", died
 
 
 def test_the_inner_socket_offers_only_run_and_status(proj):

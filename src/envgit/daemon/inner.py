@@ -298,10 +298,13 @@ async def run_step(sess, msg, fds, session, home):
     launch = None
     dns = Resolver()              # the step's 127.0.0.1:53, answered on this loop
     try:
-        launch = Launch(begin["bwrap"], sess.project.root)
+        # With the exit-status reporter, as envgit run: a command's chosen 130 is 130, a death
+        # by SIGINT is SIGINT (bwrap alone says 128+N for both).
+        launch = Launch(begin["bwrap"], sess.project.root, report=True)
+        argv, env = launch.command_line(begin["env"])
         # A session of its own: nothing inside can signal the daemon or another step.
-        proc = await asyncio.create_subprocess_exec(*launch.argv, stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                                                    env=begin["env"], pass_fds=launch.pass_fds,
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                                                    env=env, pass_fds=launch.pass_fds,
                                                     start_new_session=True)
         launch.spawned(proc.pid)
         sess.live[step]["proc"] = proc
@@ -315,19 +318,17 @@ async def run_step(sess, msg, fds, session, home):
             pass                        # bwrap failed to start: its status says so
         launch.release()
         rc = await proc.wait()
+        # asyncio's returncode -N is a death by signal N, M >= 0 an exit with M: as a wait status
+        code, sig = launch.outcome(-rc if rc < 0 else rc << 8)
     except (LaunchError, OSError) as e:
         os.write(fds[2], f"envgit: the sandbox could not start: {e}\n".encode())
-        rc = 125
+        code, sig = 125, 0
     finally:
         if dns.fileno() is not None:
             loop.remove_reader(dns.fileno())
         dns.close()
         if launch is not None:
             launch.close()
-    if rc < 0:                          # bwrap itself was killed
-        code, sig = 128 - rc, -rc
-    else:                               # bwrap reports a command killed by signal N as 128+N
-        code, sig = rc, (rc - 128 if 128 < rc < 160 else 0)
     name = signal.Signals(sig).name if sig else None
     fd = sess.live.get(step, {}).pop("stderr_fd", None)
     if fd is not None:
