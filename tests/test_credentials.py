@@ -260,3 +260,64 @@ def test_no_real_value_in_the_journal_the_daemon_log_or_json(world):
     r = subprocess.run(["grep", "-rlaF", REAL, str(state)], capture_output=True, text=True)
     assert r.stdout == "", r.stdout                   # journal, objects, daemon log
     assert any("credential" in o for o in outs)
+
+
+# --- AWS: SigV4 re-signed at the gate ------------------------------------------------------
+# The local S3-compatible server verifies SigV4 with the same library the gate signs with
+# (botocore, envgit.proxy.sigv4.sign as of the request's own X-Amz-Date): a stand-in for S3,
+# which cannot run here. The client inside is real: curl --aws-sigv4.
+
+AWS_KEY, AWS_SECRET = "AKIAREALKEYREAL12345", "realSecretrealSecretrealSecretrealSecret"
+
+
+def s3_app(seen):
+    from envgit.proxy.sigv4 import parse, sign
+
+    def app(method, path, headers, body):
+        p = parse(headers.get("authorization", ""))
+        ok = False
+        if p and p["key_id"] == AWS_KEY:
+            signed = {k: headers[k] for k in p["signed"] if k in headers and k != "x-amz-date"}
+            want = sign(method, f"https://{headers['host']}{path}", signed, body, p["service"],
+                        p["region"], AWS_KEY, AWS_SECRET, timestamp=headers.get("x-amz-date"))
+            ok = want["Authorization"] == headers["authorization"]
+        seen.append((headers.get("authorization", ""), ok))
+        return (200, {"Content-Type": "text/plain"}, b"object\n") if ok else \
+            (403, {"Content-Type": "text/plain"}, b"SignatureDoesNotMatch\n")
+    return app
+
+
+@pytest.mark.skipif(subprocess.run(["curl", "--help", "all"], capture_output=True, text=True).stdout.find(
+    "--aws-sigv4") < 0, reason="curl has no --aws-sigv4")
+def test_aws_request_is_resigned_with_the_real_key_and_refused_elsewhere(tmp_path):
+    pytest.importorskip("botocore")
+    seen = []
+    with HTTPSServer(s3_app(seen), ("s3.example.test",), root=tmp_path / "s3") as s3, \
+            HTTPSServer(_stub, ("stub.example.test",), root=tmp_path / "stub", ca=s3.ca) as stub:
+        home = make_home(tmp_path)
+        with open(home / ".aws" / "credentials", "a") as f:
+            f.write(f"\n[envgit-test]\naws_access_key_id = {AWS_KEY}\naws_secret_access_key = {AWS_SECRET}\n")
+        root = home / "proj"
+        root.mkdir()
+        env = Env(home, root, {"ENVGIT_RESOLVE": f"{s3.resolve},{stub.resolve}",
+                               "ENVGIT_UPSTREAM_CA": str(s3.ca.cert_path)})
+        env.envgit("init", check=True)
+        env.write_policy(f"version: 1\nnetwork:\n  allow: [\"{hostport(s3)}\", \"{hostport(stub)}\"]\n"
+                         f"credentials:\n  aws:\n    from: {{ profile: envgit-test }}\n"
+                         f"    hosts: [\"{hostport(s3)}\"]\n")
+        get = ("curl -s -w ' %{{http_code}}' --aws-sigv4 aws:amz:us-east-1:s3 "
+               "--user \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" {url}/bucket/key")
+        try:
+            r = env.run("env | grep ^AWS_; " + get.format(url=s3.url_for()))
+            assert AWS_KEY not in r.stdout and AWS_SECRET not in r.stdout
+            assert "AWS_ACCESS_KEY_ID=AKIA" in r.stdout
+            assert r.stdout.strip().endswith("object\n 200"), r.stdout + r.stderr
+            assert seen and seen[-1][1] and AWS_KEY in seen[-1][0]
+            assert any(q.get("credential") == "aws" for q in steps(env)[-1]["requests"])
+            r = env.run(get.format(url=stub.url_for()))
+            assert r.stdout.strip().endswith("403"), r.stdout
+            assert not stub.requests
+            assert "credential-misuse" in steps(env)[-1]["marks"]
+            assert AWS_SECRET not in env.envgit("log", "--json").stdout
+        finally:
+            env.stop()
