@@ -11,6 +11,7 @@ import time
 
 from ..snapshot import ChangeWatcher, CorruptObject, Filter, StatCache, Store, StoreError
 from ..snapshot.restore import apply_plan, make_plan
+from ..snapshot.statcache import STAT
 
 MAX_PATHS = 200           # paths listed on a step; the counts are always complete
 SAVE_CACHE_EVERY_S = 30   # the stat cache is also saved when the daemon exits
@@ -72,8 +73,17 @@ class Snapshotter:
             return git_changes(self.store, tree_a, tree_b)
 
     def restore(self, plan, progress=None):
+        """Apply a plan made by plan_restore: a path found changed since that snapshot (a
+        person's save while the rewind writes) stops it before that path is touched."""
         with self.lock:
-            apply_plan(self.store.objects, self.root, plan, progress)
+            apply_plan(self.store.objects, self.root, plan, progress, self._seen)
+
+    def _seen(self, path: bytes):
+        """The stamp the last snapshot saw at `path` (statcache STAT), None where it saw none."""
+        parent, _, name = path.rpartition(b"/")
+        memo = self.cache.dirs.get(parent)
+        kid = memo.kids.get(os.fsdecode(name)) if memo is not None else None
+        return kid[STAT] if kid is not None else None
 
     def gc(self, keep_trees, progress) -> int:
         with self.lock:

@@ -101,17 +101,31 @@ def _item(path: bytes, e: Entry) -> Item:
     return Item(path, TYPE_NAMES[e.type], e.mode, e.size, e.oid, e.chunked, e.target)
 
 
-def apply_plan(objects, root, plan: RestorePlan, progress=None) -> None:
-    """Apply the plan; `progress(done, total)` after each path deleted or written."""
+class ChangedMeanwhile(OSError):
+    """A path changed after the plan's snapshot (a person saved a file while the rewind wrote):
+    the restore stops before touching it, so that edit is not overwritten."""
+
+
+def apply_plan(objects, root, plan: RestorePlan, progress=None, seen=None) -> None:
+    """Apply the plan; `progress(done, total)` after each path deleted or written. `seen(path)`
+    (optional): the (mode, size, mtime_ns, ctime_ns, ino) the plan's snapshot saw at a path, or
+    None where it saw nothing; a non-directory path found otherwise right before it is replaced
+    or deleted stops the restore there (ChangedMeanwhile)."""
     contents = _verify(objects, plan)
     total, done = len(plan.delete) + len(plan.write), 0
+    deleted = set()
     with _Dirs(root) as dirs:
         for item in plan.delete:
+            if seen is not None and item.type != "dir":
+                _unchanged(dirs, item.path, seen)
             _delete(dirs, item)
+            deleted.add(item.path)
             done += 1
             if progress:
                 progress(done, total)
         for item in plan.write:
+            if seen is not None and item.type != "dir" and item.path not in deleted:
+                _unchanged(dirs, item.path, seen)
             _write(objects, dirs, item, contents)
             faults.point("restore-wrote")       # a kill here leaves the directory half written
             done += 1
@@ -179,6 +193,23 @@ class _Dirs:
     def parent(self, path: bytes) -> tuple[int, bytes]:
         parent, _, name = path.rpartition(b"/")
         return self.open(parent), name
+
+
+def _unchanged(dirs: _Dirs, path: bytes, seen) -> None:
+    want = seen(path)
+    try:
+        pfd, name = dirs.parent(path)
+        st = os.lstat(name, dir_fd=pfd)
+        now = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    except FileNotFoundError:
+        now = None
+    if now != want and not (want is not None and now is not None and _is_dir(want[0]) and _is_dir(now[0])):
+        raise ChangedMeanwhile(errno.EAGAIN, f"{os.fsdecode(path)} changed while the rewind was writing; "
+                               "it was left as it is and the rewind stopped there")
+
+
+def _is_dir(mode) -> bool:
+    return mode & 0o170000 == 0o040000
 
 
 def _delete(dirs: _Dirs, item: Item) -> None:
