@@ -204,8 +204,8 @@ def _unchanged(dirs: _Dirs, path: bytes, seen) -> None:
     except FileNotFoundError:
         now = None
     if now != want and not (want is not None and now is not None and _is_dir(want[0]) and _is_dir(now[0])):
-        raise ChangedMeanwhile(errno.EAGAIN, f"{os.fsdecode(path)} changed while the rewind was writing; "
-                               "it was left as it is and the rewind stopped there")
+        raise ChangedMeanwhile(f"{os.fsdecode(path)} changed while the rewind was writing; it was left "
+                               "as it is and the rewind stopped there (rewind again to finish)")
 
 
 def _is_dir(mode) -> bool:
