@@ -27,7 +27,7 @@ import sys
 
 from .codex_trust import TrustError, hook_identity, trust_override
 from ..run import FAILED
-from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, session_dir
+from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, say_escape_routes, session_dir
 
 # Ours replace theirs in the overlay only; every other name is the user's own Codex home.
 OURS = ("environments.toml", "hooks.json")
@@ -121,6 +121,7 @@ def launch(argv: list[str]) -> int:
     try:
         return run_on_terminal(command(codex, argv, trust), env)
     finally:
+        say_escape_routes(project, session)
         for path in adopt(home, user_home):
             print(f"envgit: Codex's {os.path.basename(path)} of this session is kept in {path} "
                   f"({user_home} has its own)", file=sys.stderr)

@@ -23,7 +23,7 @@ import shlex
 import sys
 
 from ..run import FAILED
-from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, session_dir
+from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, say_escape_routes, session_dir
 
 
 def build_plugin(project, session: str) -> str:
@@ -55,4 +55,7 @@ def launch(argv: list[str]) -> int:
     plugin = build_plugin(project, session)
     announce("copilot", session, "recorded and routed through hooks, not enforced: "
              "its file tools run in its own process")
-    return run_on_terminal([copilot, "--plugin-dir", plugin, *argv], {**os.environ, "ENVGIT_SESSION": session})
+    try:
+        return run_on_terminal([copilot, "--plugin-dir", plugin, *argv], {**os.environ, "ENVGIT_SESSION": session})
+    finally:
+        say_escape_routes(project, session)

@@ -134,6 +134,25 @@ def _restore_terminal(fd, modes, died: bool):
         os.close(fd)
 
 
+def say_escape_routes(project, session: str):
+    """Each step of this session that wrote an escape route, said on the person's terminal once
+    the agent is done: the step's own notice went to the agent (a tool call's stderr is its
+    output), where the person may never see it."""
+    try:
+        from ..commands import open_journal
+        from ..inert import inert
+        j = open_journal(project)
+        steps = j.steps(session=session) if j else []
+    except Exception:           # the agent's work is done; this is only a reminder
+        return
+    for s in steps:
+        if "escape-route-written" in s.marks:
+            print(f"envgit: step {s.id} of this session WROTE AN ESCAPE ROUTE, a file a program "
+                  f"outside the sandbox obeys: {', '.join(inert(p) for p in s.escape_routes)}; review "
+                  f"before running anything here: envgit diff {s.id}; undo: envgit rewind {s.id}",
+                  file=sys.stderr)
+
+
 def announce(agent: str, session: str, how: str):
     print(f"envgit: {agent} session {session} ({how}); its steps: envgit log --session {session}",
           file=sys.stderr)
