@@ -101,8 +101,13 @@ def test_a_typed_prompt_runs_bash_calls_as_steps_and_a_cd_holds(cproj, claude_bi
             first_run(t)
             ask(t)
             assert ANSWER in t.screen()                     # the answer, rendered
+            # what the gate says meanwhile (Claude tries hosts of its own) waits for the exit:
+            # never drawn over Claude's screen
+            assert "envgit: step" not in t.text().split("its steps: envgit log", 1)[1]
+            mark = t.mark()
             assert exit_command(t) == 0
             assert t.stty() == t.modes_before
+            said_after = t.shown_after(mark)
     sent = [json.dumps(e.body) for e in model.main_requests()]
     assert sent and PROMPT in sent[0]                        # what was typed reached the model
     (c1, _, out1), (c2, _, out2) = model.results()
@@ -113,6 +118,8 @@ def test_a_typed_prompt_runs_bash_calls_as_steps_and_a_cd_holds(cproj, claude_bi
         (["bash", "-c", "cd sub && echo moved"], str(cproj.root), c1, 0),
         (["bash", "-c", "pwd"], sub, c2, 0)]                 # the second call started in sub/
     assert "agent-session" in session["marks"] and session["exit_code"] == 0
+    if "denied-net" in session["marks"]:                     # said, once Claude had exited
+        assert "not in network.allow" in said_after, said_after
 
 
 def test_a_failed_command_leaves_the_directory_as_claude_alone_does(cproj, claude_bin):

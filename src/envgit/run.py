@@ -115,13 +115,15 @@ def die_of(sig):
         pass                    # a signal that cannot end this process: 128+N, as the shell would say
 
 
-def execute(conn, step, args, env, bind=False, project_root=None) -> tuple[int, int]:
+def execute(conn, step, args, env, bind=False, project_root=None, hold_notices=False) -> tuple[int, int]:
     """Run the bwrap command line the daemon gave for `step` on this terminal, serving what
     the daemon pushes meanwhile, then end the step: (exit code, signal number or 0): the
     command's own code, or 128+N and N if it died of signal N, 125 if the sandbox did not
     start. With `bind`, the step's proxy credentials are tied to its sandbox before the
-    command starts."""
-    term = Terminal()
+    command starts. With `hold_notices` (a full-screen program: `envgit claude`), what the
+    daemon says during the step is said once the command has exited and given the terminal
+    back, not drawn over its screen."""
+    term = Terminal(hold_notices)
     conn.on_push = lambda frame: term.push(frame, conn)
     dns = Resolver()              # the step's 127.0.0.1:53, answered here (sandbox/resolver.py)
     try:
@@ -131,6 +133,8 @@ def execute(conn, step, args, env, bind=False, project_root=None) -> tuple[int, 
         code, sig, ms = FAILED, 0, 0
     finally:
         dns.close()
+    for text in term.held or ():
+        term.say(text)
     try:
         reply = conn.request({"op": "end", "step": step, "exit_code": code, "dns": dns.summary(),
                               "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
@@ -264,12 +268,13 @@ def _kill_group(pgid, signum):
 class Terminal:
     """Questions from the gate, answered at this terminal when there is one."""
 
-    def __init__(self):
+    def __init__(self, hold_notices=False):
         try:
             self.tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
         except OSError:
             self.tty = None
         self.waiting = []          # asks not yet answered, the first one being prompted
+        self.held = [] if hold_notices else None   # notices kept until the command exits
 
     def fds(self):
         return [self.tty] if self.tty is not None and self.waiting else []
@@ -282,7 +287,10 @@ class Terminal:
         # not fake the question a person answers with escape sequences (inert.py).
         from .inert import inert
         kind = frame.get("push")
-        if kind == "notice":
+        if kind == "notice" and self.held is not None:
+            if inert(frame["text"]) not in self.held:
+                self.held.append(inert(frame["text"]))
+        elif kind == "notice":
             self.say(inert(frame["text"]))
         elif kind == "ask":
             q = frame["question"]

@@ -228,7 +228,10 @@ def launch(argv: list[str]) -> int:
         announce("claude", session, "Claude runs in the sandbox: its file tools under the mounts, its "
                  "traffic through the gate, each Bash call a step")
         # bind: Claude's own traffic goes through the gate on `step`, tied to its sandbox
-        code, _ = execute(conn, step, spec["bwrap"], spec["env"], spec.get("bind"), project.root)
+        # hold_notices: the gate's notices (a host Claude tried) are said after Claude's
+        # full-screen UI has exited, not drawn over it
+        code, _ = execute(conn, step, spec["bwrap"], spec["env"], spec.get("bind"), project.root,
+                          hold_notices=True)
         return code
     finally:
         shutil.rmtree(top, ignore_errors=True)
