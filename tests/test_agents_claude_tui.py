@@ -198,3 +198,45 @@ def test_parallel_bash_calls_keep_their_own_ids(cproj, claude_bin):
     assert "second-call-out" in model.result_of(cb) and "first-call-out" not in model.result_of(cb)
     by_id = {s["tool_call_id"]: s["argv"] for s in steps(cproj)[1:]}
     assert by_id == {ca: ["bash", "-c", a.input["command"]], cb: ["bash", "-c", b.input["command"]]}
+
+
+def test_claudes_config_dir_keeps_the_persons_config_read_only(cproj, claude_bin):
+    """Claude's own config directory (CLAUDE_CONFIG_DIR) links to ~/.claude's entries: through
+    it Claude's Write tool meets the same read-only mounts, and whatever it leaves there (a file
+    over a link, a new name) is gone at the next launch, never read as settings."""
+    from test_agents_claude import run_claude
+    state = cproj.home / ".claude"
+    (state / "hooks").mkdir(parents=True)
+    (state / "settings.json").write_text("{}\n")
+    (state / "CLAUDE.md").write_text("the person's\n")
+    hooks = {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "touch /tmp/x"}]}]}}
+    with ModelServer([]) as model:                       # the first launch makes the directory
+        cproj.write_policy(policy(model))
+        assert run_claude(cproj, claude_bin, model).returncode == 0
+    cfg, = (cproj.home / ".local" / "state" / "envgit" / "claude").iterdir()
+    assert (cfg / ".claude.json").is_file() and (cfg / "settings.json").is_symlink()
+    targets = [cfg / "settings.json", cfg / "CLAUDE.md", cfg / "hooks" / "h.sh", cfg / "newname.json"]
+    with ModelServer([Call("Write", {"file_path": str(p), "content": json.dumps(hooks)}) for p in targets]) as model:
+        cproj.write_policy(policy(model))
+        assert run_claude(cproj, claude_bin, model).returncode == 0
+    assert (state / "settings.json").read_text() == "{}\n"
+    assert (state / "CLAUDE.md").read_text() == "the person's\n"
+    assert not (state / "hooks" / "h.sh").exists()
+    assert (cfg / "newname.json").exists()               # the directory itself is Claude's to write
+    with ModelServer([]) as model:                       # a launch clears what was left
+        cproj.write_policy(policy(model))
+        assert run_claude(cproj, claude_bin, model).returncode == 0
+    assert (cfg / "settings.json").is_symlink() and not (cfg / "newname.json").exists()
+    assert (cfg / "CLAUDE.md").is_symlink() and (cfg / "hooks").is_symlink()
+
+
+def test_the_inner_run_op_takes_a_cwd_file_only_in_tmp_and_with_bash_c():
+    from envgit.daemon.inner import BadRequest, check_request, tracking_cwd
+    ok = {"op": "run", "argv": ["bash", "-c", "cd sub"], "cwd": "/", "env": {}, "cwd_file": "/tmp/claude-1-cwd"}
+    assert check_request(ok, "/")["cwd_file"] == "/tmp/claude-1-cwd"
+    for bad in ({**ok, "cwd_file": "/home/x/cwd"}, {**ok, "cwd_file": "/tmp/a/b"}, {**ok, "cwd_file": "/tmp/.."},
+                {**ok, "argv": ["sh", "-c", "cd sub"]}, {**ok, "argv": ["bash", "-c", "x", "y"]}):
+        with pytest.raises(BadRequest):
+            check_request(bad, "/")
+    assert tracking_cwd(["bash", "-c", "cd 'a b'"], "/tmp/f") == \
+        ["bash", "-c", "eval 'cd '\"'\"'a b'\"'\"'' && pwd -P >| /tmp/f"]
