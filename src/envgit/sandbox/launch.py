@@ -55,7 +55,8 @@ class LaunchError(Exception):
 # "--", the command. The command gets no fd of the reporter's (the report fd is closed before
 # exec), and it is found as a shell would: not found 127, not executable 126.
 REPORTER = r"""$0 = "envgit-step";
-my $fd = shift; my $sigs = shift; my @env;
+my $fd = shift; my $prctl = shift; my $sigs = shift; my @env;
+syscall($prctl, 4, 0, 0, 0, 0) if $prctl;     # PR_SET_DUMPABLE 0: see PRCTL_NR
 while (@ARGV and (my $item = shift) ne "--") { push @env, $item }
 open(my $report, ">&=", $fd) or exit 125;
 my $pid = fork;
@@ -76,6 +77,15 @@ syswrite($report, "$?\n");
 exit(($? & 127) ? 128 + ($? & 127) : $? >> 8);
 """
 REPORTER_STASHED = ("PERL5OPT", "PERLIO", "PERL_BADLANG")
+
+# prctl's number, for the reporter to make itself not dumpable before it forks: the step runs
+# as the reporter's own uid, and without this any process of the step could open
+# /proc/<reporter>/fd/<report fd> (a pipe: a new writable end) and write a status of its
+# choosing first (red team 12). Not dumpable, its /proc/PID/fd needs CAP_SYS_PTRACE, which no
+# step has. The command is unaffected: exec makes it dumpable again. A machine not listed here
+# keeps the reporter dumpable (docs/THREATS.md).
+PRCTL_NR = {"x86_64": 157, "aarch64": 167, "riscv64": 167, "i686": 172, "armv7l": 172,
+            "ppc64le": 171, "s390x": 172}
 
 
 def trusted_binary(name: str, project_root: str | None = None) -> str:
@@ -229,7 +239,8 @@ class Launch:
         env = {k: v for k, v in env.items() if k not in REPORTER_STASHED}
         env["PERL_BADLANG"] = "0"
         at = self._reporter_at
-        argv = [*self.argv[:at], self.perl, "-e", REPORTER, str(self._report_fd), sigs, *stash, "--",
+        prctl = str(PRCTL_NR.get(os.uname().machine, 0))
+        argv = [*self.argv[:at], self.perl, "-e", REPORTER, str(self._report_fd), prctl, sigs, *stash, "--",
                 *self.argv[at:]]
         return argv, env
 
