@@ -8,6 +8,9 @@ traffic (the model API included) goes through the network gate, recorded on the 
                      binary's directory and a generated directory of stdlib-only scripts
                      read-only, Claude's state (~/.claude, ~/.claude.json) read-only but for
                      the directories Claude writes during a session (CLAUDE_WRITABLE)
+  CLAUDE_CONFIG_DIR  claude_config.py: a directory of Claude's own per project, where its
+                     .claude.json (onboarding, theme, trusted folders) is writable and
+                     persists between sessions, linking to ~/.claude's entries
   CLAUDE_CODE_SHELL_PREFIX
                      claude_shim.py: each Bash call is sent over the inner socket and runs as
                      a step of its own in a sibling sandbox, argv ["bash", "-c", <the model's
@@ -104,13 +107,22 @@ CLAUDE_WRITABLE = (
 )
 
 
+def persons_state(home: str, environ=os.environ) -> tuple[str, str]:
+    """(the person's Claude directory, their .claude.json): ~/.claude and ~/.claude.json, or
+    $CLAUDE_CONFIG_DIR and the .claude.json in it when they set one, as Claude itself reads."""
+    own = environ.get("CLAUDE_CONFIG_DIR") or ""
+    if os.path.isabs(own):
+        return os.path.normpath(own), os.path.join(os.path.normpath(own), ".claude.json")
+    return os.path.join(home, ".claude"), os.path.join(home, ".claude.json")
+
+
 def claude_state(home: str) -> tuple[list[str], list[str]]:
     """(read, write) for Claude's own state: ~/.claude and ~/.claude.json read-only
     (Claude rewrites the latter through a temporary file beside it, in the home directory,
     which is read-only inside), the CLAUDE_WRITABLE directories of ~/.claude writable, created
     when absent (a bind needs something to bind, and none could be created inside). One that
     is a symlink stays read-only: binding it would make its target writable."""
-    d, cfg = os.path.join(home, ".claude"), os.path.join(home, ".claude.json")
+    d, cfg = persons_state(home)
     os.makedirs(d, exist_ok=True)
     write = []
     for name in CLAUDE_WRITABLE:
@@ -132,7 +144,7 @@ def own_config(project, home: str) -> str | None:
     if cfg is None:
         return None
     try:
-        prepare(cfg, home)
+        prepare(cfg, *persons_state(home))
     except OSError as e:
         print(f"envgit: Claude's state will not persist this session: {cfg}: {e}", file=sys.stderr)
         return None

@@ -14,7 +14,7 @@ of every step's view:
                            launch, then what Claude wrote; at each launch the person's keys
                            are taken again where this copy has none (a login made outside)
         backups/           Claude's backups of it
-        <name> -> ~/.claude/<name>
+        <name> -> ~/.claude/<name>    (or the person's own $CLAUDE_CONFIG_DIR)
                            a symlink for every entry of the person's ~/.claude: inside, those
                            resolve to ~/.claude's mounts (read-only, but for claude.py's
                            CLAUDE_WRITABLE state directories), so settings, hooks, commands,
@@ -60,10 +60,10 @@ def _kept(name: str) -> bool:
     return name in KEEP or name.startswith(".claude.json.")
 
 
-def prepare(cfg: str, home: str) -> None:
-    """Lay out `cfg` for a launch: leftovers removed, the person's ~/.claude entries linked,
-    .claude.json seeded or refreshed from the person's own."""
-    state = os.path.join(home, ".claude")
+def prepare(cfg: str, state: str, person: str) -> None:
+    """Lay out `cfg` for a launch: leftovers removed, the entries of the person's Claude
+    directory `state` (~/.claude) linked, .claude.json seeded or refreshed from theirs
+    (`person`, ~/.claude.json)."""
     for name in os.listdir(cfg):
         if _kept(name):
             continue
@@ -75,7 +75,7 @@ def prepare(cfg: str, home: str) -> None:
     for name in sorted(os.listdir(state)) if os.path.isdir(state) else ():
         if not _kept(name):
             os.symlink(os.path.join(state, name), os.path.join(cfg, name))
-    _merge_config(os.path.join(home, ".claude.json"), os.path.join(cfg, ".claude.json"))
+    _merge_config(person, os.path.join(cfg, ".claude.json"))
 
 
 def _read(path: str) -> dict | None:
