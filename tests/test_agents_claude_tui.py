@@ -240,3 +240,16 @@ def test_the_inner_run_op_takes_a_cwd_file_only_in_tmp_and_with_bash_c():
             check_request(bad, "/")
     assert tracking_cwd(["bash", "-c", "cd 'a b'"], "/tmp/f") == \
         ["bash", "-c", "eval 'cd '\"'\"'a b'\"'\"'' && pwd -P >| /tmp/f"]
+
+
+def test_the_shim_takes_the_id_left_for_its_own_command(tmp_path, monkeypatch):
+    """Each Bash call's id is taken once, by the shim running that command: the newest left
+    for it (an older one is a call refused before it ran), else the only one waiting."""
+    from envgit.agents.claude_shim import call_key, take_call
+    monkeypatch.setenv("ENVGIT_CLAUDE_CALLS", str(tmp_path))
+    for name, cid in ((f"{call_key('ls')}.5", "refused-ls"), (f"{call_key('ls')}.9", "ls-id"),
+                      (f"{call_key('pwd')}.7", "pwd-id")):
+        (tmp_path / name).write_text(cid)
+    assert take_call("pwd") == "pwd-id" and take_call("ls") == "ls-id"
+    assert take_call("ls -l") == "refused-ls"          # reworded: the only one left
+    assert take_call("ls") is None and not list(tmp_path.iterdir())

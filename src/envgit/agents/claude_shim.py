@@ -55,7 +55,10 @@ def take_call(command: str):
         waiting = sorted(n for n in os.listdir(d) if "." in n and not n.startswith("."))
     except OSError:
         return None
-    mine = [n for n in waiting if n.split(".", 1)[0] == call_key(command)]
+    # the newest first: an older one is a call that never ran (refused at its permission
+    # question); two identical commands at once get one id each either way
+    mine = sorted((n for n in waiting if n.split(".", 1)[0] == call_key(command)),
+                  key=lambda n: int(n.split(".", 1)[1]) if n.split(".", 1)[1].isdigit() else 0, reverse=True)
     for name in mine or (waiting if len(waiting) == 1 else []):
         taken = os.path.join(d, f".taken.{os.getpid()}")
         try:
