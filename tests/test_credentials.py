@@ -321,3 +321,26 @@ def test_aws_request_is_resigned_with_the_real_key_and_refused_elsewhere(tmp_pat
             assert AWS_SECRET not in env.envgit("log", "--json").stdout
         finally:
             env.stop()
+
+
+# --- sources, read on the host by the daemon ----------------------------------------------
+
+
+def test_sources_resolve_once_a_session_and_never_say_the_value(tmp_path):
+    from envgit.credentials.source import CredentialError, Sources, read
+    counter = tmp_path / "ran"
+    cmd = f"echo x >> {counter}; printf '%s\\n' {REAL}"
+    s = Sources({"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+    assert s.value("c", {"command": cmd}) == {"token": REAL}
+    assert s.value("c", {"command": cmd}) == {"token": REAL}
+    assert counter.read_text() == "x\n"               # run once, cached for the session
+    assert REAL not in repr(s)
+    (tmp_path / "tok").write_text(REAL + "\n")
+    assert read("f", {"file": "~/tok"}, {"HOME": str(tmp_path)}) == {"token": REAL}
+    for source, words in (({"command": "cat ~/tok; exit 3"}, "exited 3"),     # its output unsaid
+                          ({"file": "~/missing"}, "cannot read"),
+                          ({"env": "NOPE"}, "NOPE is not set"),
+                          ({"profile": "nope"}, "no profile [nope]")):
+        with pytest.raises(CredentialError) as e:
+            read("c", source, {"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+        assert words in str(e.value) and REAL not in str(e.value)
