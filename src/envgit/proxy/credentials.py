@@ -27,6 +27,7 @@ from ..credentials.placeholder import SESSION, kind_of
 from ..credentials.source import CredentialError, Sources
 from ..policy import network
 from ..policy.network import url_glob
+from . import bodies
 from .addon import EnvgitAddon, deny_response
 
 RULE = "credential-misuse"
@@ -174,7 +175,8 @@ class CredentialSwap:
             if kind_of(name, cred) == "aws":
                 self._resign(flow, SESSION.of(name, cred), real)
             else:
-                self._swap(flow, SESSION.of(name, cred)["token"], real["token"])
+                self._swap(flow, SESSION.of(name, cred)["token"], real["token"],
+                           body=not flow.metadata.get(bodies.PARTIAL))
         if rec is not None:
             rec["credential"] = ",".join(names)
             # what the credential work cost this request: finding and checking the
@@ -185,7 +187,9 @@ class CredentialSwap:
     # --- swapping --------------------------------------------------------------------------
 
     @staticmethod
-    def _swap(flow, placeholder: str, real: str) -> None:
+    def _swap(flow, placeholder: str, real: str, body: bool = True) -> None:
+        """`body`: the whole body is buffered (a streamed one is sent as the client wrote it:
+        its length is already on its way)."""
         r = flow.request
         fields = []
         for k, v in r.headers.fields:
@@ -200,7 +204,7 @@ class CredentialSwap:
         r.headers.fields = tuple(fields)
         if placeholder in r.path:
             r.path = r.path.replace(placeholder, real)
-        if r.raw_content and placeholder.encode() in r.raw_content:
+        if body and r.raw_content and placeholder.encode() in r.raw_content:
             r.raw_content = r.raw_content.replace(placeholder.encode(), real.encode())
             if "content-length" in r.headers:
                 r.headers["content-length"] = str(len(r.raw_content))
