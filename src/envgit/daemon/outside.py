@@ -13,6 +13,7 @@ change then cannot be told from that step's own (an agent's session step, a long
 
 import os
 
+from . import special_bits
 from .snapshots import SnapshotFailed
 
 
@@ -40,7 +41,18 @@ def write(sess, summary, before: str) -> int:
     alive = sandboxes_holding(sess.project.root)
     if alive:           # a sandbox outlived its step (the MCP REPL): not only the person could write
         body["sandboxes_alive"] = alive
+    # No setuid/setgid bit stays in the project, however it got there (special_bits.py): one
+    # that appeared between steps is stripped here, where it is first seen, and said after the
+    # step that follows (it used to be that step's change, stripped at its end).
+    stripped = special_bits.strip(sess.project.root, summary)
+    if stripped:
+        body["setuid_stripped"] = stripped
+        sess.outside_notices.append(
+            "setuid-stripped: a setuid or setgid bit on files changed outside envgit (outside step "
+            "{step}) was removed (a program anyone could run as their owner): " + ", ".join(stripped))
     step = sess.journal.outside_step(body)
+    if stripped:
+        sess.outside_notices[-1] = sess.outside_notices[-1].replace("{step}", str(step))
     sess.last_tree, sess.tree_unknown = summary["tree"], False
     return step
 

@@ -118,6 +118,7 @@ class Session:
         # was killed before one, the journal lost its entries): then it is not called outside.
         self.tree_unknown = bool(self.journal.lost_now) or _newest_untreed(self.journal)
         self.pending_baseline = None   # taken, not yet written on a step
+        self.outside_notices = []      # said after the next step ends (outside.py: bits stripped)
         # Held while the directory is compared with last_tree (outside changes) and by a
         # rewind while it writes: no step begins halfway through either.
         self.tree_lock = asyncio.Lock()
@@ -327,7 +328,8 @@ class Session:
             marks.append("snapshot-failed")
         marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
         escapes = escape_routes_written(info, summary, self.project.root, self.scan)
-        notices = self.tracked_denied_notice(info)
+        notices = self.tracked_denied_notice(info) + self.outside_notices
+        self.outside_notices = []
         dns = dns_summary(msg.get("dns"))
         unreached = self.unreached_notices(info, dns)
         if unreached and "denied-net" not in marks:

@@ -546,7 +546,8 @@ def _fold(out, seq, step, kind, at, text):
     if kind == "outside":               # a step of one entry: changes made outside envgit
         s = out[step] = Step(id=step, started_ns=at, started_at=utc(at), last_seq=seq, status="done",
                              session=body.get("session", ""), user=body.get("user", ""),
-                             marks=["outside"] + (["sandbox-alive"] if body.get("sandboxes_alive") else []),
+                             marks=["outside"] + (["sandbox-alive"] if body.get("sandboxes_alive") else [])
+                             + (["setuid-stripped"] if body.get("setuid_stripped") else []),
                              snapshot=body.get("snapshot"),
                              outside={k: body.get(k) for k in ("since_step", "before")})
         _ended(s, at)

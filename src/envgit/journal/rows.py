@@ -107,7 +107,7 @@ KINDS = {
     # A step of its own, one entry long: what changed outside envgit since the last snapshot
     # (the person's editor, their own git), recorded before the next step or rewind begins.
     "outside": {"snapshot": _snapshot, "session": _str, "user": _str, "since_step": _opt_int,
-                "before": _str, "sandboxes_alive": _int},
+                "before": _str, "sandboxes_alive": _int, "setuid_stripped": _strs},
     "request": {"method": _str, "scheme": _str, "host": _str, "path": _str, "decision": _str,
                 "error": _str},
     "approval": {"question": _obj},
