@@ -466,13 +466,15 @@ class AgentTerminal:
         raise AssertionError(f"{text!r} not shown (exit {self.proc.poll()}); the screen:\n"
                              f"{self.screen()}\nthe output, last:\n{self.text()[-3000:]}")
 
-    def answer(self, question: str, keys: str, until: str | None = None, timeout=90, retry_after=8):
-        """Answer a question the program shows: `keys` typed once `question` is shown, and again
-        while it is still on the screen `retry_after` s later (a program still starting may drop
-        keys). Done when `until` is printed, or (without it) the question has left the screen."""
+    def answer(self, question: str, keys: str, until: str | None = None, timeout=90, retry_after=30):
+        """Answer a question the program shows: `keys` typed a moment after `question` is shown
+        (a dialog drawn is not always listening yet), and again while it is still on the screen
+        `retry_after` s later (keys a program drops while starting). Done when `until` is
+        printed, or (without it) the question has left the screen."""
         import time
         self.wait_for(question, timeout)
-        deadline = time.monotonic() + timeout
+        time.sleep(1.0)
+        deadline = time.monotonic() + timeout + retry_after
         while True:
             mark = self.mark()
             self.type(keys)
