@@ -12,7 +12,7 @@ import os
 from functools import lru_cache
 
 from ..policy import defaults
-from ..policy.network import allowed_by, norm_host
+from ..policy.network import allowed_by, norm_host, not_suggested
 
 
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
@@ -30,6 +30,30 @@ def wanted_hosts(names) -> list[str]:
                 and h not in out):
             out.append(h)
     return out
+
+
+def split_offered(hosts) -> tuple[list[str], list[tuple[str, str]]]:
+    """(the hosts envgit may offer a line for, [(host, why not)] for the others): a step
+    chooses what it looks up or asks the gate for, so a cloud metadata name, an IP literal, a
+    loopback or private-suffix name is said as looked up, never with a line that allows it
+    (network.not_suggested decides)."""
+    offered, withheld = [], []
+    for h in hosts:
+        why = not_suggested(h.rsplit(":", 1)[0] if h.count(":") == 1 else h)
+        if why is None:
+            offered.append(h)
+        else:
+            withheld.append((h, why))
+    return offered, withheld
+
+
+def withheld_notice(withheld) -> str:
+    """One line for hosts envgit does not suggest: named (inert: the caller escapes) with why,
+    and no line to add (the word that would read as one is not used either)."""
+    what = ", ".join(f"{h} ({why})" for h, why in withheld[:8])
+    more = f" and {len(withheld) - 8} more" if len(withheld) > 8 else ""
+    return (f"looked up {what}{more}: not reachable, and not a host envgit suggests opening "
+            "(only a person who means it names it exactly in the policy)")
 
 
 def entry_for(host: str) -> str:

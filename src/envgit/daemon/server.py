@@ -525,7 +525,9 @@ class Session:
                 if entry in said:
                     return
                 said.add(entry)
-                text = f"envgit: step {step}: " + netadvice.advice(info["policy"], [entry])
+                offered, withheld = netadvice.split_offered([entry])
+                text = f"envgit: step {step}: " + (netadvice.advice(info["policy"], offered)
+                                                   if offered else netadvice.withheld_notice(withheld))
             else:
                 if (rec.get("rule"), rec.get("method"), rec.get("host")) in said:
                     return
@@ -544,8 +546,9 @@ class Session:
         said = info.get("said", set())
         hosts = [h for h in netadvice.wanted_hosts(dns["names"]) if h not in said]
         direct = netadvice.direct_lookups(info["policy"], hosts)
-        missing = [h for h in hosts if h not in direct]
+        missing, withheld = netadvice.split_offered([h for h in hosts if h not in direct])
         out = [netadvice.advice(info["policy"], missing)] if missing else []
+        out += [netadvice.withheld_notice(withheld)] if withheld else []
         return out + ([netadvice.direct_advice(direct)] if direct else [])
 
     def push(self, info, frame):

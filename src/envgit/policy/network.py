@@ -356,6 +356,32 @@ def is_special(host: str) -> str | None:
     return None
 
 
+# Suffixes no public host is under (RFC 6762 .local, RFC 6761 .localhost, the cloud providers'
+# and home routers' private zones, reverse lookups): a name under one is a place inside.
+_PRIVATE_SUFFIXES = ("internal", "local", "localhost", "localdomain", "lan", "home", "corp",
+                     "intranet", "private", "arpa")
+
+
+def not_suggested(host: str) -> str | None:
+    """Why envgit must never offer a line that allows `host` (a step chose it: a raw DNS query
+    or a request to the gate costs it nothing), or None for a host it may suggest. The one
+    place that decides it: the gate's own special addresses (is_special: every IP literal in
+    any spelling, the metadata names, localhost), and any name not under a public-looking
+    suffix (a single label, .internal, .local, ...). A person who means such a host names it
+    in network.allow themselves."""
+    h = norm_host(host)
+    special = is_special(h)
+    if special:
+        return special.split(";")[0]
+    labels = h.split(".")
+    if len(labels) < 2 or "" in labels:
+        return "a single-label name"
+    tld = labels[-1]
+    if tld in _PRIVATE_SUFFIXES or not (tld.isalpha() or tld.startswith("xn--")) or len(tld) < 2:
+        return "a name under a private suffix"
+    return None
+
+
 @lru_cache(maxsize=4096)          # pure, and asked for every rule of every request
 def split_entry(entry: str) -> tuple[str, int | None]:
     """`host`, `host:port`, `[v6]:port`, `*.domain` -> (normalised host pattern, port or None)."""
@@ -406,11 +432,12 @@ def judge_host(policy, host: str, port: int) -> Decision:
         if special:
             return Decision("deny", "builtin:special-address", f"{h} is {special}; it is "
                             "reachable only when network.allow names it exactly",
-                            hint=f"add '{_hostport(h, port)}' to network.allow in envgit.yaml if "
-                                 "the step must reach it")
+                            hint="envgit does not suggest allowing it: a person who means it "
+                                 "names it exactly in network.allow themselves")
+        hint = (f"add '{_hostport(h, port)}' to network.allow in envgit.yaml (only a person "
+                "outside the sandbox can)") if not_suggested(h) is None else None
         return Decision("deny", "network.allow", f"{_hostport(h, port)} is not in network.allow",
-                        hint=f"add '{_hostport(h, port)}' to network.allow in envgit.yaml "
-                             "(only a person outside the sandbox can)")
+                        hint=hint)
     return Decision("allow", "network.allow", f"{_hostport(h, port)} is allowed by "
                     f"network.allow entry {entry!r}")
 
