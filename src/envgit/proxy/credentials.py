@@ -50,16 +50,18 @@ class CredentialSwap:
     def __init__(self, gate, sources: Sources | None = None):
         self.gate = gate
         self.sources = sources or Sources()
+        self._made = None
 
     # --- what a request carries ----------------------------------------------------------
 
     def _placeholders(self, policy) -> dict[str, tuple[dict, list[str]]]:
-        """name -> (its credential, its placeholder strings)."""
-        out = {}
-        for name, cred in getattr(policy, "credentials", {}).items():
-            ph = SESSION.of(name, cred)
-            out[name] = (cred, list(ph.values()))
-        return out
+        """name -> (its credential, its placeholder strings); made once per policy object."""
+        if self._made is None or self._made[0] is not policy:
+            out = {}
+            for name, cred in getattr(policy, "credentials", {}).items():
+                out[name] = (cred, list(SESSION.of(name, cred).values()))
+            self._made = (policy, out)
+        return self._made[1]
 
     @staticmethod
     def _texts(flow: http.HTTPFlow) -> list[str]:
@@ -91,14 +93,12 @@ class CredentialSwap:
             return any(url_glob(p).fullmatch(path.partition("?")[0]) for p in cred["paths"])
         return True
 
-    def _found(self, flow, texts) -> list[str]:
-        policy = self.gate.policy()
+    def _found(self, policy, texts) -> list[str]:
         return [name for name, (_, phs) in self._placeholders(policy).items()
                 if any(ph in t for ph in phs for t in texts)]
 
-    def _misuse(self, flow, names) -> str | None:
+    def _misuse(self, policy, flow, names) -> str | None:
         """The first credential found on a request it does not cover, or None."""
-        policy = self.gate.policy()
         conn = self.gate.addon.conns.get(flow.client_conn.id)
         host, port = self._target(flow, conn)
         for name in names:
@@ -131,13 +131,14 @@ class CredentialSwap:
     # --- events --------------------------------------------------------------------------
 
     def requestheaders(self, flow: http.HTTPFlow):
-        if flow.response is not None or not getattr(self.gate.policy(), "credentials", None):
+        policy = self.gate.policy()
+        if flow.response is not None or not getattr(policy, "credentials", None):
             return
         started = time.perf_counter()
-        names = self._found(flow, self._texts(flow))
+        names = self._found(policy, self._texts(flow))
         if not names:
             return
-        bad = self._misuse(flow, names)
+        bad = self._misuse(policy, flow, names)
         if bad is not None:
             self._deny(flow, bad)
             return
@@ -145,14 +146,15 @@ class CredentialSwap:
         flow.metadata["envgit.looked_s"] = time.perf_counter() - started
 
     def request(self, flow: http.HTTPFlow):
-        if flow.metadata.get("envgit.swapped") or not getattr(self.gate.policy(), "credentials", None):
+        policy = self.gate.policy()
+        if flow.metadata.get("envgit.swapped") or not getattr(policy, "credentials", None):
             return
         rec = flow.metadata.get("envgit.record")
         names = list(flow.metadata.get("envgit.credentials", []))
         body = flow.request.raw_content
         if body:
-            in_body = [n for n in self._found(flow, [body.decode("latin-1")]) if n not in names]
-            bad = self._misuse(flow, in_body) if in_body else None
+            in_body = [n for n in self._found(policy, [body.decode("latin-1")]) if n not in names]
+            bad = self._misuse(policy, flow, in_body) if in_body else None
             if bad is not None and (flow.response is None or rec is not None):
                 self._deny(flow, bad, rec)
                 return
@@ -161,7 +163,9 @@ class CredentialSwap:
         flow.metadata["envgit.swapped"] = True
         started = time.perf_counter()
         for name in names:
-            cred = self.gate.policy().credentials[name]
+            cred = policy.credentials.get(name)
+            if cred is None:                # dropped from the policy while this request was judged
+                continue
             try:
                 real = self.sources.value(name, cred["from"])
             except CredentialError as e:
