@@ -102,14 +102,28 @@ def test_an_approval_never_widens_a_credential(attacker):
         assert "credential-misuse" in last_step(attacker)["marks"]
 
 
-def test_outside_the_credential_paths_is_misuse(attacker):
+@pytest.mark.parametrize("path", ["/other", "/repo.git/../other", "/repo.git/%2e%2e/other",
+                                  "/repo.git/%252e%252e/other"])
+def test_outside_the_credential_paths_is_misuse(attacker, path):
     with servers(_who) as (git, stub):
         setup(attacker, git, stub)
         text = (attacker.root / "envgit.yaml").read_text() + "    paths: [\"/repo.git/**\"]\n"
         attacker.write_policy(text)
-        attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" {git.url_for()}/other")
+        attacker.run(f"curl -s --path-as-is -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
+                     f"{git.url_for()}{path}")
         assert not leaked(git, CANARY)
         assert "credential-misuse" in last_step(attacker)["marks"]
+
+
+def test_never_over_plain_http(attacker):
+    """The credential's own host, over plain HTTP: the real value would cross in the clear."""
+    with servers(_who) as (git, stub):
+        setup(attacker, git, stub)
+        attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
+                     f"http://{hostport(git)}/repo.git/info/refs")
+        assert not leaked(git, CANARY)
+        s = last_step(attacker)
+        assert "credential-misuse" in s["marks"], s["requests"]
 
 
 def test_no_record_holds_the_real_token(attacker):

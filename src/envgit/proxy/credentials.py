@@ -25,7 +25,7 @@ from mitmproxy import http
 
 from ..credentials.placeholder import SESSION, kind_of
 from ..credentials.source import CredentialError, Sources
-from ..policy import network
+from ..policy import network, urlpath
 from ..policy.network import url_glob
 from . import bodies
 from .addon import EnvgitAddon, deny_response
@@ -83,14 +83,19 @@ class CredentialSwap:
         return flow.request.host, flow.request.port
 
     @staticmethod
-    def _covers(cred, host, port, method, path) -> bool:
-        if not any(network.entry_matches(e, host, port) for e in cred["hosts"]):
+    def _covers(cred, scheme, host, port, method, path) -> bool:
+        """Is this request one the credential may go on? Only over TLS (the real value never
+        crosses the network in the clear), to one of its hosts, and within its methods and
+        paths: a path on every reading a server may give it (policy/urlpath.py), as l7 does."""
+        if scheme != "https" or not any(network.entry_matches(e, host, port) for e in cred["hosts"]):
             return False
         methods = {m.upper() for m in cred.get("methods") or ["*"]}
         if "*" not in methods and method.upper() not in methods:
             return False
         if cred.get("paths"):
-            return any(url_glob(p).fullmatch(path.partition("?")[0]) for p in cred["paths"])
+            readings = urlpath.readings(path.partition("?")[0])
+            return not readings.doubt and all(any(url_glob(p).fullmatch(s) for p in cred["paths"])
+                                              for s in readings.spellings)
         return True
 
     def _found(self, policy, texts) -> list[str]:
@@ -103,7 +108,8 @@ class CredentialSwap:
         host, port = self._target(flow, conn)
         for name in names:
             cred = policy.credentials.get(name)
-            if cred is None or not self._covers(cred, host, port, flow.request.method, flow.request.path):
+            if cred is None or not self._covers(cred, flow.request.scheme, host, port,
+                                                flow.request.method, flow.request.path):
                 return name
         return None
 
@@ -113,7 +119,8 @@ class CredentialSwap:
         d = network.Decision(
             "deny", RULE, f"the placeholder of credential '{name}' was sent to "
             f"{network.norm_host(host)}:{port} ({flow.request.method}), which the credential "
-            "does not cover; nothing was swapped or sent",
+            "does not cover (its hosts, methods and paths, over https only); nothing was "
+            "swapped or sent",
             hint=f"credentials.{name}.hosts (and methods/paths) in envgit.yaml say where it may go")
         flow.response = deny_response(flow, d)
         flow.metadata["envgit.answered"] = True
