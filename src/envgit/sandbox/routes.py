@@ -229,6 +229,13 @@ def fingerprint(paths) -> dict:
             out[p] = None
             continue
         out[p] = _stamp(st)
+        if os.path.stat.S_ISLNK(st.st_mode):
+            # A link on a route is obeyed through: what it leads to (absent when it was made,
+            # created by a later step) is the route's content too.
+            try:
+                out[p] += _stamp(os.stat(p))
+            except OSError:
+                pass
         if os.path.stat.S_ISDIR(st.st_mode):
             n = 0
             for d, dirs, files in os.walk(p):

@@ -104,7 +104,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
 
     # Denies, last so they cover every bind above.
     for p in _denied_paths(rules, rs):
-        a += ["--ro-bind", empty_dir if os.path.isdir(p) and not os.path.islink(p) else empty_file, p]
+        a += ["--ro-bind", empty_dir if os.path.isdir(p) else empty_file, p]
         v.masked.append(p)
     return v
 
@@ -242,6 +242,7 @@ def _denied_paths(rules: Rules, rs):
             if os.path.lexists(p) and is_denied(rules, p) and _visible(rules, p):
                 out.append(p)
     out += [p for p in rs.deny_hits if is_denied(rules, p)]
+    out = [m for m in (_mask_point(rules, p) for p in out) if m]
     # *.pem / *.key: only those holding a private key (a CA bundle stays readable)
     for p in rs.content_hits:
         rel = os.path.relpath(p, rules.project)
@@ -250,6 +251,22 @@ def _denied_paths(rules: Rules, rs):
                     and has_private_key(p, marker) and not _allowed(rules, p):
                 out.append(p)
     return _outermost(out)
+
+
+def _mask_point(rules: Rules, p):
+    """Where to bind the empty placeholder that masks `p`, or None. bwrap follows a symlink at
+    a bind's destination and creates what is missing there, so binding at a link a step left
+    (`ln -s /nonexistent/x .envrc`) fails the sandbox's start for every later step, and a link
+    to a directory would get a file bound onto a directory. A link is therefore masked at what
+    it resolves to, typed by that (what its name holds is what is read through it), and a
+    dangling one, or one leading to nothing the sandbox shows, is left as it is: nothing can be
+    read through it. Its appearing on a route is marked like any change (routes.fingerprint)."""
+    if not os.path.islink(p):
+        return p
+    real = os.path.realpath(p)
+    if os.path.lexists(real) and not os.path.islink(real) and _visible(rules, real):
+        return real
+    return None
 
 
 def _rel_match(pattern, rel):

@@ -1,0 +1,59 @@
+"""A symlink a step leaves on a protected or read-denied route (red team 12 found `.envrc`):
+bwrap follows a link at a bind's destination and creates what is missing there, so a dangling
+link (or a link to a directory where a file placeholder is bound) used to fail the start of
+every later step. Each link is marked `escape-route-written` on the step that made it, later
+steps start, and a link to an absent file in the project is a route too: the step that creates
+what it leads to is marked. Oracle: later steps' output and exit code, and the marks."""
+
+import json
+
+import pytest
+
+from harness import CANARY, attacker  # noqa: F401  (the fixture)
+
+
+def show(a, step):
+    return json.loads(a.envgit("show", str(step), "--json", check=True).stdout)
+
+
+# .envrc and .env are read-denied by name too; .npmrc and .mcp.json are routes only
+@pytest.mark.parametrize("route", [".envrc", ".env", ".npmrc", ".mcp.json"])
+def test_a_dangling_link_on_a_route_is_marked_and_later_steps_start(attacker, route):
+    a = attacker
+    r = a.run(f"ln -s /nonexistent-{CANARY}/x {route}")                 # step 1
+    assert r.returncode == 0, r.stderr
+    s = show(a, 1)
+    assert "escape-route-written" in s["marks"] and route in s["escape_routes"], s
+    for _ in range(2):
+        r = a.run("echo alive")
+        assert r.returncode == 0 and r.stdout == "alive\n", (r.returncode, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("name", [".git-credentials", "id_rsa", "sub/.netrc"])
+def test_a_dangling_link_on_a_read_denied_name_does_not_stop_later_steps(attacker, name):
+    a = attacker
+    r = a.run(f"mkdir -p sub && ln -s /nonexistent-{CANARY}/x {name}")
+    assert r.returncode == 0, r.stderr
+    r = a.run("echo alive")
+    assert r.returncode == 0 and r.stdout == "alive\n", (r.returncode, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("route", [".envrc", ".env"])
+def test_a_link_to_a_directory_on_a_route_does_not_stop_later_steps(attacker, route):
+    a = attacker
+    r = a.run(f"mkdir -p d && echo {CANARY} > d/f && ln -s d {route}")
+    assert r.returncode == 0, r.stderr
+    r = a.run("echo alive")
+    assert r.returncode == 0 and r.stdout == "alive\n", (r.returncode, r.stdout, r.stderr)
+
+
+def test_filling_what_a_route_link_leads_to_is_marked(attacker):
+    """`.envrc -> sub/x`, absent: nothing to bind read-only; the step that then writes sub/x
+    (what direnv would run) is marked for .envrc like any change to it."""
+    a = attacker
+    assert a.run("ln -s sub/x .envrc").returncode == 0                   # step 1
+    r = a.run("mkdir -p sub && echo 'touch $HOME/pwned' > sub/x")       # step 2
+    assert r.returncode == 0, r.stderr
+    s = show(a, 2)
+    assert "escape-route-written" in s["marks"] and ".envrc" in s["escape_routes"], s
+    assert a.run("echo alive").stdout == "alive\n"
