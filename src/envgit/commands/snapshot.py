@@ -176,14 +176,18 @@ def _listing(store, tree: str, path: bytes, recursive: bool) -> list[tuple]:
                 return [_row(path, e, TYPE_NAMES)]
             entries = read_tree(objects, e.oid)
     rows = []
-
-    def walk(prefix, entries):
-        for e in entries:
-            p = prefix + e.name
-            rows.append(_row(p, e, TYPE_NAMES))
-            if recursive and e.type == DIR:
-                walk(p + b"/", read_tree(objects, e.oid))
-    walk(path + b"/" if path else b"", entries)
+    # Depth-first with an explicit stack (a step chooses how deep the tree is: no recursion).
+    stack = [(path + b"/" if path else b"", iter(entries))]
+    while stack:
+        prefix, it = stack[-1]
+        e = next(it, None)
+        if e is None:
+            stack.pop()
+            continue
+        p = prefix + e.name
+        rows.append(_row(p, e, TYPE_NAMES))
+        if recursive and e.type == DIR:
+            stack.append((p + b"/", iter(read_tree(objects, e.oid))))
     return rows
 
 
@@ -312,16 +316,21 @@ def _plan(store, tree: str, target: str, paths: list[bytes], force: bool, n: int
     def wanted(p):
         return not paths or any(p == w or p.startswith(w + b"/") or w.startswith(p + b"/") for w in paths)
 
-    def walk(prefix, tree_id):
-        for e in read_tree(objects, tree_id):
-            p = prefix + e.name
-            if not wanted(p):
-                continue
-            found.add(p)
-            plan.write.append(Item(p, TYPE_NAMES[e.type], e.mode, e.size, e.oid, e.chunked, e.target))
-            if e.type == DIR:
-                walk(p + b"/", e.oid)
-    walk(b"", bytes.fromhex(tree))
+    # Parents first, with an explicit stack (a step chooses how deep the tree is: no recursion).
+    stack = [(b"", iter(read_tree(objects, bytes.fromhex(tree))))]
+    while stack:
+        prefix, it = stack[-1]
+        e = next(it, None)
+        if e is None:
+            stack.pop()
+            continue
+        p = prefix + e.name
+        if not wanted(p):
+            continue
+        found.add(p)
+        plan.write.append(Item(p, TYPE_NAMES[e.type], e.mode, e.size, e.oid, e.chunked, e.target))
+        if e.type == DIR:
+            stack.append((p + b"/", iter(read_tree(objects, e.oid))))
     missing = [p for p in paths if p and p not in found]
     if missing:
         raise Usage(f"{os.fsdecode(missing[0])}: not in the snapshot of step {n}; `envgit ls {n}` lists it")
@@ -330,39 +339,31 @@ def _plan(store, tree: str, target: str, paths: list[bytes], force: bool, n: int
     return plan
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def _in_the_way(target: str, items: list) -> list:
     """What must be removed before writing `items` into the existing `target`, found through
     directory fds opened without following links (a symlink in the target is an entry to
     replace, never a way out of it)."""
     from ..snapshot import Item
-    fds = {b"": os.open(target, _DIR_FLAGS)}
+    from ..snapshot.restore import DirFds
     absent: set[bytes] = set()
     delete = []
-    try:
+    with DirFds(target) as dirs:     # holds the fds of one path, not one per directory
         for item in items:
             parent, _, name = item.path.rpartition(b"/")
             if parent in absent:
                 absent.add(item.path)
                 continue
             try:
-                st = os.stat(name, dir_fd=fds[parent], follow_symlinks=False)
+                st = os.stat(name, dir_fd=dirs.open(parent), follow_symlinks=False)
             except FileNotFoundError:
                 absent.add(item.path)
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
-            if item.type == "dir" and is_dir:
-                fds[item.path] = os.open(name, _DIR_FLAGS, dir_fd=fds[parent])
-            elif item.type == "dir":
+            if item.type == "dir" and not is_dir:
                 delete.append(Item(item.path, "file", 0, 0))      # a file or symlink: unlinked
                 absent.add(item.path)
-            elif is_dir:
+            elif item.type != "dir" and is_dir:
                 raise Usage(f"{inert(os.path.join(target, os.fsdecode(item.path)))}: a directory where the "
                             "snapshot has a file; move it away first")
-    finally:
-        for fd in fds.values():
-            os.close(fd)
     return delete
 

@@ -8,6 +8,14 @@ tree entry. A listing compares each child's fresh lstat with its stamp; only the
 differ are classified, read and encoded again, and the tree is re-encoded by joining the cached
 entry bytes. With a change map from the watcher, a directory is not even listed: only the names
 inotify reported are lstat'ed, and a directory without events reuses its tree id.
+
+A step chooses the shape of the tree, so the walk has no recursion (a directory thousands of
+levels deep would raise RecursionError and fail every later snapshot): each directory being
+listed is a generator on an explicit stack (Capture._walk), which yields when it meets a
+subdirectory. Only the deepest _OPEN_DIRS directories on the path keep their fd; a shallower
+one is reopened from the root, component by component with O_NOFOLLOW, when the walk climbs
+back to it, and must still be the same directory (device and inode), so the fds held are
+bounded by neither the depth nor the number of directories.
 """
 
 import bisect
@@ -31,6 +39,7 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 ALL = "all"          # in a change map: the directory's names are unknown, list it
 _BIG_TREE = 512      # trees with this many entries are remembered for diffing (ObjectStore)
+_OPEN_DIRS = 64      # directory fds the walk holds at most (besides the root's)
 _S_IFMT, _S_IFDIR, _S_IFREG, _S_IFLNK = 0o170000, stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
 
 
@@ -81,20 +90,123 @@ class Capture:
         try:
             st = os.fstat(fd)
             st5 = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-            tree_id = self._dir(fd, b"", st5)
+            tree_id = self._walk(fd, st5)
             if self.new_link and self.changes is not None:
                 # A file got a second name: its first name, elsewhere, had no event and may have
                 # changed through the new one. One walk without the watcher's map finds it (and
                 # from then on both names are re-checked at every snapshot: DirMemo.linked).
                 self.changes = None
-                tree_id = self._dir(fd, b"", st5)
+                tree_id = self._walk(fd, st5)
         finally:
             os.close(fd)
         self.cache.root = ((st.st_mode, 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), tree_id)
         return tree_id
 
-    def _dir(self, dfd: int, rel: bytes, st5: tuple) -> bytes:
-        """The tree id of directory `rel` (open as `dfd`, its lstat stamp `st5`)."""
+    def _walk(self, root_fd: int, st5: tuple) -> bytes:
+        """The root's tree id. Each frame is [generator of a directory's tree id (see _dir),
+        its fd or None (closed, reopened when needed), name, lstat, old kid]; a generator yields
+        (its fd, prefix, name, lstat, old kid) for a subdirectory and is sent back (the
+        subdirectory's kid, its own fd, which may have been reopened)."""
+        frames = [[self._dir(root_fd, b"", st5), root_fd, None, None, None]]
+        send = None
+        try:
+            while True:
+                frame = frames[-1]
+                try:
+                    want = frame[0].send(send)
+                except StopIteration as done:
+                    frames.pop()
+                    if not frames:
+                        return done.value
+                    if frame[1] is not None:
+                        os.close(frame[1])
+                    _, _, name, st, old = frame
+                    parent = frames[-1]
+                    if parent[1] is None:
+                        self._reopen(frames)
+                    send = (self._dir_kid(name, st, old, done.value), parent[1])
+                    continue
+                dfd, prefix, name, st, old = want
+                sub, st = self._open_dir(dfd, prefix, name, st, old)
+                if sub is None:                   # no longer a directory: `st` is its kid
+                    send = (st, dfd)
+                    continue
+                path = prefix + os.fsencode(name)
+                st5 = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                frames.append([self._dir(sub, path, st5), sub, name, st, old])
+                send = None
+                depth = len(frames) - _OPEN_DIRS - 1
+                if depth > 0 and not _checkpoint(depth) and frames[depth][1] is not None:
+                    os.close(frames[depth][1])
+                    frames[depth][1] = None
+        finally:
+            for frame in frames[1:]:
+                if frame[1] is not None:
+                    os.close(frame[1])
+
+    @staticmethod
+    def _reopen(frames: list) -> None:
+        """Reopen the top frame's directory (its fd was closed to bound the fds held) from the
+        nearest open ancestor (a checkpoint: at most _OPEN_DIRS levels up), keeping the deepest
+        _OPEN_DIRS of those on the way. Each kept one must be the directory it was (same device
+        and inode): one renamed meanwhile fails the snapshot instead of mixing two directories
+        into one tree."""
+        top = len(frames) - 1
+        start = top
+        while frames[start][1] is None:
+            start -= 1
+        fd = frames[start][1]
+        keep_from = max(start + 1, top - _OPEN_DIRS + 1)
+        for i in range(start + 1, top + 1):
+            frame = frames[i]
+            try:
+                sub = os.open(frame[2], _DIR_FLAGS, dir_fd=fd)
+            finally:
+                if start < i - 1 < keep_from:     # a directory on the way, not kept
+                    os.close(fd)
+            if i >= keep_from:
+                st = os.fstat(sub)
+                if (st.st_dev, st.st_ino) != (frame[3].st_dev, frame[3].st_ino):
+                    os.close(sub)
+                    raise OSError(errno.ESTALE, f"{frame[2]}: a directory was moved while the "
+                                                "snapshot was taken (take it again)")
+                frame[1] = sub
+            fd = sub
+
+    def _open_dir(self, dfd: int, prefix: bytes, name: str, st, old) -> tuple:
+        """(fd, lstat) of the child directory `name`; (None, its kid) if it is no longer one."""
+        for again in (False, True):
+            try:
+                return os.open(name, _DIR_FLAGS, dir_fd=dfd), st
+            except OSError as e:
+                if isinstance(e, FileNotFoundError):
+                    return None, None
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EINVAL) or again:
+                    raise
+            try:
+                st = os.lstat(name, dir_fd=dfd)
+            except FileNotFoundError:
+                return None, None
+            kid = self._kid(dfd, prefix, name, st, old)
+            if kid.__class__ is not _Descend:
+                return None, kid
+            st = kid.st
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _dir_kid(name: str, st, old, sub_id: bytes) -> tuple:
+        """The kid of a listed subdirectory whose tree id is `sub_id`."""
+        mode = st.st_mode
+        st5 = (mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        if (old is not None and old[OID] == sub_id and old[ENC] is not None
+                and old[STAT] is not None and old[STAT][0] == mode):
+            return old if old[STAT] == st5 else (None, st5, old[ENC], sub_id, 0, None)
+        enc = encode_entry(os.fsencode(name), DIR, mode & 0o7777, 0, sub_id)
+        return (None, st5, enc, sub_id, 0, None)
+
+    def _dir(self, dfd: int, rel: bytes, st5: tuple):
+        """Generator of the tree id of directory `rel` (open as `dfd`, its lstat stamp `st5`);
+        it yields for each subdirectory to list (see _walk)."""
         memo = self.cache.dirs.get(rel)
         if memo is not None and memo.trusted and not self.objects.has(memo.tree_id):
             memo.trusted = False     # gc took it (or a failed snapshot never sealed it)
@@ -104,11 +216,11 @@ class Capture:
                 if names is None:
                     return memo.tree_id
                 if names is not ALL:
-                    return self._recheck(dfd, rel, memo, names)
+                    return (yield from self._recheck(dfd, rel, memo, names))
             elif memo.stamp == st5:
-                return self._restat(dfd, rel, memo)
+                return (yield from self._restat(dfd, rel, memo))
         memo = memo if memo is not None else DirMemo()
-        tree_id = self._list(dfd, rel, memo)
+        tree_id = yield from self._list(dfd, rel, memo)
         # Racy like a file: a child created later in the same timestamp granule would leave the
         # directory's stamp as it is now.
         memo.stamp = st5 if st5[2] < self.fence else None
@@ -131,7 +243,7 @@ class Capture:
                 slow.append((name, st))
         if not slow and not missing:
             return memo.tree_id
-        return self._apply(dfd, rel, memo, slow, missing)
+        return (yield from self._apply(dfd, rel, memo, slow, missing))
 
     def _list(self, dfd: int, rel: bytes, memo: DirMemo) -> bytes:
         """Every child lstat'ed; those whose stamp differs from the memo's go the slow way."""
@@ -164,7 +276,7 @@ class Capture:
             missing += [name for name in kids if name not in present and name not in missing]
         if not slow and not missing and trusted:
             return memo.tree_id
-        return self._apply(dfd, rel, memo, slow, missing)
+        return (yield from self._apply(dfd, rel, memo, slow, missing))
 
     def _recheck(self, dfd: int, rel: bytes, memo: DirMemo, names: set) -> bytes:
         """Only the names a watcher reported are lstat'ed."""
@@ -187,7 +299,7 @@ class Capture:
             slow.append((name, st))
         if not slow and not missing:
             return memo.tree_id
-        return self._apply(dfd, rel, memo, slow, missing)
+        return (yield from self._apply(dfd, rel, memo, slow, missing))
 
     def _apply(self, dfd: int, rel: bytes, memo: DirMemo, slow: list, missing: list) -> bytes:
         """Update the memo for the children that changed; re-encode the tree if an entry did."""
@@ -219,6 +331,8 @@ class Capture:
             else:
                 linked.discard(name)
             kid = self._kid(dfd, prefix, name, st, old)
+            if kid.__class__ is _Descend:         # listed by _walk, which sends back its kid
+                kid, dfd = yield (dfd, prefix, name, kid.st, old)
             if kid is None:                       # vanished since the listing
                 if old is None:
                     continue
@@ -290,7 +404,8 @@ class Capture:
         return memo.tree_id
 
     def _kid(self, dfd: int, prefix: bytes, name: str, st, old: tuple | None) -> tuple | None:
-        """Classify, read and encode one child (None: it vanished meanwhile)."""
+        """Classify, read and encode one child (None: it vanished meanwhile; _Descend: a
+        directory to list)."""
         bname = os.fsencode(name)
         path = prefix + bname
         if path == STATE_DIR:
@@ -302,19 +417,7 @@ class Capture:
         if fmt == _S_IFDIR:
             if flt.excluded(path):
                 return (st5, st5, None, None, 0, (path + b"/", 0, "excluded"))
-            try:
-                sub = os.open(bname, _DIR_FLAGS, dir_fd=dfd)
-            except OSError as e:
-                return self._replaced(e, dfd, prefix, name, old)
-            try:
-                sub_id = self._dir(sub, path, st5)
-            finally:
-                os.close(sub)
-            if (old is not None and old[OID] == sub_id and old[ENC] is not None
-                    and old[STAT] is not None and old[STAT][0] == mode):
-                return old if old[STAT] == st5 else (None, st5, old[ENC], sub_id, 0, None)
-            enc = encode_entry(bname, DIR, mode & 0o7777, 0, sub_id)
-            return (None, st5, enc, sub_id, 0, None)
+            return _Descend(st)
         if flt.excluded(path):
             return (st5, st5, None, None, 0, (path, st.st_size, "excluded"))
         if fmt == _S_IFLNK:
@@ -388,6 +491,21 @@ class Capture:
         """-> (chunk index id, file size)."""
         parts = [(self.objects.put(BLOB, chunk), len(chunk)) for chunk in chunker.chunks(fd)]
         return self.objects.put(CHUNKS, encode_chunks(parts)), sum(n for _, n in parts)
+
+
+def _checkpoint(depth: int) -> bool:
+    """A directory whose fd the walk keeps while below it: every _OPEN_DIRS levels, the first
+    _OPEN_DIRS such (so a reopen walks at most _OPEN_DIRS levels down for trees up to
+    _OPEN_DIRS² deep, and the fds held stay under 2 × _OPEN_DIRS + 1 at any depth)."""
+    return depth % _OPEN_DIRS == 0 and depth // _OPEN_DIRS <= _OPEN_DIRS
+
+
+class _Descend:
+    """_kid's answer for a directory: _walk lists it (no recursion)."""
+    __slots__ = ("st",)
+
+    def __init__(self, st):
+        self.st = st
 
 
 def _is_dir(kid: tuple) -> bool:

@@ -31,9 +31,38 @@ def diff_trees(objects, old_id: bytes | None, new_id: bytes | None) -> list[Chan
 
 
 def walk_changes(objects, old_id: bytes | None, new_id: bytes | None) -> list[tuple]:
-    """[(path, status, old Entry or None, new Entry or None)] in path order."""
+    """[(path, status, old Entry or None, new Entry or None)] in path order. Depth-first with
+    an explicit stack, not recursion: a step chooses how deep the trees are."""
     out: list[tuple] = []
-    _diff(objects, old_id, new_id, b"", out)
+    if old_id == new_id:
+        return out
+    old, new = _sides(objects, old_id, new_id)
+    stack = [(b"", old, new, iter(sorted(old.keys() | new.keys())))]
+    while stack:
+        prefix, old, new, names = stack[-1]
+        name = next(names, None)
+        if name is None:
+            stack.pop()
+            continue
+        a, b = old.get(name), new.get(name)
+        path = prefix + name
+        if a is not None and b is not None and _same(a, b):
+            continue
+        a_dir = a is not None and a.type == DIR
+        b_dir = b is not None and b.type == DIR
+        if a is None or b is None:
+            out.append((path, "added" if a is None else "deleted", a, b))
+        elif a_dir and b_dir:
+            if a.mode != b.mode:
+                out.append((path, "modified", a, b))
+        elif a_dir != b_dir or (a.type == SYMLINK) != (b.type == SYMLINK):
+            out.append((path, "type-changed", a, b))
+        else:
+            out.append((path, "modified", a, b))
+        sub_old, sub_new = a.oid if a_dir else None, b.oid if b_dir else None
+        if sub_old != sub_new:
+            o, n = _sides(objects, sub_old, sub_new)
+            stack.append((path + b"/", o, n, iter(sorted(o.keys() | n.keys()))))
     return out
 
 
@@ -67,29 +96,6 @@ def _sides(objects, old_id, new_id) -> tuple[dict, dict]:
 
 def _decode_parts(parts) -> dict:
     return {e.name: e for part in parts for e in decode_tree(TREE_MAGIC + part)}
-
-
-def _diff(objects, old_id, new_id, prefix: bytes, out: list) -> None:
-    if old_id == new_id:
-        return
-    old, new = _sides(objects, old_id, new_id)
-    for name in sorted(old.keys() | new.keys()):
-        a, b = old.get(name), new.get(name)
-        path = prefix + name
-        if a is not None and b is not None and _same(a, b):
-            continue
-        a_dir = a is not None and a.type == DIR
-        b_dir = b is not None and b.type == DIR
-        if a is None or b is None:
-            out.append((path, "added" if a is None else "deleted", a, b))
-        elif a_dir and b_dir:
-            if a.mode != b.mode:
-                out.append((path, "modified", a, b))
-        elif a_dir != b_dir or (a.type == SYMLINK) != (b.type == SYMLINK):
-            out.append((path, "type-changed", a, b))
-        else:
-            out.append((path, "modified", a, b))
-        _diff(objects, a.oid if a_dir else None, b.oid if b_dir else None, path + b"/", out)
 
 
 def _same(a: Entry, b: Entry) -> bool:

@@ -114,7 +114,7 @@ def apply_plan(objects, root, plan: RestorePlan, progress=None, seen=None) -> No
     contents = _verify(objects, plan)
     total, done = len(plan.delete) + len(plan.write), 0
     deleted = set()
-    with _Dirs(root) as dirs:
+    with DirFds(root) as dirs:
         for item in plan.delete:
             if seen is not None and item.type != "dir":
                 _unchanged(dirs, item.path, seen)
@@ -159,43 +159,101 @@ def _verify(objects, plan: RestorePlan) -> dict:
     return contents
 
 
-class _Dirs:
-    """Directory fds under the root, opened component by component without following links."""
+_OPEN_DIRS = 64      # directory fds DirFds holds at most on its path (besides the root's)
+
+
+class DirFds:
+    """Directory fds under the root, opened component by component without following links.
+
+    Only the directories on the path last opened are held (the plan goes parents first, so
+    siblings share them): the fds held grow with the depth, never with the number of
+    directories (a snapshot with thousands would fail with EMFILE halfway). Of a deep path only
+    the deepest _OPEN_DIRS are held, plus one every _OPEN_DIRS levels; one closed is reopened
+    from the nearest held ancestor, again without following links."""
 
     def __init__(self, root):
-        self.fds = {b"": os.open(os.fspath(root), _DIR_FLAGS)}
+        self.root = os.open(os.fspath(root), _DIR_FLAGS)
+        self.chain: list[list] = []     # [[name, fd or None]] from the root's child down
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        for fd in self.fds.values():
-            os.close(fd)
+        self._cut(0)
+        os.close(self.root)
 
     def open(self, path: bytes) -> int:
-        fd = self.fds.get(path)
-        if fd is None:
-            parent, _, name = path.rpartition(b"/")
-            try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=self.open(parent))
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise StoreError(f"{os.fsdecode(path)}: not a directory (a symlink or file is in "
-                                     "the way; the worktree changed since the plan was made)") from None
-                raise
-            self.fds[path] = fd
-        return fd
+        if not path:
+            return self.root
+        names = path.split(b"/")
+        chain = self.chain
+        same = 0
+        while same < len(chain) and same < len(names) and chain[same][0] == names[same]:
+            same += 1
+        self._cut(same)
+        for depth in range(same, len(names)):
+            fd = self._open_at(self._fd(depth - 1), names[:depth + 1])
+            chain.append([names[depth], fd])
+            shallow = len(chain) - _OPEN_DIRS - 1
+            if shallow >= 0 and not _checkpoint(shallow) and chain[shallow][1] is not None:
+                os.close(chain[shallow][1])
+                chain[shallow][1] = None
+        return self._fd(len(names) - 1)
+
+    def _fd(self, i: int) -> int:
+        """The fd of chain[i] (-1: the root), reopened from the nearest held ancestor if closed."""
+        if i < 0:
+            return self.root
+        chain = self.chain
+        if chain[i][1] is None:
+            start = i - 1
+            while start >= 0 and chain[start][1] is None:
+                start -= 1
+            fd = self._fd(start)       # held: no further recursion
+            for j in range(start + 1, i + 1):
+                sub = self._open_at(fd, [e[0] for e in chain[:j + 1]])
+                if start < j - 1 and j - 1 < i - _OPEN_DIRS + 1:
+                    os.close(fd)
+                    chain[j - 1][1] = None
+                chain[j][1] = sub
+                fd = sub
+        return chain[i][1]
+
+    @staticmethod
+    def _open_at(dfd: int, names: list) -> int:
+        try:
+            return os.open(names[-1], _DIR_FLAGS, dir_fd=dfd)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise StoreError(f"{os.fsdecode(b'/'.join(names))}: not a directory (a symlink or file "
+                                 "is in the way; the worktree changed since the plan was made)") from None
+            raise
+
+    def _cut(self, keep: int) -> None:
+        """Close the fds of the chain below its first `keep` directories."""
+        for entry in self.chain[keep:]:
+            if entry[1] is not None:
+                os.close(entry[1])
+        del self.chain[keep:]
 
     def forget(self, path: bytes) -> None:
-        for p in [p for p in self.fds if p == path or p.startswith(path + b"/")]:
-            os.close(self.fds.pop(p))
+        """`path` is about to be removed: close its fd and those under it."""
+        names = path.split(b"/")
+        if [e[0] for e in self.chain[:len(names)]] == names:
+            self._cut(len(names) - 1)
 
     def parent(self, path: bytes) -> tuple[int, bytes]:
         parent, _, name = path.rpartition(b"/")
         return self.open(parent), name
 
 
-def _unchanged(dirs: _Dirs, path: bytes, seen) -> None:
+def _checkpoint(i: int) -> bool:
+    """A chain index whose fd is held while below it (see DirFds): every _OPEN_DIRS levels, the
+    first _OPEN_DIRS such, so the fds held stay under 2 × _OPEN_DIRS + 1 at any depth."""
+    return (i + 1) % _OPEN_DIRS == 0 and (i + 1) // _OPEN_DIRS <= _OPEN_DIRS
+
+
+def _unchanged(dirs: DirFds, path: bytes, seen) -> None:
     want = seen(path)
     try:
         pfd, name = dirs.parent(path)
@@ -212,7 +270,7 @@ def _is_dir(mode) -> bool:
     return mode & 0o170000 == 0o040000
 
 
-def _delete(dirs: _Dirs, item: Item) -> None:
+def _delete(dirs: DirFds, item: Item) -> None:
     try:
         pfd, name = dirs.parent(item.path)
         if item.type == "dir":
@@ -224,7 +282,7 @@ def _delete(dirs: _Dirs, item: Item) -> None:
         pass      # already gone: a re-run after a crash
 
 
-def _write(objects, dirs: _Dirs, item: Item, contents: dict) -> None:
+def _write(objects, dirs: DirFds, item: Item, contents: dict) -> None:
     pfd, name = dirs.parent(item.path)
     if item.type == "dir":
         try:
