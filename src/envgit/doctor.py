@@ -130,7 +130,7 @@ def run_checks() -> list[Check]:
 def credential_checks() -> list[Check]:
     """Each credential of the project's policy: does its source resolve here (this shell's
     environment, as a session this shell starts would read it)? Never its value."""
-    from .credentials.source import CredentialError, read
+    from .credentials.source import CredentialError, read, require_botocore
     from .paths import NoProject, find_project
     from .policy import PolicyError, load_policy
     try:
@@ -142,6 +142,8 @@ def credential_checks() -> list[Check]:
         (kind, where), = cred["from"].items()
         try:
             read(name, cred["from"])
+            if kind == "profile":
+                require_botocore()
             out.append(Check(f"credential {name}", True, f"{kind} {where!r} resolves (value not "
                              f"shown); sent only to {', '.join(cred['hosts'])}", required=False))
         except CredentialError as e:

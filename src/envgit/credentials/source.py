@@ -74,6 +74,15 @@ def read(name: str, source: dict, environ=os.environ) -> dict[str, str]:
     raise CredentialError(f"credential {name}: unknown source {kind!r}")
 
 
+def require_botocore() -> None:
+    """An AWS profile's requests are re-signed with botocore (the optional `aws` extra)."""
+    try:
+        import botocore.auth  # noqa: F401
+    except ImportError:
+        raise CredentialError("AWS requests are re-signed with botocore, which is not installed: "
+                              "pip install 'envgit[aws]'") from None
+
+
 class Sources:
     """The session's real values, read on first need and cached (a `command:` runs once).
     A source that changed in the policy is read afresh."""

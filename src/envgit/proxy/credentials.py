@@ -24,7 +24,7 @@ from urllib.parse import unquote
 from mitmproxy import http
 
 from ..credentials.placeholder import SESSION, kind_of
-from ..credentials.source import CredentialError, Sources
+from ..credentials.source import CredentialError, Sources, require_botocore
 from ..policy import network, urlpath
 from ..policy.network import url_glob
 from . import bodies
@@ -175,6 +175,8 @@ class CredentialSwap:
                 continue
             try:
                 real = self.sources.value(name, cred["from"])
+                if kind_of(name, cred) == "aws":
+                    require_botocore()
             except CredentialError as e:
                 d = network.Decision("deny", "credential-unavailable", str(e),
                                      hint="`envgit doctor` checks every credential's source")
