@@ -24,8 +24,12 @@ ends the walk there, as in git. Not read, and said in `problems`: reftable refs,
 only through `objects/info/alternates`, a commit missing from the snapshot.
 
 Everything is bounded, since a step chooses these bytes: at most MAX_REPOS repositories, a walk
-visits at most MAX_WALK commits, the walks of a call take at most WALK_SECONDS (the counts then
-say "or more"), a delta chain at most MAX_DELTA_DEPTH links (followed iteratively), an object
+visits at most MAX_WALK commits, and one call (every repository's refs, walks and indexes
+together) spends at most BUDGET_SECONDS and reads at most BUDGET_BYTES of files (_Budget): a
+walk cut by it says "or more", and what is left unread once it is spent (an index, the
+repositories after) is said as the problem "budget", so `envgit diff` and the rewind plan finish
+in seconds whatever a step left. An index is read only when its file differs between the two
+sides (compared by stored id first), and at most MAX_INDEX_ENTRIES entries of it. A delta chain at most MAX_DELTA_DEPTH links (followed iteratively), an object
 at most MAX_OBJECT bytes inflated, at most MAX_REFS refs per side; every object read is checked
 against its id as git checks it; a malformed object or file is a problem said, never an
 exception out of git_changes.
@@ -52,7 +56,9 @@ MAX_OBJECT = 64 << 20       # bytes an object may inflate to
 MAX_REFS = 100_000
 MAX_INDEX = 256 << 20        # bytes of an index file (git's, or a pack's .idx: ~9M objects)
 SLOP = 5                    # commits walked past "everything left is common" (git's clock-skew slop)
-WALK_SECONDS = 20           # the walks of one call together; past it they stop, counts saying "or more"
+BUDGET_SECONDS = 4.0        # one git_changes call, everything in it (diff and the rewind plan wait on it)
+BUDGET_BYTES = 512 << 20    # of files read in one call (indexes, pack indexes, refs, objects' files)
+MAX_INDEX_ENTRIES = 1_000_000   # entries read of one index (Chromium's has ~500k)
 MAX_REPOS = 100             # repositories summarised in one call; the rest are listed as files
 
 # What the summary of a gitdir stands for: the rest of `.git` (config, hooks, info/, a rebase's
@@ -160,17 +166,51 @@ def git_changes(store, tree_a: str | None, tree_b: str | None, changes=None) -> 
         if gitdir is not None:
             found.setdefault(gitdir, 0)
     repos = []
-    deadline = time.monotonic() + WALK_SECONDS
+    budget = side_a.budget = side_b.budget = _Budget(BUDGET_SECONDS, BUDGET_BYTES)
     for gitdir in sorted(found)[:MAX_REPOS]:
         repo = RepoChange(gitdir.decode("utf-8", "surrogateescape"))
         repo.files = sum(1 for c in changes if repo.covers(c.path)
                          and (c.new_type or c.old_type) != "dir")
         try:
-            _compare(repo, _Repo(side_a, gitdir), _Repo(side_b, gitdir), deadline)
+            budget.check()
+            _compare(repo, _Repo(side_a, gitdir), _Repo(side_b, gitdir), budget)
+        except BudgetSpent:
+            repo.problems.append(BUDGET_PROBLEM)
         except _READ_ERRORS as e:     # a damaged store object met on the way: said, not raised
             repo.problems.append(f"{repo.gitdir}: {_why(e)}")
         repos.append(repo)
     return repos
+
+
+class BudgetSpent(Exception):
+    """The call's time or bytes are spent: what is left is said as BUDGET_PROBLEM."""
+
+
+BUDGET_PROBLEM = (f"budget (envgit's git view spends at most {BUDGET_SECONDS:g} s and "
+                  f"{BUDGET_BYTES >> 20} MiB a call; the files are listed by --raw)")
+
+
+class _Budget:
+    """One call's time and bytes, shared by both sides and every repository."""
+
+    def __init__(self, seconds: float, nbytes: int):
+        self.deadline = time.monotonic() + seconds
+        self.left = nbytes
+
+    def over(self) -> bool:
+        return self.left <= 0 or time.monotonic() > self.deadline
+
+    def check(self) -> None:
+        if self.over():
+            raise BudgetSpent()
+
+    def take(self, n: int) -> None:
+        """Before reading `n` bytes of a stored file."""
+        self.check()
+        if n > self.left:
+            self.left = 0
+            raise BudgetSpent()
+        self.left -= n
 
 
 def covered(repos: list[RepoChange], path: bytes) -> bool:
@@ -216,6 +256,7 @@ class _Snapshot:
         self.objects = store.objects
         self.root = bytes.fromhex(tree_id) if tree_id else None
         self._dirs: dict[bytes, dict] = {}
+        self.budget = _Budget(BUDGET_SECONDS, BUDGET_BYTES)   # git_changes gives both sides one
 
     def listdir(self, path: bytes) -> dict:
         """name -> Entry of the directory at `path` (b"": the root); {} if there is none."""
@@ -255,18 +296,19 @@ class _Snapshot:
         e = self.entry(path)
         if e is None or e.type not in (FILE, EXEC) or e.size > limit:
             return None
+        self.budget.take(e.size)
         return _File(self.objects, e).read(0, e.size)
 
     def open(self, path: bytes):
         e = self.entry(path)
-        return _File(self.objects, e) if e is not None and e.type in (FILE, EXEC) else None
+        return _File(self.objects, e, self.budget) if e is not None and e.type in (FILE, EXEC) else None
 
 
 class _File:
     """Random access into a stored file: only the chunks a read touches are fetched."""
 
-    def __init__(self, objects, entry):
-        self.objects, self.size = objects, entry.size
+    def __init__(self, objects, entry, budget=None):
+        self.objects, self.size, self.budget = objects, entry.size, budget
         if entry.chunked:
             self.chunks = decode_chunks(objects.get(entry.oid, CHUNKS))
             self.starts, pos = [], 0
@@ -293,6 +335,8 @@ class _File:
     def _chunk(self, i: int) -> bytes:
         data = self._cache.get(i)
         if data is None:
+            if self.budget is not None:
+                self.budget.take(self.chunks[i][1])      # a pack's chunks, fetched as needed
             data = self.objects.get(self.chunks[i][0], BLOB)
             self._cache[i] = data
             if len(self._cache) > 8:
@@ -477,15 +521,24 @@ class _Repo:
         return {_text(line.strip()) for line in (data or b"").splitlines() if line.strip()}
 
     # index
+    def index_differs(self, other: "_Repo") -> bool:
+        """Do the two sides' index files differ? By stored id, nothing read: an index of 200k
+        entries takes seconds to parse, and a step can leave a hundred repositories. (A split
+        index's shared part is named by its own hash: the same index names the same one.)"""
+        a, b = self.snap.entry(self.path(b"index")), other.snap.entry(other.path(b"index"))
+        same = lambda e, f: (e is None) == (f is None) and (e is None or (e.type, e.oid) == (f.type, f.oid))
+        return not same(a, b)
+
     def index(self) -> dict:
         data = self.snap.read(self.path(b"index"), MAX_INDEX)
         if data is None:
             return {}
-        entries, shared = _parse_index(data, self.hash_len)
+        budget = self.snap.budget
+        entries, shared = _parse_index(data, self.hash_len, budget)
         if shared:
             base = self.snap.read(self.path(b"sharedindex." + shared.encode()), MAX_INDEX)
             if base is not None:
-                entries = {**_parse_index(base, self.hash_len)[0], **entries}
+                entries = {**_parse_index(base, self.hash_len, budget)[0], **entries}
         return entries
 
 
@@ -665,7 +718,7 @@ _READ_ERRORS = (Unreadable, KeyError, ValueError, IndexError, struct.error, zlib
                 StoreError, CorruptObject)
 
 
-def _compare(repo: RepoChange, a: _Repo, b: _Repo, deadline: float) -> None:
+def _compare(repo: RepoChange, a: _Repo, b: _Repo, budget: _Budget) -> None:
     try:
         refs_a, refs_b = a.refs(), b.refs()
     except (StoreError, CorruptObject) as e:
@@ -678,9 +731,12 @@ def _compare(repo: RepoChange, a: _Repo, b: _Repo, deadline: float) -> None:
     tips_a = _tips(a, refs_a, repo.problems)
     tips_b = _tips(b, refs_b, repo.problems)
     if tips_a != tips_b:
-        _walk(repo, a, b, tips_a, tips_b, deadline)
+        _walk(repo, a, b, tips_a, tips_b, budget)
     try:
-        _compare_index(repo, a.index(), b.index())
+        if a.index_differs(b):
+            _compare_index(repo, a.index(), b.index())
+    except BudgetSpent:
+        repo.problems.append(f"{repo.gitdir}/index: {BUDGET_PROBLEM}")
     except _READ_ERRORS as e:
         repo.problems.append(f"{repo.gitdir}/index: {e}")
     repo.problems.extend(dict.fromkeys(a.problems + b.problems))
@@ -711,7 +767,7 @@ def _tips(side: _Repo, refs: dict, problems: list) -> set[str]:
 OLD, NEW = 1, 2
 
 
-def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set, deadline: float) -> None:
+def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set, budget: _Budget) -> None:
     """Commits reachable from one side's tips and not the other's: walk newest first from
     both, painting each commit with the sides that reach it, until everything still queued
     is reached by both (then the rest is common history)."""
@@ -728,6 +784,9 @@ def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set, deadli
             for side in (b, a):
                 try:
                     typ, data = side.get(oid)
+                except BudgetSpent as e:     # the walk below stops at the budget's end
+                    err = Unreadable(BUDGET_PROBLEM)
+                    continue
                 except _READ_ERRORS as e:
                     err = e
                     continue
@@ -764,7 +823,7 @@ def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set, deadli
             slop = SLOP
         _, _, oid = heapq.heappop(queue)
         visited += 1
-        if visited > MAX_WALK or (visited % 64 == 0 and time.monotonic() > deadline):
+        if visited > MAX_WALK or budget.over():
             repo.complete = False
             missing.append(f"{repo.gitdir}: the walk stopped after {visited - 1} commits")
             break
@@ -793,6 +852,8 @@ def _has(side: _Repo, oid: str) -> bool:
         return side.has(oid)
     except _READ_ERRORS:
         return False
+    except BudgetSpent:
+        return True          # not known: "gone" is said only of what was looked for
 
 
 def _parse_commit(data: bytes) -> tuple[int, list, str]:
@@ -830,16 +891,21 @@ def _compare_index(repo: RepoChange, old: dict, new: dict) -> None:
             repo.index.append(IndexChange(_text(path), status))
 
 
-def _parse_index(data: bytes, hash_len: int) -> tuple[dict, str | None]:
-    """path -> ((stage, mode, object id), …) of every entry; and a split index's shared id."""
+def _parse_index(data: bytes, hash_len: int, budget: "_Budget | None" = None) -> tuple[dict, str | None]:
+    """path -> ((stage, mode, object id), …) of every entry; and a split index's shared id.
+    At most MAX_INDEX_ENTRIES entries; the budget is checked as it goes."""
     if data[:4] != b"DIRC":
         raise Unreadable("not an index file")
     version, count = struct.unpack(">II", data[4:12])
     if version not in (2, 3, 4):
         raise Unreadable(f"index version {version}")
+    if count > MAX_INDEX_ENTRIES:
+        raise Unreadable(f"{count} entries, over the {MAX_INDEX_ENTRIES} read")
     pos, out, prev = 12, {}, b""
     fixed = 40 + hash_len
-    for _ in range(count):
+    for i in range(count):
+        if budget is not None and not i & 4095:
+            budget.check()
         start = pos
         mode = struct.unpack(">I", data[pos + 24:pos + 28])[0]
         oid = data[pos + 40:pos + 40 + hash_len].hex()
