@@ -89,6 +89,26 @@ def test_the_placeholder_sent_elsewhere_is_denied_and_marked(attacker, how):
         assert bad[0]["credential"] == "tok" and bad[0]["host"] == "stub.example.test"
 
 
+def test_never_swapped_where_a_server_could_echo_it_back(attacker):
+    """On the credential's own host the real value goes only where a token goes (the
+    Authorization header, a token-named query parameter); a body, a search-like query and a
+    cookie keep the placeholder, so a server that stores or echoes them (a gist, a search
+    page) cannot hand the real value back to the step."""
+    with servers(_who) as (git, stub):
+        setup(attacker, git, stub)
+        ph = attacker.run("printf %s \"$MY_TOKEN\"").stdout
+        attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
+                     f"-H \"Cookie: c=$MY_TOKEN\" -H \"X-Note: see $MY_TOKEN\" --data \"gist=$MY_TOKEN\" "
+                     f"\"{git.url}/info/refs?q=$MY_TOKEN&access_token=$MY_TOKEN\"")
+        got = [q for q in git.requests if "access_token" in q["path"]]
+        assert got, git.requests
+        q = got[0]
+        assert q["headers"]["authorization"] == f"Bearer {CANARY}"
+        assert f"access_token={CANARY}" in q["path"] and f"q={ph}" in q["path"]
+        assert CANARY.encode() not in q["body"] and ph.encode() in q["body"]
+        assert q["headers"]["cookie"] == f"c={ph}" and q["headers"]["x-note"] == f"see {ph}"
+
+
 def test_an_approval_never_widens_a_credential(attacker):
     """The second host's requests are asked about, and the person approves everything (also
     the whole rule): the placeholder still never reaches it, and nobody is asked about it."""

@@ -9,8 +9,9 @@
   swapped. An approval cannot change this: it is judged before and apart from every ask.
 - `request` (after EnvgitAddon has judged the request): the body, if buffered whole, is
   looked at the same way; then, on a request the policy allowed, the real value replaces the
-  placeholder where the client put it, and the record says `credential: NAME`. A request
-  the policy denied keeps its placeholder (and is not sent anyway).
+  placeholder where clients send a token (`_swap`: never in a body or inside other text, which
+  a server may store or echo back), and the record says `credential: NAME`. A request the
+  policy denied keeps its placeholder (and is not sent anyway).
 
 Real values live in credentials.source.Sources, read on first need; they are never put in a
 record, a log line or an error message.
@@ -19,7 +20,7 @@ record, a log line or an error message.
 import base64
 import binascii
 import time
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from mitmproxy import http
 
@@ -27,10 +28,25 @@ from ..credentials.placeholder import SESSION, kind_of
 from ..credentials.source import CredentialError, Sources, require_botocore
 from ..policy import network, urlpath
 from ..policy.network import url_glob
-from . import bodies
 from .addon import EnvgitAddon, deny_response
 
 RULE = "credential-misuse"
+
+
+TOKEN_PARAMS = {"access_token", "token", "private_token", "api_key", "apikey", "key", "auth",
+                "auth_token", "client_secret", "password", "secret"}
+
+
+def _token_param(name: str) -> bool:
+    n = name.lower().replace("-", "_")
+    return n in TOKEN_PARAMS or n.endswith(("_token", "_key", "_secret"))
+
+
+def _auth_header(name: bytes) -> bool:
+    """Authorization, and custom headers named for auth or a token (X-Auth-Token, …): where
+    `<scheme> <token>` is sent."""
+    n = name.decode("latin-1").lower()
+    return "auth" in n or "token" in n
 
 
 def _basic(value: str) -> str | None:
@@ -188,8 +204,7 @@ class CredentialSwap:
             if kind_of(name, cred) == "aws":
                 self._resign(flow, SESSION.of(name, cred), real)
             else:
-                self._swap(flow, SESSION.of(name, cred)["token"], real["token"],
-                           body=not flow.metadata.get(bodies.PARTIAL))
+                self._swap(flow, SESSION.of(name, cred)["token"], real["token"])
         if rec is not None:
             rec["credential"] = ",".join(names)
             # what the credential work cost this request: finding and checking the
@@ -200,27 +215,41 @@ class CredentialSwap:
     # --- swapping --------------------------------------------------------------------------
 
     @staticmethod
-    def _swap(flow, placeholder: str, real: str, body: bool = True) -> None:
-        """`body`: the whole body is buffered (a streamed one is sent as the client wrote it:
-        its length is already on its way)."""
+    def _swap(flow, placeholder: str, real: str) -> None:
+        """The real value where a client sends a token, and only there: a header whose value
+        is the placeholder, or in an auth header `<scheme> <placeholder>` (Bearer, token, …); Basic credentials
+        whose user or password is it; a token-named query parameter (TOKEN_PARAMS) whose
+        value is it. Never in a body or inside other text (a search query, a gist, a
+        cookie): a server may store or echo those back into the sandbox."""
         r = flow.request
         fields = []
         for k, v in r.headers.fields:
             value = v.decode("latin-1")
             decoded = _basic(value)
-            if decoded is not None and placeholder in decoded:
-                swapped = base64.b64encode(decoded.replace(placeholder, real).encode("latin-1"))
-                value = value.split(" ", 1)[0] + " " + swapped.decode()
-            elif placeholder in value:
-                value = value.replace(placeholder, real)
+            if decoded is not None:
+                user, colon, password = decoded.partition(":")
+                if placeholder in (user, password):
+                    user = real if user == placeholder else user
+                    password = real if password == placeholder else password
+                    value = value.split(" ", 1)[0] + " " + base64.b64encode(
+                        f"{user}{colon}{password}".encode("latin-1")).decode()
+            elif value.strip() == placeholder:
+                value = real
+            elif _auth_header(k):
+                scheme, _, rest = value.strip().partition(" ")
+                if rest.strip() == placeholder and scheme.isalnum():
+                    value = f"{scheme} {real}"
             fields.append((k, value.encode("latin-1")))
         r.headers.fields = tuple(fields)
-        if placeholder in r.path:
-            r.path = r.path.replace(placeholder, real)
-        if body and r.raw_content and placeholder.encode() in r.raw_content:
-            r.raw_content = r.raw_content.replace(placeholder.encode(), real.encode())
-            if "content-length" in r.headers:
-                r.headers["content-length"] = str(len(r.raw_content))
+        base, q, query = r.path.partition("?")
+        if q and placeholder in unquote(query):
+            items = []
+            for item in query.split("&"):
+                name, eq, val = item.partition("=")
+                if eq and unquote(val) == placeholder and _token_param(unquote(name)):
+                    item = f"{name}={quote(real, safe='')}"
+                items.append(item)
+            r.path = base + "?" + "&".join(items)
 
     @staticmethod
     def _resign(flow, placeholder: dict, real: dict) -> None:
