@@ -64,7 +64,21 @@ def first_run(t):
     (its default is "No, exit": down, then Enter)."""
     t.answer(STARTUP[0], "\r")
     t.answer(STARTUP[1], "\r")
-    t.answer(STARTUP[2], "\x1b[B\r")
+    t.wait_for(STARTUP[2])
+    t.wait_for("Enter to confirm")
+
+    def chosen():                       # the cursor (❯) on the "Yes" line
+        return any(STARTUP[2] in line and "❯" in line for line in t.screen().splitlines())
+    for _ in range(4):
+        time.sleep(1)                   # a key typed while the dialog still starts is dropped;
+        t.type("\x1b[B")               # two taken at once would go round to "No, exit"
+        stop = time.monotonic() + 10
+        while not chosen() and time.monotonic() < stop:
+            time.sleep(0.1)
+        if chosen():
+            break
+    assert chosen(), t.screen()
+    t.answer(STARTUP[2], "\r")
 
 
 def ask(t, prompt=PROMPT, answer=ANSWER):
