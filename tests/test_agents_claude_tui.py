@@ -267,3 +267,17 @@ def test_the_shim_takes_the_id_left_for_its_own_command(tmp_path, monkeypatch):
     assert take_call("pwd") == "pwd-id" and take_call("ls") == "ls-id"
     assert take_call("ls -l") == "refused-ls"          # reworded: the only one left
     assert take_call("ls") is None and not list(tmp_path.iterdir())
+
+
+def test_a_killed_claude_leaves_the_terminal_as_it_was(cproj, claude_bin):
+    import os
+    with ModelServer([], final=ANSWER) as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            first_run(t)
+            t.wait_for(READY)
+            assert t.stty() != t.modes_before               # raw mode, Claude's
+            for pid in t.descendants():                     # kill -9 of Claude, not of envgit
+                os.kill(pid, signal.SIGKILL)
+            assert t.wait(30) == 128 + signal.SIGKILL
+            assert t.stty() == t.modes_before
