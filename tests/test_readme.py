@@ -75,6 +75,16 @@ def test_policy_example_loads(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_credentials_example_loads(tmp_path):
+    (example,) = blocks("yaml", "credentials")
+    (tmp_path / "envgit.yaml").write_text("version: 1\n" + example)
+    (tmp_path / ".envgit").mkdir()
+    r = subprocess.run([str(Path(sys.executable).parent / "envgit"), "policy", "show"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "credential github" in r.stdout and "credential aws" in r.stdout, r.stdout
+
+
 def test_every_promise_names_a_test_that_exists():
     """Each row of "What a step cannot do" names tests that exist in tests/adversarial/."""
     section = README.split("### What a step cannot do", 1)[1].split("\n## ", 1)[0]
