@@ -56,12 +56,13 @@ def cmd_diff(args):
         b_step, b = None, ask_daemon(project, {"op": "snapshot"})["tree"]
     secrets = Secrets(project, args.show_secrets)
     a_name, b_name = f"step {a_step}", "working tree" if b_step is None else f"step {b_step}"
+    from ..snapshot.gitview import new_budget
     store = Store(project.state_path("objects"))
+    budget = new_budget()        # git's view of every part together: diff answers in seconds
     whole = _Part(store, args, secrets, {"from": a_name, "to": b_name, "from_tree": a, "to_tree": b,
-                                         "outside": False, "step": None})
-    parts = [_Part(store, args, secrets, p) for p in _split(j, a_step, a, b_step, b)]
-    if len(parts) == 1:
-        parts = [whole]
+                                         "outside": False, "step": None}, budget)
+    split = _split(j, a_step, a, b_step, b)
+    parts = [whole] if len(split) == 1 else [_Part(store, args, secrets, p, budget) for p in split]
     if args.json:
         out({**whole.to_json(), "parts": [p.to_json() for p in parts]})
         return 0
@@ -89,13 +90,13 @@ class _Part:
     """The changes from one tree to another, as diff shows them: a repository's `.git` as
     git's view unless --raw, the paths asked for, denied contents withheld."""
 
-    def __init__(self, store, args, secrets, part: dict):
+    def __init__(self, store, args, secrets, part: dict, budget=None):
         from ..daemon.snapshots import display
         from ..snapshot.gitview import covered, git_changes
         self.store, self.args, self.secrets, self.part = store, args, secrets, part
         self.a, self.b = part["from_tree"], part["to_tree"]
         changes = store.diff(self.a, self.b)
-        repos = git_changes(store, self.a, self.b, changes)
+        repos = git_changes(store, self.a, self.b, changes, budget)
         if args.paths:
             want = [p.rstrip("/") for p in args.paths]
             changes = [c for c in changes if any(display(c.path) == w or display(c.path).startswith(w + "/")

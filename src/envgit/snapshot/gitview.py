@@ -25,7 +25,7 @@ only through `objects/info/alternates`, a commit missing from the snapshot.
 
 Everything is bounded, since a step chooses these bytes: at most MAX_REPOS repositories, a walk
 visits at most MAX_WALK commits, and one call (every repository's refs, walks and indexes
-together) spends at most BUDGET_SECONDS and reads at most BUDGET_BYTES of files (_Budget): a
+together) spends at most BUDGET_SECONDS and reads at most BUDGET_BYTES of files (Budget): a
 walk cut by it says "or more", and what is left unread once it is spent (an index, the
 repositories after) is said as the problem "budget", so `envgit diff` and the rewind plan finish
 in seconds whatever a step left. An index is read only when its file differs between the two
@@ -152,10 +152,12 @@ class RepoChange:
         return out
 
 
-def git_changes(store, tree_a: str | None, tree_b: str | None, changes=None) -> list[RepoChange]:
+def git_changes(store, tree_a: str | None, tree_b: str | None, changes=None,
+                budget: "Budget | None" = None) -> list[RepoChange]:
     """One RepoChange per repository whose git state differs between the two snapshots (root
     tree ids, hex; None: nothing), in gitdir order. `changes` is `store.diff(tree_a, tree_b)`
-    when the caller has it already."""
+    when the caller has it already; `budget` is shared by the calls of one command (diff's
+    parts), else the call has its own (new_budget())."""
     if changes is None:
         changes = store.diff(tree_a, tree_b)
     side_a = _Snapshot(store, tree_a)
@@ -166,7 +168,7 @@ def git_changes(store, tree_a: str | None, tree_b: str | None, changes=None) -> 
         if gitdir is not None:
             found.setdefault(gitdir, 0)
     repos = []
-    budget = side_a.budget = side_b.budget = _Budget(BUDGET_SECONDS, BUDGET_BYTES)
+    budget = side_a.budget = side_b.budget = budget or new_budget()
     for gitdir in sorted(found)[:MAX_REPOS]:
         repo = RepoChange(gitdir.decode("utf-8", "surrogateescape"))
         repo.files = sum(1 for c in changes if repo.covers(c.path)
@@ -190,7 +192,11 @@ BUDGET_PROBLEM = (f"budget (envgit's git view spends at most {BUDGET_SECONDS:g} 
                   f"{BUDGET_BYTES >> 20} MiB a call; the files are listed by --raw)")
 
 
-class _Budget:
+def new_budget() -> "Budget":
+    return Budget(BUDGET_SECONDS, BUDGET_BYTES)
+
+
+class Budget:
     """One call's time and bytes, shared by both sides and every repository."""
 
     def __init__(self, seconds: float, nbytes: int):
@@ -256,7 +262,7 @@ class _Snapshot:
         self.objects = store.objects
         self.root = bytes.fromhex(tree_id) if tree_id else None
         self._dirs: dict[bytes, dict] = {}
-        self.budget = _Budget(BUDGET_SECONDS, BUDGET_BYTES)   # git_changes gives both sides one
+        self.budget = Budget(BUDGET_SECONDS, BUDGET_BYTES)   # git_changes gives both sides one
 
     def listdir(self, path: bytes) -> dict:
         """name -> Entry of the directory at `path` (b"": the root); {} if there is none."""
@@ -718,7 +724,7 @@ _READ_ERRORS = (Unreadable, KeyError, ValueError, IndexError, struct.error, zlib
                 StoreError, CorruptObject)
 
 
-def _compare(repo: RepoChange, a: _Repo, b: _Repo, budget: _Budget) -> None:
+def _compare(repo: RepoChange, a: _Repo, b: _Repo, budget: Budget) -> None:
     try:
         refs_a, refs_b = a.refs(), b.refs()
     except (StoreError, CorruptObject) as e:
@@ -767,7 +773,7 @@ def _tips(side: _Repo, refs: dict, problems: list) -> set[str]:
 OLD, NEW = 1, 2
 
 
-def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set, budget: _Budget) -> None:
+def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set, budget: Budget) -> None:
     """Commits reachable from one side's tips and not the other's: walk newest first from
     both, painting each commit with the sides that reach it, until everything still queued
     is reached by both (then the rest is common history)."""
@@ -881,17 +887,16 @@ def _header(data: bytes, key: bytes) -> str | None:
 
 
 def _compare_index(repo: RepoChange, old: dict, new: dict) -> None:
-    for path in sorted(old.keys() | new.keys()):
+    differ = [p for p, v in old.items() if new.get(p) != v] + [p for p in new if p not in old]
+    for path in sorted(differ):
         o, n = old.get(path), new.get(path)
-        if o == n:
-            continue
         status = "added" if o is None else "deleted" if n is None else "modified"
         repo.index_count += 1
         if len(repo.index) < MAX_LISTED:
             repo.index.append(IndexChange(_text(path), status))
 
 
-def _parse_index(data: bytes, hash_len: int, budget: "_Budget | None" = None) -> tuple[dict, str | None]:
+def _parse_index(data: bytes, hash_len: int, budget: "Budget | None" = None) -> tuple[dict, str | None]:
     """path -> ((stage, mode, object id), …) of every entry; and a split index's shared id.
     At most MAX_INDEX_ENTRIES entries; the budget is checked as it goes."""
     if data[:4] != b"DIRC":
