@@ -93,8 +93,14 @@ def _holds_any(dirpath: bytes, paths: list[bytes]) -> bool:
 
 
 def _under_any(path: bytes, dirs: set[bytes]) -> bool:
-    parts = path.split(b"/")
-    return any(b"/".join(parts[:n]) in dirs for n in range(1, len(parts)))
+    if not dirs:
+        return False          # (the common case; a join per ancestor was cubic in the depth)
+    i = path.find(b"/")
+    while i != -1:
+        if path[:i] in dirs:
+            return True
+        i = path.find(b"/", i + 1)
+    return False
 
 
 def _item(path: bytes, e: Entry) -> Item:
@@ -174,6 +180,7 @@ class DirFds:
     def __init__(self, root):
         self.root = os.open(os.fspath(root), _DIR_FLAGS)
         self.chain: list[list] = []     # [[name, fd or None]] from the root's child down
+        self.path = b""                 # the chain's path
 
     def __enter__(self):
         return self
@@ -187,18 +194,32 @@ class DirFds:
             return self.root
         names = path.split(b"/")
         chain = self.chain
-        same = 0
-        while same < len(chain) and same < len(names) and chain[same][0] == names[same]:
-            same += 1
+        held = self.path
+        if path == held:                                  # (the common cases in O(1) compares)
+            same = len(names)
+        elif not held or path.startswith(held + b"/"):
+            same = len(chain)
+        elif held.startswith(path + b"/"):
+            same = len(names)
+        else:
+            same = 0
+            while same < len(chain) and same < len(names) and chain[same][0] == names[same]:
+                same += 1
         self._cut(same)
-        for depth in range(same, len(names)):
-            fd = self._open_at(self._fd(depth - 1), names[:depth + 1])
-            chain.append([names[depth], fd])
-            shallow = len(chain) - _OPEN_DIRS - 1
-            if shallow >= 0 and not _checkpoint(shallow) and chain[shallow][1] is not None:
-                os.close(chain[shallow][1])
-                chain[shallow][1] = None
-        return self._fd(len(names) - 1)
+        try:
+            for depth in range(same, len(names)):
+                fd = self._open_at(self._fd(depth - 1), names[:depth + 1])
+                chain.append([names[depth], fd])
+                shallow = len(chain) - _OPEN_DIRS - 1
+                if shallow >= 0 and not _checkpoint(shallow) and chain[shallow][1] is not None:
+                    os.close(chain[shallow][1])
+                    chain[shallow][1] = None
+            fd = self._fd(len(names) - 1)
+        except BaseException:
+            self.path = b"/".join(names[:len(chain)])
+            raise
+        self.path = path
+        return fd
 
     def _fd(self, i: int) -> int:
         """The fd of chain[i] (-1: the root), reopened from the nearest held ancestor if closed."""
@@ -238,9 +259,9 @@ class DirFds:
 
     def forget(self, path: bytes) -> None:
         """`path` is about to be removed: close its fd and those under it."""
-        names = path.split(b"/")
-        if [e[0] for e in self.chain[:len(names)]] == names:
-            self._cut(len(names) - 1)
+        if self.path == path or self.path.startswith(path + b"/"):
+            self._cut(path.count(b"/"))
+            self.path = path.rpartition(b"/")[0]
 
     def parent(self, path: bytes) -> tuple[int, bytes]:
         parent, _, name = path.rpartition(b"/")
