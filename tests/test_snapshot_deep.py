@@ -121,3 +121,20 @@ def test_a_directory_swapped_while_the_walk_is_below_it_fails_the_snapshot(store
     monkeypatch.setattr(Capture, "_list", swap_at_the_bottom)
     with pytest.raises(OSError):
         store.snapshot(work)
+
+
+def test_a_git_directory_deep_down_is_summarised_without_recursion(store, tmp_path):
+    """The git summary of a step lists the directories down to a changed `.git`."""
+    from envgit.snapshot.gitview import git_changes
+    work = tmp_path / "work"
+    work.mkdir()
+    make_deep(work, 1500)
+    fd = bottom_fd(work, 1500)
+    os.mkdir(".git", dir_fd=fd)
+    git = os.open(".git", _FLAGS, dir_fd=fd)
+    write_at(git, "HEAD", b"ref: refs/heads/main\n")
+    os.close(git)
+    os.close(fd)
+    snap = store.snapshot(work)
+    repos = git_changes(store, None, snap.tree_id)
+    assert [r.gitdir.count("/") for r in repos] == [1500], repos

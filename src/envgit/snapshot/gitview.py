@@ -270,17 +270,27 @@ class _Snapshot:
         if got is not None:
             return got
         if self.root is None:
-            got = {}
-        elif path == b"":
-            got = {e.name: e for e in read_tree(self.objects, self.root)}
-        else:
-            parent, _, name = path.rpartition(b"/")
-            e = self.listdir(parent).get(name)
+            return {}
+        # From the nearest directory listed before, down one level at a time: no recursion (a
+        # step chooses how deep a `.git` lies).
+        down = []
+        while path and path not in self._dirs:
+            down.append(path)
+            path = path.rpartition(b"/")[0]
+        got = self._dirs.get(path)
+        if got is None:
+            got = self._remember(b"", {e.name: e for e in read_tree(self.objects, self.root)})
+        for path in reversed(down):
+            e = got.get(path.rpartition(b"/")[2])
             got = {x.name: x for x in read_tree(self.objects, e.oid)} if e and e.type == DIR else {}
+            self._remember(path, got)
+        return got
+
+    def _remember(self, path: bytes, listing: dict) -> dict:
         if len(self._dirs) > 4096:
             self._dirs.clear()
-        self._dirs[path] = got
-        return got
+        self._dirs[path] = listing
+        return listing
 
     def entry(self, path: bytes):
         parent, _, name = path.rpartition(b"/")
