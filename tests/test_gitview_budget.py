@@ -9,7 +9,7 @@ import time
 
 from envgit.snapshot import Filter, StatCache, Store
 from envgit.snapshot import gitview
-from envgit.snapshot.gitview import BUDGET_SECONDS, git_changes
+from envgit.snapshot.gitview import BUDGET_BYTES, BUDGET_SECONDS, Budget, git_changes
 
 
 def _env(tmp_path):
@@ -29,11 +29,11 @@ def _repo_with_index(root, env, entries, extra=None):
     return blob
 
 
-def test_many_large_indexes_finish_within_the_budget(tmp_path):
+def _many(tmp_path, n=12, entries=60_000):
+    """`n` repositories whose 60k-entry indexes each gain one path between two snapshots."""
     env = _env(tmp_path)
     proj = tmp_path / "p"
-    n = 12
-    blob = _repo_with_index(proj / "r0", env, 60_000)
+    blob = _repo_with_index(proj / "r0", env, entries)
     for i in range(1, n):
         (proj / f"r{i}").mkdir()
         subprocess.run(["cp", "-a", str(proj / "r0" / ".git"), str(proj / f"r{i}")], check=True)
@@ -43,16 +43,39 @@ def test_many_large_indexes_finish_within_the_budget(tmp_path):
         subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},extra"],
                        cwd=proj / f"r{i}", env=env, check=True)
     b = store.snapshot(proj, flt, cache).tree_id
-    start = time.monotonic()
-    repos = git_changes(store, a, b)
-    took = time.monotonic() - start
-    assert took < BUDGET_SECONDS + 3, took
-    assert len(repos) == n
+    return store, a, b, (proj / "r0" / ".git" / "index").stat().st_size
+
+
+def _read_and_unread(repos, n):
     read = [r for r in repos if r.index_count]
     unread = [r for r in repos if any("budget" in p for p in r.problems)]
-    assert read and read[0].index[0].path == "extra", [r.to_json() for r in repos[:2]]
-    assert unread and len(read) + len(unread) == n, [(r.gitdir, r.index_count, r.problems) for r in repos]
-    assert any(line.startswith("  not read: ") and "budget" in line for line in unread[-1].lines())
+    assert len(repos) == n and len(read) + len(unread) == n, \
+        [(r.gitdir, r.index_count, r.problems) for r in repos]
+    assert all(r.index[0].path == "extra" for r in read)
+    assert unread and any(line.startswith("  not read: ") and "budget" in line
+                          for line in unread[-1].lines())
+    return read, unread
+
+
+def test_many_large_indexes_finish_within_the_time_budget(tmp_path):
+    """12 x 2 x 60k entries (the old reader took 12 s over them in one run here): a budget of 1 s
+    ends the call near 1 s, the rest said as not read."""
+    store, a, b, _ = _many(tmp_path)
+    start = time.monotonic()
+    repos = git_changes(store, a, b, budget=Budget(1.0, BUDGET_BYTES))
+    took = time.monotonic() - start
+    assert took < 1.0 + 2, took
+    _read_and_unread(repos, 12)
+    start = time.monotonic()
+    git_changes(store, a, b)                                      # the default budget
+    assert time.monotonic() - start < BUDGET_SECONDS + 3
+
+
+def test_the_bytes_budget_stops_reading_indexes(tmp_path):
+    """Bytes for three index files: the first repository's two are read, then nothing."""
+    store, a, b, size = _many(tmp_path, n=5, entries=20_000)
+    read, unread = _read_and_unread(git_changes(store, a, b, budget=Budget(60, 3 * size + 4096)), 5)
+    assert len(read) == 1 and len(unread) == 4
 
 
 def test_an_index_the_same_on_both_sides_is_not_read(tmp_path, monkeypatch):
