@@ -138,3 +138,22 @@ def test_a_git_directory_deep_down_is_summarised_without_recursion(store, tmp_pa
     snap = store.snapshot(work)
     repos = git_changes(store, None, snap.tree_id)
     assert [r.gitdir.count("/") for r in repos] == [1500], repos
+
+
+def test_a_path_longer_than_the_stat_cache_records_hold_is_not_saved_and_nothing_fails(store, tmp_path):
+    """Stat cache records hold a path length in 16 bits; a step can nest 260 names of 255 bytes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    fd = os.open(work, _FLAGS)
+    for _ in range(260):
+        os.mkdir("n" * 255, dir_fd=fd)
+        nxt = os.open("n" * 255, _FLAGS, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    write_at(fd, "f", b"deepest\n")
+    os.close(fd)
+    cache = StatCache(tmp_path / "statcache")
+    first = store.snapshot(work, cache=cache)                       # saves the cache
+    again = StatCache(tmp_path / "statcache")
+    assert again.entries and max(len(p) for p in again.entries) <= 0xFFFF
+    assert store.snapshot(work, cache=again).tree_id == first.tree_id

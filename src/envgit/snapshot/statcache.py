@@ -131,7 +131,10 @@ class StatCache:
         """Write the cache next to itself and rename it into place (a torn write is detected)."""
         if self.path is None or not self.changed:
             return
-        items = sorted(self.entries.items())
+        # A path longer than the record's u16 length (a step can nest directories that deep) is
+        # not saved: a cache, so its file is re-read after a restart, instead of a struct.error
+        # failing every save.
+        items = sorted((p, e) for p, e in self.entries.items() if len(p) <= 0xFFFF)
         records = [_RECORD.pack(size, mtime, ctime, ino, mode, len(p), flags, oid or _ZERO_ID)
                    for p, (mode, size, mtime, ctime, ino, oid, flags) in items]
         body = b"".join([MAGIC, struct.pack("<I", len(items))] + records + [p for p, _ in items])
