@@ -97,5 +97,10 @@ class Sources:
             self._cache[key] = read(name, source, self.environ)
         return self._cache[key]
 
+    def resolved(self, name: str, source: dict) -> dict[str, str] | None:
+        """The real value(s) if read already, else None (never reads: the gate looks for a
+        real value leaving only once it has handed it out)."""
+        return self._cache.get((name, tuple(sorted(source.items()))))
+
     def __repr__(self):                     # never the values, whatever prints this
         return f"<Sources: {len(self._cache)} cached>"

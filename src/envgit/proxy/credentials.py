@@ -19,6 +19,7 @@ record, a log line or an error message.
 
 import base64
 import binascii
+import re
 import time
 from urllib.parse import quote, unquote
 
@@ -27,10 +28,12 @@ from mitmproxy import http
 from ..credentials.placeholder import SESSION, kind_of
 from ..credentials.source import CredentialError, Sources, require_botocore
 from ..policy import network, urlpath
-from ..policy.network import url_glob
-from .addon import EnvgitAddon, deny_response
+from ..policy.network import _OVERRIDE_HEADERS, url_glob
+from . import bodies
+from .addon import EnvgitAddon, _denial_text, deny_response
 
 RULE = "credential-misuse"
+MIN_REAL = 8            # a real value shorter than this is not looked for (it would be everywhere)
 
 
 TOKEN_PARAMS = {"access_token", "token", "private_token", "api_key", "apikey", "key", "auth",
@@ -49,14 +52,41 @@ def _auth_header(name: bytes) -> bool:
     return "auth" in n or "token" in n
 
 
-def _basic(value: str) -> str | None:
-    scheme, _, token = value.strip().partition(" ")
-    if scheme.lower() != "basic":
-        return None
+def _b64(token: str) -> str | None:
+    """`token` decoded as leniently as servers decode base64 (Node's Buffer, most Basic-auth
+    middlewares): padding optional, the URL-safe alphabet too, other characters skipped."""
+    t = token.replace("-", "+").replace("_", "/").rstrip("=")
+    if len(t) % 4 == 1:
+        t = t[:-1]                          # a dangling character carries no whole byte
     try:
-        return base64.b64decode(token.strip(), validate=True).decode("latin-1")
+        return base64.b64decode(t + "=" * (-len(t) % 4)).decode("latin-1")
     except (binascii.Error, ValueError):
         return None
+
+
+def _basic(value: str) -> str | None:
+    """Basic credentials as a server reads them: the scheme in any case, any whitespace, the
+    base64 lenient (_b64); None when the value is not Basic."""
+    parts = value.split(None, 1)
+    if len(parts) != 2 or parts[0].lower() != "basic":
+        return None
+    return _b64("".join(parts[1].split()))
+
+
+# Runs of base64 characters long enough to hold a placeholder's half: a token a client (or a
+# server's own scheme) may carry base64-encoded anywhere, not only after `Basic`.
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+
+
+def _decodings(text: str) -> list[str]:
+    return [d for d in map(_b64, _B64_RUN.findall(text)) if d]
+
+
+def _path_glob(pattern: str) -> re.Pattern:
+    """A credential's `paths` entry: the request rules' URL glob, but exact about case. A
+    narrowing allows, so it must not admit another spelling a case-sensitive server (S3 keys,
+    git hosts' repositories, Artifactory) reads as another resource."""
+    return re.compile(url_glob(pattern).pattern)
 
 
 class CredentialSwap:
@@ -84,12 +114,14 @@ class CredentialSwap:
         """Where a client may put a token, as the server would read it."""
         r = flow.request
         texts = [r.path, unquote(r.path), unquote(unquote(r.path))]
-        for _, v in r.headers.fields:
+        texts += _decodings(texts[1])
+        for k, v in r.headers.fields:
             value = v.decode("latin-1")
-            texts.append(value)
+            texts += (k.decode("latin-1"), value)   # a header's name is sent as the step spelled it
             decoded = _basic(value)
             if decoded is not None:
                 texts.append(decoded)
+            texts += _decodings(value)
         return texts
 
     @staticmethod
@@ -99,24 +131,52 @@ class CredentialSwap:
         return flow.request.host, flow.request.port
 
     @staticmethod
-    def _covers(cred, scheme, host, port, method, path) -> bool:
+    def _methods(request) -> set[str]:
+        """Every method a server may act on: the request line's and any method-override
+        header's (the same headers the request rules read: network._OVERRIDE_HEADERS)."""
+        out = {request.method.upper()}
+        for h in _OVERRIDE_HEADERS:
+            out.update(v.strip().upper() for v in request.headers.get_all(h))
+        return out
+
+    @staticmethod
+    def _covers(cred, scheme, host, port, methods, path) -> bool:
         """Is this request one the credential may go on? Only over TLS (the real value never
-        crosses the network in the clear), to one of its hosts, and within its methods and
-        paths: a path on every reading a server may give it (policy/urlpath.py), as l7 does."""
+        crosses the network in the clear), to one of its hosts, and within its methods (every
+        method the server may read: `methods`) and paths: a path on every reading a server may
+        give it (policy/urlpath.py), as l7 does, compared exactly (case too: _path_glob)."""
         if scheme != "https" or not any(network.entry_matches(e, host, port) for e in cred["hosts"]):
             return False
-        methods = {m.upper() for m in cred.get("methods") or ["*"]}
-        if "*" not in methods and method.upper() not in methods:
+        allowed = {m.upper() for m in cred.get("methods") or ["*"]}
+        if "*" not in allowed and not methods <= allowed:
             return False
         if cred.get("paths"):
+            globs = [_path_glob(p) for p in cred["paths"]]
             readings = urlpath.readings(path.partition("?")[0])
-            return not readings.doubt and all(any(url_glob(p).fullmatch(s) for p in cred["paths"])
+            return not readings.doubt and all(any(g.fullmatch(s) for g in globs)
                                               for s in readings.spellings)
         return True
 
     def _found(self, policy, texts) -> list[str]:
         return [name for name, (_, phs) in self._placeholders(policy).items()
                 if any(ph in t for ph in phs for t in texts)]
+
+    def _reals(self, policy) -> dict[str, list[tuple[str, str]]]:
+        """name -> [(real value, its placeholder)] of every credential whose real value the
+        gate has read (and so may have handed out: a server can echo it back into the step)."""
+        out = {}
+        for name, (cred, _) in self._placeholders(policy).items():
+            real = self.sources.resolved(name, cred["from"])
+            if real:
+                ph = SESSION.of(name, cred)
+                pairs = [(v, ph[k]) for k, v in real.items() if k in ph and len(v) >= MIN_REAL]
+                if pairs:
+                    out[name] = pairs
+        return out
+
+    def _found_real(self, policy, texts) -> list[str]:
+        return [name for name, pairs in self._reals(policy).items()
+                if any(real in t for real, _ in pairs for t in texts)]
 
     def _misuse(self, policy, flow, names) -> str | None:
         """The first credential found on a request it does not cover, or None."""
@@ -125,31 +185,50 @@ class CredentialSwap:
         for name in names:
             cred = policy.credentials.get(name)
             if cred is None or not self._covers(cred, flow.request.scheme, host, port,
-                                                flow.request.method, flow.request.path):
+                                                self._methods(flow.request), flow.request.path):
                 return name
         return None
 
-    def _deny(self, flow, name, rec=None) -> None:
+    def _decision(self, flow, name, what="placeholder") -> network.Decision:
         conn = self.gate.addon.conns.get(flow.client_conn.id)
         host, port = self._target(flow, conn)
-        d = network.Decision(
-            "deny", RULE, f"the placeholder of credential '{name}' was sent to "
+        return network.Decision(
+            "deny", RULE, f"the {what} of credential '{name}' was sent to "
             f"{network.norm_host(host)}:{port} ({flow.request.method}), which the credential "
             "does not cover (its hosts, methods and paths, over https only); nothing was "
             "swapped or sent",
             hint=f"credentials.{name}.hosts (and methods/paths) in envgit.yaml say where it may go")
+
+    def _deny(self, flow, name, rec=None, what="placeholder") -> None:
+        conn = self.gate.addon.conns.get(flow.client_conn.id)
+        host, port = self._target(flow, conn)
+        d = self._decision(flow, name, what)
         flow.response = deny_response(flow, d)
         flow.metadata["envgit.answered"] = True
         fields = {"decision": "deny", "rule": RULE, "reason": d.reason, "kind": "credential",
                   "credential": name, "irreversible": False}
         if rec is not None:                 # judged already: its record says the denial
             rec.update(fields)
+            self._scrub(rec)
             return
         flow.metadata["envgit.judged"] = True
         out = EnvgitAddon._record(flow, d, host=network.norm_host(host), port=port,
                                   status=403, duration_ms=0)
         out.update(fields)
-        self.gate.emit(flow.metadata.get("envgit.step"), out)
+        self.gate.emit(flow.metadata.get("envgit.step"), self._scrub(out))
+
+    def _scrub(self, rec: dict) -> dict:
+        """A record of a request that carried a real value (in its path, say) names the
+        credential instead: real values never reach the journal."""
+        reals = self._reals(self.gate.policy())
+        for key, v in rec.items():
+            if isinstance(v, str):
+                for name, pairs in reals.items():
+                    for real, _ in pairs:
+                        for r in (real, quote(real, safe="")):
+                            v = v.replace(r, f"<credential {name}>")
+                rec[key] = v
+        return rec
 
     # --- events --------------------------------------------------------------------------
 
@@ -158,7 +237,14 @@ class CredentialSwap:
         if flow.response is not None or not getattr(policy, "credentials", None):
             return
         started = time.perf_counter()
-        names = self._found(policy, self._texts(flow))
+        texts = self._texts(flow)
+        # a real value the gate handed out, echoed back by a server and sent on by the step
+        real = self._found_real(policy, texts)
+        bad = self._misuse(policy, flow, real) if real else None
+        if bad is not None:
+            self._deny(flow, bad, what="real value")
+            return
+        names = self._found(policy, texts)
         if not names:
             return
         bad = self._misuse(policy, flow, names)
@@ -176,11 +262,16 @@ class CredentialSwap:
         names = list(flow.metadata.get("envgit.credentials", []))
         body = flow.request.raw_content
         if body:
-            in_body = [n for n in self._found(policy, [body.decode("latin-1")]) if n not in names]
-            bad = self._misuse(policy, flow, in_body) if in_body else None
-            if bad is not None and (flow.response is None or rec is not None):
-                self._deny(flow, bad, rec)
-                return
+            text = [body.decode("latin-1")]
+            for what, found in (("real value", self._found_real(policy, text)),
+                                ("placeholder", self._found(policy, text))):
+                in_body = [n for n in found if n not in names]
+                bad = self._misuse(policy, flow, in_body) if in_body else None
+                if bad is not None and (flow.response is None or rec is not None):
+                    self._deny(flow, bad, rec, what)
+                    return
+        if flow.response is None and flow.metadata.get(bodies.PARTIAL):
+            self._watch_rest(policy, flow, rec)
         if flow.response is not None or not names:
             return                          # denied by the policy: sent nowhere, nothing swapped
         flow.metadata["envgit.swapped"] = True
@@ -212,6 +303,61 @@ class CredentialSwap:
             rec["swap_us"] = round((time.perf_counter() - started +
                                     flow.metadata.get("envgit.looked_s", 0)) * 1e6, 1)
 
+    def _watch_rest(self, policy, flow, rec) -> None:
+        """A body larger than the gate buffers is streamed on past its first BODY_CAP bytes
+        (bodies.py): each further chunk is looked at before it is sent, for the placeholder or
+        real value of every credential that does not cover this request. One found: that chunk
+        is not sent, the upstream request is cut off mid-body (the server never has it whole),
+        and the request is recorded as credential misuse."""
+        needles = []
+        for name, (_, phs) in self._placeholders(policy).items():
+            needles += [(ph.encode(), name, "placeholder") for ph in phs]
+        for name, pairs in self._reals(policy).items():
+            needles += [(real.encode("utf-8", "surrogateescape"), name, "real value")
+                        for real, _ in pairs]
+        needles = [n for n in needles if self._misuse(policy, flow, [n[1]]) is not None]
+        if not needles:
+            return
+        keep = max(len(n) for n, _, _ in needles) - 1
+        tail = [b""]        # the buffered part comes through `cut` first (bodies.py), then the rest
+        before = flow.metadata.get(bodies.CUT)
+
+        def cut(chunk: bytes) -> str:
+            seen = tail[0] + chunk
+            tail[0] = seen[-keep:] if keep else b""
+            for needle, name, what in needles:
+                if needle in seen:
+                    d = self._decision(flow, name, what)
+                    if rec is not None:
+                        rec.update(decision="deny", rule=RULE, reason=d.reason, kind="credential",
+                                   credential=name, irreversible=False)
+                        self._scrub(rec)
+                    return _denial_text(flow, d)
+            return before(chunk) if before is not None else ""
+        flow.metadata[bodies.CUT] = cut
+
+    def responseheaders(self, flow: http.HTTPFlow):
+        """A server may echo what it was sent in its answer's headers (a redirect's Location
+        keeps the query, request-id middleware echoes X-Request-Id, CORS echoes Origin): every
+        real value the gate handed out goes back into the step as its placeholder. Response
+        bodies are streamed and not rewritten."""
+        policy = self.gate.policy()
+        if flow.response is None or not getattr(policy, "credentials", None):
+            return
+        pairs = [p for ps in self._reals(policy).values() for p in ps]
+        if not pairs:
+            return
+        fields, changed = [], False
+        for k, v in flow.response.headers.fields:
+            value = v.decode("latin-1")
+            for real, ph in pairs:
+                for r, p in ((real, ph), (quote(real, safe=""), ph)):
+                    if r in value:
+                        value, changed = value.replace(r, p), True
+            fields.append((k, value.encode("latin-1")))
+        if changed:
+            flow.response.headers.fields = tuple(fields)
+
     # --- swapping --------------------------------------------------------------------------
 
     @staticmethod
@@ -231,7 +377,7 @@ class CredentialSwap:
                 if placeholder in (user, password):
                     user = real if user == placeholder else user
                     password = real if password == placeholder else password
-                    value = value.split(" ", 1)[0] + " " + base64.b64encode(
+                    value = value.split(None, 1)[0] + " " + base64.b64encode(
                         f"{user}{colon}{password}".encode("latin-1")).decode()
             elif value.strip() == placeholder:
                 value = real
