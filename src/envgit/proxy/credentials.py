@@ -21,7 +21,7 @@ import base64
 import binascii
 import re
 import time
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qs, quote, unquote
 
 from mitmproxy import http
 
@@ -82,6 +82,10 @@ def _decodings(text: str) -> list[str]:
     return [d for d in map(_b64, _B64_RUN.findall(text)) if d]
 
 
+# a multipart form's `_method` field
+_FORM_METHOD = re.compile(r'name="?_method"?[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n\s*([A-Za-z]+)')
+
+
 def _path_glob(pattern: str) -> re.Pattern:
     """A credential's `paths` entry: the request rules' URL glob, but exact about case. A
     narrowing allows, so it must not admit another spelling a case-sensitive server (S3 keys,
@@ -131,12 +135,22 @@ class CredentialSwap:
         return flow.request.host, flow.request.port
 
     @staticmethod
-    def _methods(request) -> set[str]:
-        """Every method a server may act on: the request line's and any method-override
-        header's (the same headers the request rules read: network._OVERRIDE_HEADERS)."""
+    def _methods(request, body: bool = False) -> set[str]:
+        """Every method a server may act on: the request line's, any method-override
+        header's (the same headers the request rules read: network._OVERRIDE_HEADERS), a
+        `_method` query parameter's and, with `body` (the buffered body is there), a form's
+        `_method` field (Rails' Rack::MethodOverride, Laravel, Symfony read them)."""
         out = {request.method.upper()}
         for h in _OVERRIDE_HEADERS:
             out.update(v.strip().upper() for v in request.headers.get_all(h))
+        query = request.path.partition("?")[2]
+        if "_method" in query:
+            out.update(v.strip().upper() for v in parse_qs(query).get("_method", ()))
+        raw = request.raw_content if body else None
+        if raw and b"_method" in raw:
+            text = raw.decode("latin-1")
+            out.update(v.strip().upper() for v in parse_qs(text).get("_method", ()))
+            out.update(m.upper() for m in _FORM_METHOD.findall(text))
         return out
 
     @staticmethod
@@ -178,14 +192,14 @@ class CredentialSwap:
         return [name for name, pairs in self._reals(policy).items()
                 if any(real in t for real, _ in pairs for t in texts)]
 
-    def _misuse(self, policy, flow, names) -> str | None:
+    def _misuse(self, policy, flow, names, body=False) -> str | None:
         """The first credential found on a request it does not cover, or None."""
         conn = self.gate.addon.conns.get(flow.client_conn.id)
         host, port = self._target(flow, conn)
         for name in names:
             cred = policy.credentials.get(name)
             if cred is None or not self._covers(cred, flow.request.scheme, host, port,
-                                                self._methods(flow.request), flow.request.path):
+                                                self._methods(flow.request, body), flow.request.path):
                 return name
         return None
 
@@ -270,6 +284,11 @@ class CredentialSwap:
                 if bad is not None and (flow.response is None or rec is not None):
                     self._deny(flow, bad, rec, what)
                     return
+        if names and body and (flow.response is None or rec is not None):
+            bad = self._misuse(policy, flow, names, body=True)    # a form's method override
+            if bad is not None:
+                self._deny(flow, bad, rec)
+                return
         if flow.response is None and flow.metadata.get(bodies.PARTIAL):
             self._watch_rest(policy, flow, rec)
         if flow.response is not None or not names:
