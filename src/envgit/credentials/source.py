@@ -102,5 +102,8 @@ class Sources:
         real value leaving only once it has handed it out)."""
         return self._cache.get((name, tuple(sorted(source.items()))))
 
+    def __len__(self):                      # how many have been read (the gate's cache key)
+        return len(self._cache)
+
     def __repr__(self):                     # never the values, whatever prints this
         return f"<Sources: {len(self._cache)} cached>"

@@ -82,6 +82,8 @@ def _decodings(text: str) -> list[str]:
     return [d for d in map(_b64, _B64_RUN.findall(text)) if d]
 
 
+_OVERRIDES = frozenset(h.encode() for h in _OVERRIDE_HEADERS)
+
 # a multipart form's `_method` field
 _FORM_METHOD = re.compile(r'name="?_method"?[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n\s*([A-Za-z]+)')
 
@@ -99,8 +101,9 @@ class CredentialSwap:
 
     def __init__(self, gate, sources: Sources | None = None):
         self.gate = gate
-        self.sources = sources or Sources()
+        self.sources = sources if sources is not None else Sources()
         self._made = None
+        self._reals_made = None
 
     # --- what a request carries ----------------------------------------------------------
 
@@ -141,8 +144,9 @@ class CredentialSwap:
         `_method` query parameter's and, with `body` (the buffered body is there), a form's
         `_method` field (Rails' Rack::MethodOverride, Laravel, Symfony read them)."""
         out = {request.method.upper()}
-        for h in _OVERRIDE_HEADERS:
-            out.update(v.strip().upper() for v in request.headers.get_all(h))
+        for k, v in request.headers.fields:     # one pass, every repetition of each
+            if k.lower() in _OVERRIDES:
+                out.add(v.decode("latin-1").strip().upper())
         query = request.path.partition("?")[2]
         if "_method" in query:
             out.update(v.strip().upper() for v in parse_qs(query).get("_method", ()))
@@ -172,12 +176,17 @@ class CredentialSwap:
         return True
 
     def _found(self, policy, texts) -> list[str]:
+        blob = "\0".join(texts)            # one search per needle (none holds a NUL)
         return [name for name, (_, phs) in self._placeholders(policy).items()
-                if any(ph in t for ph in phs for t in texts)]
+                if any(ph in blob for ph in phs)]
 
     def _reals(self, policy) -> dict[str, list[tuple[str, str]]]:
         """name -> [(real value, its placeholder)] of every credential whose real value the
-        gate has read (and so may have handed out: a server can echo it back into the step)."""
+        gate has read (and so may have handed out: a server can echo it back into the step).
+        Made again only when the policy or the set of values read changes."""
+        made = self._reals_made
+        if made is not None and made[0] is policy and made[1] == len(self.sources):
+            return made[2]
         out = {}
         for name, (cred, _) in self._placeholders(policy).items():
             real = self.sources.resolved(name, cred["from"])
@@ -186,11 +195,15 @@ class CredentialSwap:
                 pairs = [(v, ph[k]) for k, v in real.items() if k in ph and len(v) >= MIN_REAL]
                 if pairs:
                     out[name] = pairs
+        self._reals_made = (policy, len(self.sources), out)
         return out
 
     def _found_real(self, policy, texts) -> list[str]:
-        return [name for name, pairs in self._reals(policy).items()
-                if any(real in t for real, _ in pairs for t in texts)]
+        reals = self._reals(policy)
+        if not reals:
+            return []
+        blob = "\0".join(texts)
+        return [name for name, pairs in reals.items() if any(real in blob for real, _ in pairs)]
 
     def _misuse(self, policy, flow, names, body=False) -> str | None:
         """The first credential found on a request it does not cover, or None."""
@@ -284,7 +297,7 @@ class CredentialSwap:
                 if bad is not None and (flow.response is None or rec is not None):
                     self._deny(flow, bad, rec, what)
                     return
-        if names and body and (flow.response is None or rec is not None):
+        if names and body and b"_method" in body and (flow.response is None or rec is not None):
             bad = self._misuse(policy, flow, names, body=True)    # a form's method override
             if bad is not None:
                 self._deny(flow, bad, rec)
