@@ -16,6 +16,7 @@ but not yet committed so) is not listed.
 """
 
 import os
+import struct
 
 from ..policy import is_denied, resolve
 from . import hostgit
@@ -58,72 +59,19 @@ def _object_format(gitdir, home):
 
 
 def _read_index(path, hash_len) -> tuple[set, str | None]:
-    """(names, the shared index's hex id when this is a split index)."""
+    """(names, the shared index's hex id when this is a split index), read by the snapshot's git
+    view's index parser (one reader of git's index format in envgit)."""
+    from ..snapshot.gitview import Unreadable, _parse_index
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_INDEX_BYTES)
     except OSError:
         return set(), None
     try:
-        return _parse(memoryview(data), hash_len)
-    except (IndexError, ValueError):
+        entries, shared = _parse_index(data, hash_len)
+    except (Unreadable, IndexError, ValueError, struct.error):
         return set(), None          # damaged or a format this does not know: nothing said
-
-
-def _parse(data, hash_len):
-    if bytes(data[:4]) != b"DIRC":
-        raise ValueError("not an index")
-    version = int.from_bytes(data[4:8], "big")
-    count = int.from_bytes(data[8:12], "big")
-    if version not in (2, 3, 4):
-        raise ValueError(f"index version {version}")
-    pos, names, prev = 12, set(), b""
-    fixed = 40 + hash_len          # times, dev, ino, mode, uid, gid, size, then the object id
-    for _ in range(count):
-        start = pos
-        flags = int.from_bytes(data[pos + fixed:pos + fixed + 2], "big")
-        pos += fixed + 2
-        if version >= 3 and flags & 0x4000:
-            pos += 2                # extended flags
-        if version == 4:
-            strip, pos = _varint(data, pos)
-            end = _nul(data, pos)
-            name = prev[:len(prev) - strip] + bytes(data[pos:end])
-            pos = end + 1
-        else:
-            end = _nul(data, pos)
-            name = bytes(data[pos:end])
-            pos = start + ((end - start + 8) & ~7)     # 1-8 NULs pad an entry to 8 bytes
-        if pos > len(data):
-            raise ValueError("truncated")
-        names.add(name.decode("utf-8", "surrogateescape"))
-        prev = name
-    shared = None
-    while pos + 8 <= len(data) - hash_len:
-        sig, size = bytes(data[pos:pos + 4]), int.from_bytes(data[pos + 4:pos + 8], "big")
-        if sig == b"link" and size >= hash_len:
-            shared = bytes(data[pos + 8:pos + 8 + hash_len]).hex()
-        pos += 8 + size
-    return names, shared
-
-
-def _nul(data, pos):
-    i = bytes(data[pos:pos + 65536]).find(b"\0")
-    if i < 0:
-        raise ValueError("unterminated name")
-    return pos + i
-
-
-def _varint(data, pos):
-    """git's offset varint (index v4's prefix length)."""
-    c = data[pos]
-    pos += 1
-    val = c & 0x7F
-    while c & 0x80:
-        c = data[pos]
-        pos += 1
-        val = ((val + 1) << 7) | (c & 0x7F)
-    return val, pos
+    return {n.decode("utf-8", "surrogateescape") for n in entries}, shared
 
 
 def warning(paths: list[str]) -> str:
