@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from envgit.daemon.client import connect
@@ -15,9 +14,10 @@ from envgit.sandbox.seccomp import program
 SHIM = Path(__file__).resolve().parent.parent / "src" / "envgit" / "daemon" / "inner_shim.py"
 
 
-def _inner_step(proj, session, script):
+def _inner_step(proj, session, script, before=()):
     """Run `sh -c script` as a step asked for from inside a sandbox (the shim on the inner
-    socket, as an agent's tool call does): (the shim's result, the step as log --json has it)."""
+    socket, as an agent's tool call does), `before` the shim on its command line: (the shim's
+    result, the step as log --json has it)."""
     proj.run("true")                                   # the daemon is up
     project = Project(str(proj.root))
     conn = connect(project)
@@ -25,8 +25,8 @@ def _inner_step(proj, session, script):
                            "record_only": True, "session": session})
     # the shim must be visible inside: put it in the project (a real adapter binds it in)
     shutil.copy(SHIM, proj.root / "shim.py")
-    spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", str(proj.root / "shim.py"), "sh", "-c",
-                                                script],
+    spec = conn.request({"op": "spec", "argv": [*before, "/usr/bin/python3", str(proj.root / "shim.py"),
+                                                "sh", "-c", script],
                          "cwd": str(proj.root), "env": proj.env, "session": session, "inner": True,
                          "step": helper["step"]})
     assert "bwrap" in spec, spec
@@ -125,22 +125,7 @@ def test_the_home_of_a_step_from_inside_is_its_sessions_not_the_frames(proj, tmp
     (other / ".local" / "bin" / "secret").write_text("CANARY-elsewhere\n")
     (proj.home / ".local" / "bin").mkdir(parents=True, exist_ok=True)
     (proj.home / ".local" / "bin" / "tool").write_text("tool-of-the-real-home\n")
-    proj.run("true")
-    conn = connect(Project(str(proj.root)))
-    helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": str(proj.root), "env": proj.env,
-                           "record_only": True, "session": "agent-s4"})
-    shutil.copy(SHIM, proj.root / "shim.py")
-    spec = conn.request({"op": "spec", "argv": ["env", f"HOME={other}", "/usr/bin/python3", str(proj.root / "shim.py"),
-                                                "sh", "-c", f"echo home=$HOME; cat {other}/.local/bin/secret; "
-                                                f"cat {proj.home}/.local/bin/tool"],
-                         "cwd": str(proj.root), "env": proj.env, "session": "agent-s4", "inner": True,
-                         "step": helper["step"]})
-    assert "bwrap" in spec, spec
-    fd = os.memfd_create("s", 0)
-    os.write(fd, program())
-    os.lseek(fd, 0, 0)
-    r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
-                       pass_fds=[fd], capture_output=True, text=True, timeout=60)
-    conn.request({"op": "end", "step": helper["step"], "exit_code": 0})
+    r, _ = _inner_step(proj, "agent-s4", f"echo home=$HOME; cat {other}/.local/bin/secret; "
+                       f"cat {proj.home}/.local/bin/tool", before=["env", f"HOME={other}"])
     assert "CANARY" not in r.stdout + r.stderr
     assert f"home={proj.home}\n" in r.stdout and "tool-of-the-real-home" in r.stdout, r.stdout + r.stderr
