@@ -156,10 +156,20 @@ def _both(store, a, b, c) -> tuple:
 
 
 def _unified(store, a, b, c):
+    lines = unified_lines(store, a, b, c)
+    if lines is None:
+        print("   (binary or large: contents not shown)")
+    else:
+        sys.stdout.writelines(lines)
+
+
+def unified_lines(store, a, b, c) -> list[str] | None:
+    """A changed file's unified diff as inert lines ([] when neither side is a file); None
+    when a side is binary or over 1 MiB (diff and `envgit ui` show the same thing)."""
     import difflib
     from ..daemon.snapshots import display
     if not (_is_file(c.old_type) or _is_file(c.new_type)):
-        return
+        return []
 
     def text(tree, present):
         if not present:
@@ -172,7 +182,6 @@ def _unified(store, a, b, c):
         old = text(a, _is_file(c.old_type))
         new = text(b, _is_file(c.new_type))
     except (ValueError, UnicodeDecodeError):
-        print("   (binary or large: contents not shown)")
-        return
+        return None
     name = inert(display(c.path))
-    sys.stdout.writelines(inert_line(line) for line in difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
+    return [inert_line(line) for line in difflib.unified_diff(old, new, f"a/{name}", f"b/{name}")]
