@@ -33,13 +33,19 @@ def add_parsers(sub, argparse):
 
 # --- rewind ------------------------------------------------------------------------------
 
+def message(step, undo=False, paths=None, policy=False) -> dict:
+    """The daemon request for a rewind's preview (add "apply": True to do it): the one way
+    the CLI and `envgit ui` ask for a rewind."""
+    return {"op": "rewind", "step": step, "undo": undo, "paths": paths or None,
+            "policy": policy, "uid": os.getuid()}
+
+
 def cmd_rewind(args):
     project = find_project()
     if args.undo == (args.step is not None):
         raise Usage("give a step to rewind to, or --undo (not both): envgit rewind last~1")
     n = None if args.undo else resolve_step(open_journal(project), args.step)
-    msg = {"op": "rewind", "step": n, "undo": args.undo, "paths": args.paths or None,
-           "policy": args.policy, "uid": os.getuid()}
+    msg = message(n, args.undo, args.paths, args.policy)
     preview = ask_daemon(project, msg)
     what = _what(preview)
     if not args.json:
