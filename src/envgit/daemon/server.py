@@ -41,7 +41,16 @@ A step's cwd (begin, spec) must be inside the project: else the reply is an erro
 reply carries "notices", lines the client prints after the step (a nested envgit.yaml or
 .envgit the step made: marked policy-file-written).
   {"op": "pending"} -> {"asks": [...]}: questions waiting for a person
-  {"op": "answer", "id", "answer": "allow"|"allow-rule"|"deny", "how"?, "uid"} -> {"ok"}
+  {"op": "answer", "id", "answer": "allow"|"allow-rule"|"deny", "how"?, "uid",
+   "remember"?: true | {"for_s"?: seconds, "path"?: "/glob"}}
+      -> {"ok", "step", "grant"?: {...}}: "how" names the channel ("envgit approve", "ui", …);
+      "remember" (with "allow" only) also records a grant (grants.py) for exactly the effect
+      asked about, for for_s seconds (default grants.DEFAULT_FOR_S, 8 h); "path" widens a
+      request's path to a glob that must include the path asked (recorded as a widening).
+      A question that cannot be remembered (a credential's host, not a network request, a
+      bad path) is an error and the question stays pending, unanswered
+  {"op": "grants", "all"?: bool} -> {"grants": [grant.to_json()…]}: live ones (all: every one)
+  {"op": "grant-revoke", "id", "uid", "how"?} -> {"grant": {...}}
   {"op": "hello"}   -> {"ok": true}: a client's first request (client.connect), answered at once
   {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
   {"op": "stop"}    -> {"ok": true}, then the daemon exits
@@ -87,6 +96,7 @@ from . import special_bits
 from . import frames
 from .client import decode, encode
 from .inner import InnerSocket
+from .grants import DEFAULT_FOR_S, GrantError, Grants
 from .repair import mark_interrupted
 from ..snapshot import CorruptObject, StoreError
 from .snapshots import SnapshotFailed, Snapshotter
@@ -129,6 +139,7 @@ class Session:
         self.asks: dict[int, dict] = {}
         self.inner: dict[str, InnerSocket] = {}     # session -> its inner control socket
         self._ask_ids = iter(range(1, 1 << 62))
+        self.grants = Grants(self.journal)       # remembered answers (grants.py), from the journal
 
     # The policy is re-read whenever the file changes, so an edit applies to the next step:
     # parsed and checked once per change (a bad file's error is kept too, not re-parsed on
@@ -566,7 +577,23 @@ class Session:
 
     async def ask(self, step, question):
         """Hold a request for a person: the step's terminal (via its client) or
-        `envgit approve` from another one. The gate applies the timeout."""
+        `envgit approve` from another one. The gate applies the timeout. A question inside a
+        live grant (grants.py) is allowed at once, the approval naming the grant."""
+        info = self.live.get(step, {})
+        try:
+            pol = info.get("policy") or self.policy()
+        except PolicyError:
+            pol = None                  # no policy to name credentials by: no grant applies
+        grant = self.grants.match(question, pol) if pol is not None else None
+        if grant is not None:
+            grant.uses += 1
+            self.journal.append(step, "approval", {"ask": None, "question": question, "answer": "allow",
+                                                   "who": grant.who, "how": "grant",
+                                                   "granted_by": grant.id, "at": time.time()})
+            self.push(info, {"push": "notice", "text": f"envgit: step {step}: {question.get('method')} "
+                             f"{question.get('host')}{question.get('path')} allowed by grant {grant.id} "
+                             f"(envgit grants revoke {grant.id})"})
+            return "allow", grant.who, f"grant {grant.id}"
         aid = next(self._ask_ids)
         fut = asyncio.get_running_loop().create_future()
         self.asks[aid] = {"id": aid, "step": step, "question": question, "future": fut,
@@ -608,9 +635,36 @@ class Session:
         answer = msg.get("answer")
         if answer not in ("allow", "allow-rule", "deny"):
             return {"error": "envgit: answer allow, allow-rule or deny", "exit": 2}
+        who, how = _user_name(msg.get("uid")), msg.get("how") or "envgit approve"
+        reply = {"ok": True, "step": a["step"]}
+        remember = msg.get("remember")
+        if remember not in (None, False) and not a["future"].done():
+            if answer != "allow":
+                return {"error": "envgit: only an allow can be remembered", "exit": 2}
+            opts = remember if isinstance(remember, dict) else {}
+            try:
+                grant = self.grants.make(a["question"], who=who, how=how, step=a["step"], ask=a["id"],
+                                         for_s=opts.get("for_s", DEFAULT_FOR_S), path=opts.get("path"),
+                                         policy=self.live.get(a["step"], {}).get("policy") or self.policy())
+            except GrantError as e:
+                return {"error": f"envgit: {e}", "exit": 2}
+            reply["grant"] = grant.to_json()
+            how = f"{how}; remembered as grant {grant.id}"
         if not a["future"].done():
-            a["future"].set_result((answer, _user_name(msg.get("uid")), msg.get("how") or "envgit approve"))
-        return {"ok": True, "step": a["step"]}
+            a["future"].set_result((answer, who, how))
+        return reply
+
+    def grants_op(self, msg):
+        now = time.time()
+        return {"grants": [g.to_json() for g in self.grants.all.values() if msg.get("all") is True or g.live(now)]}
+
+    def grant_revoke(self, msg):
+        try:
+            g = self.grants.revoke(msg.get("id"), who=_user_name(msg.get("uid")),
+                                   how=msg.get("how") or "envgit grants revoke")
+        except GrantError as e:
+            return {"error": f"envgit: {e}", "exit": 2}
+        return {"grant": g.to_json()}
 
     def pending(self):
         return {"asks": [{k: v for k, v in a.items() if k != "future"} for a in self.asks.values()]}
@@ -793,6 +847,10 @@ class Session:
             return self.answer(msg)
         if op == "ask":
             return await self.ask_op(msg)
+        if op == "grants":
+            return self.grants_op(msg)
+        if op == "grant-revoke":
+            return self.grant_revoke(msg)
         if op == "sandbox":                  # the client saw the step's sandbox start
             if msg.get("step") in self.live and self.gate is not None and isinstance(msg.get("pidns"), int):
                 self.gate.bind_step(msg["step"], msg["pidns"])

@@ -110,7 +110,11 @@ KINDS = {
                 "before": _str, "sandboxes_alive": _int, "setuid_stripped": _strs},
     "request": {"method": _str, "scheme": _str, "host": _str, "path": _str, "decision": _str,
                 "error": _str},
-    "approval": {"question": _obj},
+    "approval": {"question": _obj, "granted_by": _opt_str},
+    # Remembered grants (daemon/grants.py), project entries: the grant whole, and its revocation.
+    "grant": {"id": _str, "scope": _obj, "who": _str, "how": _str, "at": _opt_num,
+              "expires_at": _opt_num, "step": _opt_int, "ask": _opt_int},
+    "grant-revoke": {"id": _str, "who": _str, "how": _str, "at": _opt_num},
     "mcp-call": {},
     "file-op": {},
     "note": {},
@@ -119,7 +123,7 @@ KINDS = {
     "lost": {"entries": _lost_range, "last_step": _int, "head_hash": _str, "reason": _str,
              "rewritten": _bool},
 }
-PROJECT_KINDS = {"gc", "gc-done", "lost"}      # entries of step 0, the project's own
+PROJECT_KINDS = {"gc", "gc-done", "lost", "grant", "grant-revoke"}      # entries of step 0, the project's own
 
 
 def check_entry(step, kind, body) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from mitmproxy import http
 
 from ..policy import network
+from ..daemon.grants import query_digest
 from . import bodies, gitproto
 
 log = logging.getLogger("envgit.proxy")
@@ -286,6 +287,8 @@ class EnvgitAddon:
         q = {k: v for k, v in self._record(flow, d).items()
              if k in ("method", "scheme", "path", "rule", "kind", "reason")}
         q.update(step=step, host=network.norm_host(req.host), port=req.port, **effect.shown)
+        # What a remembered grant matches the query by (daemon/grants.py): never its values.
+        q["query_sha256"] = query_digest(req.query)
         # The prompt and `envgit pending` print the kind: it names what the answer covers
         # beyond the refs they print themselves.
         ops = "; ".join(f"{o['type']} {o['name'] + ' ' if o['name'] else ''}{{ {', '.join(o['fields'])} }}"
