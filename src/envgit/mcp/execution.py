@@ -138,10 +138,15 @@ class Execution:
         with anyio.move_on_after(self.ask_timeout):
             await ask.answered.wait()
         ask.settle("deny", f"no answer in {self.ask_timeout} s")
-        # the question and its answer are on the step whichever way it was answered
+        # the question and its answer are on the step whichever way it was answered, with the
+        # channel: an answer by elicitation is the agent's client's, not a person's proof
+        channel = ("daemon" if ask.how.startswith("the MCP client did not declare") else
+                   "timeout" if ask.how.startswith("no answer in") else "elicitation")
         await self.rec.event("note", {"type": "mcp-ask", "server": ask.server, "tool": ask.tool,
                                       "rule": ask.rule, "question": ask.question,
-                                      "answer": ask.answer, "how": ask.how, "at": time.time()})
+                                      "answer": ask.answer, "how": ask.how, "channel": channel,
+                                      "who": "agent-client" if channel == "elicitation" else None,
+                                      "at": time.time()})
         return ask.answer, ask.how
 
     async def ask_elsewhere(self, ask: Ask) -> tuple[str, str]:
