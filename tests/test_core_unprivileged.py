@@ -67,3 +67,35 @@ def test_unprivileged_user_sandbox(user):
     log = as_user(user, "log").stdout.splitlines()
     # five steps, and the .env the person wrote between two of them as a change of its own
     assert len(log) == 6 and sum("outside" in line for line in log) == 1, log
+
+
+def test_unreadable_files_the_user_owns_are_still_kept(user):
+    """A step that `chmod 000`s a file or a directory of its own (as a build tool or an agent
+    may) must not make the next snapshots fail: the snapshot reads what the user owns whatever
+    its mode, and a rewind brings back both the content and the mode."""
+    proj = user[2]
+    assert as_user(user, "init").returncode == 0
+    r = as_user(user, "run", "--", "sh", "-c",
+                "echo kept > f && chmod 000 f && mkdir -p d/e && echo deep > d/e/x && "
+                "chmod 000 d/e/x d/e && chmod 0 d")
+    assert r.returncode == 0, r.stderr
+    r = as_user(user, "run", "--", "sh", "-c", "echo later > g")
+    assert r.returncode == 0 and "snapshot" not in r.stderr.lower(), r.stderr
+    r = as_user(user, "run", "--", "sh", "-c", "chmod 700 d d/e d/e/x && echo changed > d/e/x "
+                "&& chmod 0 d/e/x d/e d && chmod 0 f")
+    assert r.returncode == 0 and "snapshot" not in r.stderr.lower(), r.stderr
+    r = as_user(user, "rewind", "2", "--yes")          # over the shut directory, in place
+    assert r.returncode == 0, r.stdout + r.stderr
+    os.chmod(proj / "d", 0o700), os.chmod(proj / "d" / "e", 0o700)
+    assert (proj / "d" / "e" / "x").read_bytes() == b"deep\n"      # (the test runs as root)
+    os.chmod(proj / "d", 0), os.chmod(proj / "d" / "e", 0)
+    r = as_user(user, "run", "--", "sh", "-c", "chmod 700 d d/e && rm -rf d f")
+    assert r.returncode == 0, r.stderr
+    r = as_user(user, "rewind", "2", "--yes")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (proj / "g").read_text() == "later\n"
+    assert os.stat(proj / "f").st_mode & 0o777 == 0
+    assert os.stat(proj / "d").st_mode & 0o777 == 0
+    os.chmod(proj / "d", 0o700), os.chmod(proj / "d" / "e", 0o700), os.chmod(proj / "f", 0o600)
+    assert (proj / "f").read_text() == "kept\n"
+    assert (proj / "d" / "e" / "x").read_text() == "deep\n"

@@ -29,6 +29,7 @@ from . import chunker
 from .encoding import DIR, EXEC, FILE, SYMLINK, TREE_MAGIC, encode_chunks, encode_entry
 from .filter import STATE_DIR, Filter
 from .ids import BLOB, CHUNKS, TREE
+from .lend import give_back, open_lending
 from .statcache import (ENC, FAST, FLAG_CHUNKED, FLAG_RACY, FLAGS, IGNORED, LEFT, OID, RACY_SLACK_NS,
                         STAT, DirMemo, StatCache)
 
@@ -82,6 +83,7 @@ class Capture:
         self.objects, self.flt, self.cache, self.changes = objects, flt, cache, changes
         self.fence = time.time_ns() - RACY_SLACK_NS
         self.new_link = False       # a regular file was seen with a second name it lacked before
+        self.lent = []              # directories whose owner was lent r-x for this run (lend.py)
         self.stats = dict(dirs_listed=0, dirs_rechecked=0, entries_statted=0, files_hashed=0,
                           bytes_hashed=0, trees_encoded=0)
 
@@ -99,6 +101,7 @@ class Capture:
                 tree_id = self._walk(fd, st5)
         finally:
             os.close(fd)
+            give_back(self.lent)
         self.cache.root = ((st.st_mode, 0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), tree_id)
         return tree_id
 
@@ -144,8 +147,7 @@ class Capture:
                 if frame[1] is not None:
                     os.close(frame[1])
 
-    @staticmethod
-    def _reopen(frames: list) -> None:
+    def _reopen(self, frames: list) -> None:
         """Reopen the top frame's directory (its fd was closed to bound the fds held) from the
         nearest open ancestor (a checkpoint: at most _OPEN_DIRS levels up), keeping the deepest
         _OPEN_DIRS of those on the way. Each kept one must be the directory it was (same device
@@ -160,7 +162,7 @@ class Capture:
         for i in range(start + 1, top + 1):
             frame = frames[i]
             try:
-                sub = os.open(frame[2], _DIR_FLAGS, dir_fd=fd)
+                sub = open_lending(frame[2], _DIR_FLAGS, fd, self.lent, 0o500)
             finally:
                 if start < i - 1 < keep_from:     # a directory on the way, not kept
                     os.close(fd)
@@ -177,7 +179,7 @@ class Capture:
         """(fd, lstat) of the child directory `name`; (None, its kid) if it is no longer one."""
         for again in (False, True):
             try:
-                return os.open(name, _DIR_FLAGS, dir_fd=dfd), st
+                return open_lending(name, _DIR_FLAGS, dfd, self.lent, 0o500), st
             except OSError as e:
                 if isinstance(e, FileNotFoundError):
                     return None, None
@@ -471,7 +473,7 @@ class Capture:
 
     def _read(self, dfd: int, bname: bytes) -> tuple[bytes, int, bool] | None:
         """-> (content id, size, chunked), or None if it is no longer a regular file."""
-        fd = os.open(bname, _FILE_FLAGS, dir_fd=dfd)
+        fd = open_lending(bname, _FILE_FLAGS, dfd, self.lent, 0o400)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None

@@ -13,6 +13,7 @@ from .. import faults
 from .diff import walk_changes
 from .encoding import DIR, TYPE_NAMES, Entry, decode_chunks
 from .ids import BLOB, CHUNKS, CorruptObject
+from .lend import give_back, open_lending
 from .objects import MissingObject, StoreError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -139,8 +140,7 @@ def apply_plan(objects, root, plan: RestorePlan, progress=None, seen=None) -> No
                 progress(done, total)
         for item in reversed(plan.write):         # last, so read-only dirs were writable above
             if item.type == "dir":
-                fd = dirs.open(item.path)
-                os.fchmod(fd, restored_mode(item.mode))
+                dirs.set_mode(item.path, restored_mode(item.mode))
 
 
 def _verify(objects, plan: RestorePlan) -> dict:
@@ -181,6 +181,8 @@ class DirFds:
         self.root = os.open(os.fspath(root), _DIR_FLAGS)
         self.chain: list[list] = []     # [[name, fd or None]] from the root's child down
         self.path = b""                 # the chain's path
+        self.lent = []                  # directories of ours shut to us, lent rwx (lend.py)
+        self.moded = set()              # (dev, ino) of those whose own mode was then written
 
     def __enter__(self):
         return self
@@ -188,6 +190,13 @@ class DirFds:
     def __exit__(self, *exc):
         self._cut(0)
         os.close(self.root)
+        give_back(self.lent, keep=lambda pinned: _dev_ino(os.fstat(pinned)) in self.moded)
+
+    def set_mode(self, path: bytes, mode: int) -> None:
+        """Give the directory at `path` the snapshot's mode (kept, not undone by give_back)."""
+        fd = self.open(path)
+        os.fchmod(fd, mode)
+        self.moded.add(_dev_ino(os.fstat(fd)))
 
     def open(self, path: bytes) -> int:
         if not path:
@@ -240,10 +249,9 @@ class DirFds:
                 fd = sub
         return chain[i][1]
 
-    @staticmethod
-    def _open_at(dfd: int, names: list) -> int:
+    def _open_at(self, dfd: int, names: list) -> int:
         try:
-            return os.open(names[-1], _DIR_FLAGS, dir_fd=dfd)
+            return open_lending(names[-1], _DIR_FLAGS, dfd, self.lent, 0o700)
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise StoreError(f"{os.fsdecode(b'/'.join(names))}: not a directory (a symlink or file "
@@ -266,6 +274,10 @@ class DirFds:
     def parent(self, path: bytes) -> tuple[int, bytes]:
         parent, _, name = path.rpartition(b"/")
         return self.open(parent), name
+
+
+def _dev_ino(st) -> tuple:
+    return st.st_dev, st.st_ino
 
 
 def _checkpoint(i: int) -> bool:
