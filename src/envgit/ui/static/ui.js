@@ -1,0 +1,101 @@
+// envgit ui: what JavaScript adds to the server-rendered page. Live updates (server-sent
+// events) and the buttons that answer asks and confirm a rewind. No HTML is built from
+// data here: rows and the asks panel come rendered (and escaped) by the server; results
+// are written with textContent. The token is the page's own (data-token on <html>); a
+// change is a POST with it in the X-Envgit-Token header.
+"use strict";
+(function () {
+  const token = document.documentElement.dataset.token;
+
+  function fragment(html) {
+    const t = document.createElement("template");
+    t.innerHTML = html;
+    return t.content.firstElementChild;
+  }
+
+  async function post(path, body) {
+    const r = await fetch(path + "?token=" + encodeURIComponent(token), {
+      method: "POST", credentials: "same-origin", cache: "no-store",
+      headers: {"Content-Type": "application/json", "X-Envgit-Token": token},
+      body: JSON.stringify(body || {}),
+    });
+    let data = {};
+    try { data = await r.json(); } catch (e) { data = {error: "HTTP " + r.status}; }
+    if (!r.ok && !data.error) data.error = "HTTP " + r.status;
+    return data;
+  }
+
+  // --- live ----------------------------------------------------------------------------
+  function listen(url, onStep) {
+    if (!url || !window.EventSource) return;
+    const es = new EventSource(url);
+    const live = document.getElementById("live");
+    es.addEventListener("open", () => { if (live) live.hidden = false; });
+    es.addEventListener("error", () => { if (live) live.hidden = true; });
+    es.addEventListener("step", (ev) => onStep(JSON.parse(ev.data)));
+    es.addEventListener("asks", (ev) => {
+      const d = JSON.parse(ev.data);
+      const old = document.getElementById("asks");
+      const fresh = fragment(d.html);
+      if (old && fresh && !old.contains(document.activeElement)) old.replaceWith(fresh);
+      else if (old && fresh) {           // keep the focus on a button being used: swap articles only
+        old.replaceWith(fresh);
+        const first = fresh.querySelector("button");
+        if (first) first.focus();
+      }
+      document.title = (d.count ? "(" + d.count + ") " : "") + document.title.replace(/^\(\d+\) /, "");
+    });
+  }
+
+  const table = document.getElementById("timeline");
+  if (table) {
+    listen(table.dataset.events, (d) => {
+      const row = fragment(d.html);
+      const have = document.getElementById("step-" + d.id);
+      if (have) { have.replaceWith(row); return; }
+      if (table.dataset.live !== "1") return;      // an older page: new steps are not on it
+      const body = table.tBodies[0];
+      let before = null;
+      for (const tr of body.rows) { if (Number(tr.dataset.step) < d.id) { before = tr; break; } }
+      body.insertBefore(row, before);
+      row.classList.add("new");
+      const empty = document.querySelector(".empty");
+      if (empty) empty.remove();
+    });
+  }
+  const head = document.getElementById("step-head");
+  if (head) {
+    listen(head.dataset.events, (d) => {
+      if (Number(d.id) === Number(head.dataset.step) && !document.getElementById("rewind-result"))
+        window.location.reload();
+    });
+  }
+
+  // --- buttons ---------------------------------------------------------------------------
+  document.addEventListener("click", async (ev) => {
+    const b = ev.target.closest("button");
+    if (!b) return;
+    if (b.dataset.answer && b.dataset.ask) {
+      const art = b.closest(".ask");
+      const out = art ? art.querySelector(".result") : null;
+      art.querySelectorAll("button").forEach((x) => { x.disabled = true; });
+      const d = await post("/asks/" + b.dataset.ask, {answer: b.dataset.answer});
+      if (out) out.textContent = d.error ? "Not answered: " + d.error
+        : (d.answer === "allow" ? "Allowed" : "Denied") + (d.grant ? ", remembered as grant " + d.grant : "")
+         ;
+      if (d.error) art.querySelectorAll("button").forEach((x) => { x.disabled = false; });
+    } else if (b.id === "rewind-confirm") {
+      const out = document.getElementById("rewind-result");
+      b.disabled = true;
+      out.textContent = "Rewinding…";
+      const d = await post("/steps/" + b.dataset.rewind + "/rewind", {policy: b.dataset.policy === "1"});
+      if (d.error) { out.textContent = "Not rewound: " + d.error; b.disabled = false; return; }
+      out.textContent = "Rewound: " + d.counts.write + " written, " + d.counts.delete
+        + " deleted, recorded as step " + d.rewind_step + ". ";
+      const a = document.createElement("a");
+      a.href = d.url;
+      a.textContent = "See step " + d.rewind_step;
+      out.appendChild(a);
+    }
+  });
+})();

@@ -1,0 +1,154 @@
+"""One step as the page shows it: what changed (envgit diff's own parts: commands/diff.py's
+`_Part`, `unified_lines`; `.git` as git sees it, snapshot/gitview.py), the policy it ran under
+against the current one, and what a row of the timeline says about it.
+
+Contents of paths the policy denies to steps are withheld (commands/snapshot.py `Secrets`), as
+`envgit diff` withholds them; the page has no --show-secrets.
+"""
+
+import hashlib
+import os
+from types import SimpleNamespace
+
+from ..commands import agent_of, session_short
+from ..commands.timeline import what_ran
+
+FILES_WITH_TEXT = 200           # files whose diff text a page shows; the rest by name
+TEXT_BUDGET = 2 << 20           # characters of diff text on one page
+
+
+def row(s) -> dict:
+    """What the timeline shows of a step."""
+    snap = s.snapshot or {}
+    if s.status == "running":
+        exit_ = "running"
+    elif s.status == "interrupted":
+        exit_ = "interrupted"
+    else:
+        exit_ = "-" if s.exit_code is None else str(s.exit_code)
+    return {"id": s.id, "started_at": s.started_at, "exit": exit_, "failed": exit_ not in ("0", "-", "running"),
+            "duration": duration(s.duration_ms), "session": s.session or "", "session_short": session_short(s.session),
+            "agent": agent_of(s.session), "tool_call_id": s.tool_call_id or "", "marks": list(s.marks),
+            "command": what_ran(s), "requests": len(s.requests),
+            "changes": {k: snap.get(k) or 0 for k in ("added", "modified", "deleted")},
+            "running": s.status == "running"}
+
+
+def duration(ms) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.0f} m {ms / 1000 % 60:02.0f} s"
+
+
+def changes(project, j, s, tree_before) -> dict:
+    """{"from", "to", "files": [...], "git": [lines per repository], "error"}: the step's diff."""
+    from ..commands.diff import _Part, unified_lines
+    from ..commands.snapshot import Secrets
+    from ..daemon.snapshots import display
+    from ..snapshot import Store
+    from ..snapshot.gitview import new_budget
+    snap = s.snapshot or {}
+    to = snap.get("tree")
+    out = {"from": tree_before, "to": to, "files": [], "git": [], "error": None, "more": 0}
+    if not to:
+        out["error"] = snap.get("error") or "this step has no snapshot"
+        return out
+    if s.id in j.dropped_snapshots():
+        out["error"] = "its snapshot was dropped by `envgit gc`"
+        return out
+    try:
+        secrets = Secrets(project, False)
+    except Exception as e:          # a policy that does not load: nothing is shown that may be secret
+        out["error"] = f"{e}"
+        return out
+    store = Store(project.state_path("objects"))
+    try:
+        args = SimpleNamespace(paths=[], raw=False, stat=False)
+        part = _Part(store, args, secrets, {"from": "before", "to": f"step {s.id}", "from_tree": tree_before,
+                                           "to_tree": to, "outside": False, "step": s.id}, new_budget())
+        out["git"] = [{"gitdir": r.gitdir, "lines": r.lines()} for r in part.repos]
+        budget = TEXT_BUDGET
+        for n, c in enumerate(part.listed):
+            if (c.new_type or c.old_type) == "dir":
+                continue
+            f = {"path": display(c.path), "status": c.status, "old_size": c.old_size,
+                 "new_size": c.new_size, "withheld": None, "lines": None, "binary": False}
+            why = part.withheld(c)
+            if why:
+                f["withheld"] = why
+            elif len(out["files"]) < FILES_WITH_TEXT and budget > 0:
+                lines = unified_lines(store, tree_before, to, c)
+                if lines is None:
+                    f["binary"] = True
+                else:
+                    budget -= sum(len(x) for x in lines)
+                    f["lines"] = [(_kind(x), x.rstrip("\n")) for x in lines]
+            out["files"].append(f)
+    except Exception as e:
+        from ..commands import operational
+        said = operational(e)
+        if said is None:
+            raise
+        out["error"] = said[0]
+    finally:
+        store.close()
+    return out
+
+
+def _kind(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "file"
+    if line.startswith("@@"):
+        return "hunk"
+    return {"+": "add", "-": "del"}.get(line[:1], "ctx")
+
+
+def policy(project, s, tree_before) -> dict:
+    """The policy the step ran under ({"sha256", "current", "same", "diff": lines or None,
+    "note"}): its text is looked for in the snapshots before and after the step (envgit.yaml
+    is read-only inside, so one of them holds it unless it changed meanwhile)."""
+    import difflib
+    from ..inert import inert_line
+    from ..paths import POLICY_FILE
+    from ..snapshot import Store
+    try:
+        with open(project.policy, "rb") as f:
+            current = f.read()
+    except OSError:
+        current = b""
+    now = hashlib.sha256(current).hexdigest()
+    out = {"sha256": s.policy_sha256, "current": now, "same": s.policy_sha256 == now, "diff": None, "note": None}
+    if out["same"] or not s.policy_sha256:
+        return out
+    old = None
+    store = Store(project.state_path("objects"))
+    try:
+        for tree in ((s.snapshot or {}).get("tree"), tree_before):
+            if not tree:
+                continue
+            try:
+                data = store.read_file(tree, os.fsencode(POLICY_FILE))
+            except (OSError, ValueError):
+                continue
+            except Exception:           # a damaged object: say the text was not found
+                continue
+            if hashlib.sha256(data).hexdigest() == s.policy_sha256:
+                old = data
+                break
+    finally:
+        store.close()
+    if old is None:
+        out["note"] = "the text of that policy is in no snapshot around this step"
+        return out
+    try:
+        lines = difflib.unified_diff(old.decode().splitlines(True), current.decode().splitlines(True),
+                                     f"envgit.yaml (step {s.id})", "envgit.yaml (now)")
+    except UnicodeDecodeError:
+        out["note"] = "the policy is not UTF-8 text"
+        return out
+    out["diff"] = [(_kind(x), inert_line(x).rstrip("\n")) for x in lines]
+    return out
