@@ -13,12 +13,17 @@ def add_parsers(sub, argparse):
     json_flag(s)
     s.add_argument("--repair", action="store_true", help="rebuild a damaged journal.sqlite keeping "
                    "every entry that can still be read (the damaged file is kept beside it)")
+    s.add_argument("--remote", metavar="NAME", help="check a remote's bucket instead: every object "
+                   "opened and re-hashed, every machine's chain and head checked")
     s.set_defaults(fn=cmd_fsck)
 
 
 # --- fsck --------------------------------------------------------------------------------
 
 def cmd_fsck(args):
+    if args.remote is not None:
+        from .remote import fsck_remote
+        return fsck_remote(args)
     project = find_project()
     if args.repair:
         return _fsck_repair(project, args)

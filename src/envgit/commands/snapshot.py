@@ -55,6 +55,10 @@ def add_parsers(sub, argparse):
                 "`envgit rewind` is what brings the project itself back."))
     s.add_argument("step", type=step_ref, help=STEP_HELP)
     s.add_argument("--target", required=True, metavar="DIR", help="where to write (created if missing)")
+    s.add_argument("--from", dest="remote_from", metavar="NAME", help="fetch the step's tree from a "
+                   "remote's bucket (another machine's too: --project, --machine); no project needed")
+    s.add_argument("--project", metavar="NAME", help="with --from: which project (default: this one's name)")
+    s.add_argument("--machine", metavar="NAME", help="with --from: which machine (default: this one, or the only one)")
     s.add_argument("--force", action="store_true",
                    help="write into a non-empty directory: what the snapshot has replaces what is there "
                         "(nothing else is deleted; a directory where the snapshot has a file is refused)")
@@ -249,6 +253,9 @@ def cmd_cat(args):
 # --- restore -------------------------------------------------------------------------------
 
 def cmd_restore(args):
+    if args.remote_from is not None:
+        from .remote import restore_from
+        return restore_from(args)
     from ..snapshot import Store
     project = find_project()
     j = open_journal(project)

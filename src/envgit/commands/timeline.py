@@ -26,6 +26,11 @@ def add_parsers(sub, argparse):
     s.add_argument("--no-trunc", action="store_true",
                    help="every line of every command (a terminal shows the first "
                         f"{LOG_LINES} wrapped lines)")
+    s.add_argument("--remote", metavar="NAME", help="read the steps from a remote's bucket "
+                   "(the chain verified) instead of this project's journal")
+    s.add_argument("--project", metavar="NAME", help="with --remote: which project (default: this one's name)")
+    s.add_argument("--machine", metavar="NAME", help="with --remote: which machine (default: this one, "
+                   "or the only one)")
     s.set_defaults(fn=cmd_log)
 
     s = command(sub, "show", help="one step whole",
@@ -95,6 +100,11 @@ def _pick_session(j, wanted) -> str:
 
 
 def cmd_log(args):
+    if args.remote is not None:
+        from .remote import log_remote
+        return log_remote(args)
+    if args.project is not None or args.machine is not None:
+        raise Usage("--project and --machine name what to read from a remote: add --remote NAME")
     project = find_project()
     j = open_journal(project)
     session = _pick_session(j, args.session) if args.session is not None else None
@@ -113,6 +123,15 @@ def cmd_log(args):
     if not steps:
         print("no steps yet: envgit run -- CMD" if not (session or args.since) else "no steps match")
         return 0
+    print_steps(steps, args)
+    return 0
+
+
+def print_steps(steps, args) -> None:
+    """The log's lines: one per step piped, the command wrapped under itself on a terminal."""
+    if not steps:
+        print("no steps match")
+        return
     import shutil
     import textwrap
     width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else None
@@ -140,7 +159,6 @@ def cmd_log(args):
         print(head + lines[0])
         for more in lines[1:]:
             print(indent + more)
-    return 0
 
 
 def what_ran(s) -> str:

@@ -1,0 +1,443 @@
+"""remote add/set/list/remove, push, audit; and the remote halves of `log --remote`,
+`restore --from`, `fsck --remote` (their parsers live with the local commands).
+
+Everything here imports envgit.remote (and so boto3 and cryptography) only when it runs: the
+parsers cost nothing to `envgit --help`."""
+
+import os
+import sys
+import time
+
+from ..inert import inert
+from . import EXIT_FAILED, Usage, command, json_flag, out, progress, shell_line
+
+
+def add_parsers(sub, argparse):
+    s = command(sub, "remote", help="remotes on S3-compatible object storage (push, audit, restore --from)",
+                example=["envgit remote add ci s3://bucket/envgit --endpoint https://s3.example.internal",
+                         "envgit remote set ci --auto", "envgit remote list"])
+    rsub = s.add_subparsers(dest="remote_cmd", metavar="ACTION", required=True)
+    a = command(rsub, "add", help="add a remote: make (or import) its key and check the bucket",
+                example=["envgit remote add ci s3://bucket/envgit --endpoint https://s3.example.internal",
+                         "envgit remote add ci s3://bucket/envgit --key-file ./ci.key   # a second machine"])
+    a.add_argument("name", help="the remote's name (A-Z a-z 0-9 . _ -)")
+    a.add_argument("url", help="s3://BUCKET/PREFIX")
+    a.add_argument("--endpoint", metavar="URL", help="an S3-compatible server's URL (default: AWS S3)")
+    a.add_argument("--region", help="the bucket's region (default us-east-1)")
+    a.add_argument("--key-file", metavar="FILE", help="the remote's key, made by `remote add` on "
+                   "another machine (every machine reading or writing the remote needs it)")
+    a.add_argument("--auto", action="store_true", help="push after every step (the session daemon, in the background)")
+    json_flag(a)
+    a.set_defaults(fn=cmd_remote_add)
+    st = command(rsub, "set", help="change a remote's settings",
+                 example=["envgit remote set ci --auto", "envgit remote set ci --no-auto"])
+    st.add_argument("name")
+    st.add_argument("--auto", action=argparse.BooleanOptionalAction, default=None,
+                    help="push after every step (the session daemon, in the background)")
+    st.add_argument("--endpoint", metavar="URL")
+    st.add_argument("--region")
+    json_flag(st)
+    st.set_defaults(fn=cmd_remote_set)
+    ls = command(rsub, "list", help="the remotes configured for this user", example="envgit remote list --json")
+    json_flag(ls)
+    ls.set_defaults(fn=cmd_remote_list)
+    rm = command(rsub, "remove", help="forget a remote (its key file is kept; the bucket is untouched)",
+                 example="envgit remote remove ci")
+    rm.add_argument("name")
+    json_flag(rm)
+    rm.set_defaults(fn=cmd_remote_remove)
+
+    p = command(sub, "push", help="upload to a remote what it lacks of this project (resumable)",
+                example=["envgit push ci", "envgit push ci --json"])
+    p.add_argument("name", help="the remote")
+    json_flag(p)
+    p.set_defaults(fn=cmd_push)
+
+    au = command(sub, "audit", help="every project's and machine's steps on a remote, one table",
+                 example=["envgit audit --remote ci --since 1d --mark denied,irreversible",
+                          "envgit audit --remote ci --json"])
+    au.add_argument("--remote", required=True, metavar="NAME")
+    from .timeline import _since
+    au.add_argument("--since", metavar="WHEN", type=_since,
+                    help="only steps begun since then: 30m, 2h, 7d or an ISO-8601 time")
+    au.add_argument("--mark", metavar="MARK,…", help="only steps with one of these marks "
+                    "(`denied` matches denied-net, denied-read…; `irreversible` also an irreversible request)")
+    au.add_argument("--project", metavar="NAME", help="only this project")
+    au.add_argument("--machine", metavar="NAME", help="only this machine")
+    json_flag(au)
+    au.set_defaults(fn=cmd_audit)
+
+
+def said(fn):
+    """A remote's operational failure as one `envgit:` line (exit 1), never a traceback."""
+    def wrapped(args):
+        from ..remote import RemoteError
+        try:
+            return fn(args)
+        except RemoteError as e:
+            raise Usage(str(e), EXIT_FAILED) from None
+    return wrapped
+
+
+# --- remote add/set/list/remove ----------------------------------------------------------------
+
+@said
+def cmd_remote_add(args):
+    from ..remote import RemoteError, layout
+    from ..remote.crypto import Sealer, Unopenable, new_key
+    from ..remote.s3 import Bucket
+    layout.check_name(args.name, "remote name")
+    if args.name in layout.names():
+        raise Usage(f"remote {args.name} exists; `envgit remote set {args.name} …` changes it, "
+                    f"`envgit remote remove {args.name}` forgets it")
+    r = layout.Remote(args.name, args.url, args.endpoint, args.region, args.auto)
+    kpath = layout.key_path(args.name)
+    if args.key_file:
+        try:
+            text = open(args.key_file).read().strip()
+            key = bytes.fromhex(text)
+        except (OSError, ValueError) as e:
+            raise Usage(f"{args.key_file}: cannot read a remote key ({e})") from None
+        if len(key) != 32:
+            raise Usage(f"{args.key_file}: not a remote key (64 hex digits)")
+        made = False
+    elif os.path.exists(kpath):
+        key, made = r.key(), False          # kept by an earlier `remote remove`
+    else:
+        key, made = new_key(), True
+    sealer, bucket = Sealer(key), Bucket(r)
+    from ..remote import layout as L
+    data = bucket.get(L.CONFIG)
+    if data is None:
+        name = L.CONFIG
+        import json
+        bucket.put(name, sealer.seal(name, json.dumps({"format": "envgit-remote", "version": 1}).encode()))
+        data = bucket.get(name)
+    try:
+        sealer.open(L.CONFIG, data or b"")
+    except Unopenable:
+        raise RemoteError(f"{args.url} already holds an envgit remote made with another key; "
+                          f"give its key with --key-file (from the machine that added it: {kpath} there)") from None
+    if made or args.key_file:
+        layout.write_private(kpath, key.hex().encode() + b"\n")
+    r.save()
+    if args.json:
+        out({"name": r.name, **r.to_json(), "key": kpath, "key_made": made})
+        return 0
+    print(f"added remote {r.name} ({inert(r.url)}" + (f" at {inert(r.endpoint)}" if r.endpoint else "") + ")")
+    print(f"its key is {kpath} (mode 0600): back it up now (a password manager, `cat {kpath}`);")
+    print("without it nothing on the remote can be read. On another machine: copy the key there and")
+    print(f"  envgit remote add {r.name} {shell_line([r.url])}"
+          + (f" --endpoint {shell_line([r.endpoint])}" if r.endpoint else "") + " --key-file KEYFILE")
+    return 0
+
+
+@said
+def cmd_remote_set(args):
+    from ..remote import layout
+    r = layout.load(args.name)
+    if args.auto is not None:
+        r.auto = args.auto
+    if args.endpoint is not None:
+        r.endpoint = args.endpoint or None
+    if args.region is not None:
+        r.region = args.region or None
+    r.save()
+    if args.json:
+        out({"name": r.name, **r.to_json()})
+    else:
+        print(f"remote {r.name}: {inert(r.url)}" + (f" at {inert(r.endpoint)}" if r.endpoint else "")
+              + (", pushed after every step" if r.auto else ""))
+    return 0
+
+
+@said
+def cmd_remote_list(args):
+    from ..remote import layout
+    rs = [layout.load(n) for n in layout.names()]
+    if args.json:
+        out([{"name": r.name, **r.to_json(), "key": layout.key_path(r.name)} for r in rs])
+        return 0
+    if not rs:
+        print("no remotes yet: envgit remote add NAME s3://BUCKET/PREFIX --endpoint URL")
+    for r in rs:
+        print(f"{r.name}\t{inert(r.url)}" + (f"\t{inert(r.endpoint)}" if r.endpoint else "")
+              + ("\tauto" if r.auto else ""))
+    return 0
+
+
+@said
+def cmd_remote_remove(args):
+    from ..remote import layout
+    layout.load(args.name)
+    layout.remove(args.name)
+    if args.json:
+        out({"name": args.name, "key": layout.key_path(args.name)})
+    else:
+        print(f"forgot remote {args.name}; its key stays in {layout.key_path(args.name)} (the bucket is untouched)")
+    return 0
+
+
+# --- push --------------------------------------------------------------------------------------
+
+@said
+def cmd_push(args):
+    from ..paths import find_project
+    from ..remote import layout
+    from ..remote.push import push
+    project = find_project()
+    r = layout.load(args.name)
+    got = push(project, r, progress=None if args.json else progress)
+    if args.json:
+        out(dict(got))
+        return 0
+    print(f"pushed {got['project']}/{got['machine']} to {r.name}: {got['packs']} pack(s) "
+          f"({got['bytes']} bytes), {got['entries']} journal entr(ies) in {got['segments']} segment(s); "
+          f"head {got['head']} at entry {got['seq']} ({got['ms']:.0f} ms)")
+    return 0
+
+
+def auto_push(root: str) -> int:
+    """`python -m envgit.commands.remote ROOT`: what the daemon's auto-push runs after a step,
+    at low priority, in a process of its own (no lock, no GIL shared with the daemon): push
+    the project to every remote set --auto. Failures go to stderr (the daemon's log)."""
+    from ..paths import Project
+    from ..remote import RemoteError, layout
+    from ..remote.push import push
+    code = 0
+    for r in layout.auto_remotes():
+        try:
+            push(Project(root), r)
+        except RemoteError as e:
+            print(f"envgit: auto-push to {r.name}: {e}", file=sys.stderr)
+            code = 1
+    return code
+
+
+# --- reading a remote: log --remote, restore --from, fsck --remote, audit -----------------------
+
+def _open(name):
+    from ..remote import layout
+    from ..remote.push import open_remote
+    r = layout.load(name)
+    bucket, sealer = open_remote(r)
+    return r, bucket, sealer
+
+
+def _target_outside(text: str, force: bool) -> str:
+    """restore's target rules (snapshot._target); outside any project, only the emptiness."""
+    from ..paths import NoProject, find_project
+    from .snapshot import _target
+    try:
+        project = find_project()
+    except NoProject:
+        project = None
+    if project is not None:
+        return _target(project, text, force)
+    target = os.path.abspath(text)
+    if os.path.lexists(target):
+        if not os.path.isdir(target):
+            raise Usage(f"{text}: not a directory")
+        if os.listdir(target) and not force:
+            raise Usage(f"{text}: not empty; pick a new or empty directory, or --force to write into it")
+    return os.path.realpath(target)
+
+
+def _here():
+    from ..paths import NoProject, find_project
+    from ..remote import layout
+    try:
+        return layout.project_name(find_project().root)
+    except NoProject:
+        return None
+
+
+@said
+def log_remote(args):
+    """`envgit log --remote NAME [--project] [--machine]`: the steps of one project and
+    machine as the bucket has them, the chain verified (problems said on stderr, exit 1)."""
+    from ..remote.read import MachineView, pick_machine
+    from .timeline import print_steps, step_json
+    r, bucket, sealer = _open(args.remote)
+    p, m = pick_machine(bucket, r, args.project, args.machine, _here())
+    view = MachineView(bucket, sealer, p, m, r.name)
+    steps = view.steps()
+    if args.since is not None:
+        steps = [s for s in steps if s.started_ns >= args.since]
+    if args.n:
+        steps = steps[-args.n:]
+    if args.json:
+        out({"project": p, "machine": m, "problems": view.problems, "steps": [step_json(s) for s in steps]})
+    else:
+        for problem in view.problems:
+            print(f"envgit: {inert(problem)}", file=sys.stderr)
+        print(f"# {p}/{m} on {r.name}" + (f", head {view.head['version']} at entry {view.head['seq']}" if view.head else ""))
+        print_steps(steps, args)
+    return 1 if view.problems else 0
+
+
+@said
+def restore_from(args):
+    """`envgit restore --from NAME STEP --target DIR [--project] [--machine]`: the tree of a
+    step of any machine, fetched from the bucket, written as `restore` writes a local one."""
+    from ..remote.read import MachineView, pick_machine, remote_objects
+    from ..snapshot.restore import apply_plan
+    from .snapshot import _plan
+    r, bucket, sealer = _open(args.remote_from)
+    p, m = pick_machine(bucket, r, args.project, args.machine, _here())
+    view = MachineView(bucket, sealer, p, m, r.name)
+    if view.problems:
+        raise Usage(f"remote {r.name}, {p}/{m}: {view.problems[0]}; `envgit fsck --remote {r.name}` "
+                    "lists every problem", EXIT_FAILED)
+    steps = {s.id: s for s in view.steps()}
+    ref = str(args.step)
+    if ref.isdigit():
+        n = int(ref)
+    else:
+        back = int(ref[5:]) if ref.startswith("last~") else 0
+        ids = sorted(steps)
+        if len(ids) < back + 1:
+            raise Usage(f"no step {ref}: {p}/{m} has {len(ids)} step(s) on {r.name}")
+        n = ids[-1 - back]
+    s = steps.get(n)
+    if s is None:
+        raise Usage(f"no step {n} in {p}/{m} on {r.name}; `envgit log --remote {r.name}` lists them")
+    if n in view.dropped():
+        raise Usage(f"the snapshot of step {n} was dropped by `envgit gc` before it was pushed")
+    tree = (s.snapshot or {}).get("tree")
+    if not tree:
+        raise Usage(f"step {n} has no snapshot ({s.status}); pick another step")
+    target = _target_outside(args.target, args.force)
+    problems: list[str] = []
+    objects = remote_objects(bucket, sealer, view, problems)
+    try:
+        class _S:
+            pass
+        store = _S()
+        store.objects = objects
+        plan = _plan(store, tree, target, [os.fsencode(x).strip(b"/") for x in args.paths], args.force, n)
+        objects.prefetch(i.oid for i in plan.write if i.oid)
+        created = not os.path.lexists(target)
+        os.makedirs(target, exist_ok=True)
+        try:
+            with progress(len(plan.write) + len(plan.delete), "path", "restore") as bar:
+                apply_plan(objects, target, plan, lambda done, total: bar.update(done - bar.n))
+        except BaseException:
+            if created:
+                try:
+                    os.rmdir(target)
+                except OSError:
+                    pass
+            if problems:
+                raise Usage(f"remote {r.name}: {problems[0]}", EXIT_FAILED) from None
+            raise
+    finally:
+        objects.close()
+    files = sum(1 for i in plan.write if i.type in ("file", "exec"))
+    size = sum(i.size for i in plan.write if i.type in ("file", "exec"))
+    if args.json:
+        out({"remote": r.name, "project": p, "machine": m, "step": n, "tree": tree, "target": target,
+             "files": files, "bytes": size})
+    else:
+        print(f"restored step {n} of {p}/{m} from {r.name} (tree {tree[:12]}) into {inert(target)}: "
+              f"{files} file(s), {size} bytes")
+    return 0
+
+
+@said
+def fsck_remote(args):
+    """`envgit fsck --remote NAME`: every machine's chain, head and index checked, every pack
+    fetched, opened and re-hashed with every object in it, every snapshot tree walked."""
+    from ..remote import layout
+    from ..remote.read import MachineView, machines, remote_objects
+    from ..snapshot import maintenance
+    r, bucket, sealer = _open(args.remote)
+    problems, checked = [], {"machines": 0, "packs": 0, "snapshots": 0, "entries": 0}
+    found = machines(bucket)
+    with progress(len(found), "machine", f"fsck {r.name}") as bar:
+        for p, m in found:
+            view = MachineView(bucket, sealer, p, m, r.name, deep=True)
+            problems += view.problems
+            objects = remote_objects(bucket, sealer, view, problems)
+            try:
+                packs = sorted(objects.pack_entries.items())
+                fetched = bucket.map(objects.fetch, [pid for pid, _ in packs])
+                for (pack_id, entries), ok in zip(packs, fetched):
+                    if ok:
+                        name = layout.pack_name(p, m, objects.names[pack_id])
+                        problems += [f"{name}: {x}" for x in maintenance._check_pack(objects, pack_id, entries)]
+                trees = view.live_trees()
+                problems += [f"{p}/{m}: {x}" for x in maintenance._check_reachable(
+                    objects, [bytes.fromhex(t) for t in trees])]
+            finally:
+                objects.close()
+            checked["machines"] += 1
+            checked["packs"] += len(packs)
+            checked["snapshots"] += len(trees)
+            checked["entries"] += len(view.rows)
+            bar.update(1)
+    problems = list(dict.fromkeys(problems))
+    if args.json:
+        out({"ok": not problems, "problems": problems, "remote": r.name, **checked})
+    else:
+        for x in problems:
+            print(inert(x))
+        print(f"fsck {r.name}: ok ({checked['machines']} machine(s), {checked['packs']} pack(s), "
+              f"{checked['entries']} journal entries, {checked['snapshots']} snapshot(s))" if not problems
+              else f"fsck {r.name}: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+@said
+def cmd_audit(args):
+    """Every project and machine on the remote, their steps in one table (oldest first)."""
+    from ..remote.read import MachineView, machines
+    from .timeline import what_ran
+    r, bucket, sealer = _open(args.remote)
+    wanted = [w.strip() for w in (args.mark or "").split(",") if w.strip()]
+    found = [(p, m) for p, m in machines(bucket) if (args.project in (None, p)) and (args.machine in (None, m))]
+    views = bucket.map(lambda pm: MachineView(bucket, sealer, pm[0], pm[1], r.name), found)
+    rows, problems = [], []
+    for view in views:
+        problems += view.problems
+        for s in view.steps():
+            if args.since is not None and s.started_ns < args.since:
+                continue
+            if wanted and not _marked(s, wanted):
+                continue
+            rows.append((s.started_ns, view.project, view.machine, s))
+    rows.sort(key=lambda x: (x[0], x[1], x[2], x[3].id))
+    if args.json:
+        from .timeline import step_json
+        out({"remote": r.name, "problems": problems,
+             "steps": [{"project": p, "machine": m, **step_json(s)} for _, p, m, s in rows]})
+        return 1 if problems else 0
+    for x in problems:
+        print(f"envgit: {inert(x)}", file=sys.stderr)
+    if not rows:
+        print("no steps match")
+        return 1 if problems else 0
+    pw = max(len(x[1]) for x in rows)
+    mw = max(len(x[2]) for x in rows)
+    lines = [f"{'PROJECT':{pw}}  {'MACHINE':{mw}}  STEP  {'STARTED':19}  EXIT  MARKS  COMMAND"]
+    for _, p, m, s in rows:
+        exit_ = {"running": "run", "interrupted": "int"}.get(s.status, "-" if s.exit_code is None else str(s.exit_code))
+        lines.append(f"{p:{pw}}  {m:{mw}}  {s.id:>4}  {s.started_at[:19].replace('T', ' ')}  {exit_:>4}  "
+                     + inert(",".join(s.marks) or "-") + "  " + what_ran(s))
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 1 if problems else 0
+
+
+def _marked(s, wanted) -> bool:
+    for w in wanted:
+        if any(m == w or m.startswith(w + "-") for m in s.marks):
+            return True
+        if w == "irreversible" and s.irreversible:
+            return True
+        if w == "denied" and (s.denied_paths or any(q.get("decision") == "deny" for q in s.requests)):
+            return True
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(auto_push(sys.argv[1]))

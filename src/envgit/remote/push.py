@@ -1,0 +1,190 @@
+"""`envgit push NAME`: upload what the remote lacks (docs/FORMAT.md, "Remote").
+
+Order, so that a kill at any instant leaves nothing a reader trusts half-made: read the
+journal's entries first, then list the local packs (every tree an entry names is in a pack
+sealed before the entry was written), upload each missing pack then its index, then the
+journal segments, then the head. The next push lists the bucket and uploads only what is
+still missing."""
+
+import fcntl
+import os
+import time
+
+from .. import faults
+from . import RemoteError, layout, segments
+from .crypto import Sealer, Unopenable
+from .s3 import Bucket
+
+
+class Pushed(dict):
+    pass
+
+
+def open_remote(remote):
+    """(bucket, sealer) of a configured remote, its key checked against the bucket's config."""
+    sealer = Sealer(remote.key())
+    bucket = Bucket(remote)
+    data = bucket.get(layout.CONFIG)
+    if data is None:
+        raise RemoteError(f"{remote.url}: not an envgit remote (no config object); "
+                          f"`envgit remote add {remote.name} {remote.url} …` makes one")
+    try:
+        sealer.open(layout.CONFIG, data)
+    except Unopenable:
+        raise RemoteError(f"{remote.url}: the key in {layout.key_path(remote.name)} does not "
+                          "open this remote (another remote's key?); put the right key back") from None
+    return bucket, sealer
+
+
+def read_head(bucket, sealer, project, machine) -> dict | None:
+    from .segments import BadSegment, decode_head
+    name = layout.head_name(project, machine)
+    data = bucket.get(name)
+    if data is None:
+        return None
+    try:
+        return decode_head(sealer.open(name, data), project, machine)
+    except (Unopenable, BadSegment) as e:
+        raise RemoteError(f"{name}: {e}; `envgit fsck --remote {bucket.remote.name}` says more") from None
+
+
+def push(project, remote, progress=None) -> Pushed:
+    """Upload what `remote` lacks of `project`; returns counts. One push per project at a time
+    (a flock on .envgit/push.lock: the daemon's auto-push and a person's push wait in turn)."""
+    lock_fd = os.open(project.state_path("push.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        return _push(project, remote, progress)
+    finally:
+        os.close(lock_fd)
+
+
+def _push(project, remote, progress) -> Pushed:
+    started = time.perf_counter()
+    P, M = layout.project_name(project.root), layout.machine_name()
+    bucket, sealer = open_remote(remote)
+    head = read_head(bucket, sealer, P, M)
+    version = head["version"] if head else 0
+    done = head["seq"] if head else 0
+    # 1. the journal, before the packs
+    rows = _journal_rows(project)
+    if done and (len(rows) < done or rows[done - 1][6] != head["hash"]):
+        raise RemoteError(f"the remote's journal of {P}/{M} (entry {done}) is not this project's "
+                          f"journal; push this project under another machine name "
+                          f"(ENVGIT_MACHINE) or project name (ENVGIT_PROJECT)")
+    # 2. the packs and indexes it lacks
+    listing = bucket.listing(layout.machine_prefix(P, M))
+    packs_dir = project.state_path("objects", "packs")
+    local = _local_packs(packs_dir)
+    todo = []
+    for pack_id in local:
+        name = sealer.pack_name(pack_id)
+        need_pack = layout.pack_name(P, M, name) not in listing
+        need_idx = layout.index_name(P, M, name) not in listing
+        if need_pack or need_idx:
+            todo.append((pack_id, name, need_pack, need_idx))
+    total = sum(os.path.getsize(_local(packs_dir, t[0], ".pack")) for t in todo if t[2])
+    bar = progress(total, "B", "push") if progress and total else None
+    sent = {"packs": 0, "bytes": 0}
+
+    def upload(item):
+        pack_id, name, need_pack, need_idx = item
+        if need_pack:
+            data = _read(_local(packs_dir, pack_id, ".pack"))
+            bucket.put(layout.pack_name(P, M, name), sealer.seal(layout.pack_name(P, M, name), data))
+            faults.point("push-pack-uploaded")      # a pack without its index: invisible
+        if need_idx:
+            data = _read(_local(packs_dir, pack_id, ".idx"))
+            bucket.put(layout.index_name(P, M, name), sealer.seal(layout.index_name(P, M, name), data))
+        return len(data) if need_pack else 0
+
+    def tick(item, n):
+        sent["packs"] += item[2]
+        sent["bytes"] += n
+        if bar is not None:
+            bar.update(n)
+    try:
+        bucket.map(upload, todo, tick)
+    finally:
+        if bar is not None:
+            bar.close()
+    indexes = len({n for n in listing if n.startswith(layout.machine_prefix(P, M) + "indexes/")}
+                  | {layout.index_name(P, M, t[1]) for t in todo})
+    # 3. the journal segments past the head (or a longer one covering a run of small ones)
+    have = [r for r in (layout.parse_segment(n.rsplit("/", 1)[1]) for n in listing
+                        if n.startswith(layout.machine_prefix(P, M) + "journal/")) if r]
+    on_chain, _ = segments.chain(have, done)
+    run = []
+    for first, last in reversed(on_chain):
+        if last - first + 1 >= segments.MAX_ENTRIES:
+            break
+        run.insert(0, (first, last))
+    start = run[0][0] if len(run) >= segments.MERGE_RUN and len(rows) > done else done + 1
+    written = []
+    for a in range(start, len(rows) + 1, segments.MAX_ENTRIES):
+        part = rows[a - 1:min(len(rows), a - 1 + segments.MAX_ENTRIES)]
+        name = layout.segment_name(P, M, part[0][0], part[-1][0])
+        bucket.put(name, sealer.seal(name, segments.encode_segment(P, M, part, version)))
+        written.append((part[0][0], part[-1][0]))
+        faults.point("push-segment-written")        # entries past the head: not trusted yet
+    # 4. the head, last
+    last = len(rows)
+    if written or todo or not head or indexes != head.get("packs"):
+        step = max([head["step"] if head else 0] + [r[1] for r in rows[done:]])
+        h = rows[-1][6] if rows else segments.GENESIS
+        version += 1
+        name = layout.head_name(P, M)
+        bucket.put(name, sealer.seal(name, segments.encode_head(P, M, version, last, h, step, indexes,
+                                                                time.time_ns())))
+        layout.note_heads(remote.name, {f"{P}/{M}": version})
+    # 5. segments no reader uses any more (superseded by a longer one, or left by a killed push)
+    used, _ = segments.chain(have + written, last)
+    stale = [r for r in have if r not in used and r[1] <= last]
+    bucket.map(lambda r: bucket.delete(layout.segment_name(P, M, *r)), stale)
+    return Pushed(project=P, machine=M, packs=sent["packs"], bytes=sent["bytes"],
+                  indexes=sum(t[3] for t in todo), entries=last - done, segments=len(written),
+                  head=version, seq=last, ms=round((time.perf_counter() - started) * 1000, 1))
+
+
+def _journal_rows(project) -> list:
+    """Every entry (seq, step, kind, at_ns, body, prev, hash), seq 1.. without gaps."""
+    import sqlite3
+    path = project.journal
+    if not os.path.exists(path):
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = db.execute("SELECT seq, step, kind, at_ns, body, prev, hash FROM entries ORDER BY seq").fetchall()
+    finally:
+        db.close()
+    for i, r in enumerate(rows):
+        if r[0] != i + 1:
+            raise RemoteError(f"{path}: entry {i + 1} is missing; `envgit fsck` says what is "
+                              "damaged (a remote gets a journal without gaps)")
+    return rows
+
+
+def _local_packs(packs_dir: str) -> list[str]:
+    """Pack ids with both the pack and its index (a pack without an index is invisible)."""
+    out = []
+    try:
+        subs = sorted(os.listdir(packs_dir))
+    except FileNotFoundError:
+        return out
+    for sub in subs:
+        d = os.path.join(packs_dir, sub)
+        names = set(os.listdir(d))
+        out += [n[:-4] for n in sorted(names) if n.endswith(".idx") and n[:-4] + ".pack" in names]
+    return out
+
+
+def _local(packs_dir, pack_id, ext):
+    return os.path.join(packs_dir, pack_id[:2], pack_id + ext)
+
+
+def _read(path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise RemoteError(f"{path}: gone during the push (`envgit gc` ran?); push again") from None

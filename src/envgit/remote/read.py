@@ -1,0 +1,227 @@
+"""Reading a remote: every project and machine on it, each machine's journal (the chain from
+entry 1 to its head, verified), its objects (for restore and fsck) and audit's table.
+Layout: docs/FORMAT.md, "Remote"."""
+
+import os
+import shutil
+import tempfile
+
+from blake3 import blake3
+
+from . import RemoteError, layout, segments
+from .crypto import Unopenable
+from .push import read_head
+from .segments import BadSegment, GENESIS
+
+
+def machines(bucket) -> list[tuple[str, str]]:
+    """Every (project, machine) on the remote."""
+    out = []
+    for p in sorted(bucket.children(layout.PROJECTS)):
+        for m in sorted(bucket.children(layout.PROJECTS + p + "/")):
+            out.append((p, m))
+    return out
+
+
+class MachineView:
+    """One machine's journal as a reader trusts it: the rows the chain reaches up to the head.
+    `problems`: what is wrong (fsck names them; log and audit say them and go on)."""
+
+    def __init__(self, bucket, sealer, project, machine, remote_name, deep=False):
+        self.project, self.machine = project, machine
+        self.problems: list[str] = []
+        self.rows: list = []
+        self.listing = bucket.listing(layout.machine_prefix(project, machine))
+        where = f"{project}/{machine}"
+        try:
+            self.head = read_head(bucket, sealer, project, machine)
+        except RemoteError as e:
+            self.head = None
+            self.problems.append(str(e))
+            return
+        if self.head is None:
+            self.problems.append(f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
+            return
+        head = self.head
+        seen = layout.seen_heads(remote_name).get(where, 0)
+        if head["version"] < seen:
+            self.problems.append(f"{layout.head_name(project, machine)}: rolled back: it is version "
+                                 f"{head['version']} (entry {head['seq']}), this machine has seen version {seen}")
+        ranges = self._segment_ranges()
+        used, reached = segments.chain(ranges, head["seq"])
+        if reached <= head["seq"]:
+            after = [r for r in ranges if r[0] > reached and r[1] <= head["seq"]]
+            upto = min([r[0] for r in after], default=head["seq"] + 1) - 1
+            self.problems.append(f"{where}: journal entries {reached}-{upto} are missing from the "
+                                 f"bucket (a segment {layout.machine_prefix(project, machine)}journal/"
+                                 f"{reached:012d}-… deleted); the chain stops at entry {reached - 1}")
+        opened = bucket.map(lambda r: self._open_segment(bucket, sealer, *r), used)
+        prev = GENESIS
+        for (first, last), got in zip(used, opened):
+            if isinstance(got, str):
+                self.problems.append(got)
+                break
+            header, rows = got
+            name = layout.segment_name(project, machine, first, last)
+            bad, prev = segments.check_rows(rows, prev, name)
+            self.problems += bad
+            self.rows += rows
+        if reached > head["seq"] and self.rows and self.rows[-1][6] != head["hash"] and not self.problems:
+            self.problems.append(f"{layout.head_name(project, machine)}: names entry {head['seq']} "
+                                 f"with another hash than the journal's")
+        if deep:        # segments past the head: an interrupted push, or a head rolled back
+            later = [r for r in ranges if r[1] > head["seq"]]
+            for (first, last), got in zip(later, bucket.map(lambda r: self._open_segment(bucket, sealer, *r), later)):
+                name = layout.segment_name(project, machine, first, last)
+                if isinstance(got, str):
+                    self.problems.append(got)
+                elif got[0].get("after_head", 0) > head["version"]:
+                    self.problems.append(f"{layout.head_name(project, machine)}: rolled back: it is version "
+                                         f"{head['version']} (entry {head['seq']}), but {name} was written by a "
+                                         f"push that began after head version {got[0]['after_head']}")
+        layout.note_heads(remote_name, {where: head["version"]})
+
+    def _segment_ranges(self):
+        base = layout.machine_prefix(self.project, self.machine) + "journal/"
+        return [r for r in (layout.parse_segment(n[len(base):]) for n in self.listing if n.startswith(base)) if r]
+
+    def _open_segment(self, bucket, sealer, first, last):
+        name = layout.segment_name(self.project, self.machine, first, last)
+        data = bucket.get(name)
+        if data is None:
+            return f"{name}: deleted while being read"
+        try:
+            return segments.decode_segment(sealer.open(name, data), self.project, self.machine, first, last)
+        except (Unopenable, BadSegment) as e:
+            return f"{name}: {e}"
+
+    def steps(self) -> list:
+        """The steps, folded from the trusted rows as the local journal folds them."""
+        from ..journal import _fold
+        out: dict = {}
+        for seq, step, kind, at, body, _, _ in self.rows:
+            _fold(out, seq, step, kind, at, body)
+        return sorted(out.values(), key=lambda s: s.id)
+
+    def dropped(self) -> set:
+        from ..journal.rows import read_body
+        out = set()
+        for _, step, kind, _, body, _, _ in self.rows:
+            if step == 0 and kind == "gc":
+                out.update((read_body(kind, body)[0] or {}).get("dropped", []))
+        return out
+
+    def live_trees(self) -> list[str]:
+        gone, out = self.dropped(), []
+        for s in self.steps():
+            if s.id in gone:
+                continue
+            for t in ((s.snapshot or {}).get("tree"), (s.baseline or {}).get("tree"),
+                      (s.rewind or {}).get("undo_tree")):
+                if t and t not in out:
+                    out.append(t)
+        return out
+
+    def index_names(self) -> list[str]:
+        base = layout.machine_prefix(self.project, self.machine) + "indexes/"
+        return sorted(n[len(base):] for n in self.listing if n.startswith(base))
+
+
+def pick_machine(bucket, remote, project: str | None, machine: str | None, default_project=None):
+    """The (project, machine) a command reads: the ones named, else the only one there is
+    (the current project's name first)."""
+    found = machines(bucket)
+    if project is None and default_project and any(p == default_project for p, _ in found):
+        project = default_project
+    cands = [(p, m) for p, m in found if (project is None or p == project) and (machine is None or m == machine)]
+    if machine is None and project is not None:
+        here = layout.machine_name()
+        if (project, here) in cands:
+            return project, here
+    if len(cands) == 1:
+        return cands[0]
+    listed = ", ".join(f"{p}/{m}" for p, m in found) or "none yet"
+    if not cands:
+        raise RemoteError(f"remote {remote.name} holds no {project or '*'}/{machine or '*'} "
+                          f"(it holds: {listed})")
+    raise RemoteError(f"remote {remote.name} holds {len(cands)} of them ({listed}); "
+                      "name one with --project NAME --machine NAME")
+
+
+# --- objects ----------------------------------------------------------------------------------
+
+def remote_objects(bucket, sealer, view, problems=None):
+    """An ObjectStore over a temporary directory whose packs are fetched from the bucket when
+    first read (opened, their BLAKE3 checked against the pack id), indexes loaded at once."""
+    from ..snapshot.objects import ObjectStore
+    from ..snapshot.packs import decode_index
+
+    class RemoteObjects(ObjectStore):
+        def __init__(self):
+            self.tmp = tempfile.mkdtemp(prefix="envgit-remote-")
+            super().__init__(self.tmp)
+            self.names: dict[str, str] = {}        # pack id -> its name on the bucket
+            self.fetch_problems = problems if problems is not None else []
+
+        def _fd(self, pack_id):
+            if pack_id not in self._fds:
+                self.fetch(pack_id)
+            return super()._fd(pack_id)
+
+        def fetch(self, pack_id) -> bool:
+            path = os.path.join(self.packs_dir, pack_id[:2], pack_id + ".pack")
+            if os.path.exists(path):
+                return True
+            name = layout.pack_name(view.project, view.machine, self.names[pack_id])
+            data = bucket.get(name)
+            if data is None:
+                self.fetch_problems.append(f"{name}: missing (pack {pack_id[:12]}…, its index is there)")
+                return False
+            try:
+                data = sealer.open(name, data)
+            except Unopenable as e:
+                self.fetch_problems.append(str(e))
+                return False
+            if blake3(data).hexdigest() != pack_id:
+                self.fetch_problems.append(f"{name}: its content is not the pack its index names")
+                return False
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "wb") as f:
+                f.write(data)
+            os.rename(path + ".tmp", path)
+            return True
+
+        def prefetch(self, oids) -> None:
+            want = {self.index[o][0] for o in oids if o in self.index}
+            bucket.map(self.fetch, sorted(want))
+
+        def close(self):
+            super().close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    objects = RemoteObjects()
+    found = problems if problems is not None else []
+
+    def load(name):
+        full = layout.index_name(view.project, view.machine, name)
+        data = bucket.get(full)
+        if data is None:
+            return f"{full}: deleted while being read"
+        try:
+            pack_id, entries = decode_index(sealer.open(full, data))
+        except (Unopenable, ValueError) as e:
+            return f"{full}: {e}"
+        if sealer.pack_name(pack_id) != name:
+            return f"{full}: holds the index of another pack (moved from another name)"
+        return pack_id, entries
+    names = view.index_names()
+    for name, got in zip(names, bucket.map(load, names)):
+        if isinstance(got, str):
+            found.append(got)
+            continue
+        objects.names[got[0]] = name
+        objects.add_pack(*got)
+    if view.head is not None and len(names) < view.head["packs"]:
+        found.append(f"{view.project}/{view.machine}: {view.head['packs'] - len(names)} pack index(es) "
+                     f"missing (the head counts {view.head['packs']}, the bucket has {len(names)})")
+    return objects

@@ -1,0 +1,142 @@
+"""The bucket: boto3 (the `remote` extra), imported only here, only by the commands and the
+daemon's auto-push that use a remote. Credentials come from the standard AWS chain (the
+environment, ~/.aws, SSO, instance roles); `--endpoint` names any S3-compatible server.
+
+boto3 rather than obstore or minio: botocore is already envgit's (the gate's SigV4 re-signing,
+the `aws` extra), its retry modes (`adaptive`: exponential backoff with jitter plus a client
+side rate limiter that slows down on throttling) and its managed transfers (multipart above a
+threshold, parts in parallel) are the ones every AWS tool uses, and it is kept by AWS."""
+
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+from . import RemoteError
+
+MULTIPART_AT = 8 << 20          # packs are sealed at 16 MiB: the big ones go in parts
+PART_SIZE = 8 << 20
+WORKERS = 16                    # many small objects (indexes, segments) go in parallel
+
+
+class Bucket:
+    def __init__(self, remote):
+        try:
+            import boto3
+            from boto3.s3.transfer import TransferConfig
+            from botocore.config import Config
+        except ImportError:
+            raise RemoteError("remotes need boto3: pip install 'envgit[remote]'") from None
+        import botocore.exceptions
+        self._errors = botocore.exceptions
+        self.remote, self.bucket, self.prefix = remote, remote.bucket, remote.prefix
+        session = boto3.session.Session()
+        self.client = session.client(
+            "s3", endpoint_url=remote.endpoint, region_name=remote.region or "us-east-1",
+            config=Config(retries={"mode": "adaptive", "max_attempts": 10},
+                          max_pool_connections=WORKERS * 2, connect_timeout=10, read_timeout=60,
+                          s3={"addressing_style": "path"} if remote.endpoint else {}))
+        self.transfer = TransferConfig(multipart_threshold=MULTIPART_AT, multipart_chunksize=PART_SIZE,
+                                       max_concurrency=4, use_threads=True)
+
+    def key(self, name: str) -> str:
+        return self.prefix + name
+
+    # -- one object -----------------------------------------------------------------------
+    def put(self, name: str, data: bytes) -> None:
+        with self._said(name):
+            if len(data) >= MULTIPART_AT:
+                self.client.upload_fileobj(io.BytesIO(data), self.bucket, self.key(name), Config=self.transfer)
+            else:
+                self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data)
+
+    def get(self, name: str) -> bytes | None:
+        """The object's bytes; None when there is no such object."""
+        with self._said(name):
+            try:
+                return self.client.get_object(Bucket=self.bucket, Key=self.key(name))["Body"].read()
+            except self._errors.ClientError as e:
+                if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                    return None
+                raise
+
+    def delete(self, name: str) -> None:
+        with self._said(name):
+            self.client.delete_object(Bucket=self.bucket, Key=self.key(name))
+
+    def listing(self, under: str) -> dict[str, int]:
+        """name -> size of every object whose name starts with `under` (relative names)."""
+        out = {}
+        with self._said(under):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.key(under))
+            for page in pages:
+                for o in page.get("Contents", ()):
+                    out[o["Key"][len(self.prefix):]] = o["Size"]
+        return out
+
+    def children(self, under: str) -> list[str]:
+        """The names of the "directories" right below `under` (its common prefixes)."""
+        out = []
+        with self._said(under):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.key(under), Delimiter="/")
+            for page in pages:
+                for p in page.get("CommonPrefixes", ()):
+                    out.append(p["Prefix"][len(self.key(under)):].rstrip("/"))
+        return out
+
+    # -- many objects ---------------------------------------------------------------------
+    def map(self, fn, items, progress=None):
+        """fn(item) for every item, WORKERS at a time; results in order. `progress(item,
+        result)` after each."""
+        items = list(items)
+        if not items:
+            return []
+        with ThreadPoolExecutor(min(WORKERS, len(items))) as pool:
+            futures = [pool.submit(fn, i) for i in items]
+            out = []
+            for item, f in zip(items, futures):
+                out.append(f.result())
+                if progress is not None:
+                    progress(item, out[-1])
+            return out
+
+    def _said(self, name):
+        return _Said(self, name)
+
+
+class _Said:
+    """Turns the client's failures into one RemoteError line naming the object and the fix."""
+
+    def __init__(self, bucket, name):
+        self.b, self.name = bucket, name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if e is None or isinstance(e, RemoteError):
+            return False
+        errors = self.b._errors
+        where = f"s3://{self.b.bucket}/{self.b.key(self.name)}" + (
+            f" at {self.b.remote.endpoint}" if self.b.remote.endpoint else "")
+        if isinstance(e, errors.NoCredentialsError):
+            raise RemoteError(f"{where}: no AWS credentials (set AWS_ACCESS_KEY_ID/"
+                              "AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials)") from None
+        if isinstance(e, errors.ClientError):
+            code = _code(e)
+            if code == "NoSuchBucket":
+                raise RemoteError(f"{where}: no such bucket; create it, or fix the remote's URL "
+                                  f"(`envgit remote set {self.b.remote.name} --url …`)") from None
+            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
+                raise RemoteError(f"{where}: access denied ({code}); check the AWS credentials "
+                                  "and the bucket's policy") from None
+            raise RemoteError(f"{where}: {code}: {e}") from None
+        if isinstance(e, (errors.EndpointConnectionError, errors.ConnectionError,
+                          errors.BotoCoreError)):
+            raise RemoteError(f"{where}: {e}; check --endpoint and the network, then run "
+                              "the command again (a push resumes)") from None
+        return False
+
+
+def _code(e) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
