@@ -158,11 +158,12 @@ class Session:
         return self._policy
 
     def _policy_stat(self):
+        from ..policy.org import stat_key       # the organisation policy binds too (org.py)
         try:
             st = os.stat(self.project.policy)
         except FileNotFoundError:
             return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_ctime_ns)
+        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_ctime_ns, stat_key())
 
     def policy_for_gate(self):
         """The gate judges requests on the event loop: after an edit it keeps judging by the
