@@ -100,6 +100,7 @@ from .grants import DEFAULT_FOR_S, GrantError, Grants
 from .repair import mark_interrupted
 from ..snapshot import CorruptObject, StoreError
 from .snapshots import SnapshotFailed, Snapshotter
+from ..remote.auto import AutoPush
 
 IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
 
@@ -140,6 +141,7 @@ class Session:
         self.inner: dict[str, InnerSocket] = {}     # session -> its inner control socket
         self._ask_ids = iter(range(1, 1 << 62))
         self.grants = Grants(self.journal)       # remembered answers (grants.py), from the journal
+        self.autopush = AutoPush(project.root)   # remotes set --auto: pushed after each step
 
     # The policy is re-read whenever the file changes, so an edit applies to the next step:
     # parsed and checked once per change (a bad file's error is kept too, not re-parsed on
@@ -381,6 +383,8 @@ class Session:
         except JournalError as e:       # e.g. an `extra` that is not plain JSON: end without it
             end.pop("extra", None)
             recorded = self.record(step, "end", {**end, "error": f"the step's extra data was not kept: {e}"})
+        if recorded:
+            self.autopush.step_ended()  # in the background (remote/auto.py): never slows a step
         if not recorded:                # said once, with what was and was not recorded
             notices = [n for n in notices if not n.startswith("snapshot failed")]
             notices.append(disk_full_notice(step, end))

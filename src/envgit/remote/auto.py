@@ -1,0 +1,49 @@
+"""The daemon's auto-push: after each step, push the project to every remote set `--auto`,
+in the background, never slowing a step. Standard library only (the daemon imports it).
+
+The push runs in a process of its own (`python -m envgit.commands.remote ROOT`, nice 10): it
+shares no GIL with the daemon, so encrypting and uploading cannot delay a step's snapshot or
+the gate. One push at a time per project: steps that end while one runs are folded into the
+next (the push uploads whatever is new by then). Its errors go to .envgit/push.log."""
+
+import os
+import subprocess
+import sys
+import threading
+
+from . import layout
+
+TIMEOUT_S = 3600
+
+
+class AutoPush:
+    def __init__(self, root: str):
+        self.root = root
+        self.lock = threading.Lock()
+        self.dirty = False
+        self.thread: threading.Thread | None = None
+
+    def step_ended(self) -> None:
+        """Called by the daemon as a step's end entry is written: returns at once."""
+        with self.lock:
+            self.dirty = True
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="envgit-autopush", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                if not self.dirty:
+                    self.thread = None
+                    return
+                self.dirty = False
+            if not layout.auto_remotes():
+                continue
+            try:
+                with open(os.path.join(self.root, ".envgit", "push.log"), "ab") as log:
+                    subprocess.run([sys.executable, "-m", "envgit.commands.remote", self.root],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                   preexec_fn=lambda: os.nice(10), timeout=TIMEOUT_S, cwd=self.root)
+            except (OSError, subprocess.SubprocessError):
+                pass
