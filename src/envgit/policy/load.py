@@ -3,6 +3,7 @@ each value remembering where it came from."""
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,15 +41,36 @@ class Policy:
     # name -> {"from": {kind: value}, "hosts": [...], "methods"?: [...], "paths"?: [...]}:
     # where the daemon reads each real value, never the value (credentials/)
     credentials: dict = field(default_factory=dict)
+    network_deny: list[str] = field(default_factory=list)   # also in irreversible, as rules
+    env_deny: list[str] = field(default_factory=list)
+    # the organisation policy this one was loaded under (policy/org.py), or ""
+    org_path: str = ""
+    org_sha256: str = ""
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def load_policy(path) -> Policy:
-    """The effective policy of the file at `path`; PolicyError names file, line, column and fix."""
-    import yaml
+    """The effective policy of the file at `path`, loaded under the organisation policy when
+    there is one (policy/org.py); PolicyError names file, line, column and fix."""
+    from . import org
     path = Path(path)
+    data, where, sha = _read(path)
+    org_path = org.locate(os.path.dirname(os.path.abspath(path)))
+    org_sha = ""
+    if org_path is not None:
+        odata, owhere, org_sha = _read(Path(org_path))
+        data, where = org.combine(odata, owhere, data, where, os.path.expanduser("~"))
+    _credential_conflicts(data, where)
+    pol = _merge(data, where, str(path), sha)
+    pol.org_path, pol.org_sha256 = org_path or "", org_sha
+    return pol
+
+
+def _read(path: Path) -> tuple[dict, dict, str]:
+    """One policy file checked against the format: (data, where, sha256 of its bytes)."""
+    import yaml
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -75,19 +97,18 @@ def load_policy(path) -> Policy:
     if data["version"] != 1:
         raise PolicyError(path, int(where["version"].rsplit(":", 1)[1]), 1,
                           f"version {data['version']} is not known to this envgit; use 'version: 1'")
-    _credential_conflicts(data, where, path)
-    return _merge(data, where, str(path), hashlib.sha256(raw).hexdigest())
+    return data, where, hashlib.sha256(raw).hexdigest()
 
 
-def _credential_conflicts(data, where, path) -> None:
+def _credential_conflicts(data, where) -> None:
     """A variable that is a credential's source cannot also be passed in: the real value
     would be inside, next to its placeholder."""
     sources = {c["from"]["env"]: name for name, c in data.get("credentials", {}).items()
                if "env" in c["from"]}
     for i, var in enumerate(data.get("env", {}).get("pass", [])):
         if var in sources:
-            line = int(where[f"env.pass[{i}]"].rsplit(":", 1)[1])
-            raise PolicyError(path, line, 1, f"env.pass names {var}, the source of credential "
+            path, _, line = where[f"env.pass[{i}]"].rpartition(":")
+            raise PolicyError(path, int(line), 1, f"env.pass names {var}, the source of credential "
                               f"'{sources[var]}': the real value would enter the sandbox; remove "
                               f"it from env.pass (steps get a placeholder in {var}, and the gate "
                               "sends the real value to the credential's hosts)")
@@ -115,27 +136,56 @@ def _merge(data, where, path, sha) -> Policy:
         prov[key] = where.get(key, "default")
         return value if value is not None else default
 
+    env_deny = env.get("deny", [])
     pol = Policy(
         path=path, sha256=sha,
         deny_read=extend("filesystem.deny_read", defaults.DENY_READ, fs.get("deny_read", [])),
         allow_read=extend("filesystem.allow_read", defaults.ALLOW_READ, fs.get("allow_read", [])),
         allow_write=extend("filesystem.allow_write", defaults.ALLOW_WRITE, fs.get("allow_write", [])),
         protect=extend("filesystem.protect", defaults.PROTECT, fs.get("protect", [])),
-        env_pass=extend("env.pass", defaults.ENV_PASS, env.get("pass", [])),
+        env_pass=[v for v in extend("env.pass", defaults.ENV_PASS, env.get("pass", []))
+                  if not any(_env_overlap(v, d) for d in env_deny)],
         env_set=given("env.set", env.get("set"), {}),
         network_allow=_network_allow(net.get("allow", []), where, prov, presets := {}),
         l7=given("network.l7", net.get("l7"), {}),
         ask_timeout=given("network.ask_timeout", net.get("ask_timeout"), defaults.ASK_TIMEOUT_S),
-        irreversible=given("irreversible", data.get("irreversible"), defaults.IRREVERSIBLE),
+        irreversible=_denied_hosts(net.get("deny", [])) +
+        given("irreversible", data.get("irreversible"), defaults.IRREVERSIBLE),
         shell=given("shell", data.get("shell"), []),
         max_file_size=given("snapshot.max_file_size", snap.get("max_file_size"), defaults.MAX_FILE_SIZE),
         snapshot_exclude=extend("snapshot.exclude", [], snap.get("exclude", [])),
         mcp=given("mcp", {**MCP_DEFAULTS, **data["mcp"]} if "mcp" in data else None, dict(MCP_DEFAULTS)),
     )
+    pol.network_deny = extend("network.deny", [], net.get("deny", []))
+    pol.env_deny = extend("env.deny", [], env_deny)
+    if len(pol.env_pass) != len([k for k in prov if k.startswith("env.pass[")]):
+        _reindex(prov, "env.pass", pol.env_pass, defaults.ENV_PASS, env.get("pass", []), where)
     pol.where = prov
     pol.allow_presets = presets
     pol.credentials = given("credentials", data.get("credentials"), {})
     return pol
+
+
+def _env_overlap(a, b):
+    from .org import env_overlap
+    return env_overlap(a, b)
+
+
+def _reindex(prov, key, kept, base, extra, where):
+    """The provenance of `key` after env.deny dropped some of its entries."""
+    for k in [k for k in prov if k.startswith(key + "[")]:
+        del prov[k]
+    src = dict.fromkeys(base, "default")
+    for i, v in enumerate(extra):
+        src.setdefault(v, where[f"{key}[{i}]"])
+    for i, v in enumerate(kept):
+        prov[f"{key}[{i}]"] = src[v]
+
+
+def _denied_hosts(entries) -> list[dict]:
+    """network.deny as request rules tried before every other: a host a wildcard (or the
+    organisation's own allow) still reaches is terminated and each request to it refused."""
+    return [{"name": f"network.deny {h}", "net": {"host": h}, "action": "deny"} for h in entries]
 
 
 def _network_allow(entries, where, prov, presets) -> list[str]:
@@ -158,10 +208,14 @@ def _network_allow(entries, where, prov, presets) -> list[str]:
 def render(pol: Policy) -> str:
     """`envgit policy show`: every effective value beside where it came from."""
     lines = [f"# effective policy of {pol.path} (sha256 {pol.sha256[:12]})"]
+    if pol.org_path:
+        lines.append(f"# loaded under the organisation policy {pol.org_path} (sha256 "
+                     f"{pol.org_sha256[:12]}): it can be tightened here, never loosened")
     width = 44
     for key, attr in [("filesystem.deny_read", "deny_read"), ("filesystem.allow_read", "allow_read"),
                       ("filesystem.allow_write", "allow_write"), ("filesystem.protect", "protect"),
-                      ("env.pass", "env_pass"), ("network.allow", "network_allow"),
+                      ("env.pass", "env_pass"), ("env.deny", "env_deny"),
+                      ("network.allow", "network_allow"), ("network.deny", "network_deny"),
                       ("snapshot.exclude", "snapshot_exclude")]:
         lines.append(f"{key}:")
         for i, v in enumerate(getattr(pol, attr)):

@@ -228,6 +228,10 @@ SCHEMA = Map({
             "variables passed into the sandbox (added to the defaults); a secret-looking name "
             "(*_TOKEN, *_SECRET, *_KEY, *PASSWORD*) passes only when named exactly")),
         "set": Dict(Str(check=check_env_name), Str(), doc="variables set inside the sandbox"),
+        "deny": List(Str(check=check_env_name), doc=(
+            "variables never passed into the sandbox (a trailing * is allowed): a default pass "
+            "they cover is dropped; in an organisation policy, a project's env.pass, env.set or "
+            "credential naming one is an error")),
     }, doc="the sandbox's environment"),
     "network": Map({
         "allow": List(AllowEntry(check=check_allow_entry), doc=(
@@ -235,6 +239,10 @@ SCHEMA = Map({
             "'*.domain', or 'preset:NAME' for every host a client needs (preset:pypi, "
             "preset:npm, preset:github, …); a loopback entry with a port ('localhost:5173') "
             "is reachable from inside at that address and port")),
+        "deny": List(Str(check=check_host), doc=(
+            "hosts never reachable, whatever network.allow says ('host', 'host:port', "
+            "'*.domain'): a request to one is refused at the gate; in an organisation policy, a "
+            "project's network.allow naming or covering one is an error")),
         "ask_timeout": Int("seconds an `ask` waits for a person before it is a deny", minimum=1),
         "l7": Dict(Str(check=check_host), Map({
             "methods": List(Str(enum=METHODS)),
