@@ -103,10 +103,11 @@ def _from_json(scope: dict) -> dict:
 
 def credential_of(policy, host: str) -> str | None:
     """The credential whose hosts include `host` (a grant never covers one), or None."""
-    from ..policy.network import host_matches, norm_host
+    from ..policy.network import host_matches, norm_host, split_entry
     h = norm_host(host)
     for name, c in (getattr(policy, "credentials", None) or {}).items():
-        if any(host_matches(str(p).lower(), h) for p in c.get("hosts", ())):
+        # any port: a credential's host is never granted, whichever port it is reached on
+        if any(host_matches(split_entry(str(e))[0], h) for e in c.get("hosts", ())):
             return name
     return None
 
