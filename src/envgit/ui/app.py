@@ -54,10 +54,10 @@ class Page:
         self.env.globals.update(url=self.url, token=token, project=os.path.basename(project.root),
                                 known_marks=query.KNOWN_MARKS)
 
-    def url(self, path: str, **params) -> str:
+    def url(self, where: str, /, **params) -> str:
         """A link on the page: every one carries the token (there is no cookie: guard.py)."""
         params = {k: v for k, v in params.items() if v not in (None, "")}
-        return path + "?" + urlencode({**params, "token": self.token})
+        return where + "?" + urlencode({**params, "token": self.token})
 
     def render(self, name: str, **ctx) -> str:
         return self.env.get_template(name).render(**ctx)

@@ -1,0 +1,249 @@
+"""`envgit ui` end to end: the real `envgit ui` on 127.0.0.1, real steps (`envgit run`, bwrap),
+their requests through the real gate to local HTTPS servers, and Debian's Chromium driving the
+page headless (Selenium). The oracles are what the browser shows, what the journal recorded
+(`envgit show --json`) and the project's files."""
+
+import json
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+from conftest import Env, make_home
+from gitserver import GitServer, HTTPSServer
+from uikit import UI, browser, have_browser, wait_for
+
+needs_browser = pytest.mark.skipif(not have_browser(), reason="Chromium and chromedriver are not installed "
+                                   "(dev/run test installs them)")
+needs_socat = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+NAMES = ("stub.example.test", "git.example.test")
+CURL = "curl -s -o /dev/null -w '%{http_code}\\n'"
+
+
+def _ok(method, path, headers, body):
+    return 200, {"Content-Type": "application/json"}, b'{"data": {}}'
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A project with the network on: the stub server allowed, POSTs under /api/ asked."""
+    with GitServer(root=tmp_path / "git") as git, \
+            HTTPSServer(_ok, NAMES[:1], root=tmp_path / "stub", ca=git.ca) as stub:
+        home = make_home(tmp_path)
+        root = home / "proj"
+        root.mkdir()
+        subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+        env = Env(home, root, {"ENVGIT_RESOLVE": f"{git.resolve},{stub.resolve}",
+                               "ENVGIT_UPSTREAM_CA": str(git.ca.cert_path)})
+        env.envgit("init", check=True)
+        env.write_policy(
+            "version: 1\nnetwork:\n  ask_timeout: 30\n"
+            f"  allow: [\"stub.example.test:{stub.port}\"]\n"
+            "irreversible:\n  - preset: default\n"
+            "  - net: {host: \"stub.example.test\", method: POST, path: \"/api/**\"}\n"
+            "    action: ask\n    name: api-write\n")
+        env.stub = stub
+        env.api = f"https://stub.example.test:{stub.port}/api/one"
+        try:
+            yield env
+        finally:
+            env.stop()
+
+
+def show(env, n="last"):
+    return json.loads(env.envgit("show", str(n), "--json", check=True).stdout)
+
+
+# --- who may talk to it (HTTP, no browser) ----------------------------------------------------
+
+def test_refuses_without_the_token_and_with_a_foreign_host(proj):
+    proj.run("echo secret-looking > f.txt", check=True)
+    with UI(proj) as ui:
+        status, headers, body = ui.get("/")
+        assert status == 200 and "echo secret-looking" in body
+        for h in ("content-security-policy", "x-frame-options", "x-content-type-options"):
+            assert h in headers
+        assert "script-src 'self'" in headers["content-security-policy"]
+        assert "unsafe-inline" not in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY" and headers["x-content-type-options"] == "nosniff"
+        for path in ("/", "/steps/1", "/events", "/static/ui.js", "/asks"):
+            status, headers, body = ui.get(path, token=False)
+            assert status == 403 and "secret-looking" not in body and "envgit" not in body.lower().replace(
+                "envgit ui printed", ""), (path, body)
+        assert ui.get("/?token=" + "x" * len(ui.token), token=False)[0] == 403
+        for host in ("evil.example:%d" % ui.port, "localhost:%d" % ui.port, "127.0.0.1",
+                     "127.0.0.1:%d.evil.example" % ui.port):
+            status, _, body = ui.request("GET", "/", headers={"Host": host})
+            assert status == 403 and "secret-looking" not in body, host
+
+
+def test_changes_need_the_header_and_the_same_origin(proj):
+    proj.run("echo one > a.txt", check=True)
+    proj.run("echo two > a.txt", check=True)
+    with UI(proj) as ui:
+        tries = [
+            ({"Origin": ui.base, "Content-Type": "application/json"}, 403),              # no header
+            ({"X-Envgit-Token": ui.token, "Content-Type": "application/json"}, 403),      # no Origin
+            ({"X-Envgit-Token": ui.token, "Origin": "http://evil.example", "Content-Type": "application/json"}, 403),
+            ({"X-Envgit-Token": ui.token, "Origin": "null", "Content-Type": "application/json"}, 403),
+            ({"X-Envgit-Token": ui.token, "Origin": ui.base, "Sec-Fetch-Site": "cross-site",
+              "Content-Type": "application/json"}, 403),
+            ({"X-Envgit-Token": ui.token, "Origin": ui.base,
+              "Content-Type": "application/x-www-form-urlencoded"}, 415),                # a form
+        ]
+        for headers, want in tries:
+            status, _, _ = ui.request("POST", "/steps/1/rewind", "{}", headers)
+            assert status == want, headers
+        assert ui.request("PUT", "/steps/1/rewind", "{}", {"X-Envgit-Token": ui.token, "Origin": ui.base})[0] == 405
+        assert (proj.root / "a.txt").read_text() == "two\n"        # nothing was rewound
+        # the same request from the page itself is let through (and rewinds)
+        status, _, body = ui.post("/steps/1/rewind", {})
+        assert status == 200, body
+        assert (proj.root / "a.txt").read_text() == "one\n"
+
+
+def test_timeline_pages_and_filters_from_sql(proj):
+    for i in range(7):
+        proj.run(f"echo {i} > f{i}.txt" + ("; exit 3" if i == 4 else ""))
+    with UI(proj) as ui:
+        _, _, body = ui.get("/?n=3")
+        assert 'data-step="7"' in body and 'data-step="5"' in body and 'data-step="4"' not in body
+        assert "before=5" in body                              # the link to the older page
+        _, _, body = ui.get("/?n=3&before=5")
+        assert 'data-step="4"' in body and 'data-step="2"' in body and 'data-step="5"' not in body
+        _, _, body = ui.get("/?q=f4.txt")
+        assert 'data-step="5"' in body and body.count('class="step') == 1   # step 5 ran `echo 4 > f4.txt`
+        _, _, body = ui.get("/?path=f2.txt")
+        assert 'data-step="3"' in body and body.count('class="step') == 1
+        _, _, body = ui.get("/?host=nowhere.example")
+        assert 'class="step' not in body and "No step matches" in body
+
+
+# --- in the browser --------------------------------------------------------------------------
+
+@needs_browser
+def test_a_step_appears_without_reload_and_its_diff_shows(proj):
+    proj.run("echo first > a.txt", check=True)
+    with UI(proj) as ui, browser() as b:
+        b.get(ui.url)
+        wait_for(lambda: b.find_element("css selector", "#live").is_displayed(), what="the live stream")
+        b.execute_script("window.notReloaded = 42")
+        proj.run("printf 'hello\\nworld\\n' > b.txt", check=True)
+        row = wait_for(lambda: b.find_element("css selector", 'tr[data-step="2"]'), what="step 2's row")
+        assert "b.txt" in row.text
+        assert b.execute_script("return window.notReloaded") == 42          # no reload happened
+        row.find_element("css selector", "td.num a").click()
+        wait_for(lambda: "Step 2" in b.find_element("tag name", "h1").text, what="the step page")
+        diff = b.find_element("css selector", "pre.diff").text
+        assert "+hello" in diff and "+world" in diff and "b/b.txt" in diff
+
+
+@needs_browser
+@needs_socat
+def test_an_ask_is_approved_by_clicking_and_the_step_records_how_ui(world):
+    env = world
+    result = {}
+
+    def step():
+        result["r"] = env.run(f"{CURL} -X POST --data-binary x {env.api}; {CURL} {env.api.replace('/api/one', '/')}",
+                              timeout=120)
+    with UI(env) as ui, browser() as b:
+        b.get(ui.url)
+        t = threading.Thread(target=step)
+        t.start()
+        try:
+            button = wait_for(lambda: b.find_element("css selector", 'button[data-answer="allow"]'),
+                              timeout=40, what="the ask's Allow button")
+            ask = b.find_element("css selector", ".ask").text
+            assert "POST" in ask and "stub.example.test" in ask and "/api/one" in ask and "curl" in ask
+            button.click()
+            wait_for(lambda: "Allowed" in b.find_element("css selector", ".ask .result").text, what="the answer")
+        finally:
+            t.join(150)
+        assert result["r"].stdout.split() == ["200", "200"], result["r"].stdout + result["r"].stderr
+        s = show(env)
+        assert [a["how"] for a in s["approvals"]] == ["ui"] and s["approvals"][0]["answer"] == "allow"
+        assert [r["method"] for r in env.stub.requests] == ["POST", "GET"]
+        # the step page shows its requests and the approval
+        b.get(ui.link(f"/steps/{s['id']}"))
+        table = b.find_element("css selector", ".requests table").text
+        assert "stub.example.test" in table and "POST" in table and "api-write" in table and "allow by" in table
+        assert b.find_element("css selector", ".approvals td.how").text == "ui"
+
+
+@needs_browser
+@needs_socat
+def test_allow_and_remember_lets_the_same_request_through_later(world):
+    env = world
+    with UI(env) as ui, browser() as b:
+        b.get(ui.url)
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=env.run(f"{CURL} -X POST --data-binary x {env.api}",
+                                                                 timeout=120)))
+        t.start()
+        try:
+            wait_for(lambda: b.find_element("css selector", 'button[data-answer="remember"]'),
+                     timeout=40, what="the ask's remember button").click()
+            wait_for(lambda: "remembered as grant" in b.find_element("css selector", ".ask .result").text,
+                     what="the grant")
+        finally:
+            t.join(150)
+        assert out["r"].stdout.split() == ["200"], out["r"].stdout + out["r"].stderr
+        first = show(env)
+        assert first["approvals"][0]["how"].startswith("ui")
+        # a second step: the same request passes without a question; another path is still asked
+        r = env.run(f"{CURL} -X POST --data-binary x {env.api}", timeout=60)
+        assert r.stdout.split() == ["200"], r.stdout + r.stderr
+        second = show(env)
+        assert second["approvals"] and second["approvals"][0].get("granted_by"), second["approvals"]
+        assert [x["path"] for x in env.stub.requests] == ["/api/one", "/api/one"]
+        b.get(ui.link(f"/steps/{second['id']}"))
+        assert second["approvals"][0]["granted_by"] in b.find_element("css selector", ".approvals").text
+
+
+@needs_browser
+def test_rewind_from_the_page_restores_the_tree(proj):
+    proj.run("echo one > a.txt && mkdir -p d && echo keep > d/k.txt", check=True)
+    proj.run("echo two > a.txt && echo new > b.txt && rm d/k.txt", check=True)
+    with UI(proj) as ui, browser() as b:
+        b.get(ui.link("/steps/1"))
+        b.find_element("link text", "Rewind to after this step…").click()
+        plan = wait_for(lambda: b.find_element("tag name", "main").text, what="the plan")
+        assert "a.txt" in plan and "b.txt" in plan and "d/k.txt" in plan
+        assert (proj.root / "a.txt").read_text() == "two\n"       # looking at the plan changed nothing
+        b.find_element("id", "rewind-confirm").click()
+        wait_for(lambda: "Rewound" in b.find_element("id", "rewind-result").text, timeout=60, what="the rewind")
+    assert (proj.root / "a.txt").read_text() == "one\n"
+    assert (proj.root / "d" / "k.txt").read_text() == "keep\n"
+    assert not (proj.root / "b.txt").exists()
+    assert "rewind" in show(proj)["marks"]
+
+
+HOSTILE_NAME = '<img id=pwn src=x onerror="window.__pwned=1;document.title=\'PWNED\'">'
+HOSTILE_ARG = "<script>window.__pwned=2</script>\x1b]0;evil-title\x07\x1b[31m\u202eevil"
+
+
+@needs_browser
+def test_step_controlled_text_renders_inert(proj):
+    r = proj.envgit("run", "--", "sh", "-c", 'printf "%s\\n" "$1" > "$2"; echo "$1" >&2', "sh",
+                    HOSTILE_ARG, HOSTILE_NAME)
+    assert r.returncode == 0, r.stderr
+    with UI(proj) as ui, browser() as b:
+        for path in ("/", "/steps/1"):
+            b.get(ui.link(path))
+            wait_for(lambda: b.find_element("tag name", "h1"), what="the page")
+            assert b.execute_script("return window.__pwned") is None           # no script ran
+            assert b.title != "PWNED"
+            assert not b.find_elements("css selector", "#pwn, main script")     # no element was made
+            text = b.find_element("tag name", "main").text
+            assert "<script>window.__pwned=2</script>" in text and "\\x1b]0;evil-title\\x07" in text
+            assert "\\u202e" in text and "\x1b" not in text and "\u202e" not in text
+        assert HOSTILE_NAME in b.find_element("css selector", ".files").text
+
+
+def test_terminal_output_of_ui_is_one_url_line(proj):
+    """`envgit ui` writes nothing a step chose to the terminal: its one line is the URL."""
+    proj.envgit("run", "--", "sh", "-c", "echo x > \"$(printf 'a\\033[2Jb')\"")
+    with UI(proj) as ui:
+        assert ui.url.startswith("http://127.0.0.1:") and "\x1b" not in json.dumps(ui.info)
