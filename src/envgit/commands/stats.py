@@ -49,7 +49,7 @@ def collect(j, since_ns: int) -> dict:
         with j.lock:
             rows = j.db.execute(
                 "SELECT step, kind, at_ns, body FROM entries WHERE at_ns >= ? AND kind IN "
-                "('approval', 'request', 'note') ORDER BY seq", (since_ns,)).fetchall()
+                "('approval', 'request', 'note') ORDER BY seq", (min(since_ns, (1 << 63) - 1),)).fetchall()
     per_hour: dict[int, int] = {}
     channels = {c: 0 for c in CHANNELS}
     by_who: dict[str, int] = {}
