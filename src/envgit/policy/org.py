@@ -213,7 +213,8 @@ class _Combiner:
                                     f"{ow} does not ({okey}: {', '.join(om)}); list only those")
                 op, pp = ospec.get("paths"), spec.get("paths")
                 if op is not None:
-                    extra = [p for p in (pp if pp is not None else ["/**"]) if p not in op]
+                    extra = [p for p in (pp if pp is not None else ["/**"])
+                             if not any(_path_within(p, o) for o in op)]
                     if extra:
                         self.refuse(pk, f"network.l7[{key}] allows path {extra[0]}, which {ow} "
                                     f"does not ({okey}: {', '.join(op)}); list only those")
@@ -314,16 +315,16 @@ class _Combiner:
             src = c["from"]
             for i, d in enumerate(odeny):
                 if "env" in src and env_overlap(src["env"], d):
-                    self.refuse(key, f"credential {name} reads {src['env']}, which "
+                    self.refuse(f"{key}.from.env", f"credential {name} reads {src['env']}, which "
                                 f"{self.ow[f'env.deny[{i}]']} denies; remove it")
             for i, d in enumerate(self.get("o", "filesystem.deny_read", [])):
                 if "file" in src and reopens(src["file"], d, self.home):
-                    self.refuse(key, f"credential {name} reads {src['file']}, which "
+                    self.refuse(f"{key}.from.file", f"credential {name} reads {src['file']}, which "
                                 f"{self.ow[f'filesystem.deny_read[{i}]']} denies; remove it")
-            for h in c["hosts"]:
+            for j, h in enumerate(c["hosts"]):
                 for i, d in enumerate(ondeny):
                     if host_entries_overlap(h, d):
-                        self.refuse(key, f"credential {name} is sent to {h}, which "
+                        self.refuse(f"{key}.hosts[{j}]", f"credential {name} is sent to {h}, which "
                                     f"{self.ow[f'network.deny[{i}]']} denies; remove it")
         if oc or pc:
             self.put("credentials", {**oc, **pc}, self.both("credentials"))
@@ -350,6 +351,14 @@ class _Combiner:
             if k in om and k not in pm:
                 out[k] = om[k]
         self.put("mcp", out, self.both("mcp"))
+
+
+def _path_within(path: str, org_path: str) -> bool:
+    """Is every request path the l7 glob `path` admits also admitted by `org_path`? Judged
+    soundly on the text: the same glob, or one under an org glob ending in '/**'."""
+    if path == org_path:
+        return True
+    return org_path.endswith("/**") and path.startswith(org_path[:-2])
 
 
 def _verb(action):
