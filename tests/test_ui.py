@@ -226,8 +226,8 @@ HOSTILE_ARG = "<script>window.__pwned=2</script>\x1b]0;evil-title\x07\x1b[31m\u2
 
 @needs_browser
 def test_step_controlled_text_renders_inert(proj):
-    r = proj.envgit("run", "--", "sh", "-c", 'printf "%s\\n" "$1" > "$2"; echo "$1" >&2', "sh",
-                    HOSTILE_ARG, HOSTILE_NAME)
+    r = proj.envgit("run", "--", "sh", "-c", 'printf "%s\\n" "$1" > "$2"; echo x > "$3"', "sh",
+                    HOSTILE_ARG, HOSTILE_NAME, "x\x1b[2Jy\u202ez")
     assert r.returncode == 0, r.stderr
     with UI(proj) as ui, browser() as b:
         for path in ("/", "/steps/1"):
@@ -239,7 +239,8 @@ def test_step_controlled_text_renders_inert(proj):
             text = b.find_element("tag name", "main").text
             assert "<script>window.__pwned=2</script>" in text and "\\x1b]0;evil-title\\x07" in text
             assert "\\u202e" in text and "\x1b" not in text and "\u202e" not in text
-        assert HOSTILE_NAME in b.find_element("css selector", ".files").text
+        files = b.find_element("css selector", ".files").text
+        assert HOSTILE_NAME in files and "x\\x1b[2Jy\\u202ez" in files   # a file name, as escapes
 
 
 def test_terminal_output_of_ui_is_one_url_line(proj):
