@@ -42,7 +42,7 @@ def cmd_export(args):
         FORMATS[args.format](recs, sys.stdout)
         return 0
     from ..export.html import render
-    title = f"envgit report: {project.root.name}" + (f", session {session}" if session else "")
+    title = f"envgit report: {os.path.basename(project.root)}" + (f", session {session}" if session else "")
     text = render(recs, title)
     # whole or absent: written beside the target, then renamed over it
     target = os.path.abspath(args.html)
