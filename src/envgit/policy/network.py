@@ -609,17 +609,11 @@ def needs_interception(policy, host: str, port: int, sni: str | None = None) -> 
         return True
     if _l7_entry(policy, host, port) is not None:
         return True
-    if credential_for_host(policy, host, port) is not None:
-        return True                 # its placeholder is swapped, and watched, only in the clear
+    if getattr(policy, "credentials", None):
+        # Every host, not only the credentials' own: a placeholder (or an echoed real value)
+        # is seen, and denied, only in the clear; a tunnel would carry it out unseen.
+        return True
     return any(r.applies_to_host(host, port) for r in rules_of(policy))
-
-
-def credential_for_host(policy, host: str, port: int) -> str | None:
-    """The first credential (policy `credentials:`) whose hosts include `host:port`, or None."""
-    for name, cred in getattr(policy, "credentials", {}).items():
-        if any(entry_matches(e, host, port) for e in cred["hosts"]):
-            return name
-    return None
 
 
 def judge_connect(policy, host: str, port: int) -> Decision:

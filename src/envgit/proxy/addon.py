@@ -325,6 +325,9 @@ class EnvgitAddon:
         flow.response.stream = count
 
     def response(self, flow: http.HTTPFlow):
+        on_body = flow.metadata.pop(bodies.ON_BODY, None)
+        if on_body is not None:         # a buffered body looked at before it is recorded and
+            on_body(flow)               # sent on (credentials.CredentialSwap._on_body)
         self._finish(flow)
 
     def error(self, flow: http.HTTPFlow):

@@ -28,6 +28,14 @@ from ..policy.network import BODY_CAP
 
 PARTIAL = "envgit.partial"              # flow.metadata: the body was judged on its first bytes
 CUT = "envgit.cut"                      # flow.metadata: chunk -> reason to cut the request off, or ""
+ON_BODY = "envgit.on_body"              # flow.metadata: flow -> None, a buffered response's look
+                                        # before its request is recorded (addon.response)
+
+
+class Cut(Exception):
+    """Raised by a response's stream callable: that chunk and the rest are not sent, both
+    connections are closed (the step's client sees the body end early), the reason is the
+    flow's error."""
 
 _installed = False
 
@@ -42,7 +50,8 @@ def install() -> None:
     from mitmproxy.proxy.layers.http import (DropStream, ErrorCode, HttpErrorHook, HttpRequestHook,
                                              HttpResponseHeadersHook, RequestData,
                                              RequestEndOfMessage, RequestProtocolError,
-                                             RequestTrailers, ResponseProtocolError, SendHttp)
+                                             RequestTrailers, ResponseData, ResponseEndOfMessage,
+                                             ResponseProtocolError, ResponseTrailers, SendHttp)
     from mitmproxy.proxy.utils import expect
 
     consume = layer.HttpStream.state_consume_request_body
@@ -100,7 +109,26 @@ def install() -> None:
         else:
             yield from ()
 
+    stream_response = layer.HttpStream.state_stream_response_body
+
+    @expect(ResponseData, ResponseTrailers, ResponseEndOfMessage)
+    def state_stream_response_body(self, event):
+        """A streamed response, cut off where its stream callable raises Cut."""
+        try:
+            yield from stream_response(self, event)
+        except Cut as e:
+            why = str(e)
+            self.flow.error = mflow.Error(why)
+            yield SendHttp(RequestProtocolError(self.stream_id, why, ErrorCode.KILL), self.context.server)
+            yield HttpErrorHook(self.flow)
+            yield SendHttp(ResponseProtocolError(self.stream_id, why, ErrorCode.GENERIC_CLIENT_ERROR),
+                           self.context.client)
+            self.flow.live = False
+            self.client_state = self.server_state = self.state_errored
+            yield DropStream(self.stream_id)
+
     layer.HttpStream.state_consume_request_body = state_consume_request_body
+    layer.HttpStream.state_stream_response_body = state_stream_response_body
     layer.HttpStream.state_drop_request_body = state_drop_request_body
     layer.HttpStream.state_stream_watched_body = state_stream_watched_body
     _installed = True

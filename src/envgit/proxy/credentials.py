@@ -21,19 +21,22 @@ import base64
 import binascii
 import re
 import time
-from urllib.parse import parse_qs, quote, unquote
+from urllib.parse import parse_qs, quote, unquote, unquote_plus
 
 from mitmproxy import http
 
+from ..credentials import echo
 from ..credentials.placeholder import SESSION, kind_of
 from ..credentials.source import CredentialError, Sources, require_botocore
 from ..policy import network, urlpath
-from ..policy.network import _OVERRIDE_HEADERS, url_glob
+from ..policy.network import _OVERRIDE_HEADERS, BODY_CAP, url_glob
 from . import bodies
 from .addon import EnvgitAddon, _denial_text, deny_response
 
 RULE = "credential-misuse"
+ECHO = "credential-echo"    # the kind of a response withheld for a real value it carried
 MIN_REAL = 8            # a real value shorter than this is not looked for (it would be everywhere)
+EAGER = ("env", "file", "profile")  # sources read as soon as a response may carry their value
 
 
 TOKEN_PARAMS = {"access_token", "token", "private_token", "api_key", "apikey", "key", "auth",
@@ -104,6 +107,7 @@ class CredentialSwap:
         self.sources = sources if sources is not None else Sources()
         self._made = None
         self._reals_made = None
+        self._echoes_made = None
 
     # --- what a request carries ----------------------------------------------------------
 
@@ -182,14 +186,22 @@ class CredentialSwap:
 
     def _reals(self, policy) -> dict[str, list[tuple[str, str]]]:
         """name -> [(real value, its placeholder)] of every credential whose real value the
-        gate has read (and so may have handed out: a server can echo it back into the step).
-        Made again only when the policy or the set of values read changes."""
+        gate knows: read already (and so maybe handed out: a server can echo it back into
+        the step), or cheap and harmless to read now (EAGER: a variable, a file, an AWS
+        profile; a server may know the value without the gate handing it out). A `command:`
+        source is run only when a request needs its value. Made again only when the policy or
+        the set of values read changes."""
         made = self._reals_made
         if made is not None and made[0] is policy and made[1] == len(self.sources):
             return made[2]
         out = {}
         for name, (cred, _) in self._placeholders(policy).items():
             real = self.sources.resolved(name, cred["from"])
+            if real is None and next(iter(cred["from"])) in EAGER:
+                try:
+                    real = self.sources.value(name, cred["from"])
+                except CredentialError:
+                    real = None             # said by `envgit doctor` and on the request needing it
             if real:
                 ph = SESSION.of(name, cred)
                 pairs = [(v, ph[k]) for k, v in real.items() if k in ph and len(v) >= MIN_REAL]
@@ -197,6 +209,14 @@ class CredentialSwap:
                     out[name] = pairs
         self._reals_made = (policy, len(self.sources), out)
         return out
+
+    def _echoes(self, policy) -> echo.Echoes:
+        """The real values' forms in a body (credentials/echo.py), made once per _reals."""
+        reals = self._reals(policy)
+        if self._echoes_made is None or self._echoes_made[0] is not reals:
+            self._echoes_made = (reals, echo.Echoes(
+                [(name, real, ph) for name, pairs in reals.items() for real, ph in pairs]))
+        return self._echoes_made[1]
 
     def _found_real(self, policy, texts) -> list[str]:
         reals = self._reals(policy)
@@ -369,10 +389,11 @@ class CredentialSwap:
         flow.metadata[bodies.CUT] = cut
 
     def responseheaders(self, flow: http.HTTPFlow):
-        """A server may echo what it was sent in its answer's headers (a redirect's Location
-        keeps the query, request-id middleware echoes X-Request-Id, CORS echoes Origin): every
-        real value the gate handed out goes back into the step as its placeholder. Response
-        bodies are streamed and not rewritten."""
+        """A server may echo what it was sent in its answer (a redirect's Location keeps the
+        query, request-id middleware echoes X-Request-Id, CORS echoes Origin, a debug endpoint
+        prints the request, a secrets API returns the token): every real value the gate knows
+        goes back into the step as its placeholder, in the headers here and in the body
+        (_body_watch), from any host."""
         policy = self.gate.policy()
         if flow.response is None or not getattr(policy, "credentials", None):
             return
@@ -389,6 +410,101 @@ class CredentialSwap:
             fields.append((k, value.encode("latin-1")))
         if changed:
             flow.response.headers.fields = tuple(fields)
+        if not flow.metadata.get("envgit.answered"):
+            self._body_watch(flow, self._echoes(policy))
+
+    def _body_watch(self, flow, echoes) -> None:
+        """The response body: one declared (Content-Length) within BODY_CAP and not an event
+        stream is buffered whole and rewritten (`on_body`, called before the request is
+        recorded: bodies.ON_BODY); any other is rewritten as it streams (echo.Stream), or cut
+        off where it cannot be (compressed, base64, a length change under Content-Length)."""
+        r = flow.response
+        if flow.request.method == "HEAD" or r.status_code in (101, 204, 304):
+            return              # no body (a WebSocket's messages: websocket_message)
+        length = r.headers.get("content-length", "").strip()
+        streaming = "text/event-stream" in r.headers.get("content-type", "").lower()
+        if length.isdigit() and int(length) <= BODY_CAP and not streaming:
+            r.stream = False
+            flow.metadata[bodies.ON_BODY] = lambda flow: self._on_body(flow, echoes)
+            return
+        encoding = r.headers.get("content-encoding", "")
+        try:
+            scrub = echo.Stream(echoes, encoding, framed=bool(length))
+        except ValueError:      # an encoding the gate cannot read: its bytes as they are, unchanged in length
+            scrub = echo.Stream(echoes, "", framed=True)
+        before = r.stream
+
+        def stream(chunk: bytes):
+            try:
+                out = scrub.feed(chunk) if chunk else scrub.end()
+            except (echo.Echo, Exception) as e:     # a stream that will not decode is cut too
+                name = e.name if isinstance(e, echo.Echo) else None
+                raise bodies.Cut(self._withheld(flow, name, f"{type(e).__name__}"))
+            if scrub.names:
+                self._echoed(flow, scrub.names)
+            if callable(before):
+                out = before(out)
+            return out if out or not chunk else []    # an empty chunk would end a chunked body
+        r.stream = stream
+
+    def _on_body(self, flow, echoes) -> None:
+        """A buffered response body, before its request is recorded: decoded (a bounded
+        Content-Encoding), every real value in it put back as its placeholder, encoded again
+        (mitmproxy fixes Content-Length); withheld whole if one is left that cannot be."""
+        r = flow.response
+        raw = r.raw_content
+        if not raw:
+            return
+        encoding = r.headers.get("content-encoding", "")
+        body, whole, err = bodies.decode(raw, encoding, True)
+        if err or not whole:            # not readable within the bound: decoded piece by piece
+            try:
+                echo.Stream(echoes, encoding).feed(raw)
+                left = None
+            except echo.Echo as e:
+                left = e.name
+            except Exception:           # it does not decode (nor can the step's client): as it is
+                left = echoes.found(raw)
+            if left is not None:
+                self._withhold(flow, left)
+            return
+        clean, names, left = echoes.scrub(body)
+        if left is not None:
+            self._withhold(flow, left)
+            return
+        if names:
+            r.content = clean           # mitmproxy encodes it again and fixes Content-Length
+            self._echoed(flow, names)
+
+    def _echoed(self, flow, names) -> None:
+        rec = flow.metadata.get("envgit.record")
+        if rec is not None:
+            rec["credential_echo"] = ",".join(sorted(set(names)))
+
+    def _withheld(self, flow, name, why="") -> str:
+        """Record a response withheld (cut off) for the real value of credential `name` it
+        carried; the text the step's client is given."""
+        conn = self.gate.addon.conns.get(flow.client_conn.id)
+        host, port = self._target(flow, conn)
+        what = f"the real value of credential '{name}'" if name else \
+            f"a body the gate could not read ({why})"
+        d = network.Decision(
+            "deny", RULE, f"the response from {network.norm_host(host)}:{port} carried {what}; "
+            "it was withheld from the step (cut off), never passed on", kind=ECHO,
+            hint="the server printed the credential it was sent; the step gets placeholders only")
+        rec = flow.metadata.get("envgit.record")
+        if rec is not None:
+            rec.update(decision="deny", rule=RULE, reason=d.reason, kind=ECHO,
+                       irreversible=False, **({"credential": name} if name else {}))
+            self._scrub(rec)
+        return _denial_text(flow, d)
+
+    def _withhold(self, flow, name) -> None:
+        """A buffered response that carries a real value the gate cannot rewrite: replaced
+        whole by a 502 saying so."""
+        text = self._withheld(flow, name)
+        flow.response = http.Response.make(502, text, {"Content-Type": "text/plain; charset=utf-8",
+                                                       "X-Envgit-Rule": RULE})
 
     # --- swapping --------------------------------------------------------------------------
 

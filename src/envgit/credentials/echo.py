@@ -1,0 +1,268 @@
+"""Real values echoed back in a response body: found in the forms a body carries them, and put
+back as the placeholder before the step can read them (proxy/credentials.py drives this).
+
+A server may print what it was sent (a debug endpoint, an error page quoting the request, a
+token-issuing API, a secrets store): any real value the gate knows must reach the step as its
+placeholder. The forms looked for, each replaced by the same form of the placeholder:
+
+- plain, percent-encoded (`quote` and `quote_plus`), JSON-escaped (`"` `\\` control
+  characters, and `\\/`);
+- base64 (Basic credentials echoed, a JWT-ish blob): any base64 run holding the value's
+  encoding at any of the three byte alignments, standard or URL-safe alphabet; a buffered
+  body's run is decoded, rewritten and encoded again;
+- in a buffered body, JSON `\\uXXXX` escapes too: looked for only (a body holding the value so
+  spelled is withheld whole).
+
+A buffered body (`scrub`) is rewritten whole; its length may change (the caller fixes
+Content-Length). A streamed body (`Stream`) is rewritten chunk by chunk, holding back only the
+bytes at a chunk's end that could begin a real value (an SSE event's closing newlines are
+never held), so a value split across chunks is still caught; where the rewrite cannot be made
+(a compressed stream, a base64 form, a length change under Content-Length) it raises `Echo` and
+the caller cuts the response off.
+"""
+
+import base64
+import json
+import re
+import zlib
+from urllib.parse import quote, quote_plus
+
+
+class Echo(Exception):
+    """A real value in a body that cannot be rewritten here: `name` is its credential."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _json(value: str) -> list[str]:
+    s = json.dumps(value)[1:-1]
+    return [s, s.replace("/", "\\/")]
+
+
+def forms(value: str) -> list[str]:
+    """The spellings of `value` a body may hold, plain first, always in the same order (a
+    real value's and its placeholder's pair up; either may repeat itself)."""
+    return [value, quote(value, safe=""), quote_plus(value, safe=""), *_json(value)]
+
+
+def b64_cores(value: bytes) -> list[bytes]:
+    """The base64 characters that depend only on `value`'s bytes, for each alignment of
+    `value` in the encoded data (0, 1 or 2 bytes before it in its first group), in both
+    alphabets: what any base64 encoding of a text holding `value` contains."""
+    out = []
+    for k in range(3):
+        enc = base64.b64encode(b"\0" * k + value)
+        core = enc[(8 * k + 5) // 6:(8 * (k + len(value))) // 6]
+        for c in (core, core.translate(bytes.maketrans(b"+/", b"-_"))):
+            if c not in out:
+                out.append(c)
+    return out
+
+
+_B64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{8,}={0,2}")
+_U_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
+
+
+class Echoes:
+    """The needles of a set of real values: pairs (name, real, placeholder)."""
+
+    def __init__(self, pairs):
+        self.swaps = []                 # (real's form, the placeholder's same form, name)
+        self.cores = []                 # (a base64 core of a real value, its real value, placeholder, name)
+        for name, real, ph in pairs:
+            for r, p in zip(forms(real), forms(ph)):
+                pair = (r.encode("utf-8", "surrogateescape"), p.encode(), name)
+                if pair not in self.swaps:
+                    self.swaps.append(pair)
+            rb = real.encode("utf-8", "surrogateescape")
+            self.cores += [(c, rb, ph.encode(), name) for c in b64_cores(rb)]
+        self.needles = [(r, n) for r, _, n in self.swaps] + [(c, n) for c, _, _, n in self.cores]
+        self.longest = max((len(n) for n, _ in self.needles), default=0)
+        firsts = {}
+        for needle, _ in self.needles:
+            firsts.setdefault(needle[:1], []).append(needle)
+        self._by_first = firsts
+
+    def __bool__(self):
+        return bool(self.needles)
+
+    def found(self, data: bytes) -> str | None:
+        """The credential of the first real value `data` holds in any form, or None."""
+        for needle, name in self.needles:
+            if needle in data:
+                return name
+        if b"\\u" in data:
+            plain = _U_ESCAPE.sub(lambda m: chr(int(m[1], 16)).encode("utf-8", "surrogatepass"), data)
+            if plain != data:
+                for needle, name in self.needles:
+                    if needle in plain:
+                        return name
+        return None
+
+    def held(self, data: bytes) -> int:
+        """How many bytes at the end of `data` could be the start of a real value's form
+        (they wait for the next chunk)."""
+        tail = data[-(self.longest - 1):] if self.longest > 1 else b""
+        best = 0
+        for first, needles in self._by_first.items():
+            i = tail.find(first)
+            while i != -1 and len(tail) - i > best:
+                rest = tail[i:]
+                if any(n.startswith(rest) for n in needles):
+                    best = len(rest)
+                    break
+                i = tail.find(first, i + 1)
+        return best
+
+    # --- a buffered body ---------------------------------------------------------------------
+
+    def scrub(self, body: bytes) -> tuple[bytes, list[str], str | None]:
+        """(the body with every real value put back as its placeholder, the credentials
+        rewritten, the credential of a value left that could not be rewritten or None)."""
+        names = []
+        for r, p, name in self.swaps:
+            if r in body:
+                body = body.replace(r, p)
+                names.append(name)
+        if any(c in body for c, _, _, _ in self.cores):
+            body = _B64_RUN.sub(lambda m: self._b64_run(m[0], names), body)
+        return body, sorted(set(names)), self.found(body)
+
+    def _b64_run(self, run: bytes, names: list) -> bytes:
+        cores = [(real, ph, name) for c, real, ph, name in self.cores if c in run]
+        if not cores:
+            return run
+        urlsafe = b"-" in run or b"_" in run
+        core = run.rstrip(b"=")
+        padded = len(core) != len(run)
+        try:
+            data = base64.b64decode(core + b"=" * (-len(core) % 4), altchars=b"-_" if urlsafe else None)
+        except ValueError:
+            return run
+        for real, ph, name in cores:
+            if real in data:
+                data = data.replace(real, ph)
+                names.append(name)
+        out = base64.urlsafe_b64encode(data) if urlsafe else base64.b64encode(data)
+        return out if padded else out.rstrip(b"=")
+
+
+# --- a streamed body ---------------------------------------------------------------------------
+
+class Stream:
+    """One streamed response body, rewritten (identity) or watched (compressed) chunk by
+    chunk. `framed`: its length is fixed by Content-Length, so a rewrite must keep it."""
+
+    def __init__(self, echoes: Echoes, encoding: str = "", framed: bool = False):
+        self.echoes, self.framed = echoes, framed
+        self.decoder = _decoder(encoding)
+        self.names: list[str] = []       # the credentials whose values were rewritten
+        self._held = b""                  # identity: bytes that may begin a real value
+        self._tail = b""                  # compressed: the decoded bytes still to be matched on
+        self._waiting: list[bytes] = []   # compressed: chunks held while their end may begin one
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self.decoder is None:
+            return self._rewrite(self._held + chunk)
+        return self._watch(chunk)
+
+    def end(self) -> bytes:
+        if self.decoder is None:
+            out, self._held = self._held, b""
+            return out
+        out = b"".join(self._waiting)
+        self._waiting = []
+        return out
+
+    def _rewrite(self, data: bytes) -> bytes:
+        e = self.echoes
+        for r, p, name in e.swaps:
+            if r in data:
+                if self.framed and len(r) != len(p):
+                    raise Echo(name)
+                data = data.replace(r, p)
+                self.names.append(name)
+        for c, _, _, name in e.cores:
+            if c in data:
+                raise Echo(name)        # base64 in a stream: its run's ends cannot be rewritten here
+        keep = e.held(data)
+        self._held = data[len(data) - keep:] if keep else b""
+        return data[:len(data) - keep] if keep else data
+
+    def _watch(self, chunk: bytes) -> bytes:
+        e = self.echoes
+        for piece in self.decoder(chunk):
+            seen = self._tail + piece
+            name = e.found(seen)
+            if name is not None:
+                raise Echo(name)
+            self._tail = seen[-(e.longest - 1):] if e.longest > 1 else b""
+        self._waiting.append(chunk)
+        if e.held(self._tail):
+            return b""                  # the decoded end may begin a real value: wait
+        out = b"".join(self._waiting)
+        self._waiting = []
+        return out
+
+
+PIECE = 1 << 16                         # decoded bytes looked at per step (bounded memory)
+
+
+def _decoder(encoding: str):
+    """chunk -> decoded pieces of at most about PIECE bytes, for a Content-Encoding (a list
+    of them, as servers may stack them); None for identity. Unknown encodings raise ValueError."""
+    names = [e.strip().lower() for e in encoding.split(",") if e.strip()]
+    names = [e for e in names if e != "identity"]
+    if not names:
+        return None
+    steps = [_one(n) for n in reversed(names)]      # the last applied is undone first
+
+    def run(chunk: bytes):
+        pieces = [chunk]
+        for step in steps:
+            pieces = [out for p in pieces for out in step(p)]
+        return pieces
+    return run
+
+
+def _one(name: str):
+    if name in ("gzip", "x-gzip", "deflate"):
+        state = {"d": zlib.decompressobj(16 + zlib.MAX_WBITS) if name != "deflate" else None}
+
+        def step(data: bytes):
+            if state["d"] is None:          # deflate: zlib-wrapped as the RFC says, or raw as some send
+                if not data:
+                    return []
+                wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+                state["d"] = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+            d, out = state["d"], []
+            while True:                     # at most PIECE bytes a call (a small body may inflate hugely)
+                piece = d.decompress(data, PIECE)
+                out.append(piece)
+                data = d.unconsumed_tail
+                if not data and len(piece) < PIECE:
+                    return out
+        return step
+    if name == "br":
+        import brotli
+        d = brotli.Decompressor()
+
+        def step(data: bytes):
+            out = [d.process(data, output_buffer_limit=PIECE)]
+            while not d.is_finished():      # the rest of what that input holds, PIECE at a time
+                piece = d.process(b"", output_buffer_limit=PIECE)
+                if not piece:
+                    break
+                out.append(piece)
+            return out
+        return step
+    if name == "zstd":
+        import zstandard
+        d = zstandard.ZstdDecompressor().decompressobj()
+
+        def step(data: bytes):
+            return [d.decompress(data)]
+        return step
+    raise ValueError(f"the gate does not decode Content-Encoding {name!r}")
