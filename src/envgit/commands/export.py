@@ -26,9 +26,15 @@ def write_jsonl(records, stream):
         stream.write(json.dumps(r, ensure_ascii=True, separators=(",", ":")) + "\n")
 
 
+def write_ocsf(records, stream):
+    """OCSF events for a SIEM: export/ocsf.py."""
+    from ..export.ocsf import write_ocsf as write
+    write(records, stream)
+
+
 # --format NAME -> the function writing the records (export/records.py) to a text stream:
 # one more format is one more entry here.
-FORMATS = {"jsonl": write_jsonl}
+FORMATS = {"jsonl": write_jsonl, "ocsf": write_ocsf}
 
 
 def cmd_export(args):
