@@ -78,8 +78,8 @@ class UI:
             p.kill()
             p.wait(10)
 
-    def link(self, path, **params) -> str:
-        return f"{self.base}{path}?" + urllib.parse.urlencode({**params, "token": self.token})
+    def link(self, where, /, **params) -> str:
+        return f"{self.base}{where}?" + urllib.parse.urlencode({**params, "token": self.token})
 
     def request(self, method, path, body=None, headers=None, token=True, timeout=30):
         """(status, headers dict, body text) of one request on a fresh connection; `path` is
