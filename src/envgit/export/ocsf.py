@@ -103,10 +103,17 @@ def step_events(rec: dict, device: dict) -> list[dict]:
     return out
 
 
+def let_out(q: dict) -> bool:
+    """Did the gate let the request out: allowed by the policy, or asked and answered allow
+    (by a person, a grant)?"""
+    d = q.get("decision")
+    return d == "allow" or d == "ask" and str(q.get("answer") or "").startswith("allow")
+
+
 def _request_event(rec, i, q, step_start, device) -> dict:
     method = str(q.get("method") or "").upper()
     activity = HTTP_METHODS.get(method, 99)
-    allowed = q.get("decision") == "allow"
+    allowed = let_out(q)
     sev = 3 if q.get("irreversible") and allowed else 1 if allowed else 2
     ev = _base(HTTP_ACTIVITY, activity, method.title() if activity != 99 else method or "Other",
                epoch_ms(q.get("started_at")) or step_start, sev, rec,
@@ -123,8 +130,8 @@ def _request_event(rec, i, q, step_start, device) -> dict:
         traffic={"bytes_out": q.get("bytes_up") or 0, "bytes_in": q.get("bytes_down") or 0},
         duration=q.get("duration_ms"),
         unmapped={"envgit": {"step": rec["step"], **{k: q.get(k) for k in (
-            "decision", "rule", "reason", "kind", "irreversible", "intercepted",
-            "answered_how")}}})
+            "decision", "answer", "answered_by", "answered_how", "rule", "reason", "kind",
+            "irreversible", "intercepted")}}})
     if q.get("status") is not None:
         ev["http_response"] = {"code": q["status"]}
     return ev
