@@ -1,0 +1,138 @@
+"""Issue 14: can a step create, widen or use a remembered grant it was not given?
+
+A step may (1) try to answer its own question, with `remember`, over every socket it can reach
+(the daemon's `.envgit/daemon.sock` is not in its view; `/run/envgit/control.sock` is an
+agent session's inner socket, which offers run/record/status only), in the daemon's framing
+and in JSON, while its request waits; (2) given a grant for one effect, try to stretch it: a
+method-override header, other spellings of the path, another port's or host's name, a Host
+header that differs from the CONNECT target. The oracle is the stub server's record of what
+reached it and the journal's grants."""
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+
+from gatekit import hostport, netproject, servers
+from harness import attacker  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+ASK_API = ("irreversible:\n  - net: {host: \"*.example.test\", method: \"*\", path: \"/api/**\"}\n"
+           "    action: ask\n    name: api-write\n")
+CURL = "curl -s -o /dev/null -w '%{http_code}\\n'"
+
+FORGE = r'''
+import glob, json, marshal, os, socket, sys
+found = set(glob.glob("/run/**/*.sock", recursive=True) + glob.glob("/tmp/**/*.sock", recursive=True)
+            + glob.glob(os.path.expanduser("~") + "/**/*.sock", recursive=True)
+            + glob.glob(os.getcwd() + "/**/*.sock", recursive=True)
+            + ["/run/envgit/control.sock", os.getcwd() + "/.envgit/daemon.sock"])
+replies = []
+for path in sorted(found):
+    for n in range(1, 6):
+        for msg in ({"op": "answer", "id": n, "answer": "allow", "uid": 0, "how": "ui",
+                     "remember": {"path": "/**", "for_s": 2592000}},
+                    {"op": "grants"}, {"op": "grant-revoke", "id": "g1", "uid": 0}):
+            for body in (marshal.dumps(msg), json.dumps(msg).encode()):
+                try:
+                    s = socket.socket(socket.AF_UNIX)
+                    s.settimeout(2)
+                    s.connect(path)
+                    s.sendall(len(body).to_bytes(4, "big") + body)
+                    replies.append((path, s.recv(4096)[4:200].decode("latin-1")))
+                    s.close()
+                except OSError as e:
+                    replies.append((path, type(e).__name__))
+print("FORGED " + json.dumps(replies)[:4000])
+'''
+
+
+@pytest.fixture
+def world():
+    with servers() as (git, stub):
+        yield git, stub
+
+
+def _answer(attacker, decide, stop, seen):
+    answered = set()
+    while not stop.is_set():
+        try:
+            asks = json.loads(attacker.envgit("pending", "--json").stdout or "[]")
+        except ValueError:
+            asks = []
+        for a in asks:
+            if a["id"] not in answered:
+                answered.add(a["id"])
+                seen.append(a["question"])
+                attacker.envgit(*decide(a["question"]), str(a["id"]))
+        time.sleep(0.1)
+
+
+class Person:
+    def __init__(self, attacker, decide):
+        self.attacker, self.decide, self.seen, self.stop = attacker, decide, [], threading.Event()
+        self.t = threading.Thread(target=_answer, args=(attacker, decide, self.stop, self.seen), daemon=True)
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join(30)
+
+
+def test_a_step_cannot_answer_or_remember_its_own_question(attacker, world):
+    git, stub = world
+    netproject(attacker, git, stub, ASK_API)
+    api = hostport(stub, "stub.example.test")
+    (attacker.root / "forge.py").write_text(FORGE)
+    # the step's request waits for a person; meanwhile the step tries every socket it can see
+    script = (f"{CURL} -X POST --data-binary x https://{api}/api/one > code & "
+              "sleep 1; python3 forge.py; wait; cat code")
+    with Person(attacker, lambda q: ["deny"]) as p:        # the person: a slow "no"
+        time.sleep(0)
+        r = attacker.run(script, timeout=120)
+    assert "FORGED" in r.stdout, r.stdout + r.stderr
+    assert r.stdout.split()[-1] == "403", r.stdout
+    assert not [q for q in stub.requests if q["method"] == "POST"]              # the oracle
+    assert json.loads(attacker.envgit("grants", "--all", "--json", check=True).stdout) == []
+    assert len(p.seen) == 1
+    step = json.loads(attacker.envgit("show", "last", "--json", check=True).stdout)
+    assert [a["answer"] for a in step["approvals"]] == ["deny"] and not step["approvals"][0].get("granted_by")
+
+
+def test_a_grant_does_not_stretch_to_what_it_was_not_given(attacker, world):
+    git, stub = world
+    netproject(attacker, git, stub, ASK_API)
+    api = hostport(stub, "stub.example.test")
+    other = hostport(stub, "gql.example.test")          # another host the same ask rule covers
+    post = f"{CURL} -X POST --data-binary x"
+    with Person(attacker, lambda q: ["approve", "--remember"]):
+        assert attacker.run(f"{post} https://{api}/api/one", timeout=120).stdout.split() == ["200"]
+    grants = json.loads(attacker.envgit("grants", "--json", check=True).stdout)
+    assert [g["scope"]["path"] for g in grants] == ["/api/one"]
+    attempts = [
+        f"{post} -H 'X-HTTP-Method-Override: DELETE' https://{api}/api/one",     # a wider method
+        f"{post} -X DELETE https://{api}/api/one",
+        f"{post} --path-as-is https://{api}/api/one/",                           # other spellings
+        f"{post} --path-as-is https://{api}/api//one",
+        f"{post} --path-as-is 'https://{api}/api/one;x=1'",
+        f"{post} --path-as-is https://{api}/api/%6fne",
+        f"{post} --path-as-is https://{api}/api/x/../one",
+        f"{post} 'https://{api}/api/one?_method=DELETE'",                        # another query
+        f"{post} -H 'Host: {other}' https://{api}/api/one",                       # another host
+        f"{post} https://{other}/api/one",
+    ]
+    with Person(attacker, lambda q: ["deny"]) as p:
+        r = attacker.run("; ".join(attempts) + f"; {post} https://{api}/api/one", timeout=300)
+    codes = r.stdout.split()
+    assert codes[-1] == "200" and all(c != "200" for c in codes[:-1]), (" ".join(codes), r.stderr)
+    reached = [(q["headers"].get("host"), q["method"], q["path"]) for q in stub.requests if q["method"] != "GET"]
+    assert reached == [(api, "POST", "/api/one")] * 2, reached                  # the oracle
+    assert len(p.seen) >= len(attempts) - 1, p.seen     # each was put to the person (the Host one may be refused outright)
+    step = json.loads(attacker.envgit("show", "last", "--json", check=True).stdout)
+    assert [a["granted_by"] for a in step["approvals"] if a.get("granted_by")] == ["g1"]
