@@ -9,6 +9,7 @@ command text reads those entries' JSON in SQLite, never in Python).
 """
 
 import contextlib
+import json
 from dataclasses import dataclass
 
 from ..journal import Journal
@@ -69,8 +70,16 @@ def _like(text: str) -> str:
 _BODY = "CASE WHEN json_valid(body) THEN body ELSE '{}' END"   # a damaged row matches nothing
 
 
+def _in_text(value: str) -> str:
+    """How `value` appears inside the canonical JSON of a body (journal/rows.py `canonical`):
+    a cheap substring test SQLite runs before it parses a row's JSON."""
+    return json.dumps(value, ensure_ascii=False)[1:-1]
+
+
 def _conditions(f: Filters) -> tuple[list[str], list]:
-    """SQL conditions on `step` (each a `step IN (…)`) for the filters, and their arguments."""
+    """SQL conditions on `step` (each a `step IN (…)`) for the filters, and their arguments.
+    Each first tests the row's text for the value (instr, LIKE), then parses only the rows
+    that hold it: a filter costs one pass over the rows of its kinds, mostly without JSON."""
     where, args = [], []
     if f.mark == "outside":
         where.append("step IN (SELECT step FROM entries WHERE kind = 'outside')")
@@ -78,28 +87,30 @@ def _conditions(f: Filters) -> tuple[list[str], list]:
         where.append("step IN (SELECT step FROM entries WHERE kind = 'interrupted')")
     elif f.mark:
         where.append("step IN (SELECT step FROM entries WHERE kind IN ('begin', 'end', 'outside') "
+                     "AND instr(body, ?) > 0 "
                      f"AND EXISTS (SELECT 1 FROM json_each({_BODY}, '$.marks') WHERE value = ?))")
-        args.append(f.mark)
+        args += [json.dumps(f.mark, ensure_ascii=False), f.mark]
     if f.session:
         where.append("step IN (SELECT step FROM entries WHERE kind IN ('begin', 'outside') "
-                     f"AND json_extract({_BODY}, '$.session') = ?)")
-        args.append(f.session)
+                     f"AND instr(body, ?) > 0 AND json_extract({_BODY}, '$.session') = ?)")
+        args += [json.dumps(f.session, ensure_ascii=False), f.session]
     if f.host:
-        where.append("step IN (SELECT step FROM entries WHERE kind = 'request' "
+        where.append("step IN (SELECT step FROM entries WHERE kind = 'request' AND instr(lower(body), lower(?)) > 0 "
                      f"AND lower(json_extract({_BODY}, '$.host')) = lower(?))")
-        args.append(f.host)
+        args += [_in_text(f.host), f.host]
     if f.path:
         p = f.path.strip("/")
         where.append("step IN (SELECT step FROM entries WHERE kind IN ('end', 'interrupted', 'outside') "
-                     f"AND EXISTS (SELECT 1 FROM json_each({_BODY}, '$.snapshot.paths') "
+                     f"AND instr(body, ?) > 0 AND EXISTS (SELECT 1 FROM json_each({_BODY}, '$.snapshot.paths') "
                      "WHERE json_extract(value, '$.path') = ? "
                      "OR json_extract(value, '$.path') LIKE ? ESCAPE '\\'))")
-        args += [p, _like(p) + "/%"]
+        args += [_in_text(p), p, _like(p) + "/%"]
     if f.q:
-        where.append("step IN (SELECT step FROM entries WHERE kind = 'begin' AND "
-                     f"(SELECT group_concat(value, ' ') FROM json_each({_BODY}, '$.argv')) "
+        where.append("step IN (SELECT step FROM entries WHERE kind = 'begin' "
+                     + ("AND body LIKE ? ESCAPE '\\' " if _in_text(f.q) == f.q else "")
+                     + f"AND (SELECT group_concat(value, ' ') FROM json_each({_BODY}, '$.argv')) "
                      "LIKE ? ESCAPE '\\')")
-        args.append("%" + _like(f.q) + "%")
+        args += (["%" + _like(f.q) + "%"] if _in_text(f.q) == f.q else []) + ["%" + _like(f.q) + "%"]
     return where, args
 
 
@@ -160,12 +171,19 @@ def changed_since(j: Journal, seq: int, f: Filters) -> tuple[list, int]:
     return [folded[n] for n in sorted(keep) if n in folded], upto
 
 
-def sessions(j: Journal, limit: int = 50) -> list[str]:
-    """The latest sessions (by their newest step), for the filter's menu."""
+def sessions(j: Journal, limit: int = 50, look: int = 2000) -> list[str]:
+    """The sessions of the last `look` steps, newest first (at most `limit`), for the filter's
+    menu; an older one is reached from its steps' session links."""
+    out: list[str] = []
     with j.lock:
-        return [r[0] for r in j.db.execute(
-            f"SELECT json_extract({_BODY}, '$.session') AS s, MAX(step) AS m FROM entries "
-            "WHERE kind = 'begin' GROUP BY s HAVING s IS NOT NULL ORDER BY m DESC LIMIT ?", (limit,))]
+        rows = j.db.execute(f"SELECT json_extract({_BODY}, '$.session') FROM entries WHERE kind = 'begin' "
+                            "ORDER BY step DESC LIMIT ?", (look,)).fetchall()
+    for (s,) in rows:
+        if isinstance(s, str) and s not in out:
+            out.append(s)
+            if len(out) == limit:
+                break
+    return out
 
 
 def tree_before(j: Journal, s) -> str | None:
@@ -177,7 +195,6 @@ def tree_before(j: Journal, s) -> str | None:
         rows = j.db.execute(
             "SELECT step, kind, body FROM entries WHERE kind IN ('end', 'interrupted', 'outside', 'begin') "
             "AND step < ? AND step > 0 ORDER BY step DESC, seq DESC LIMIT 64", (s.id,)).fetchall()
-    import json
     for _, kind, body in rows:
         try:
             b = json.loads(body)
