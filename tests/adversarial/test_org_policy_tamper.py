@@ -78,3 +78,16 @@ def test_a_step_cannot_loosen_through_the_project_policy(attacker, org):
     r = attacker.run("cat secret.key; echo ran")
     assert "ran" not in r.stdout and CANARY not in r.stdout + r.stderr, r.stdout
     assert "envgit.yaml:3:" in r.stderr and f"{org}:4" in r.stderr, r.stderr
+
+
+def test_allow_write_cannot_open_the_org_policy_to_a_step(attacker, org):
+    """A project policy that binds the org file's directory (or one above it) writable would
+    let a step as root rewrite the organisation's rules: refused, naming the line; the org
+    file is untouched."""
+    before = org.read_bytes()
+    for entry in (str(org.parent), str(org.parent.parent), "/"):
+        attacker.write_policy(f'version: 1\nfilesystem:\n  allow_write: [".", "{entry}"]\n')
+        r = attacker.run(f"printf 'version: 1\\n' > {org}; cat secret.key; echo ran")
+        assert "ran" not in r.stdout and CANARY not in r.stdout + r.stderr, (entry, r.stdout)
+        assert "envgit.yaml:3:" in r.stderr and "holds the organisation policy" in r.stderr, r.stderr
+    assert org.read_bytes() == before

@@ -62,6 +62,7 @@ def load_policy(path) -> Policy:
     if org_path is not None:
         odata, owhere, org_sha = _read(Path(org_path))
         data, where = org.combine(odata, owhere, data, where, os.path.expanduser("~"))
+        org.check_unwritable(data, where, org_path, os.path.expanduser("~"))
     _credential_conflicts(data, where)
     pol = _merge(data, where, str(path), sha)
     pol.org_path, pol.org_sha256 = org_path or "", org_sha

@@ -85,6 +85,22 @@ def _owned_by_root(path, what, st, kind):
                           "(chown root:root, chmod go-w), so that no one else can change it")
 
 
+def check_unwritable(data: dict, where: dict, org_path: str, home: str) -> None:
+    """No allow_write entry (of either file) may make the organisation policy, or a directory
+    above it, writable inside the sandbox: a step (as root) could then rewrite it."""
+    real = os.path.realpath(org_path)
+    for i, entry in enumerate(data.get("filesystem", {}).get("allow_write", [])):
+        if not (entry.startswith("/") or entry == "~" or entry.startswith("~/")):
+            continue                        # project paths: the org file is never there
+        target = os.path.normpath(home + entry[1:] if entry.startswith("~") else entry)
+        for t in {target, os.path.realpath(target)}:
+            if real == t or real.startswith(t.rstrip("/") + "/"):
+                f, n = _line(where[f"filesystem.allow_write[{i}]"])
+                raise PolicyError(f, n, 1, f"filesystem.allow_write makes {entry} writable, which "
+                                  f"holds the organisation policy {org_path}: a step could rewrite "
+                                  "it; remove it")
+
+
 # --- combining -------------------------------------------------------------------------------
 
 def _line(where_value: str) -> tuple[str, int]:
