@@ -1,0 +1,457 @@
+"""The guest agent: pid 1 of the VM tier's guest (started by the initramfs's /init), speaking
+wire.py's frames on the virtio-serial port `envgit.agent`.
+
+It runs each step's command with the caller's streams (a pty when the caller has a terminal,
+pipes otherwise) and returns its wait status; what a step starts in the background keeps
+running after it (its output is read and dropped once the step has ended, so it never blocks
+on a full pipe, and its terminal is never hung up). It keeps the guest's copy of the project
+(in the guest's RAM, so a memory snapshot holds it with the processes) in step with the host's:
+PUT frames write the host's changes in, COLLECT sends back what the guest changed.
+
+Runs under the guest's Python 3.11: standard library only, no envgit imports but wire.py
+(copied beside it into the guest).
+"""
+
+import fcntl
+import json
+import os
+import select
+import signal
+import stat
+import struct
+import sys
+import termios
+
+import wire
+
+CHUNK = 1 << 20
+
+
+class Step:
+    def __init__(self, channel):
+        self.channel = channel
+        self.pid = None          # whose status is the step's
+        self.stdin = None
+        self.outs = {}           # fd -> frame kind
+        self.status_pipe = None  # tty mode: the session holder writes the command's status here
+        self.status = None
+        self.tty = False
+        self.pgid = None
+
+
+class Agent:
+    def __init__(self, port_fd, root):
+        self.port = port_fd
+        self.root = root
+        self.reader = wire.Reader()
+        self.steps: dict[int, Step] = {}
+        self.orphans = set()     # output fds of ended steps: read and dropped
+        self.manifest = {}       # rel path -> (kind, size, mtime_ns, mode): as last synced
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def send(self, kind, payload=b"", channel=0):
+        wire.write_all(self.port, wire.pack(kind, payload, channel))
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def serve(self):
+        while True:
+            try:
+                self.once()
+            except Exception as e:      # pid 1 never ends: its end is the guest's panic
+                try:
+                    os.write(2, f"envgit agent: {type(e).__name__}: {e}\n".encode())
+                    self._drop_bad_fds()
+                except Exception:
+                    pass
+
+    def _drop_bad_fds(self):
+        for fd in list(self.orphans):
+            try:
+                os.fstat(fd)
+            except OSError:
+                self.orphans.discard(fd)
+        for st in self.steps.values():
+            for fd in list(st.outs):
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    del st.outs[fd]
+
+    def once(self):
+        fds = [self.port, self.wake_r] + list(self.orphans)
+        for st in self.steps.values():
+            fds += list(st.outs)
+            if st.status_pipe is not None:
+                fds.append(st.status_pipe)
+        try:
+            ready, _, _ = select.select(fds, [], [], 5.0)
+        except InterruptedError:
+            return
+        for fd in ready:
+            if fd == self.port:
+                try:
+                    data = os.read(self.port, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:           # the host end is not connected: wait for it
+                    select.select([], [], [], 0.2)
+                    continue
+                self.reader.feed(data)
+                for kind, channel, payload in self.reader.frames():
+                    self.handle(kind, channel, payload)
+            elif fd == self.wake_r:
+                try:
+                    os.read(self.wake_r, 512)
+                except BlockingIOError:
+                    pass
+            elif fd in self.orphans:
+                self._drop_output(fd)
+            else:
+                for st in list(self.steps.values()):
+                    if fd in st.outs:
+                        self._output(st, fd)
+                    elif fd == st.status_pipe:
+                        self._status_from_pipe(st)
+        self.reap()
+        self.finish_steps()
+
+    def _drop_output(self, fd):
+        try:
+            data = os.read(fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.orphans.discard(fd)
+            os.close(fd)
+
+    def _output(self, st, fd):
+        try:
+            data = os.read(fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:                 # EIO: a pty whose last slave is closed
+            data = b""
+        if data:
+            self.send(st.outs[fd], data, st.channel)
+        else:
+            del st.outs[fd]
+            os.close(fd)
+
+    def _status_from_pipe(self, st):
+        data = os.read(st.status_pipe, 8)
+        os.close(st.status_pipe)
+        st.status_pipe = None
+        if len(data) >= 4:
+            st.status = struct.unpack("!i", data[:4])[0]
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for st in self.steps.values():
+                if st.pid == pid and st.status_pipe is None and st.status is None:
+                    st.status = status
+
+    def finish_steps(self):
+        for channel, st in list(self.steps.items()):
+            if st.status is None:
+                continue
+            for fd in list(st.outs):        # what the command wrote before it ended
+                while fd in st.outs:
+                    try:
+                        data = os.read(fd, 1 << 16)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:
+                        data = b""
+                    if not data:
+                        del st.outs[fd]
+                        os.close(fd)
+                        break
+                    self.send(st.outs[fd], data, channel)
+            self.orphans.update(st.outs)    # a background process of the step still holds them
+            if st.stdin is not None and not st.tty:     # a pty's master is its output too:
+                os.close(st.stdin)                      # closed with the output, once
+            status = st.status
+            if os.WIFSIGNALED(status):
+                code, sig = 128 + os.WTERMSIG(status), os.WTERMSIG(status)
+            else:
+                code, sig = os.WEXITSTATUS(status), 0
+            self.send(wire.EXIT, wire.exit_payload(code, sig), channel)
+            del self.steps[channel]
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def handle(self, kind, channel, payload):
+        try:
+            if kind == wire.RUN:
+                self.run(channel, json.loads(payload))
+            elif kind == wire.STDIN:
+                st = self.steps.get(channel)
+                if st is not None and st.stdin is not None:
+                    try:
+                        wire.write_all(st.stdin, payload)
+                    except OSError:
+                        pass
+            elif kind == wire.STDIN_EOF:
+                st = self.steps.get(channel)
+                if st is not None and st.stdin is not None and not st.tty:
+                    os.close(st.stdin)
+                    st.stdin = None
+            elif kind == wire.SIGNAL:
+                st = self.steps.get(channel)
+                if st is not None and st.pid:
+                    try:
+                        os.killpg(st.pgid, struct.unpack("!I", payload)[0])
+                    except OSError:
+                        pass
+            elif kind == wire.WINSIZE:
+                st = self.steps.get(channel)
+                if st is not None and st.tty:
+                    fcntl.ioctl(st.stdin, termios.TIOCSWINSZ, struct.pack("HHHH", *struct.unpack("!HH", payload), 0, 0))
+            elif kind == wire.PUT:
+                self.put(payload)
+            elif kind == wire.COLLECT:
+                self.collect(channel)
+            elif kind == wire.SYNCED:
+                self.send(wire.DONE, b"", channel)
+            elif kind == wire.PING:
+                self.send(wire.DONE, payload, channel)
+        except Exception as e:          # one bad request never ends the agent (it is pid 1)
+            self.send(wire.ERROR, f"{type(e).__name__}: {e}".encode(), channel)
+
+    def run(self, channel, req):
+        st = Step(channel)
+        st.tty = bool(req.get("tty"))
+        argv, env = req["argv"], req.get("env") or {}
+        cwd = req.get("cwd") or self.root
+        if st.tty:
+            master, slave = os.openpty()
+            rows, cols = req.get("rows") or 24, req.get("cols") or 80
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            status_r, status_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                _holder(slave, status_w, argv, env, cwd, (master, status_r, self.port))
+            os.close(slave)
+            os.close(status_w)
+            os.set_blocking(master, False)
+            st.pid, st.pgid, st.stdin, st.status_pipe = pid, pid, master, status_r
+            st.outs = {master: wire.STDOUT}
+        else:
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                for i, fd in enumerate((in_r, out_w, err_w)):
+                    os.dup2(fd, i)
+                _exec(argv, env, cwd)
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+            for fd in (out_r, err_r):
+                os.set_blocking(fd, False)
+            st.pid, st.pgid, st.stdin = pid, pid, in_w
+            st.outs = {out_r: wire.STDOUT, err_r: wire.STDERR}
+        self.steps[channel] = st
+
+    # --- the project's copy -----------------------------------------------------------------
+
+    def _path(self, rel):
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise ValueError(f"bad path {rel!r}")
+        return os.path.join(self.root, rel)
+
+    def put(self, payload):
+        head, _, data = payload.partition(b"\n")
+        h = json.loads(head)
+        rel, op = h["path"], h["op"]
+        p = self._path(rel)
+        if op == "rm":
+            _remove(p)
+            for k in [k for k in self.manifest if k == rel or k.startswith(rel + "/")]:
+                del self.manifest[k]
+            return
+        parent = os.path.dirname(p)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+        if op == "dir":
+            if not os.path.isdir(p) or os.path.islink(p):
+                _remove(p)
+                os.mkdir(p)
+            os.chmod(p, h["mode"])
+        elif op == "link":
+            _remove(p)
+            os.symlink(h["target"], p)
+        elif op == "file":
+            if h.get("offset", 0) == 0:
+                if os.path.isdir(p) and not os.path.islink(p):
+                    _remove(p)
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            else:
+                fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
+                os.lseek(fd, h["offset"], os.SEEK_SET)
+            try:
+                wire.write_all(fd, data)
+            finally:
+                os.close(fd)
+            os.chmod(p, h["mode"])
+        if h.get("last", True):
+            self.manifest[rel] = _entry(os.lstat(p))
+
+    def collect(self, channel):
+        """Send what changed in the guest's copy since the last sync, then take it as synced."""
+        now = {}
+        _walk(self.root, "", now)
+        for rel in sorted(set(self.manifest) - set(now), reverse=True):
+            self.send(wire.CHANGE, json.dumps({"path": rel, "op": "rm"}).encode() + b"\n", channel)
+        for rel in sorted(now):
+            e = now[rel]
+            if self.manifest.get(rel) == e:
+                continue
+            p = os.path.join(self.root, rel)
+            h = {"path": rel, "mode": e[3]}
+            if e[0] == "dir":
+                self.send(wire.CHANGE, json.dumps({**h, "op": "dir"}).encode() + b"\n", channel)
+            elif e[0] == "link":
+                self.send(wire.CHANGE, json.dumps({**h, "op": "link", "target": os.readlink(p)}).encode() + b"\n", channel)
+            else:
+                try:
+                    fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+                except OSError:
+                    continue
+                try:
+                    off = 0
+                    while True:
+                        data = os.read(fd, CHUNK)
+                        last = len(data) < CHUNK
+                        self.send(wire.CHANGE, json.dumps({**h, "op": "file", "offset": off, "last": last}).encode()
+                                  + b"\n" + data, channel)
+                        off += len(data)
+                        if last:
+                            break
+                finally:
+                    os.close(fd)
+        self.manifest = now
+        self.send(wire.DONE, b"", channel)
+
+
+def _entry(st):
+    if stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    elif stat.S_ISLNK(st.st_mode):
+        kind = "link"
+    elif stat.S_ISREG(st.st_mode):
+        kind = "file"
+    else:
+        return None
+    return (kind, st.st_size if kind == "file" else 0, st.st_mtime_ns if kind != "dir" else 0,
+            stat.S_IMODE(st.st_mode))
+
+
+def _walk(top, rel, out):
+    try:
+        names = os.listdir(os.path.join(top, rel) if rel else top)
+    except OSError:
+        return
+    for name in names:
+        r = f"{rel}/{name}" if rel else name
+        try:
+            e = _entry(os.lstat(os.path.join(top, r)))
+        except OSError:
+            continue
+        if e is None:
+            continue
+        out[r] = e
+        if e[0] == "dir":
+            _walk(top, r, out)
+
+
+def _remove(p):
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        for name in os.listdir(p):
+            _remove(os.path.join(p, name))
+        os.rmdir(p)
+    else:
+        os.unlink(p)
+
+
+def _exec(argv, env, cwd):
+    try:
+        signal.set_wakeup_fd(-1)
+        for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGQUIT, signal.SIGTTOU, signal.SIGPIPE):
+            signal.signal(s, signal.SIG_DFL)
+        try:
+            os.chdir(cwd)
+        except OSError:
+            os.chdir("/")
+        os.closerange(3, 1 << 16)
+        os.execvpe(argv[0], argv, env)
+    except FileNotFoundError:
+        os.write(2, f"envgit: {argv[0]}: command not found\n".encode())
+        os._exit(127)
+    except OSError as e:
+        os.write(2, f"envgit: {argv[0]}: {e.strerror}\n".encode())
+        os._exit(126)
+    os._exit(126)
+
+
+def _holder(slave, status_w, argv, env, cwd, close):
+    """A tty step's session leader: the terminal's controlling process, holding it while the
+    command (its own process group, in the foreground) runs; then it takes the foreground back
+    before it exits, so the hang-up its exit sends reaches no process the step left running."""
+    try:
+        for fd in close:
+            os.close(fd)
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, 0)
+            os.tcsetpgrp(slave, os.getpid())
+            os.close(status_w)
+            for i in range(3):
+                os.dup2(slave, i)
+            _exec(argv, env, cwd)
+        os.setpgid(pid, pid) if os.getpgid(pid) != pid else None
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        os.tcsetpgrp(slave, os.getpgrp())
+        os.write(status_w, struct.pack("!i", status))
+    finally:
+        os._exit(0)
+
+
+def main():
+    root = bytes.fromhex(sys.argv[1]).decode()     # the project's path, as on the host
+    port = sys.argv[2]
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(port, os.O_RDWR)
+    Agent(fd, root).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Memory snapshots of the VM tier on disk: `.envgit/vm/mem/<step>/`, beside the step's file
+snapshot (docs/FORMAT.md, "VM memory snapshots").
+
+  ram          the guest's RAM file as it was at the end of the step (sparse: only the pages
+               the guest ever touched hold blocks; a reflink of the running file where the
+               filesystem shares extents)
+  device.state QEMU's device state (migrate with x-ignore-shared: ~50 KB)
+  meta.json    {"step", "pause_ms", "bytes", "memory_mb", "cpus", "accel", "host_manifest"}
+  ok           written last (after an fsync of the rest): a directory without it is a snapshot
+               that was being taken when the daemon died, never restored, removed by gc/fsck
+
+Retention follows the steps: gc keeps the memory snapshot of every step it keeps and removes
+the rest (`collect`); fsck checks each one (`check`).
+"""
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+
+RAM = "ram"
+DEVICE_STATE = "device.state"
+META = "meta.json"
+OK = "ok"
+FICLONE = 0x40049409
+
+
+def root(project) -> str:
+    return project.state_path("vm", "mem")
+
+
+def path(project, step) -> str:
+    return os.path.join(root(project), str(int(step)))
+
+
+def clone(src, dst, size=None) -> int:
+    """`dst` becomes a copy of `src`: a reflink (FICLONE) where the filesystem has them, else a
+    copy of its data extents only (SEEK_DATA/SEEK_HOLE; copy_file_range, which shares extents
+    itself on XFS/btrfs), holes left holes. Returns the bytes of data the copy holds."""
+    tmp = dst + ".part"
+    sfd = os.open(src, os.O_RDONLY)
+    try:
+        dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            total = os.fstat(sfd).st_size
+            try:
+                fcntl.ioctl(dfd, FICLONE, sfd)
+                copied = _allocated(sfd, total)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.EPERM):
+                    raise
+                copied = _copy_extents(sfd, dfd, total)
+            if size and size > total:
+                os.ftruncate(dfd, size)
+            else:
+                os.ftruncate(dfd, total)
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+    os.replace(tmp, dst)
+    return copied
+
+
+def _extents(fd, total):
+    off = 0
+    while off < total:
+        try:
+            start = os.lseek(fd, off, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:          # no data past `off`
+                return
+            raise
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        yield start, end
+        off = end
+
+
+def _allocated(fd, total):
+    return sum(e - s for s, e in _extents(fd, total))
+
+
+def _copy_extents(sfd, dfd, total) -> int:
+    copied = 0
+    for start, end in _extents(sfd, total):
+        off = start
+        while off < end:
+            n = os.copy_file_range(sfd, dfd, end - off, off, off)
+            if n == 0:
+                break
+            off += n
+        copied += end - start
+    return copied
+
+
+def begin(project, step) -> str:
+    d = path(project, step)
+    if os.path.isdir(d):
+        shutil.rmtree(d)                # a half-taken one (a daemon died taking it): retaken
+    os.makedirs(d, mode=0o700)
+    return d
+
+
+def commit(d, meta: dict):
+    with open(os.path.join(d, META), "w") as f:
+        json.dump(meta, f)
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with open(os.path.join(d, OK), "w") as f:
+        f.write("ok\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_meta(d) -> dict:
+    with open(os.path.join(d, META)) as f:
+        return json.load(f)
+
+
+def complete(d) -> bool:
+    return os.path.isfile(os.path.join(d, OK))
+
+
+def steps(project) -> list[int]:
+    try:
+        names = os.listdir(root(project))
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def latest_complete(project, at_most=None):
+    for s in reversed(steps(project)):
+        if (at_most is None or s <= at_most) and complete(path(project, s)):
+            return s
+    return None
+
+
+def collect(project, keep) -> tuple[int, list[int]]:
+    """Remove every memory snapshot whose step is not in `keep`, and every incomplete one:
+    (bytes freed, steps removed)."""
+    freed, dropped = 0, []
+    keep = set(keep)
+    for s in steps(project):
+        d = path(project, s)
+        if s in keep and complete(d):
+            continue
+        freed += _du(d)
+        shutil.rmtree(d, ignore_errors=True)
+        dropped.append(s)
+    return freed, dropped
+
+
+def _du(d) -> int:
+    total = 0
+    for name in os.listdir(d):
+        try:
+            total += os.lstat(os.path.join(d, name)).st_blocks * 512
+        except OSError:
+            pass
+    return total
+
+
+def check(project, steps_known=None) -> list[str]:
+    """fsck: a problem line per damaged memory snapshot (an incomplete one is not damage: it
+    was being taken when the daemon died; it is reported as such and gc removes it)."""
+    problems = []
+    for s in steps(project):
+        d = path(project, s)
+        if not complete(d):
+            problems.append(f"memory snapshot of step {s} is incomplete (taken when the daemon "
+                            "stopped): not restorable; `envgit gc` removes it")
+            continue
+        try:
+            meta = read_meta(d)
+            ram = os.stat(os.path.join(d, RAM))
+            dev = os.stat(os.path.join(d, DEVICE_STATE))
+        except (OSError, ValueError) as e:
+            problems.append(f"memory snapshot of step {s} is damaged: {e}")
+            continue
+        if ram.st_size < int(meta.get("memory_mb", 0)) << 20 or dev.st_size == 0:
+            problems.append(f"memory snapshot of step {s} is damaged: its files are shorter than recorded")
+        if steps_known is not None and s not in steps_known:
+            problems.append(f"memory snapshot of step {s} belongs to no step in the journal")
+    return problems

@@ -1,0 +1,340 @@
+"""The QEMU backend of the VM tier: a `microvm` machine (PVH boot of Debian's kernel, an
+initramfs root), the guest agent on a virtio-serial port, QMP for pause, snapshot and resume.
+
+Memory snapshots are QEMU's cheapest kind available in 7.2: the guest's RAM is a
+`memory-backend-file,share=on` file, so a snapshot migrates the device state alone
+(`x-ignore-shared`: ~50 KB) while the guest is stopped, and clones the RAM file beside it
+(memstore.clone: a reflink where the filesystem has them, else a copy of the pages the guest
+touched; the file is sparse). A restore clones the RAM back and starts QEMU with
+`-incoming defer`, feeding it the device state. See shared/notes/vm.md for what was measured.
+
+No network device: the guest's only ways out are the agent's port and the gate's port
+(`envgit.gate`, a second virtio-serial port whose host end is the daemon's gate socket).
+"""
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import image as image_mod
+from . import memstore
+from .machine import Link, Machine, VMError, connect_unix, remove
+
+BOOT_TIMEOUT_S = float(os.environ.get("ENVGIT_VM_BOOT_TIMEOUT", "120"))
+BOOT_TRIES = 2          # about 1 boot in 8 hangs silently under TCG here: one retry
+CMDLINE = ("console=ttyS0 quiet rdinit=/init panic=-1 tsc=reliable tsc_early_khz=2000000 "
+           "lpj=8000000 8250.nr_uarts=1 mitigations=off")
+
+# QEMU is started from this one long-lived thread: its PR_SET_PDEATHSIG (QEMU dies with the
+# daemon, even a kill -9 of it) fires when the *thread* that forked it ends.
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vm-spawner")
+
+
+def qemu_binary() -> str | None:
+    env = os.environ.get("ENVGIT_QEMU")
+    if env and os.path.isabs(env) and os.access(env, os.X_OK):
+        return env
+    for d in ("/usr/bin", "/usr/local/bin", "/bin"):
+        p = os.path.join(d, "qemu-system-x86_64")
+        if os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def _pdeathsig():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)       # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+def accel_choice() -> tuple[str, str]:
+    """("kvm" | "tcg", why). KVM only when /dev/kvm opens and a trial boot worked on this
+    machine (cached per host kernel: a nested /dev/kvm, kvm-pvm here, aborts or crawls);
+    ENVGIT_VM_ACCEL=tcg|kvm decides."""
+    forced = os.environ.get("ENVGIT_VM_ACCEL")
+    if forced in ("tcg", "kvm"):
+        return forced, "ENVGIT_VM_ACCEL"
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR)
+        os.close(fd)
+    except OSError as e:
+        return "tcg", f"/dev/kvm: {e.strerror}"
+    verdict = os.path.join(image_mod.cache_root(), f"kvm-{os.uname().release}")
+    try:
+        with open(verdict) as f:
+            got = f.read().split("\n", 1)
+        return got[0], got[1].strip() if len(got) > 1 else ""
+    except FileNotFoundError:
+        return None, ""                 # not tried yet: QemuMachine.boot tries it once
+
+
+def _remember_accel(accel, why):
+    os.makedirs(image_mod.cache_root(), exist_ok=True)
+    with open(os.path.join(image_mod.cache_root(), f"kvm-{os.uname().release}"), "w") as f:
+        f.write(f"{accel}\n{why}\n")
+
+
+class QMP:
+    def __init__(self, path, timeout=30):
+        self.sock = connect_unix(path, timeout)
+        self.sock.settimeout(timeout)
+        self.buf = b""
+        self._line()                    # the greeting
+        self.cmd("qmp_capabilities")
+
+    def _line(self):
+        while b"\n" not in self.buf:
+            data = self.sock.recv(65536)
+            if not data:
+                raise VMError("QEMU's QMP socket closed")
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def cmd(self, name, **args):
+        self.sock.sendall(json.dumps({"execute": name, **({"arguments": args} if args else {})}).encode() + b"\n")
+        while True:
+            msg = self._line()
+            if "return" in msg:
+                return msg["return"]
+            if "error" in msg:
+                raise VMError(f"QEMU {name}: {msg['error'].get('desc')}")
+
+    def close(self):
+        self.sock.close()
+
+
+class QemuMachine(Machine):
+    def __init__(self, project_root, state_dir, memory_mb=512, cpus=1, image=None, progress=None,
+                 gate_socket=None):
+        self.root = project_root
+        self.state = state_dir                  # .envgit/vm
+        self.memory_mb = memory_mb
+        self.cpus = cpus
+        self.image = image
+        self.progress = progress or (lambda text: None)
+        self.gate_socket = gate_socket
+        self.proc = None
+        self.qmp = None
+        self.link = None
+        self.run_dir = os.path.join(state_dir, "run")
+        self.ram = os.path.join(self.run_dir, "ram")
+        self.sock_dir = None
+        self.accel = None
+        self.accel_why = ""
+        self.boot_ms = None
+
+    # --- the command line ---------------------------------------------------------------
+
+    def _args(self, accel, incoming=False):
+        img = self.image
+        mem = f"{self.memory_mb}M"
+        args = [qemu_binary(),
+                *(["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg", "-cpu", "max"]),
+                "-smp", str(self.cpus), "-m", mem,
+                "-machine", "microvm,acpi=on,pit=on,pic=on,rtc=on,memory-backend=mem",
+                "-object", f"memory-backend-file,id=mem,size={mem},mem-path={self.ram},share=on",
+                "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
+                "-kernel", img.kernel, "-initrd", img.initrd,
+                "-append", f"{CMDLINE} envgit.root={self.root.encode().hex()}",
+                "-serial", f"file:{os.path.join(self.run_dir, 'console.log')}",
+                "-device", "virtio-serial-device",
+                "-chardev", f"socket,id=agent,path={self.sock_dir}/agent.sock,server=on,wait=off",
+                "-device", "virtserialport,chardev=agent,name=envgit.agent",
+                "-qmp", f"unix:{self.sock_dir}/qmp.sock,server=on,wait=off"]
+        if self.gate_socket:            # the guest's only way out: a port onto the gate
+            args += ["-chardev", f"socket,id=gate,path={self.gate_socket},server=off,reconnect=1",
+                     "-device", "virtserialport,chardev=gate,name=envgit.gate"]
+        if incoming:
+            args += ["-incoming", "defer"]
+        return args
+
+    def _spawn(self, args):
+        def start():
+            log = open(os.path.join(self.run_dir, "qemu.log"), "ab")
+            try:
+                return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                        preexec_fn=_pdeathsig, close_fds=True)
+            finally:
+                log.close()
+        return _spawner.submit(start).result()
+
+    def _prepare(self):
+        if qemu_binary() is None:
+            raise VMError("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)")
+        if self.image is None:
+            self.image = image_mod.ensure(self.progress)
+        os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+        if self.sock_dir is None:
+            self.sock_dir = tempfile.mkdtemp(prefix="envgit-vm-")
+        for name in ("agent.sock", "qmp.sock"):
+            remove(os.path.join(self.sock_dir, name))
+
+    def _connect(self, timeout):
+        try:
+            self.qmp = QMP(os.path.join(self.sock_dir, "qmp.sock"), timeout=30)
+            self.link = Link(connect_unix(os.path.join(self.sock_dir, "agent.sock"), 30))
+        except (OSError, ValueError) as e:
+            raise VMError(f"QEMU's sockets: {e}")
+
+    # --- boot ---------------------------------------------------------------------------
+
+    def boot(self):
+        self._prepare()
+        accel, why = accel_choice()
+        if accel is None:               # /dev/kvm opens: does a guest really run on it?
+            self.progress("trying KVM (once per host kernel)")
+            try:
+                self._boot_once("kvm", 30)
+                _remember_accel("kvm", "a trial boot worked")
+                self.accel, self.accel_why = "kvm", "a trial boot worked"
+                return
+            except VMError as e:
+                self._kill()
+                first = str(e).splitlines()[0] if str(e) else "no answer"
+                accel, why = "tcg", f"/dev/kvm opens but a guest did not boot on it: {first[:200]}"
+                _remember_accel(accel, why)
+        self.accel, self.accel_why = accel, why
+        last = None
+        for _ in range(BOOT_TRIES):
+            try:
+                self._boot_once(accel, BOOT_TIMEOUT_S)
+                return
+            except VMError as e:
+                last = e
+                self._kill()
+        raise VMError(f"the guest did not boot: {last} (console: {self.run_dir}/console.log)")
+
+    def _boot_once(self, accel, timeout):
+        t0 = time.monotonic()
+        self.progress(f"booting the VM ({accel.upper()})")
+        with open(self.ram, "wb") as f:            # a fresh, sparse RAM file
+            f.truncate(self.memory_mb << 20)
+        self.proc = self._spawn(self._args(accel))
+        try:
+            self._connect(timeout)
+        except VMError:
+            raise VMError("QEMU did not start: " + self._log_tail())
+        if not self.link.ping(timeout):
+            raise VMError("no answer from the guest agent in "
+                          f"{timeout:.0f} s" + (f"; QEMU: {self._log_tail()}" if self.proc.poll() is not None else ""))
+        self.boot_ms = round((time.monotonic() - t0) * 1000)
+
+    def _log_tail(self):
+        try:
+            with open(os.path.join(self.run_dir, "qemu.log"), "rb") as f:
+                return f.read()[-400:].decode(errors="replace").strip()
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.link is not None \
+            and not self.link.closed
+
+    # --- snapshot and restore ------------------------------------------------------------
+
+    def snapshot(self, dest) -> dict:
+        """Pause, migrate the device state alone, clone the RAM file, resume: into `dest`."""
+        t0 = time.monotonic()
+        self.qmp.cmd("stop")
+        try:
+            self.qmp.cmd("migrate-set-capabilities",
+                         capabilities=[{"capability": "x-ignore-shared", "state": True}])
+            state = os.path.join(dest, memstore.DEVICE_STATE)
+            self.qmp.cmd("migrate", uri="exec:cat > " + shlex.quote(state))
+            self._wait_migration()
+            ram_bytes = memstore.clone(self.ram, os.path.join(dest, memstore.RAM))
+        finally:
+            self.qmp.cmd("cont")
+        pause_ms = round((time.monotonic() - t0) * 1000, 1)
+        dev_bytes = os.path.getsize(os.path.join(dest, memstore.DEVICE_STATE))
+        return {"pause_ms": pause_ms, "bytes": ram_bytes + dev_bytes, "ram_bytes": ram_bytes,
+                "device_bytes": dev_bytes, "memory_mb": self.memory_mb, "cpus": self.cpus,
+                "accel": self.accel}
+
+    def _wait_migration(self, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.qmp.cmd("query-migrate").get("status")
+            if st == "completed":
+                return
+            if st in ("failed", "cancelled"):
+                raise VMError(f"QEMU's migration {st}")
+            time.sleep(0.002)
+        raise VMError("QEMU's migration did not finish")
+
+    def restore(self, src) -> dict:
+        """The guest as snapshot `src` left it, running: a new QEMU fed the device state, its
+        RAM file a clone of the snapshot's."""
+        t0 = time.monotonic()
+        meta = memstore.read_meta(src)
+        self._kill()
+        self._prepare()
+        self.memory_mb = meta.get("memory_mb", self.memory_mb)
+        self.cpus = meta.get("cpus", self.cpus)
+        accel = meta.get("accel") or self.accel or accel_choice()[0] or "tcg"
+        self.accel = accel
+        memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20)
+        self.proc = self._spawn(self._args(accel, incoming=True))
+        try:
+            self._connect(30)
+            self.qmp.cmd("migrate-set-capabilities",
+                         capabilities=[{"capability": "x-ignore-shared", "state": True}])
+            self.qmp.cmd("migrate-incoming",
+                         uri="exec:cat " + shlex.quote(os.path.join(src, memstore.DEVICE_STATE)))
+            deadline = time.monotonic() + 60
+            while True:
+                st = self.qmp.cmd("query-status").get("status")
+                if st in ("paused", "postmigrate", "prelaunch") and \
+                        self.qmp.cmd("query-migrate").get("status") == "completed":
+                    break
+                if st == "running":
+                    break
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise VMError(f"QEMU did not take the snapshot back ({st}): {self._log_tail()}")
+                time.sleep(0.002)
+            self.qmp.cmd("cont")
+        except (VMError, OSError) as e:
+            self._kill()
+            raise VMError(f"the memory snapshot {src} could not be restored: {e}")
+        running_ms = round((time.monotonic() - t0) * 1000, 1)
+        if not self.link.ping(30):
+            raise VMError("the restored guest's agent does not answer")
+        return {"restore_ms": running_ms}
+
+    # --- stop ------------------------------------------------------------------------------
+
+    def _kill(self):
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+        if self.qmp is not None:
+            try:
+                self.qmp.close()
+            except OSError:
+                pass
+            self.qmp = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+
+    def stop(self):
+        self._kill()
+        if self.sock_dir:
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
+            self.sock_dir = None
+        remove(self.ram)

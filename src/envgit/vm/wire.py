@@ -1,0 +1,80 @@
+"""The frames spoken on the VM tier's two byte streams: the guest agent's virtio-serial port
+(host daemon <-> guest agent) and a step's stream socket (`envgit run` <-> host daemon).
+
+Standard library only, and only `struct`/`os`: `envgit run` (the hot path) and the guest's
+Python 3.11 both import it (it is copied into the guest's root as is).
+
+A frame: kind (1 byte), channel (u32: which step on the agent port, 0 on a step socket),
+length (u32), payload. Control payloads (RUN, EXIT, PUT headers) are UTF-8 JSON on the agent
+port, read by the daemon and the agent only; the hot path never parses JSON.
+"""
+
+import os
+import struct
+
+HEAD = struct.Struct("!BII")
+MAX_PAYLOAD = 16 << 20
+
+# host -> guest (agent port) and client -> daemon (step socket)
+RUN = 1          # JSON {argv, cwd, env, tty, rows, cols}
+STDIN = 2
+STDIN_EOF = 3
+SIGNAL = 4       # u32 signal number
+WINSIZE = 5      # u16 rows, u16 cols
+PUT = 6          # JSON header "\n" data: a file, directory, symlink or removal in the guest's copy
+COLLECT = 7      # JSON {}: the guest's changes since the last sync (answered by CHANGE frames + DONE)
+PING = 8
+HELLO = 9        # step socket: the step's token
+SYNCED = 10      # JSON {}: the host's copy and the guest's agree now (the guest takes its manifest)
+# guest -> host and daemon -> client
+STDOUT = 33
+STDERR = 34
+EXIT = 35        # u32 exit code, u32 signal number (0: none)
+CHANGE = 36      # JSON header "\n" data: one path the guest changed
+DONE = 37        # end of a COLLECT / PUT batch / PING answer
+ERROR = 38       # UTF-8 text
+
+
+def pack(kind: int, payload: bytes = b"", channel: int = 0) -> bytes:
+    return HEAD.pack(kind, channel, len(payload)) + payload
+
+
+class Reader:
+    """Frames out of a byte stream read in pieces (a blocking fd or bytes fed in)."""
+
+    def __init__(self):
+        self.buf = bytearray()
+
+    def feed(self, data: bytes):
+        self.buf += data
+
+    def frames(self):
+        while len(self.buf) >= HEAD.size:
+            kind, channel, n = HEAD.unpack_from(self.buf)
+            if n > MAX_PAYLOAD:
+                raise ValueError(f"frame of {n} bytes")
+            if len(self.buf) < HEAD.size + n:
+                return
+            payload = bytes(self.buf[HEAD.size:HEAD.size + n])
+            del self.buf[:HEAD.size + n]
+            yield kind, channel, payload
+
+
+def write_all(fd: int, data: bytes):
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            import select
+            select.select([], [fd], [], 1.0)
+            continue
+        view = view[n:]
+
+
+def exit_payload(code: int, sig: int) -> bytes:
+    return struct.pack("!II", code & 0xFFFFFFFF, sig)
+
+
+def read_exit(payload: bytes) -> tuple[int, int]:
+    return struct.unpack("!II", payload[:8])
