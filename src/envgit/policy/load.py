@@ -46,6 +46,9 @@ class Policy:
     # the organisation policy this one was loaded under (policy/org.py), or ""
     org_path: str = ""
     org_sha256: str = ""
+    backend: str = "sandbox"        # "vm": steps run in the project's microVM (vm/)
+    vm_memory: int = 512 << 20
+    vm_cpus: int = 1
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -60,20 +63,22 @@ def load_policy(path) -> Policy:
     org_path = org.locate(os.path.dirname(os.path.abspath(path)))
     org_sha = ""
     if org_path is not None:
-        odata, owhere, org_sha = _read(Path(org_path))
+        odata, owhere, org_sha = _read(Path(org_path), label=org.shown(org_path))
         data, where = org.combine(odata, owhere, data, where, os.path.expanduser("~"))
         org.check_unwritable(data, where, org_path, os.path.expanduser("~"))
     _credential_conflicts(data, where)
     pol = _merge(data, where, str(path), sha)
-    pol.org_path, pol.org_sha256 = org_path or "", org_sha
+    pol.org_path, pol.org_sha256 = org.shown(org_path) if org_path else "", org_sha
     return pol
 
 
-def _read(path: Path) -> tuple[dict, dict, str]:
-    """One policy file checked against the format: (data, where, sha256 of its bytes)."""
+def _read(path: Path, label=None) -> tuple[dict, dict, str]:
+    """One policy file checked against the format: (data, where, sha256 of its bytes). Errors
+    and provenance name it `label` when given (the bucket object a local copy came from)."""
     import yaml
+    real, path = path, label or path
     try:
-        raw = path.read_bytes()
+        raw = real.read_bytes()
     except FileNotFoundError:
         raise PolicyError(path, 0, 0, "no policy file; run `envgit init` to write the default one") from None
     if len(raw) > MAX_BYTES:          # refused before the YAML parser sees it (~1 s a MiB)
@@ -164,6 +169,10 @@ def _merge(data, where, path, sha) -> Policy:
     pol.where = prov
     pol.allow_presets = presets
     pol.credentials = given("credentials", data.get("credentials"), {})
+    vm = data.get("vm", {})
+    pol.backend = given("backend", data.get("backend"), "sandbox")
+    pol.vm_memory = given("vm.memory", vm.get("memory"), 512 << 20)
+    pol.vm_cpus = given("vm.cpus", vm.get("cpus"), 1)
     return pol
 
 

@@ -294,6 +294,13 @@ SCHEMA = Map({
     }, required=("from", "hosts")), doc=(
         "credentials kept outside the sandbox: a step sees a placeholder, the gate swaps in the "
         "real value only on allowed requests to the credential's hosts")),
+    "backend": Str("where steps run: 'sandbox' (bubblewrap, the default) or 'vm' (a microVM "
+                   "whose memory is snapshotted with each step, so a rewind brings back running "
+                   "processes)", enum=("sandbox", "vm")),
+    "vm": Map({
+        "memory": Size("the guest's RAM (default 512MiB); a snapshot costs what the guest touched"),
+        "cpus": Int("the guest's CPUs (default 1)", minimum=1),
+    }, doc="the VM backend's machine (backend: vm)"),
     "mcp": Map({
         "servers": Dict(Str(check=check_identifier), Map({
             "command": Str("the program of a stdio server"),
