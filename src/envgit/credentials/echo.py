@@ -65,6 +65,28 @@ _B64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{8,}={0,2}")
 _U_ESCAPE = re.compile(rb"\\u([0-9a-fA-F]{4})")
 
 
+def unescape_u(text: str) -> str:
+    """JSON's `\\uXXXX` escapes undone (what a JSON parser reads), the rest as it is."""
+    return re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m[1], 16)), text)
+
+
+def decoded(raw: bytes, encoding: str, cap: int) -> bytes | None:
+    """At most `cap` bytes of `raw` decoded as its Content-Encoding (stacked ones too), or
+    None when the gate cannot decode it."""
+    try:
+        run = _decoder(encoding)
+        if run is None:
+            return raw[:cap]
+        out = bytearray()
+        for piece in run(raw):
+            out += piece
+            if len(out) >= cap:
+                break
+        return bytes(out[:cap])
+    except Exception:                   # zlib.error, brotli.error, zstd errors, unknown encodings
+        return None
+
+
 class Echoes:
     """The needles of a set of real values: pairs (name, real, placeholder)."""
 
@@ -152,12 +174,16 @@ class Echoes:
 # --- a streamed body ---------------------------------------------------------------------------
 
 class Stream:
-    """One streamed response body, rewritten (identity) or watched (compressed) chunk by
-    chunk. `framed`: its length is fixed by Content-Length, so a rewrite must keep it."""
+    """One streamed body, rewritten (identity) or watched (compressed, or `rewrite` False)
+    chunk by chunk. `framed`: its length is fixed by Content-Length, so a rewrite must keep
+    it. Watched, `feed` raises Echo once a form of a value is complete in the decoded bytes."""
 
-    def __init__(self, echoes: Echoes, encoding: str = "", framed: bool = False):
+    def __init__(self, echoes: Echoes, encoding: str = "", framed: bool = False,
+                 rewrite: bool = True):
         self.echoes, self.framed = echoes, framed
         self.decoder = _decoder(encoding)
+        if self.decoder is None and not rewrite:    # watched only (a request's body), as it is
+            self.decoder = lambda chunk: [chunk]
         self.names: list[str] = []       # the credentials whose values were rewritten
         self._held = b""                  # identity: bytes that may begin a real value
         self._tail = b""                  # compressed: the decoded bytes still to be matched on
@@ -211,20 +237,28 @@ PIECE = 1 << 16                         # decoded bytes looked at per step (boun
 
 
 def _decoder(encoding: str):
-    """chunk -> decoded pieces of at most about PIECE bytes, for a Content-Encoding (a list
-    of them, as servers may stack them); None for identity. Unknown encodings raise ValueError."""
+    """chunk -> an iterator of decoded pieces of a bounded size, for a Content-Encoding (a
+    list of them, as servers may stack them); None for identity. Lazy: a small body that
+    inflates hugely is never held whole. Unknown encodings raise ValueError."""
     names = [e.strip().lower() for e in encoding.split(",") if e.strip()]
     names = [e for e in names if e != "identity"]
     if not names:
         return None
     steps = [_one(n) for n in reversed(names)]      # the last applied is undone first
 
+    def chain(pieces, step):
+        for p in pieces:
+            yield from step(p)
+
     def run(chunk: bytes):
-        pieces = [chunk]
+        pieces = iter([chunk])
         for step in steps:
-            pieces = [out for p in pieces for out in step(p)]
+            pieces = chain(pieces, step)
         return pieces
     return run
+
+
+ZSTD_SLICE = 256            # compressed bytes per zstd call: its output then stays within ~11 MiB
 
 
 def _one(name: str):
@@ -234,35 +268,35 @@ def _one(name: str):
         def step(data: bytes):
             if state["d"] is None:          # deflate: zlib-wrapped as the RFC says, or raw as some send
                 if not data:
-                    return []
+                    return
                 wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
                 state["d"] = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
-            d, out = state["d"], []
-            while True:                     # at most PIECE bytes a call (a small body may inflate hugely)
+            d = state["d"]
+            while True:                     # at most PIECE bytes a call
                 piece = d.decompress(data, PIECE)
-                out.append(piece)
+                yield piece
                 data = d.unconsumed_tail
                 if not data and len(piece) < PIECE:
-                    return out
+                    return
         return step
     if name == "br":
         import brotli
         d = brotli.Decompressor()
 
         def step(data: bytes):
-            out = [d.process(data, output_buffer_limit=PIECE)]
+            yield d.process(data, output_buffer_limit=PIECE)
             while not d.is_finished():      # the rest of what that input holds, PIECE at a time
                 piece = d.process(b"", output_buffer_limit=PIECE)
                 if not piece:
-                    break
-                out.append(piece)
-            return out
+                    return
+                yield piece
         return step
     if name == "zstd":
         import zstandard
         d = zstandard.ZstdDecompressor().decompressobj()
 
         def step(data: bytes):
-            return [d.decompress(data)]
+            for i in range(0, len(data), ZSTD_SLICE):
+                yield d.decompress(data[i:i + ZSTD_SLICE])
         return step
     raise ValueError(f"the gate does not decode Content-Encoding {name!r}")

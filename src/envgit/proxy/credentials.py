@@ -136,6 +136,35 @@ class CredentialSwap:
         return texts
 
     @staticmethod
+    def _body_texts(flow: http.HTTPFlow) -> list[str]:
+        """A buffered body as a server may read it: as sent, decoded as its Content-Encoding
+        says (stacked too; bounded), percent-decoded (a form), JSON `\\u` escapes undone,
+        its long base64 runs decoded (a multipart part, a JSON field); and the request's
+        trailers, which a server reads as headers."""
+        r = flow.request
+        raw = r.raw_content or b""
+        texts = [raw.decode("latin-1")] if raw else []
+        encoding = r.headers.get("content-encoding", "")
+        if raw and encoding.strip():
+            decoded = echo.decoded(raw, encoding, BODY_CAP)
+            if decoded is not None:
+                texts.append(decoded.decode("latin-1"))
+        for t in list(texts):
+            if "%" in t or "+" in t:
+                texts.append(unquote_plus(t))
+            if "\\u" in t:
+                texts.append(echo.unescape_u(t))
+            texts += _decodings(t)
+        for k, v in (r.trailers.fields if r.trailers else ()):
+            value = v.decode("latin-1")
+            texts += (k.decode("latin-1"), value)
+            decoded = _basic(value)
+            if decoded is not None:
+                texts.append(decoded)
+            texts += _decodings(value)
+        return texts
+
+    @staticmethod
     def _target(flow, conn) -> tuple[str, int]:
         if conn is not None and conn.connect is not None:
             return conn.connect
@@ -308,8 +337,8 @@ class CredentialSwap:
         rec = flow.metadata.get("envgit.record")
         names = list(flow.metadata.get("envgit.credentials", []))
         body = flow.request.raw_content
-        if body:
-            text = [body.decode("latin-1")]
+        if body or flow.request.trailers:
+            text = self._body_texts(flow)
             for what, found in (("real value", self._found_real(policy, text)),
                                 ("placeholder", self._found(policy, text))):
                 in_body = [n for n in found if n not in names]
@@ -357,36 +386,45 @@ class CredentialSwap:
 
     def _watch_rest(self, policy, flow, rec) -> None:
         """A body larger than the gate buffers is streamed on past its first BODY_CAP bytes
-        (bodies.py): each further chunk is looked at before it is sent, for the placeholder or
-        real value of every credential that does not cover this request. One found: that chunk
-        is not sent, the upstream request is cut off mid-body (the server never has it whole),
-        and the request is recorded as credential misuse."""
-        needles = []
-        for name, (_, phs) in self._placeholders(policy).items():
-            needles += [(ph.encode(), name, "placeholder") for ph in phs]
-        for name, pairs in self._reals(policy).items():
-            needles += [(real.encode("utf-8", "surrogateescape"), name, "real value")
-                        for real, _ in pairs]
-        needles = [n for n in needles if self._misuse(policy, flow, [n[1]]) is not None]
-        if not needles:
+        (bodies.py): each further chunk is looked at before it is sent, decoded as its
+        Content-Encoding says, for the placeholder or real value (in the forms a body carries
+        them: credentials/echo.py) of every credential that does not cover this request. One
+        found: that chunk is not sent, the upstream request is cut off mid-body (the server
+        never has it whole), and the request is recorded as credential misuse."""
+        phs = [(name, ph, ph) for name, (_, values) in self._placeholders(policy).items()
+               for ph in values if self._misuse(policy, flow, [name]) is not None]
+        reals = [(name, real, ph) for name, pairs in self._reals(policy).items()
+                 for real, ph in pairs if self._misuse(policy, flow, [name]) is not None]
+        encoding = flow.request.headers.get("content-encoding", "")
+        watches = []
+        for what, pairs in (("placeholder", phs), ("real value", reals)):
+            if pairs:
+                try:
+                    watches.append((what, echo.Stream(echo.Echoes(pairs), encoding, rewrite=False)))
+                except ValueError:  # an encoding the gate cannot read (nor most servers): as it is
+                    watches.append((what, echo.Stream(echo.Echoes(pairs), "", rewrite=False)))
+        if not watches:
             return
-        keep = max(len(n) for n, _, _ in needles) - 1
-        tail = [b""]        # the buffered part comes through `cut` first (bodies.py), then the rest
         before = flow.metadata.get(bodies.CUT)
 
-        def cut(chunk: bytes) -> str:
-            seen = tail[0] + chunk
-            tail[0] = seen[-keep:] if keep else b""
-            for needle, name, what in needles:
-                if needle in seen:
-                    d = self._decision(flow, name, what)
-                    if rec is not None:
-                        rec.update(decision="deny", rule=RULE, reason=d.reason, kind="credential",
-                                   credential=name, irreversible=False)
-                        self._scrub(rec)
-                    return _denial_text(flow, d)
+        def cut(chunk: bytes) -> str:  # the buffered part comes first (bodies.py), then the rest
+            for what, watch in watches:
+                try:
+                    watch.feed(chunk)
+                except echo.Echo as e:
+                    return self._cut_request(flow, rec, e.name, what)
+                except Exception:   # it stops decoding here: a server cannot read on either
+                    watches.remove((what, watch))
             return before(chunk) if before is not None else ""
         flow.metadata[bodies.CUT] = cut
+
+    def _cut_request(self, flow, rec, name, what) -> str:
+        d = self._decision(flow, name, what)
+        if rec is not None:
+            rec.update(decision="deny", rule=RULE, reason=d.reason, kind="credential",
+                       credential=name, irreversible=False)
+            self._scrub(rec)
+        return _denial_text(flow, d)
 
     def responseheaders(self, flow: http.HTTPFlow):
         """A server may echo what it was sent in its answer (a redirect's Location keeps the
@@ -397,21 +435,35 @@ class CredentialSwap:
         policy = self.gate.policy()
         if flow.response is None or not getattr(policy, "credentials", None):
             return
-        pairs = [p for ps in self._reals(policy).values() for p in ps]
-        if not pairs:
+        echoes = self._echoes(policy)
+        if not echoes:
             return
-        fields, changed = [], False
-        for k, v in flow.response.headers.fields:
-            value = v.decode("latin-1")
-            for real, ph in pairs:
-                for r, p in ((real, ph), (quote(real, safe=""), ph)):
-                    if r in value:
-                        value, changed = value.replace(r, p), True
-            fields.append((k, value.encode("latin-1")))
-        if changed:
-            flow.response.headers.fields = tuple(fields)
+        flow.response.headers.fields = self._scrub_fields(flow, flow.response.headers.fields, echoes)
         if not flow.metadata.get("envgit.answered"):
-            self._body_watch(flow, self._echoes(policy))
+            self._body_watch(flow, echoes)
+
+    def _scrub_fields(self, flow, fields, echoes) -> tuple:
+        """Header (or trailer) fields with every real value put back as its placeholder, in
+        every form a body may hold it (a redirect's Location percent-encodes, a debug header
+        may carry Basic credentials); a field holding one that cannot be is dropped."""
+        out, names = [], []
+        for k, v in fields:
+            clean, found, left = echoes.scrub(v)
+            names += found
+            if left is None:
+                out.append((k, clean))
+        if names:
+            self._echoed(flow, names)
+        return tuple(out)
+
+    def response(self, flow: http.HTTPFlow):
+        """The response's trailers (HTTP/2 only: mitmproxy drops HTTP/1 ones), before they
+        are sent on."""
+        if flow.response is not None and flow.response.trailers and \
+                getattr(self.gate.policy(), "credentials", None):
+            echoes = self._echoes(self.gate.policy())
+            if echoes:
+                flow.response.trailers.fields = self._scrub_fields(flow, flow.response.trailers.fields, echoes)
 
     def _body_watch(self, flow, echoes) -> None:
         """The response body: one declared (Content-Length) within BODY_CAP and not an event
