@@ -486,3 +486,20 @@ def test_pipx_install_from_a_checkout_and_from_a_wheel(tmp_path):
         assert meta["description_content_type"] == "text/markdown" and "envgit" in meta["description"]
         wants = [d.split(";")[0] for d in meta["requires_dist"]]        # less the extra's marker
         assert all(re.search(r"[<>]", d) and "==" not in d for d in wants), wants   # ranges, not pins
+
+
+def test_log_mark_filter(proj):
+    (proj.root / ".env").write_text("SECRET=1\n")
+    assert proj.run("true").returncode == 0
+    proj.run("cat .env")                                   # a denied path: marked
+    assert proj.run("true").returncode == 0
+    proj.run("cat .env")
+    marked = json.loads(proj.envgit("log", "--json", check=True).stdout)
+    with_mark = [s["id"] for s in marked if s["marks"]]
+    assert with_mark and with_mark == [2, 4], marked
+    mark = marked[1]["marks"][0]
+    got = json.loads(proj.envgit("log", "--mark", f"nosuch,{mark}", "--json", check=True).stdout)
+    assert [s["id"] for s in got] == [2, 4]
+    got = json.loads(proj.envgit("log", "--mark", mark, "-n", "1", "--json", check=True).stdout)
+    assert [s["id"] for s in got] == [4]                   # the last N that carry it
+    assert proj.envgit("log", "--mark", "nosuch", check=True).stdout.strip() == "no steps match"

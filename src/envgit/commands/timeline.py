@@ -15,6 +15,7 @@ LOG_LINES = 4
 def add_parsers(sub, argparse):
     s = command(sub, "log", help="the step timeline",
                 example=["envgit log -n 10", "envgit log --session claude:3fa2 --since 2h",
+                         "envgit log --mark denied,irreversible",
                          "envgit log --json | jq '.[-1].exit_code'"])
     json_flag(s)
     s.add_argument("--session", metavar="ID",
@@ -22,6 +23,9 @@ def add_parsers(sub, argparse):
     s.add_argument("--since", metavar="WHEN", type=_since,
                    help="only steps begun since then: a duration back (30m, 2h, 7d) or an "
                         "ISO-8601 time (2026-12-01, 2026-12-01T09:30:00Z)")
+    s.add_argument("--mark", metavar="M[,M]", type=lambda t: {m for m in t.split(",") if m},
+                   help="only steps carrying one of these marks (denied, asked, irreversible, "
+                        "credential-misuse, outside, rewind, …: the log's [brackets])")
     s.add_argument("-n", type=_count(argparse), metavar="N", help="only the last N steps")
     s.add_argument("--no-trunc", action="store_true",
                    help="every line of every command (a terminal shows the first "
@@ -108,20 +112,25 @@ def cmd_log(args):
     project = find_project()
     j = open_journal(project)
     session = _pick_session(j, args.session) if args.session is not None else None
-    if args.since is not None:
-        steps = []
+    if args.since is not None or args.mark:
+        steps = []                      # newest first, stopping at --since or at N matches
         for s in j.steps_newest_first(session) if j else ():
-            if s.started_ns < args.since:
+            if args.since is not None and s.started_ns < args.since:
                 break
+            if args.mark and not args.mark.intersection(s.marks):
+                continue
             steps.append(s)
-        steps = steps[::-1][-args.n:] if args.n else steps[::-1]
+            if args.n and len(steps) == args.n:
+                break
+        steps = steps[::-1]
     else:
         steps = j.steps(session=session, last=args.n or None) if j else []
     if args.json:
         out([step_json(s) for s in steps])
         return 0
     if not steps:
-        print("no steps yet: envgit run -- CMD" if not (session or args.since) else "no steps match")
+        print("no steps yet: envgit run -- CMD" if not (session or args.since or args.mark)
+              else "no steps match")
         return 0
     print_steps(steps, args)
     return 0
