@@ -27,6 +27,8 @@ def add_parsers(sub, argparse):
     a.add_argument("--key-file", metavar="FILE", help="the remote's key, made by `remote add` on "
                    "another machine (every machine reading or writing the remote needs it)")
     a.add_argument("--auto", action="store_true", help="push after every step (the session daemon, in the background)")
+    a.add_argument("--policy", metavar="OBJECT", help="the organisation policy: this object below "
+                   "the remote's prefix binds every project here (fetched now and by each push)")
     json_flag(a)
     a.set_defaults(fn=cmd_remote_add)
     st = command(rsub, "set", help="change a remote's settings",
@@ -36,6 +38,8 @@ def add_parsers(sub, argparse):
                     help="push after every step (the session daemon, in the background)")
     st.add_argument("--endpoint", metavar="URL")
     st.add_argument("--region")
+    st.add_argument("--policy", metavar="OBJECT", help="the organisation policy's object below the "
+                    "remote's prefix (fetched now); '' stops using one")
     json_flag(st)
     st.set_defaults(fn=cmd_remote_set)
     ls = command(rsub, "list", help="the remotes configured for this user", example="envgit remote list --json")
@@ -120,7 +124,10 @@ def cmd_remote_add(args):
                           f"give its key with --key-file (from the machine that added it: {kpath} there)") from None
     if made or args.key_file:
         layout.write_private(kpath, key.hex().encode() + b"\n")
+    said_policy = _org_policy(r, args.policy) if args.policy else None
     r.save()
+    if said_policy and not args.json:
+        print(said_policy, file=sys.stderr)
     if args.json:
         out({"name": r.name, **r.to_json(), "key": kpath, "key_made": made})
         return 0
@@ -142,6 +149,12 @@ def cmd_remote_set(args):
         r.endpoint = args.endpoint or None
     if args.region is not None:
         r.region = args.region or None
+    if args.policy is not None:
+        from ..policy import orgbucket
+        said_policy = _org_policy(r, args.policy) if args.policy else \
+            ("no organisation policy from this remote" if orgbucket.forget(r.name) else None)
+        if said_policy and not args.json:
+            print(said_policy, file=sys.stderr)
     r.save()
     if args.json:
         out({"name": r.name, **r.to_json()})
@@ -171,11 +184,37 @@ def cmd_remote_remove(args):
     from ..remote import layout
     layout.load(args.name)
     layout.remove(args.name)
+    from ..policy import orgbucket
+    if orgbucket.forget(args.name) and not args.json:
+        print("its organisation policy no longer applies here", file=sys.stderr)
     if args.json:
         out({"name": args.name, "key": layout.key_path(args.name)})
     else:
         print(f"forgot remote {args.name}; its key stays in {layout.key_path(args.name)} (the bucket is untouched)")
     return 0
+
+
+def _org_policy(r, obj):
+    """Fetch the remote's organisation policy object (policy/orgbucket.py); its error is one line."""
+    from ..policy import PolicyError, orgbucket
+    try:
+        return orgbucket.fetch(r, obj)
+    except PolicyError as e:
+        raise Usage(str(e), EXIT_FAILED) from None
+
+
+def _refresh_org_policy(r):
+    """After a push: the organisation policy fetched again; a bad or missing object leaves the
+    last good copy in use, said on stderr."""
+    from ..policy import PolicyError, orgbucket
+    try:
+        said = orgbucket.refresh(r)
+    except PolicyError as e:
+        print(f"envgit: the organisation policy was not updated: {e} (the last copy fetched "
+              "stays in use)", file=sys.stderr)
+        return
+    if said and "unchanged" not in said:
+        print(said, file=sys.stderr)
 
 
 # --- push --------------------------------------------------------------------------------------
@@ -188,6 +227,7 @@ def cmd_push(args):
     project = find_project()
     r = layout.load(args.name)
     got = push(project, r, progress=None if args.json else progress)
+    _refresh_org_policy(r)
     if args.json:
         out(dict(got))
         return 0
@@ -208,6 +248,7 @@ def auto_push(root: str) -> int:
     for r in layout.auto_remotes():
         try:
             push(Project(root), r)
+            _refresh_org_policy(r)
         except RemoteError as e:
             print(f"envgit: auto-push to {r.name}: {e}", file=sys.stderr)
             code = 1

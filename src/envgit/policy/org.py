@@ -37,7 +37,7 @@ def locate(project_root: str | None = None, environ=None) -> str | None:
     if not os.path.lexists(path):
         named = environ.get(ORG_POLICY_ENV, "")
         if not named:
-            return None
+            return _from_bucket(project_root)
         path = named
         if not os.path.isabs(path):
             raise PolicyError(path, 0, 0, f"${ORG_POLICY_ENV} names {path!r}: the organisation "
@@ -49,9 +49,37 @@ def locate(project_root: str | None = None, environ=None) -> str | None:
     return path
 
 
-def check_trust(path: str, project_root: str | None = None) -> None:
+def _from_bucket(project_root):
+    """The copy of a remote's organisation policy (orgbucket.py), when one is in use."""
+    from . import orgbucket
+    src = orgbucket.source()
+    if src is None:
+        return None
+    path = orgbucket.copy_path()
+    if not os.path.lexists(path):
+        raise PolicyError(orgbucket.label(src), 0, 0, f"the organisation policy of remote "
+                          f"{src['remote']} is not fetched; run `envgit remote set {src['remote']} "
+                          f"--policy {src['object']}`")
+    # the person's own copy: theirs or root's, and writable by no one else
+    check_trust(path, project_root, owners=(0, os.getuid()))
+    return path
+
+
+def shown(path: str) -> str:
+    """How the organisation policy at `path` is named to people: the bucket object's URL for a
+    remote's copy, else the path."""
+    from . import orgbucket
+    if path == orgbucket.copy_path():
+        src = orgbucket.source()
+        if src is not None:
+            return orgbucket.label(src)
+    return path
+
+
+def check_trust(path: str, project_root: str | None = None, owners=(0,)) -> None:
     """The file, and every directory on the way to it (symlinks followed), owned by root and
-    writable by no one else: only root can have written the organisation's rules."""
+    writable by no one else: only root can have written the organisation's rules. (A remote's
+    copy may also be the person's own: `owners`.)"""
     real = os.path.realpath(path)
     if project_root:
         root = os.path.realpath(project_root)
@@ -65,24 +93,25 @@ def check_trust(path: str, project_root: str | None = None) -> None:
                           "every step is refused until it can") from None
     if not stat.S_ISREG(st.st_mode):
         raise PolicyError(path, 0, 0, "the organisation policy is not a regular file")
-    _owned_by_root(path, real, st, "file")
+    _owned_by_root(path, real, st, "file", owners)
     d = os.path.dirname(real)
     while True:
-        _owned_by_root(path, d, os.stat(d), "directory")
+        _owned_by_root(path, d, os.stat(d), "directory", owners)
         if d == "/":
             break
         d = os.path.dirname(d)
 
 
-def _owned_by_root(path, what, st, kind):
+def _owned_by_root(path, what, st, kind, owners=(0,)):
     others = st.st_mode & 0o002 and not (kind == "directory" and st.st_mode & stat.S_ISVTX)
     group = st.st_mode & 0o020 and st.st_gid != 0
-    if st.st_uid != 0 or others or group:
-        who = f"owned by uid {st.st_uid}" if st.st_uid != 0 else \
+    if st.st_uid not in owners or others or group:
+        who = f"owned by uid {st.st_uid}" if st.st_uid not in owners else \
             f"writable by {'everyone' if others else f'group {st.st_gid}'}"
         raise PolicyError(path, 0, 0, f"the organisation policy is refused: {kind} {what} is "
-                          f"{who}; it must be owned by root and writable only by root "
-                          "(chown root:root, chmod go-w), so that no one else can change it")
+                          f"{who}; it must be owned by {'root' if owners == (0,) else 'root or you'} "
+                          "and writable only by its owner (chown, chmod go-w), so that no one else "
+                          "can change it")
 
 
 def check_unwritable(data: dict, where: dict, org_path: str, home: str) -> None:
@@ -492,7 +521,8 @@ def stat_key(environ=None):
     environ = os.environ if environ is None else environ
     path = ORG_POLICY_PATH if os.path.lexists(ORG_POLICY_PATH) else environ.get(ORG_POLICY_ENV, "")
     if not path:
-        return None
+        from . import orgbucket
+        path = orgbucket.copy_path()
     try:
         st = os.stat(path)
     except OSError:
