@@ -136,15 +136,11 @@ class CredentialSwap:
         return texts
 
     @staticmethod
-    def _body_texts(flow: http.HTTPFlow) -> list[str]:
-        """A buffered body as a server may read it: as sent, decoded as its Content-Encoding
-        says (stacked too; bounded), percent-decoded (a form), JSON `\\u` escapes undone,
-        its long base64 runs decoded (a multipart part, a JSON field); and the request's
-        trailers, which a server reads as headers."""
-        r = flow.request
-        raw = r.raw_content or b""
+    def _readings(raw: bytes, encoding: str = "") -> list[str]:
+        """A body (or a WebSocket message) as a server may read it: as sent, decoded as its
+        Content-Encoding says (stacked too; bounded), percent-decoded (a form), JSON `\\u`
+        escapes undone, its long base64 runs decoded (a multipart part, a JSON field)."""
         texts = [raw.decode("latin-1")] if raw else []
-        encoding = r.headers.get("content-encoding", "")
         if raw and encoding.strip():
             decoded = echo.decoded(raw, encoding, BODY_CAP)
             if decoded is not None:
@@ -155,6 +151,16 @@ class CredentialSwap:
             if "\\u" in t:
                 texts.append(echo.unescape_u(t))
             texts += _decodings(t)
+        return texts
+
+    @staticmethod
+    def _body_texts(flow: http.HTTPFlow) -> list[str]:
+        """A buffered body as a server may read it: as sent, decoded as its Content-Encoding
+        says (stacked too; bounded), percent-decoded (a form), JSON `\\u` escapes undone,
+        its long base64 runs decoded (a multipart part, a JSON field); and the request's
+        trailers, which a server reads as headers."""
+        r = flow.request
+        texts = CredentialSwap._readings(r.raw_content or b"", r.headers.get("content-encoding", ""))
         for k, v in (r.trailers.fields if r.trailers else ()):
             value = v.decode("latin-1")
             texts += (k.decode("latin-1"), value)
@@ -557,6 +563,51 @@ class CredentialSwap:
         text = self._withheld(flow, name)
         flow.response = http.Response.make(502, text, {"Content-Type": "text/plain; charset=utf-8",
                                                        "X-Envgit-Rule": RULE})
+
+    def websocket_message(self, flow: http.HTTPFlow):
+        """A WebSocket (where network.l7 says `websocket: allow`): each whole message, before
+        it is relayed. From the step: a placeholder or real value of a credential that does
+        not cover the connection's host (and upgrade request) is dropped, never sent, and
+        recorded as misuse (a message never gets a real value swapped in). From the server:
+        real values go back as placeholders; a message holding one that cannot be is dropped
+        and recorded."""
+        policy = self.gate.policy()
+        if flow.websocket is None or not getattr(policy, "credentials", None):
+            return
+        msg = flow.websocket.messages[-1]
+        if msg.from_client:
+            texts = self._readings(msg.content)
+            for what, names in (("real value", self._found_real(policy, texts)),
+                                ("placeholder", self._found(policy, texts))):
+                bad = self._misuse(policy, flow, names) if names else None
+                if bad is not None:
+                    msg.drop()
+                    self._message_record(flow, self._decision(flow, bad, what), bad)
+                    return
+            return
+        echoes = self._echoes(policy)
+        if not echoes:
+            return
+        clean, names, left = echoes.scrub(msg.content)
+        if left is not None:
+            msg.drop()
+            conn = self.gate.addon.conns.get(flow.client_conn.id)
+            host, port = self._target(flow, conn)
+            self._message_record(flow, network.Decision(
+                "deny", RULE, f"a WebSocket message from {network.norm_host(host)}:{port} carried "
+                f"the real value of credential '{left}'; it was dropped, never passed on",
+                kind=ECHO), left)
+        elif names:
+            msg.content = clean
+
+    def _message_record(self, flow, d: network.Decision, name: str) -> None:
+        conn = self.gate.addon.conns.get(flow.client_conn.id)
+        host, port = self._target(flow, conn)
+        rec = EnvgitAddon._record(flow, d, host=network.norm_host(host), port=port,
+                                  status=101, duration_ms=0)
+        rec.update(decision="deny", rule=RULE, kind=d.kind or "credential", credential=name,
+                   reason=d.reason + " (a WebSocket message)", irreversible=False)
+        self.gate.emit(flow.metadata.get("envgit.step"), self._scrub(rec))
 
     # --- swapping --------------------------------------------------------------------------
 
