@@ -90,6 +90,11 @@ def step(argv: list[str], env: dict) -> int:
         return fail(reply["error"])
     if "refused" in reply:
         return fail(reply["refused"], CANNOT_RUN)
+    if "vm" in reply:                   # backend: vm: the command runs in the project's microVM
+        code, sig = execute_vm(conn, reply)
+        if sig:
+            die_of(sig)
+        return code
     code, sig = execute(conn, reply["step"], reply["bwrap"], reply["env"], reply.get("bind"), project.root)
     if sig:
         die_of(sig)
@@ -137,6 +142,28 @@ def execute(conn, step, args, env, bind=False, project_root=None, hold_notices=F
         term.say(text)
     try:
         reply = conn.request({"op": "end", "step": step, "exit_code": code, "dns": dns.summary(),
+                              "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
+        for line in reply.get("notices") or ():
+            print(f"envgit: step {step}: {line}", file=sys.stderr)
+    except (DaemonError, OSError) as e:
+        print(f"envgit: step {step} could not be closed ({e}); it is recorded as interrupted",
+              file=sys.stderr)
+    return code, sig
+
+
+def execute_vm(conn, reply) -> tuple[int, int]:
+    """The step in the project's VM (vm/client.py streams it), then its end, as `execute`."""
+    from .vm.client import run_step
+    step = reply["step"]
+    for line in reply.get("notices") or ():
+        print(f"envgit: {line}", file=sys.stderr)
+    try:
+        code, sig, ms = run_step(reply["vm"])
+    except OSError as e:
+        print(f"envgit: the VM's step could not start: {e}", file=sys.stderr)
+        code, sig, ms = FAILED, 0, 0
+    try:
+        reply = conn.request({"op": "end", "step": step, "exit_code": code,
                               "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
         for line in reply.get("notices") or ():
             print(f"envgit: step {step}: {line}", file=sys.stderr)

@@ -141,6 +141,7 @@ class Session:
         self.inner: dict[str, InnerSocket] = {}     # session -> its inner control socket
         self._ask_ids = iter(range(1, 1 << 62))
         self.grants = Grants(self.journal)       # remembered answers (grants.py), from the journal
+        self.vm = None                  # backend: vm: the project's machine (vm/host.py)
         self.autopush = AutoPush(project.root)   # remotes set --auto: pushed after each step
 
     # The policy is re-read whenever the file changes, so an edit applies to the next step:
@@ -272,10 +273,40 @@ class Session:
             return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 125}
         finally:
             self.starting -= 1
+        if pol.backend == "vm":
+            return await self.vm_begin(step, pol, spec, argv, cwd, own_tmp, conn)
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
                            "requests": [], "tmp": own_tmp, "routes": routes.before_step(self.scan)}
         return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
+
+    async def vm_begin(self, step, pol, spec, argv, cwd, own_tmp, conn):
+        """backend: vm: the step runs in the project's microVM (vm/host.py); the client gets
+        the step's stream socket instead of a bwrap command line."""
+        from ..vm.host import VMHost
+        if self.vm is None:
+            self.vm = VMHost(self.project, log_line)
+        masked = spec.masked + spec.denied_literal
+        loop = asyncio.get_running_loop()
+
+        def progress(text):             # on the VM's thread: the loop sends it
+            if conn is not None:
+                loop.call_soon_threadsafe(self.push, {"conn": conn}, {
+                    "push": "progress", "what": "vm", "text": f"VM: {text}"})
+        try:
+            notices = await asyncio.to_thread(self.vm.ensure, pol, progress)
+            vm = await asyncio.to_thread(self.vm.prepare, step, argv, cwd, spec.env, pol, masked)
+        except Exception as e:          # never leave a begun step without an end
+            if self.gate is not None:
+                self.gate.close_step(step)
+            drop_tmp({"tmp": own_tmp})
+            self.journal.append(step, "interrupted", {"reason": f"the VM could not start: {e}"})
+            return {"error": f"envgit: the VM could not start: {e} (`envgit doctor` checks QEMU "
+                             "and the guest image)", "exit": 125}
+        self.live[step] = {"masked": masked, "argv": argv, "home": spec.env.get("HOME", ""),
+                           "policy": pol, "conn": conn, "requests": [], "tmp": own_tmp,
+                           "routes": routes.before_step(self.scan), "vm": True}
+        return {"step": step, "vm": vm, "notices": [inert(n) for n in notices]}
 
     async def net_for(self, pol, step):
         """The way out for `step`'s sandbox: None without network.allow (no network at all),
@@ -332,7 +363,15 @@ class Session:
             return {"error": f"step {step} is not running", "exit": 2}
         if self.gate is not None:
             self.gate.close_step(step)
+        vm_after = memory = None
+        if info.get("vm") and self.vm is not None:     # the guest's changes onto the host first
+            try:
+                vm_after = await asyncio.to_thread(self.vm.after, step, info["policy"], info["masked"])
+            except Exception as e:
+                vm_after = {"error": f"the guest's changes were not all taken: {e}"}
         summary = await self._snapshot(info["policy"])
+        if info.get("vm") and self.vm is not None:     # memory beside the files (vm/memstore.py)
+            memory = await asyncio.to_thread(self.vm.snapshot, step)
         faults.point("step-snapshotted")        # objects sealed, the end entry not yet written
         del self.live[step]
         drop_tmp(info)
@@ -358,6 +397,13 @@ class Session:
         if "error" in summary:          # said on the step's terminal, not only in the journal
             notices.append(f"{summary['error']}; the step is recorded without a snapshot, and the "
                            "next step's snapshot is taken afresh")
+        if vm_after and vm_after.get("refused"):
+            notices.append("the VM's step changed paths the policy does not let a step write; they "
+                           "were not copied to the project: " + ", ".join(vm_after["refused"][:20]))
+        if vm_after and vm_after.get("error"):
+            notices.append(vm_after["error"])
+        if memory and memory.get("error"):
+            notices.append(memory["error"])
         policy_files = policy_files_written(summary)
         if policy_files:
             marks.append("policy-file-written")
@@ -377,7 +423,8 @@ class Session:
             "snapshot": summary, **({"escape_routes": escapes} if escapes else {}),
             **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
             **({"dns_names": dns["names"], "dns_queries": dns["queries"]} if dns else {}),
-            **({"policy_files": policy_files} if policy_files else {})}
+            **({"policy_files": policy_files} if policy_files else {}),
+            **({"memory": memory} if memory else {})}
         try:
             recorded = self.record(step, "end", end)
         except JournalError as e:       # e.g. an `extra` that is not plain JSON: end without it

@@ -22,9 +22,12 @@ import struct
 import sys
 import termios
 
-import wire
+try:
+    from . import wire                  # on the host (tests, sync.py)
+except ImportError:
+    import wire                         # in the guest: /envgit/wire.py beside it
 
-CHUNK = 1 << 20
+CHUNK = wire.CHUNK
 
 
 class Step:

@@ -14,6 +14,7 @@ import struct
 
 HEAD = struct.Struct("!BII")
 MAX_PAYLOAD = 16 << 20
+CHUNK = 1 << 20          # file contents are sent in frames of at most this much
 
 # host -> guest (agent port) and client -> daemon (step socket)
 RUN = 1          # JSON {argv, cwd, env, tty, rows, cols}

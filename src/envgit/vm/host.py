@@ -1,0 +1,257 @@
+"""The session daemon's side of the VM tier (backend: vm): one machine per project daemon.
+
+  begin a step: the machine running (booted, or resumed from the newest memory snapshot), the
+                host's changes pushed into the guest's copy (sync.py), a one-time token for the
+                step's stream socket, which `envgit run` connects to (vm/client.py) with the
+                caller's streams; the command runs in the guest through the agent
+  end a step:   the guest's changes written back (before the file snapshot, which then sees
+                them as the default tier's would), then a memory snapshot (memstore) recorded
+                on the step's end entry: {"memory": {"pause_ms", "bytes", ...}}
+  rewind N:     files by the default tier's rewind, memory by restoring step N's snapshot
+  gc / fsck:    memstore.collect / memstore.check
+
+Every machine operation holds `self.lock`: one step runs in the guest at a time (a second
+`envgit run` waits for the first).
+"""
+
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+from . import memstore, sync, wire
+from .machine import VMError
+from .qemu import QemuMachine
+
+GUEST_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+class VMHost:
+    def __init__(self, project, log=None):
+        self.project = project
+        self.log = log or (lambda text: None)
+        self.machine = None
+        self.manifest: dict = {}
+        self.lock = threading.RLock()
+        self.pending: dict[str, dict] = {}      # token -> the step's request
+        self.results: dict[int, tuple] = {}     # step -> (code, signal) from the guest
+        self.server = None
+        self.sock_dir = None
+        self.told_accel = False
+        self.resumed_from = None
+
+    # --- the machine --------------------------------------------------------------------
+
+    def ensure(self, pol, progress=None) -> list[str]:
+        """The machine running; returns what to say on the step's terminal (once: TCG, its
+        cost, the boot or resume time)."""
+        with self.lock:
+            notices = []
+            if self.machine is not None and self.machine.alive():
+                return notices
+            if self.machine is not None:
+                self.machine.stop()
+            m = QemuMachine(self.project.root, self.project.state_path("vm"),
+                            memory_mb=max(64, pol.vm_memory >> 20), cpus=pol.vm_cpus, progress=progress)
+            self.machine = m
+            latest = memstore.latest_complete(self.project)
+            t0 = time.monotonic()
+            if latest is not None:
+                try:
+                    m.image = None
+                    m._prepare()
+                    self._restore_locked(latest)
+                    self.resumed_from = latest
+                    notices.append(f"the VM resumed from the memory snapshot of step {latest} "
+                                   f"({time.monotonic() - t0:.1f} s)")
+                except (VMError, OSError, ValueError) as e:
+                    self.log(f"envgit daemon: resuming the VM from step {latest} failed ({e}); booting afresh")
+                    latest = None
+            if latest is None:
+                m.boot()
+                self.manifest = {}
+                notices.append(f"the VM booted in {m.boot_ms / 1000:.1f} s")
+            self._serve()
+            if m.accel == "tcg" and not self.told_accel:
+                self.told_accel = True
+                notices.append("the VM runs under TCG, QEMU's CPU emulator, because KVM does not work "
+                               f"here ({m.accel_why or 'no /dev/kvm'}): commands in the guest run "
+                               "about 40 times slower than on the host; `envgit doctor` says why")
+            return notices
+
+    def stop(self):
+        with self.lock:
+            if self.machine is not None:
+                self.machine.stop()
+                self.machine = None
+        if self.server is not None:
+            try:
+                self.server.close()
+            except OSError:
+                pass
+            self.server = None
+        if self.sock_dir:
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
+            self.sock_dir = None
+
+    # --- a step ---------------------------------------------------------------------------
+
+    def prepare(self, step, argv, cwd, env, pol, masked) -> dict:
+        """Before the command: push the host's changes in; the stream socket and token for
+        `envgit run`."""
+        with self.lock:
+            view = sync.View(pol, self.project.root, masked)
+            self.manifest, sent = sync.push(self.machine.link, self.project.root, view, self.manifest)
+            token = secrets.token_hex(16)
+            self.pending[token] = {"step": step, "argv": argv, "cwd": cwd, "env": guest_env(env, step)}
+            return {"sock": os.path.join(self.sock_dir, "step.sock"), "token": token, "pushed": sent}
+
+    def after(self, step, pol, masked) -> dict:
+        """After the command: the guest's changes written onto the host."""
+        with self.lock:
+            for t, req in list(self.pending.items()):
+                if req["step"] == step:            # a client that never connected
+                    del self.pending[t]
+            if self.machine is None or not self.machine.alive():
+                return {"error": "the VM is not running"}
+            view = sync.View(pol, self.project.root, masked)
+            self.manifest, refused, written = sync.collect(self.machine.link, self.project.root, view,
+                                                           self.manifest)
+            return {"refused": refused, "written": written}
+
+    def snapshot(self, step) -> dict:
+        """The guest's memory after `step`, beside its file snapshot."""
+        with self.lock:
+            if self.machine is None or not self.machine.alive():
+                return {"error": "the VM is not running"}
+            d = memstore.begin(self.project, step)
+            try:
+                meta = self.machine.snapshot(d)
+            except (VMError, OSError) as e:
+                shutil.rmtree(d, ignore_errors=True)
+                return {"error": f"memory snapshot failed: {e}"}
+            memstore.commit(d, {**meta, "step": step, "host_manifest": _manifest_json(self.manifest)})
+            return {k: meta[k] for k in ("pause_ms", "bytes", "ram_bytes", "device_bytes", "accel")}
+
+    def restore(self, step) -> dict:
+        with self.lock:
+            return self._restore_locked(step)
+
+    def _restore_locked(self, step) -> dict:
+        d = memstore.path(self.project, step)
+        if not memstore.complete(d):
+            raise VMError(f"step {step} has no memory snapshot")
+        meta = memstore.read_meta(d)
+        out = self.machine.restore(d)
+        self.manifest = {k: tuple(v) for k, v in (meta.get("host_manifest") or {}).items()}
+        return {**out, "from_step": step}
+
+    def has_memory(self, step) -> bool:
+        return memstore.complete(memstore.path(self.project, step))
+
+    # --- the step stream socket ------------------------------------------------------------
+
+    def _serve(self):
+        if self.server is not None:
+            return
+        self.sock_dir = tempfile.mkdtemp(prefix="envgit-vmstep-")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(os.path.join(self.sock_dir, "step.sock"))
+        s.listen(8)
+        self.server = s
+        threading.Thread(target=self._accept, args=(s,), name="vm-step-accept", daemon=True).start()
+
+    def _accept(self, s):
+        while True:
+            try:
+                c, _ = s.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._client, args=(c,), name="vm-step", daemon=True).start()
+
+    def _client(self, c):
+        try:
+            c.settimeout(30)
+            r = wire.Reader()
+            hello = None
+            while hello is None:
+                data = c.recv(65536)
+                if not data:
+                    return
+                r.feed(data)
+                for kind, _, payload in r.frames():
+                    hello = payload if kind == wire.HELLO else b""
+                    break
+            fields = hello.decode(errors="replace").split()
+            req = self.pending.pop(fields[0], None) if fields else None
+            if req is None:
+                c.sendall(wire.pack(wire.ERROR, b"unknown step token"))
+                return
+            tty = len(fields) > 1 and fields[1] == "1"
+            rows, cols = (int(fields[2]), int(fields[3])) if len(fields) > 3 else (24, 80)
+            c.settimeout(None)
+            io = _ClientIO(c, r)
+            with self.lock:
+                link = self.machine.link
+            code, sig = link.run({"argv": req["argv"], "cwd": req["cwd"], "env": req["env"],
+                                  "tty": tty, "rows": rows, "cols": cols}, io)
+            self.results[req["step"]] = (code, sig)
+            c.sendall(wire.pack(wire.EXIT, wire.exit_payload(code, sig)))
+        except (OSError, ValueError, VMError) as e:
+            self.log(f"envgit daemon: a VM step's stream ended: {e}")
+        finally:
+            c.close()
+
+
+class _ClientIO:
+    """A step's streams: the client's socket on one side, the agent's channel on the other."""
+
+    def __init__(self, sock, reader):
+        self.sock = sock
+        self.reader = reader
+        self.wlock = threading.Lock()
+
+    def out(self, kind, data):
+        with self.wlock:
+            try:
+                self.sock.sendall(wire.pack(kind, data))
+            except OSError:
+                pass                    # the client went away: the command goes on
+
+    def pump(self, send, stop):
+        import select
+        pending = list(self.reader.frames())
+        while not stop.is_set():
+            for kind, _, payload in pending:
+                if kind in (wire.STDIN, wire.STDIN_EOF, wire.SIGNAL, wire.WINSIZE):
+                    send(kind, payload)
+            pending = []
+            try:
+                ready, _, _ = select.select([self.sock], [], [], 0.2)
+                if not ready:
+                    continue
+                data = self.sock.recv(65536)
+            except (OSError, ValueError):
+                return
+            if not data:
+                send(wire.STDIN_EOF)
+                return
+            self.reader.feed(data)
+            pending = list(self.reader.frames())
+
+
+def guest_env(env, step) -> dict:
+    """The step's environment (already scrubbed by the policy) as the guest needs it: the
+    guest's own PATH, home and /tmp."""
+    out = {k: v for k, v in env.items() if isinstance(v, str)}
+    out.update({"PATH": GUEST_PATH, "HOME": "/root", "TMPDIR": "/tmp", "SHELL": "/bin/sh",
+                "ENVGIT_STEP": str(step), "ENVGIT_VM": "1"})
+    out.setdefault("TERM", "xterm-256color")
+    return out
+
+
+def _manifest_json(manifest):
+    return {k: list(v) for k, v in manifest.items()}
