@@ -54,7 +54,8 @@ def cmd_rewind(args):
         if args.json:
             out(preview)
         return 0
-    if not (preview["counts"]["write"] or preview["counts"]["delete"]):
+    memory = (preview.get("memory") or {}).get("available")     # backend: vm
+    if not (preview["counts"]["write"] or preview["counts"]["delete"] or memory):
         if args.json:
             out(preview)
         else:
@@ -78,6 +79,11 @@ def cmd_rewind(args):
     print(f"rewound to {what}: {c['write']} written, {c['delete']} deleted "
           f"(recorded as step {done['rewind_step']}); undo: `envgit rewind --undo` "
           f"or `envgit rewind {done['undo_step']}`")
+    mem = done.get("memory")
+    if mem:
+        print(f"the VM's memory and processes are back as at the end of step {mem['from_step']} "
+              f"({mem['restore_ms']:.0f} ms to running)" if mem.get("restored")
+              else f"the VM's memory was not restored: {inert(str(mem.get('reason')))}")
     return 0
 
 
@@ -109,6 +115,10 @@ def _print_preview(p, what):
         print("envgit.yaml differs from the one at the target: "
               + ("it is restored (--policy)" if p["policy"]["restored"]
                  else "left as it is (yours); --policy restores it"))
+    mem = p.get("memory")
+    if mem:
+        print(f"the VM's memory and processes come back as at the end of step {mem['step']}"
+              if mem["available"] else f"step {mem['step']} has no memory snapshot: files only")
     for w in p["warnings"]:
         print(f"warning: {inert(w)}")
 

@@ -159,8 +159,21 @@ def plan(sess, target: dict, paths: list[str] | None, restore_policy: bool) -> t
         "outside": None if now["tree"] == sess.last_tree else {
             k: now[k] for k in ("added", "modified", "deleted", "paths", "paths_truncated")},
         "warnings": irreversible_after(sess.journal, target["to_step"]),
+        "memory": memory_plan(sess, target["to_step"], paths),
     }
     return p, preview, now
+
+
+def memory_plan(sess, to_step, paths):
+    """backend: vm: whether the target step's memory snapshot brings its processes back."""
+    try:
+        pol = sess.policy()
+    except PolicyError:
+        return None
+    if getattr(pol, "backend", "sandbox") != "vm" or paths or to_step is None:
+        return None
+    from ..vm import memstore
+    return {"step": to_step, "available": memstore.complete(memstore.path(sess.project, to_step))}
 
 
 def preview(sess, step, undo, paths, restore_policy) -> dict:
@@ -200,9 +213,23 @@ def apply(sess, step: int | None, undo: bool, paths: list[str] | None, restore_p
             raise                       # the store is damaged: said as such (exit 4)
         raise RewindError(f"{e}; `envgit rewind {undo_step}` returns to where the rewind started") from None
     faults.point("rewind-restored")
+    memory = vm_memory(sess, pol, target["to_step"], undo_step, rewind_step, paths)
     summary = snapshot_after(sess, pol, p.current_tree_id)
-    sess.journal.append(rewind_step, "end", {"exit_code": 0, "marks": ["rewind"], "snapshot": summary})
-    return {**shown, "rewind_step": rewind_step, "undo_step": undo_step, "snapshot": summary}
+    sess.journal.append(rewind_step, "end", {"exit_code": 0, "marks": ["rewind"], "snapshot": summary,
+                                             **({"memory": memory} if memory else {})})
+    return {**shown, "rewind_step": rewind_step, "undo_step": undo_step, "snapshot": summary,
+            **({"memory": memory} if memory else {})}
+
+
+def vm_memory(sess, pol, to_step, undo_step, rewind_step, paths):
+    """backend: vm: the machine's memory back to `to_step`'s too (vm/host.py); a rewind of
+    some paths only brings back files."""
+    if getattr(pol, "backend", "sandbox") != "vm" or paths:
+        return None
+    from ..vm.host import VMHost
+    if sess.vm is None:
+        sess.vm = VMHost(sess.project)
+    return sess.vm.rewind(pol, to_step, undo_step, rewind_step)
 
 
 def undo_point(sess, now) -> int:

@@ -52,11 +52,7 @@ class VMHost:
             notices = []
             if self.machine is not None and self.machine.alive():
                 return notices
-            if self.machine is not None:
-                self.machine.stop()
-            m = QemuMachine(self.project.root, self.project.state_path("vm"),
-                            memory_mb=max(64, pol.vm_memory >> 20), cpus=pol.vm_cpus, progress=progress)
-            self.machine = m
+            m = self._new_machine(pol, progress)
             latest = memstore.latest_complete(self.project)
             t0 = time.monotonic()
             if latest is not None:
@@ -81,6 +77,39 @@ class VMHost:
                                f"here ({m.accel_why or 'no /dev/kvm'}): commands in the guest run "
                                "about 40 times slower than on the host; `envgit doctor` says why")
             return notices
+
+    def _new_machine(self, pol, progress=None):
+        if self.machine is not None:
+            self.machine.stop()
+        self.machine = QemuMachine(self.project.root, self.project.state_path("vm"),
+                                   memory_mb=max(64, pol.vm_memory >> 20), cpus=pol.vm_cpus,
+                                   progress=progress)
+        return self.machine
+
+    def rewind(self, pol, to_step, undo_step, rewind_step) -> dict:
+        """Memory for `envgit rewind`: the machine as the end of `to_step` left it (its
+        processes, same pids, their memory). The state the rewind found is kept first as the
+        undo point's memory when that step has none (an `outside` step recorded by the rewind),
+        and the rewind step gets the restored snapshot as its own (hard links: the same files),
+        so `rewind --undo` and a later `rewind <the rewind's step>` bring memory back too."""
+        with self.lock:
+            out = {}
+            if undo_step is not None and not self.has_memory(undo_step) and \
+                    self.machine is not None and self.machine.alive():
+                kept = self.snapshot(undo_step)
+                out["undo_kept"] = "error" not in kept
+            if to_step is None or not self.has_memory(to_step):
+                return {**out, "restored": False,
+                        "reason": f"step {to_step} has no memory snapshot: files only"}
+            if self.machine is None:
+                self._new_machine(pol)
+            try:
+                got = self._restore_locked(to_step)
+            except (VMError, OSError) as e:
+                return {**out, "restored": False, "reason": str(e)}
+            self._serve()
+            memstore.link_copy(self.project, to_step, rewind_step)
+            return {**out, "restored": True, **got}
 
     def stop(self):
         with self.lock:
