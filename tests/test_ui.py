@@ -248,3 +248,6 @@ def test_terminal_output_of_ui_is_one_url_line(proj):
     proj.envgit("run", "--", "sh", "-c", "echo x > \"$(printf 'a\\033[2Jb')\"")
     with UI(proj) as ui:
         assert ui.url.startswith("http://127.0.0.1:") and "\x1b" not in json.dumps(ui.info)
+        from test_cli_conventions import documented_keys
+        assert set(ui.info) == documented_keys()["ui"]             # docs/JSON.md says every key
+        assert ui.info["host"] == "127.0.0.1" and ui.info["port"] == ui.port
