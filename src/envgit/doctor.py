@@ -124,6 +124,34 @@ def run_checks() -> list[Check]:
         ok = os.access(state, os.W_OK)
         out.append(Check("state dir", ok, state, f"make {state} writable by {os.getuid()}"))
     out += credential_checks()
+    out += vm_checks()
+    return out
+
+
+def vm_checks() -> list[Check]:
+    """The VM tier (backend: vm): QEMU, the guest image, and KVM or TCG (TCG said with its cost)."""
+    from .vm import image, qemu
+    out = []
+    q = qemu.qemu_binary()
+    out.append(Check("vm qemu", bool(q), q or "qemu-system-x86_64 not found (only backend: vm needs it)",
+                     _apt("qemu-system-x86"), required=False))
+    accel, why = qemu.accel_choice()
+    if accel == "kvm":
+        out.append(Check("vm accel", True, f"KVM ({why})", required=False))
+    elif accel == "tcg":
+        out.append(Check("vm accel", False, f"TCG, QEMU's CPU emulator: about 40x slower than the host "
+                         f"inside the guest, boot ~5-20 s ({why})",
+                         "a host with working KVM (/dev/kvm that is not nested kvm-pvm)", required=False))
+    else:
+        out.append(Check("vm accel", True, "/dev/kvm opens: the first VM boot tries KVM once", required=False))
+    try:
+        root = image.cache_root()
+        built = [e for e in os.listdir(root) if image.Image(os.path.join(root, e)).ok()]
+    except OSError:
+        built = []
+    out.append(Check("vm image", bool(built), f"{len(built)} built under {image.cache_root()}" if built
+                     else "not built yet: the first step with backend: vm builds it from Debian "
+                          "packages (apt-get download, ~30 s)", required=False))
     return out
 
 

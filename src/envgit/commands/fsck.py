@@ -47,12 +47,17 @@ def _verify(project, args, repaired=None):
                 bar.total = total
                 bar.update(done - bar.n)
             problems += store.fsck(trees, advance)
+    from ..vm import memstore           # the VM tier's memory snapshots (backend: vm)
+    mem_problems, notes = memstore.check(project, {s.id for s in j.steps()} if j else None)
+    problems += mem_problems
     if args.json:
         out({"ok": not problems, "problems": problems, "snapshots_checked": len(trees),
              "repaired": repaired})
     else:
         if repaired:
             print(repaired)
+        for n in notes:
+            print(inert(n))
         for p in problems:
             print(inert(p))
         print(f"fsck: ok ({len(trees)} snapshot(s), journal chain intact)" if not problems

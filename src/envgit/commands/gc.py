@@ -41,7 +41,11 @@ def cmd_gc(args):
     within = _duration_s(args.keep_within) if args.keep_within else None
     r = ask_daemon(project, {"op": "gc", "keep_last": args.keep_last, "keep_within_s": within})
     if args.json:
-        out({"dropped": r["dropped"], "kept": r["kept"], "freed": r["freed"]})
+        out({"dropped": r["dropped"], "kept": r["kept"], "freed": r["freed"],
+             "memory_dropped": r.get("memory_dropped", []), "memory_freed": r.get("memory_freed", 0)})
     else:
         print(f"gc: dropped the snapshots of {len(r['dropped'])} step(s), freed {r['freed']} bytes")
+        if r.get("memory_dropped"):
+            print(f"gc: removed {len(r['memory_dropped'])} VM memory snapshot(s), freed "
+                  f"{r['memory_freed']} bytes")
     return 0

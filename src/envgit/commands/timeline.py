@@ -246,4 +246,13 @@ def cmd_show(args):
             print(f"            {inert(snap['diff_error'])}")
     elif snap.get("error"):
         print(f"  snapshot  {inert(snap['error'])}")
+    mem = s.memory or {}
+    if mem.get("pause_ms") is not None:      # backend: vm
+        print(f"  memory    {mem.get('bytes', 0) / 1e6:.1f} MB ({mem.get('ram_bytes', 0) / 1e6:.1f} MB RAM "
+              f"touched + {mem.get('device_bytes', 0) / 1e3:.0f} KB device state), guest paused "
+              f"{mem['pause_ms']:.0f} ms ({inert(str(mem.get('accel', '?')).upper())})")
+    elif mem.get("restored"):
+        print(f"  memory    restored from step {mem.get('from_step')}, {mem.get('restore_ms', 0):.0f} ms to running")
+    elif mem.get("error") or mem.get("reason"):
+        print(f"  memory    {inert(str(mem.get('error') or mem.get('reason')))}")
     return 0

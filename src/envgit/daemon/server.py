@@ -805,7 +805,10 @@ class Session:
                         "damaged (a kept snapshot must read back whole before gc can tell what it "
                         "reaches; `envgit gc --keep-last N` can drop the damaged steps)", "exit": 4}
         self.journal.append(0, "gc-done", {"freed": freed})
-        return {"dropped": drop, "freed": freed, "kept": sorted(keep)}
+        from ..vm import memstore       # memory snapshots (backend: vm) follow their steps
+        mem_freed, mem_dropped = await asyncio.to_thread(memstore.collect, self.project, keep)
+        return {"dropped": drop, "freed": freed, "kept": sorted(keep),
+                "memory_freed": mem_freed, "memory_dropped": mem_dropped}
 
     # --- serving ------------------------------------------------------------------------
 

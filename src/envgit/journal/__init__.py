@@ -105,6 +105,7 @@ class Step:
     irreversible: list = field(default_factory=list)
     events: list = field(default_factory=list)   # mcp-call / file-op / note entries, in order
     extra: dict = field(default_factory=dict)    # what a recorded step's caller added at its end
+    memory: dict | None = None          # backend: vm: the memory snapshot after it (vm/memstore.py)
     last_seq: int = 0                            # the last entry folded in (what rewind verifies)
 
     def to_json(self) -> dict:
@@ -565,6 +566,7 @@ def _fold(out, seq, step, kind, at, text):
         s.dns_names, s.dns_queries = body.get("dns_names", []), body.get("dns_queries")
         s.snapshot = body.get("snapshot", s.snapshot)
         s.extra = body.get("extra", s.extra)
+        s.memory = body.get("memory", s.memory)
         s.marks = s.marks + [m for m in body.get("marks", []) if m not in s.marks]
         _ended(s, at)
         if body.get("duration_ms") is not None:   # the command's own time, measured by the client

@@ -175,15 +175,16 @@ def _du(d) -> int:
     return total
 
 
-def check(project, steps_known=None) -> list[str]:
-    """fsck: a problem line per damaged memory snapshot (an incomplete one is not damage: it
-    was being taken when the daemon died; it is reported as such and gc removes it)."""
-    problems = []
+def check(project, steps_known=None) -> tuple[list[str], list[str]]:
+    """fsck: (problems, notes). A problem is a damaged complete snapshot, or one of no step of
+    the journal; an incomplete one is a note, not damage: it was being taken when the daemon
+    died, is never restored, and gc removes it."""
+    problems, notes = [], []
     for s in steps(project):
         d = path(project, s)
         if not complete(d):
-            problems.append(f"memory snapshot of step {s} is incomplete (taken when the daemon "
-                            "stopped): not restorable; `envgit gc` removes it")
+            notes.append(f"memory snapshot of step {s} is incomplete (the daemon stopped while "
+                         "taking it): never restored; `envgit gc` removes it")
             continue
         try:
             meta = read_meta(d)
@@ -196,4 +197,4 @@ def check(project, steps_known=None) -> list[str]:
             problems.append(f"memory snapshot of step {s} is damaged: its files are shorter than recorded")
         if steps_known is not None and s not in steps_known:
             problems.append(f"memory snapshot of step {s} belongs to no step in the journal")
-    return problems
+    return problems, notes
