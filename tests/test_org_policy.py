@@ -193,8 +193,8 @@ def test_a_tightening_project_loads_with_the_strictest_values(org, tmp_path):
     assert pol.shell == [{"deny": ["rm -rf /"]}]
     assert pol.mcp["max_return_bytes"] == 4096
     rules = pol.irreversible
-    # denied hosts first, then request rules strictest first (the org's deny before the
-    # project's ask), then every preset rule at the stricter action: the project's deny
+    # denied hosts first, then the org's request rules, then the project's, then every preset
+    # rule at the stricter action: the project's deny
     assert [r.get("name") for r in rules[:3]] == ["network.deny evil.example",
                                                   "network.deny *.bad.example",
                                                   "network.deny gist.github.com"]
@@ -218,6 +218,38 @@ def test_org_decisions_apply_to_requests(org, tmp_path):
     push = b"%04x" % (4 + 83 + 18) + b"1" * 40 + b" " + b"2" * 40 + b" refs/heads/main\0\n0000"
     d = decide_request(pol, req("POST", "git.corp.example", "/r.git/git-receive-pack", push))
     assert d.action == "ask", d
+
+
+def test_the_orgs_own_rule_order_is_kept(org, tmp_path, monkeypatch):
+    """First match wins within the organisation's lists, as in any policy: its allow of one
+    path before its deny of the rest still allows that path; a project's later rule cannot
+    reach a request the org's rules match."""
+    from envgit.mcp.rules import decide_tool
+    from envgit.policy.network import Request, decide_request
+    monkeypatch.setenv(ORG_POLICY_ENV, org_file(
+        "version: 1\nirreversible:\n"
+        "  - net: {host: hooks.example.com, method: POST, path: /hook}\n    action: allow\n"
+        "  - net: {host: hooks.example.com, method: POST}\n    action: deny\n"
+        "mcp:\n  rules:\n    - {server: corp, action: allow}\n    - {action: deny}\n"))
+    pol = load_policy(project(tmp_path, """\
+        version: 1
+        network:
+          allow: [hooks.example.com]
+        irreversible:
+          - net: {host: hooks.example.com, method: POST, path: /other}
+            action: allow
+        mcp:
+          rules:
+            - {server: corp, tool: "delete_*", action: deny}
+        """))
+
+    def post(path):
+        return decide_request(pol, Request(method="POST", scheme="https", host="hooks.example.com",
+                                           port=443, path=path, headers={"host": "hooks.example.com"},
+                                           body=b"x")).action
+    assert (post("/hook"), post("/other"), post("/x")) == ("allow", "deny", "deny")
+    assert decide_tool(pol.mcp["rules"], "corp", "list").action == "allow"
+    assert decide_tool(pol.mcp["rules"], "other", "list").action == "deny"
 
 
 def test_an_empty_project_inherits_the_org(org, tmp_path):

@@ -73,10 +73,10 @@ def test_a_host_the_org_denies_is_never_reached(world):
     assert hosts_reached(stub) == ["stub.example.test"], (r.stdout, stub.requests)
 
 
-def test_request_rules_under_the_org_are_strictest_first(world):
+def test_the_orgs_request_rules_come_first(world):
     """The organisation denies POSTs to stub; the project's own allow-and-mark rule for one
-    path of it (and its `deny` of another host the org grants, a tightening) are merged so
-    that the org's deny is tried first."""
+    path of it comes after the org's rules, so the org's deny decides; the project's `deny` of
+    another host the org grants (a tightening) holds."""
     attacker, stub, org = world
     stub_hp, gql_hp = hostport(stub, "stub.example.test"), hostport(stub, "gql.example.test")
     install_org(attacker, org, f'version: 1\nnetwork:\n  allow: ["{stub_hp}", "{gql_hp}"]\n'

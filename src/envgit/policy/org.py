@@ -271,9 +271,10 @@ class _Combiner:
 
     def irreversible(self):
         """Preset rules: each at the stricter of the two actions (a project's looser one is an
-        error). Request rules (`net:`): both files', tried strictest first (deny, ask, allow),
-        so a project's rule never gets to a request before the organisation's stricter one;
-        a project's rule cannot come before (and loosen) a stricter preset rule it may match."""
+        error). Request rules (`net:`): the organisation's, in its order, then the project's
+        (first match wins): a request any organisation rule matches is decided as the
+        organisation says; a project's rule decides only the rest, and cannot come before
+        (and loosen) a stricter organisation preset rule it may match."""
         from .defaults import IRREVERSIBLE
         from .network import PRESET_RULES, _methods, split_entry
         if self.get("o", "irreversible") is None and self.get("p", "irreversible") is None:
@@ -326,7 +327,6 @@ class _Combiner:
                             f"match requests before preset rule {d['name']}, which "
                             f"{act_where or self.ow.get('irreversible')} makes {_verb(act)}; use "
                             f"'action: {act}' or narrow its host and method")
-        nets.sort(key=lambda t: -t[0])              # stable: org's before project's within a kind
         out = [e for _, _, _, e, _ in nets] + [{"rule": f"preset:default/{n}", "action": a}
                                               for n, a in combined.items()]
         self.put("irreversible", out, self.both("irreversible"))
@@ -385,8 +385,8 @@ class _Combiner:
                 self.refuse(f"mcp.servers.{name}", f"mcp server {name} is defined by "
                             f"{self.ow[f'mcp.servers.{name}']}; a project cannot redefine it")
         out["servers"] = {**om.get("servers", {}), **pm.get("servers", {})}
-        rules = [(r, self.ow) for r in om.get("rules", [])] + [(r, self.pw) for r in pm.get("rules", [])]
-        out["rules"] = [r for r, _ in sorted(rules, key=lambda t: -STRICTNESS[t[0]["action"]])]
+        # first match wins: the organisation's rules decide every call they match
+        out["rules"] = list(om.get("rules", [])) + list(pm.get("rules", []))
         for k, lower_is_looser in (("max_return_bytes", False), ("flag_bytes_in", False),
                                    ("flag_bytes_out", True)):
             if k in om and k in pm and (pm[k] < om[k] if lower_is_looser else pm[k] > om[k]):
