@@ -226,15 +226,23 @@ def test_a_push_grant_covers_the_next_push_of_that_ref_only(world):
     assert r.returncode == 0, r.stderr
     g = w.grants()[0]["scope"]
     assert g["effect"] == "git-push" and g["refs"] == [{"ref": "refs/heads/main", "action": "update"}]
+    other = w.git.projects / "other.git"                 # a second repository on the same host
+    shutil.copytree(w.git.bare, other)
+    before_other = subprocess.run(["git", "-C", str(other), "rev-parse", "main"], capture_output=True,
+                                  text=True).stdout.strip()
     with Person(w.env, deny_all) as p:
         r = w.env.run("echo b > b && git add b && git commit -qm b && git push -q origin main; echo main=$?; "
-                      "git push -q origin main:feature; echo feature=$?")
-    assert "main=0" in r.stdout and "feature=0" not in r.stdout, r.stdout + r.stderr
+                      "git push -q origin main:feature; echo feature=$?; "
+                      f"git push -q {w.git.url.replace('repo.git', 'other.git')} main; echo other=$?")
+    assert "main=0" in r.stdout and "feature=0" not in r.stdout and "other=0" not in r.stdout, r.stdout + r.stderr
+    assert subprocess.run(["git", "-C", str(other), "rev-parse", "main"], capture_output=True,
+                          text=True).stdout.strip() == before_other          # the other repository: untouched
     head = subprocess.run(["git", "-C", str(w.env.root), "rev-parse", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
     refs = w.git.refs()
     assert refs["refs/heads/main"] == head and "refs/heads/feature" not in refs       # the oracle
-    assert [[r["ref"] for r in q["refs"]] for q in p.seen] == [["refs/heads/feature"]]
+    assert [([r["ref"] for r in q["refs"]], q["repository"]) for q in p.seen] == [
+        (["refs/heads/feature"], "/repo.git"), (["refs/heads/main"], "/other.git")]
     assert any(a.get("granted_by") == "g1" for a in w.steps()[-1]["approvals"])
 
 
