@@ -158,7 +158,7 @@ def test_an_ask_is_approved_by_clicking_and_the_step_records_how_ui(world):
             ask = b.find_element("css selector", ".ask").text
             assert "POST" in ask and "stub.example.test" in ask and "/api/one" in ask and "curl" in ask
             button.click()
-            wait_for(lambda: "Allowed" in b.find_element("css selector", ".ask .result").text, what="the answer")
+            wait_for(lambda: "Allowed" in b.find_element("id", "flash").text, what="the answer")
         finally:
             t.join(150)
         assert result["r"].stdout.split() == ["200", "200"], result["r"].stdout + result["r"].stderr
@@ -185,8 +185,7 @@ def test_allow_and_remember_lets_the_same_request_through_later(world):
         try:
             wait_for(lambda: b.find_element("css selector", 'button[data-answer="remember"]'),
                      timeout=40, what="the ask's remember button").click()
-            wait_for(lambda: "remembered as grant" in b.find_element("css selector", ".ask .result").text,
-                     what="the grant")
+            wait_for(lambda: "remembered as grant" in b.find_element("id", "flash").text, what="the grant")
         finally:
             t.join(150)
         assert out["r"].stdout.split() == ["200"], out["r"].stdout + out["r"].stderr

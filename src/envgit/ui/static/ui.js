@@ -6,6 +6,7 @@
 "use strict";
 (function () {
   const token = document.documentElement.dataset.token;
+  const flash = document.getElementById("flash");
 
   function fragment(html) {
     const t = document.createElement("template");
@@ -80,9 +81,10 @@
       const out = art ? art.querySelector(".result") : null;
       art.querySelectorAll("button").forEach((x) => { x.disabled = true; });
       const d = await post("/asks/" + b.dataset.ask, {answer: b.dataset.answer});
-      if (out) out.textContent = d.error ? "Not answered: " + d.error
-        : (d.answer === "allow" ? "Allowed" : "Denied") + (d.grant ? ", remembered as grant " + d.grant : "")
-         ;
+      const said = "Question " + b.dataset.ask + ": " + (d.error ? "not answered: " + d.error
+        : (d.answer === "allow" ? "Allowed" : "Denied") + (d.grant ? ", remembered as grant " + d.grant : ""));
+      if (out) out.textContent = said;
+      flash.textContent = said;            // stays when the panel is redrawn without the question
       if (d.error) art.querySelectorAll("button").forEach((x) => { x.disabled = false; });
     } else if (b.id === "rewind-confirm") {
       const out = document.getElementById("rewind-result");
