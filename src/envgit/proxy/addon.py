@@ -15,7 +15,8 @@ Event order for one client connection:
 Request bodies are buffered up to network.BODY_CAP before `request` (bodies.py): a larger one
 is judged on its first BODY_CAP bytes (a rule that needs more doubts, and matches), then
 streamed on if allowed, or read to its end and dropped if denied. Nothing reaches the server
-before the request is judged. Responses are streamed.
+before the request is judged. Responses are streamed (with credentials, a small one is
+buffered and looked at first: bodies.ON_BODY, proxy/credentials.py).
 
 An `ask` is asked about one effect (network.approval_effect), and the answer covers exactly
 that effect for the rest of the step; while a person decides, the gate reads nothing more

@@ -19,6 +19,10 @@ body passes BODY_CAP, the `request` hook runs on those bytes, with
   is closed mid-body (the server never has the whole request), and the client gets the reason.
 
 A body within BODY_CAP is buffered whole, as mitmproxy does by default.
+
+Responses: a stream callable may raise `Cut`; the chunk is not sent, both connections are
+closed (the step's client sees its body end early) and the flow's error says why
+(credentials.py cuts off a body carrying a real value it cannot rewrite).
 """
 
 import time

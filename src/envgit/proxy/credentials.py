@@ -13,8 +13,19 @@
   a server may store or echo back), and the record says `credential: NAME`. A request the
   policy denied keeps its placeholder (and is not sent anyway).
 
-Real values live in credentials.source.Sources, read on first need; they are never put in a
-record, a log line or an error message.
+- `responseheaders` / the body (bodies.ON_BODY or the response's stream) / `response`'s
+  trailers: every real value the gate knows, in any form a header or body holds it
+  (credentials/echo.py), goes back to the step as its placeholder, from any host; what cannot
+  be rewritten is withheld (a buffered body: a 502; a streamed one: cut off), recorded with
+  rule `credential-misuse`, kind `credential-echo`.
+- `websocket_message`: a message is judged like a body, both ways.
+
+With any credential in the policy every HTTPS host is intercepted (network.needs_interception):
+no tunnel carries a placeholder out unseen.
+
+Real values live in credentials.source.Sources, read on first need (a variable, file or AWS
+profile as soon as a response may carry it); they are never put in a record, a log line or an
+error message.
 """
 
 import base64
