@@ -88,7 +88,7 @@ LOOSENINGS = [
     ("network:\n  allow: [github.com, evil.example]\n", "allow:", "evil.example",
      ["network.allow adds evil.example", "denies"]),
     ("network:\n  allow:\n    - \"*.example\"\n", "*.example", "evil.example",
-     ["network.allow covers *.example"]),
+     ["network.allow *.example covers evil.example", "name the hosts"]),
     ("network:\n  allow:\n    - \"x.bad.example:8443\"\n", "x.bad.example", "*.bad.example",
      ["network.allow adds x.bad.example:8443"]),
     ("network:\n  ask_timeout: 600\n", "ask_timeout", "ask_timeout", ["ask_timeout is 600 s"]),

@@ -192,8 +192,8 @@ class _Combiner:
             for d, dw in denies:
                 if reopens(a, d, self.home):
                     self.refuse(f"filesystem.allow_read[{i}]",
-                                f"filesystem.allow_read re-opens {a}, which {dw} denies "
-                                f"({d}); remove it")
+                                f"filesystem.allow_read re-opens {a}, which {dw} denies"
+                                f"{_as(d, a)}; remove it")
 
     def env(self):
         self.concat("env.pass")
@@ -202,8 +202,8 @@ class _Combiner:
         for i, v in enumerate(self.get("p", "env.pass", [])):
             for d, dw in odeny:
                 if env_overlap(v, d):
-                    self.refuse(f"env.pass[{i}]", f"env.pass passes {v}, which {dw} denies "
-                                f"({d}); remove it")
+                    self.refuse(f"env.pass[{i}]", f"env.pass passes {v}, which {dw} denies"
+                                f"{_as(d, v)}; remove it")
         oset, pset = self.get("o", "env.set", {}), self.get("p", "env.set", {})
         for name, value in pset.items():
             if name in oset and oset[name] != value:
@@ -211,13 +211,14 @@ class _Combiner:
                             f"{self.ow[f'env.set.{name}']} sets to {oset[name]!r}; remove it")
             for d, dw in odeny:
                 if env_overlap(name, d):
-                    self.refuse(f"env.set.{name}", f"env.set sets {name}, which {dw} denies "
-                                f"({d}); remove it")
+                    self.refuse(f"env.set.{name}", f"env.set sets {name}, which {dw} denies"
+                                f"{_as(d, name)}; remove it")
         if self.get("o", "env.set") is not None or self.get("p", "env.set") is not None:
             self.put("env.set", {**pset, **oset}, self.both("env.set"))
 
     def network(self):
         from .defaults import NETWORK_PRESETS, PRESET_PREFIX
+        from .network import split_entry
         self.concat("network.allow")
         self.concat("network.deny")
         odeny = [(d, self.ow[f"network.deny[{i}]"])
@@ -229,9 +230,11 @@ class _Combiner:
                 for d, dw in odeny:
                     if host_entries_overlap(h, d):
                         via = f" (through {entry})" if h != entry else ""
-                        verb = "adds" if not h.startswith("*.") else "covers"
-                        self.refuse(f"network.allow[{i}]", f"network.allow {verb} {h}{via}, "
-                                    f"which {dw} denies ({d}); remove it")
+                        if split_entry(h)[0].startswith("*.") and split_entry(d)[0] != split_entry(h)[0]:
+                            self.refuse(f"network.allow[{i}]", f"network.allow {h}{via} covers {d}, "
+                                        f"which {dw} denies; name the hosts you need instead")
+                        self.refuse(f"network.allow[{i}]", f"network.allow adds {h}{via}, which "
+                                    f"{dw} denies{_as(d, h)}; remove it")
         ot, pt = self.get("o", "network.ask_timeout"), self.get("p", "network.ask_timeout")
         if pt is not None and ot is not None and pt > ot:
             self.refuse("network.ask_timeout", f"network.ask_timeout is {pt} s, longer than the "
@@ -404,6 +407,11 @@ def _path_within(path: str, org_path: str) -> bool:
     if path == org_path:
         return True
     return org_path.endswith("/**") and path.startswith(org_path[:-2])
+
+
+def _as(entry: str, value: str) -> str:
+    """' (as ENTRY)' when the organisation's entry is not the value itself (a glob, a domain)."""
+    return "" if entry == value else f" (as {entry})"
 
 
 def _verb(action):
