@@ -250,3 +250,78 @@ def test_terminal_output_of_ui_is_one_url_line(proj):
         from test_cli_conventions import documented_keys
         assert set(ui.info) == documented_keys()["ui"]             # docs/JSON.md says every key
         assert ui.info["host"] == "127.0.0.1" and ui.info["port"] == ui.port
+
+
+def test_a_denied_path_is_listed_but_its_content_never_shown(proj):
+    """A .env the person wrote between steps is recorded (an `outside` step): the page lists it
+    with its content withheld, as `envgit diff` does."""
+    from conftest import CANARY
+    proj.run("echo one > a.txt", check=True)
+    (proj.root / ".env").write_text(f"TOKEN={CANARY}\n")
+    (proj.root / "a.txt").write_text(f"two {CANARY[:6]}\n")
+    proj.run("true", check=True)
+    steps = json.loads(proj.envgit("log", "--json", check=True).stdout)
+    outside = [s for s in steps if "outside" in s["marks"]]
+    assert outside, steps
+    with UI(proj) as ui:
+        for path in (f"/steps/{outside[0]['id']}", "/", "/?mark=outside", "/?path=.env"):
+            status, _, body = ui.get(path)
+            assert status == 200 and CANARY not in body, path
+        body = ui.get(f"/steps/{outside[0]['id']}")[2]
+        assert ".env" in body and "content withheld" in body and "deny_read" in body
+        assert f"+two {CANARY[:6]}" in body                    # an allowed file's diff is shown
+
+
+def test_the_policy_a_step_ran_under_is_diffed_against_the_current_one(proj):
+    proj.run("echo one > a.txt", check=True)
+    text = (proj.root / "envgit.yaml").read_text()
+    proj.write_policy(text + "# a later line\n")
+    proj.run("true", check=True)
+    with UI(proj) as ui:
+        body = ui.get("/steps/1")[2]
+        assert "Policy then and now" in body and "+# a later line" in body
+        body = ui.get("/steps/3")[2]
+        assert "(the current policy)" in body and "Policy then and now" not in body
+
+
+@needs_browser
+@needs_socat
+def test_a_push_ask_shows_the_repository_and_refs_and_a_deny_is_recorded(tmp_path):
+    with GitServer(root=tmp_path / "git") as git:
+        home = make_home(tmp_path)
+        root = home / "proj"
+        env = Env(home, root, {"ENVGIT_RESOLVE": git.resolve, "ENVGIT_UPSTREAM_CA": str(git.ca.cert_path)})
+        hp = git.url.split("/")[2]
+        subprocess.run(["git", "-c", f"http.curloptResolve={hp}:127.0.0.1", "clone", "-q", git.url, str(root)],
+                       check=True, capture_output=True, env={"PATH": env.env["PATH"], "HOME": str(home),
+                                                            "GIT_TERMINAL_PROMPT": "0",
+                                                            "GIT_SSL_CAINFO": str(git.ca.cert_path)})
+        for k, v in (("user.email", "a@example.test"), ("user.name", "a")):
+            subprocess.run(["git", "-C", str(root), "config", k, v], check=True)
+        env.envgit("init", check=True)
+        env.write_policy(f"version: 1\nnetwork:\n  ask_timeout: 30\n  allow: [\"{hp}\"]\n"
+                         "irreversible:\n  - preset: default\n  - rule: git-push\n    action: ask\n")
+        before = git.refs()
+        out = {}
+        try:
+            with UI(env) as ui, browser() as b:
+                b.get(ui.url)
+                t = threading.Thread(target=lambda: out.update(r=env.run(
+                    "git checkout -q -b feature && echo f > f && git add f && git commit -qm f && "
+                    "git push -q origin feature; echo push=$?", timeout=120)))
+                t.start()
+                try:
+                    deny = wait_for(lambda: b.find_element("css selector", 'button[data-answer="deny"]'),
+                                    timeout=40, what="the push's ask")
+                    ask = b.find_element("css selector", ".ask").text
+                    assert "refs/heads/feature" in ask and "create" in ask and "git push" in ask, ask
+                    deny.click()
+                    wait_for(lambda: "Denied" in b.find_element("id", "flash").text, what="the answer")
+                finally:
+                    t.join(150)
+            assert "push=0" not in out["r"].stdout, out["r"].stdout
+            assert git.refs() == before                                    # the oracle: nothing landed
+            s = show(env)
+            assert [(a["answer"], a["how"]) for a in s["approvals"]] == [("deny", "ui")]
+        finally:
+            env.stop()
