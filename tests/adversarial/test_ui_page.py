@@ -192,3 +192,25 @@ def test_a_step_with_network_cannot_reach_the_page_through_the_gate(attacker):
         out = r.stdout
         assert out.count(" rc=") == 3, out + r.stderr
         assert "Timeline" not in out and " 200 rc" not in out and "data-token" not in out, out + r.stderr
+
+
+@pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+def test_a_policy_that_opens_the_pages_port_still_gives_a_step_nothing(attacker):
+    """A person's policy may name a host loopback port for a dev server; if the page happens to
+    be on it, a step reaches the page through the loopback forwarder, with the right Host even,
+    and still gets a 403 and no data: the token is the key, and the step does not have it."""
+    import socket
+    a = attacker
+    _step_with_marker(a)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    a.write_policy(f"version: 1\nnetwork:\n  allow: [\"127.0.0.1:{port}\"]\n")
+    with UI(a, "--port", str(port)) as ui:
+        assert ui.port == port and MARK in ui.get("/")[2]
+        r = a.run(f"for p in / /steps/1 /static/ui.js /events '/?token=guess'; do "
+                  f"curl -s -m 8 -w ' %{{http_code}}\\n' \"http://127.0.0.1:{port}$p\"; done", timeout=120)
+        codes = [line.rsplit(" ", 1)[-1] for line in r.stdout.splitlines() if line.strip()]
+        assert codes == ["403"] * 5, r.stdout + r.stderr              # reached, and refused
+        assert MARK not in r.stdout and "kept.txt" not in r.stdout
