@@ -46,6 +46,7 @@ def duration(ms) -> str:
 
 def changes(project, j, s, tree_before) -> dict:
     """{"from", "to", "files": [...], "git": [lines per repository], "error"}: the step's diff."""
+    from ..commands import Usage
     from ..commands.diff import _Part, unified_lines
     from ..commands.snapshot import Secrets
     from ..daemon.snapshots import display
@@ -62,7 +63,7 @@ def changes(project, j, s, tree_before) -> dict:
         return out
     try:
         secrets = Secrets(project, False)
-    except Exception as e:          # a policy that does not load: nothing is shown that may be secret
+    except Usage as e:              # a policy that does not load: nothing is shown that may be secret
         out["error"] = f"{e}"
         return out
     store = Store(project.state_path("objects"))
@@ -114,7 +115,7 @@ def policy(project, s, tree_before) -> dict:
     import difflib
     from ..inert import inert_line
     from ..paths import POLICY_FILE
-    from ..snapshot import Store
+    from ..snapshot import CorruptObject, Store, StoreError
     try:
         with open(project.policy, "rb") as f:
             current = f.read()
@@ -132,9 +133,7 @@ def policy(project, s, tree_before) -> dict:
                 continue
             try:
                 data = store.read_file(tree, os.fsencode(POLICY_FILE))
-            except (OSError, ValueError):
-                continue
-            except Exception:           # a damaged object: say the text was not found
+            except (OSError, ValueError, StoreError, CorruptObject):   # absent, or damaged: not found
                 continue
             if hashlib.sha256(data).hexdigest() == s.policy_sha256:
                 old = data
