@@ -151,6 +151,8 @@ def test_a_remembered_request_is_allowed_later_without_asking_and_nothing_else_i
     assert any(q.get("answered_how") == "grant g1" and q["status"] == 200 for q in step["requests"])
     listed = w.grants()
     assert [(g["id"], g["uses"]) for g in listed] == [("g1", 1)]
+    text = w.env.envgit("grants", check=True).stdout
+    assert text.startswith("  g1  POST https://stub.example.test:") and "/api/one  uses 1  " in text, text
 
 
 def test_revoke_and_expiry_end_a_grant_and_it_survives_a_daemon_restart(world):
