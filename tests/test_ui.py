@@ -325,3 +325,44 @@ def test_a_push_ask_shows_the_repository_and_refs_and_a_deny_is_recorded(tmp_pat
             assert [(a["answer"], a["how"]) for a in s["approvals"]] == [("deny", "ui")]
         finally:
             env.stop()
+
+
+@needs_browser
+def test_static_views_read_without_javascript(proj):
+    proj.run("printf 'alpha\\n' > a.txt", check=True)
+    proj.run("printf 'beta\\n' > a.txt && exit 4")
+    with UI(proj) as ui, browser(javascript=False) as b:
+        b.get(ui.url)
+        rows = b.find_elements("css selector", "tr.step")
+        assert [r.get_attribute("data-step") for r in rows] == ["2", "1"]
+        assert "4" in rows[0].find_element("css selector", "td.exit").text
+        assert not b.find_element("id", "live").is_displayed()              # no live stream without JS
+        b.find_element("css selector", 'select[name="mark"]')               # the filter is a plain form
+        b.find_element("name", "q").send_keys("beta")
+        b.find_element("css selector", "form.filters button[type=submit]").click()
+        wait_for(lambda: [r.get_attribute("data-step") for r in b.find_elements("css selector", "tr.step")] == ["2"],
+                 what="the filtered page")
+        b.find_element("css selector", 'tr[data-step="2"] td.num a').click()
+        diff = wait_for(lambda: b.find_element("css selector", "pre.diff").text, what="the diff")
+        assert "-alpha" in diff and "+beta" in diff
+
+
+@needs_browser
+def test_keyboard_reaches_a_step_and_opens_it(proj):
+    from selenium.webdriver.common.keys import Keys
+    proj.run("echo x > k.txt", check=True)
+    with UI(proj) as ui, browser() as b:
+        b.get(ui.url)
+        body = b.find_element("tag name", "body")
+        for _ in range(40):
+            body.send_keys(Keys.TAB) if b.switch_to.active_element == body else \
+                b.switch_to.active_element.send_keys(Keys.TAB)
+            el = b.switch_to.active_element
+            if el.tag_name == "a" and "/steps/1?" in (el.get_attribute("href") or ""):
+                break
+        else:
+            raise AssertionError("Tab never reached step 1's link")
+        outline = b.execute_script("return getComputedStyle(document.activeElement).outlineStyle")
+        assert outline not in ("none", ""), outline                        # the focus is visible
+        el.send_keys(Keys.ENTER)
+        wait_for(lambda: "Step 1" in b.find_element("tag name", "h1").text, what="the step page")

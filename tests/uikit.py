@@ -112,8 +112,9 @@ class UI:
 
 
 @contextlib.contextmanager
-def browser(width=1280, height=900):
-    """Headless Debian Chromium through its chromedriver; quit (and its processes gone) after."""
+def browser(width=1280, height=900, javascript=True):
+    """Headless Debian Chromium through its chromedriver; quit (and its processes gone) after.
+    javascript=False: a browser with scripts turned off (the static views must read without)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     o = webdriver.ChromeOptions()
@@ -122,6 +123,8 @@ def browser(width=1280, height=900):
               f"--window-size={width},{height}", "--no-first-run", "--disable-extensions",
               "--disable-background-networking", "--disable-sync", "--disable-default-apps"):
         o.add_argument(a)
+    if not javascript:
+        o.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
     d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=o)
     d.set_page_load_timeout(30)
     try:
