@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 
+from .. import faults
 from . import memstore, sync, wire
 from .machine import VMError
 from .qemu import QemuMachine
@@ -162,6 +163,7 @@ class VMHost:
             except (VMError, OSError) as e:
                 shutil.rmtree(d, ignore_errors=True)
                 return {"error": f"memory snapshot failed: {e}"}
+            faults.point("vm-memory-cloned")        # the files written, `ok` not yet
             memstore.commit(d, {**meta, "step": step, "host_manifest": _manifest_json(self.manifest)})
             return {k: meta[k] for k in ("pause_ms", "bytes", "ram_bytes", "device_bytes", "accel")}
 

@@ -71,6 +71,8 @@ class ImageError(Exception):
 
 
 def cache_root() -> str:
+    if os.environ.get("ENVGIT_VM_CACHE"):       # one image for many homes (the tests)
+        return os.environ["ENVGIT_VM_CACHE"]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "envgit", "vm")
 

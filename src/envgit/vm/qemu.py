@@ -24,6 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .. import faults
 from . import image as image_mod
 from . import memstore
 from .machine import Link, Machine, VMError, connect_unix, remove
@@ -252,6 +253,7 @@ class QemuMachine(Machine):
             state = os.path.join(dest, memstore.DEVICE_STATE)
             self.qmp.cmd("migrate", uri="exec:cat > " + shlex.quote(state))
             self._wait_migration()
+            faults.point("vm-memory-migrated")      # device state written, RAM not yet cloned
             ram_bytes = memstore.clone(self.ram, os.path.join(dest, memstore.RAM))
         finally:
             self.qmp.cmd("cont")
@@ -281,8 +283,9 @@ class QemuMachine(Machine):
         self._prepare()
         self.memory_mb = meta.get("memory_mb", self.memory_mb)
         self.cpus = meta.get("cpus", self.cpus)
-        accel = meta.get("accel") or self.accel or accel_choice()[0] or "tcg"
-        self.accel = accel
+        chosen, why = accel_choice()
+        accel = meta.get("accel") or self.accel or chosen or "tcg"
+        self.accel, self.accel_why = accel, self.accel_why or why
         memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20)
         self.proc = self._spawn(self._args(accel, incoming=True))
         try:

@@ -1,0 +1,172 @@
+"""The VM tier (backend: vm), end to end: real QEMU (TCG on this machine: /dev/kvm is nested
+kvm-pvm), the real guest image built from Debian packages, the real `envgit run` (pipes and a
+real pseudo-terminal), rewind, gc and fsck through the CLI.
+
+One project and one booted VM for the whole module (a boot under TCG costs 10-40 s on this
+shared machine); the tests run in file order and build on each other's steps. The guest image
+is cached once per machine (ENVGIT_VM_CACHE, the real user's ~/.cache/envgit/vm) since each
+test home is new. Total on this machine: about 2-3 minutes.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CANARY, Env, make_home
+
+pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                                reason="QEMU is not installed (dev/run test installs it)")
+
+VM_CACHE = os.environ.get("ENVGIT_VM_CACHE") or os.path.expanduser("~/.cache/envgit/vm")
+
+COUNTER = r'''
+import http.server, os, random
+n = 0
+r = random.random()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        global n
+        n += 1
+        body = f"{os.getpid()} {r} {n}\n".encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", 8000), H).serve_forever()
+'''
+
+
+@pytest.fixture(scope="module")
+def vm(tmp_path_factory):
+    base = tmp_path_factory.mktemp("vm")
+    home = make_home(base)
+    root = home / "proj"
+    root.mkdir()
+    e = Env(home, root, {"ENVGIT_VM_CACHE": VM_CACHE, "ENVGIT_DAEMON_IDLE": "600"})
+    e.envgit("init", check=True)
+    with open(root / "envgit.yaml", "a") as f:
+        f.write("backend: vm\nvm: { memory: 256MiB, cpus: 1 }\n")
+    (root / "counter.py").write_text(COUNTER)
+    (root / ".env").write_text(f"TOKEN={CANARY}\n")
+    (root / "notes.txt").write_text("from the host\n")
+    yield e
+    e.stop()
+
+
+def _steps(e):
+    return json.loads(e.envgit("log", "--json", check=True).stdout)
+
+
+def _get(e, path="inc"):
+    r = e.envgit("run", "--", "wget", "-qO-", f"http://127.0.0.1:8000/{path}", timeout=120)
+    assert r.returncode == 0, r.stderr
+    pid, value, n = r.stdout.split()
+    return int(pid), value, int(n)
+
+
+def test_boot_a_step_its_streams_and_exit_status(vm):
+    t0 = time.monotonic()
+    r = vm.run("cat notes.txt; echo to-stderr >&2; echo made-in-guest > made.txt; "
+               "test -e /dev/kvm || true; exit 7", timeout=300)
+    boot_s = time.monotonic() - t0
+    assert r.returncode == 7, r.stderr
+    assert r.stdout == "from the host\n"
+    assert "to-stderr" in r.stderr
+    assert "TCG" in r.stderr or "KVM" in r.stderr or "booted" in r.stderr     # the cost is said
+    assert (vm.root / "made.txt").read_text() == "made-in-guest\n"       # back on the host
+    print(f"first step (boot included): {boot_s:.1f} s")
+    # stdin reaches the command; a death by signal is the shell's 128+N
+    r = vm.envgit("run", "--", "sh", "-c", "tr a-z A-Z", input="piped in\n")
+    assert r.returncode == 0 and r.stdout == "PIPED IN\n"
+    r = vm.run("kill -TERM $$")
+    assert r.returncode in (-15, 143), (r.returncode, r.stderr)
+    r = vm.envgit("run", "--", "no-such-command-here")
+    assert r.returncode == 127
+    # a real terminal: the guest's command gets a pty of its own, and its status
+    status, out = vm.pty_run(["sh", "-c", "tty; test -t 0 && echo interactive; exit 3"], timeout=120)
+    assert os.waitstatus_to_exitcode(status) == 3, out
+    assert "/dev/pts/" in out and "interactive" in out
+    show = vm.envgit("show", "last", check=True).stdout
+    assert re.search(r"memory\s+[\d.]+ MB .* paused \d+ ms", show), show
+
+
+def test_the_guest_sees_the_project_and_its_own_root_only(vm):
+    home = str(vm.home)
+    r = vm.run(f"cat .env; cat {home}/.ssh/id_ed25519; cat {home}/.aws/credentials; ls {home}; "
+               "ls -a; cat /proc/net/dev; grep -rs " + CANARY + " /root /tmp /etc . ; echo done")
+    assert CANARY not in r.stdout + r.stderr
+    assert "done" in r.stdout
+    assert "notes.txt" in r.stdout and ".env" not in r.stdout.split()      # denied: not there at all
+    assert ".envgit" not in r.stdout.split()                               # envgit's state neither
+    assert "lo:" in r.stdout and "eth0" not in r.stdout                    # no NIC but loopback
+    # a denied path written in the guest never lands on the host
+    r = vm.run("echo planted > .env; echo x >> envgit.yaml; echo ok")
+    assert (vm.root / ".env").read_text() == f"TOKEN={CANARY}\n"
+    assert "backend: vm" in (vm.root / "envgit.yaml").read_text() and "\nx\n" not in (vm.root / "envgit.yaml").read_text()
+
+
+def test_rewind_brings_back_the_process_with_its_memory_and_undo_goes_forward(vm):
+    r = vm.run("python3 counter.py >/dev/null 2>&1 & "
+               "for i in $(seq 1 100); do wget -qO- http://127.0.0.1:8000/peek >/dev/null 2>&1 && exit 0; "
+               "sleep 0.2; done; exit 1", timeout=120)
+    assert r.returncode == 0, r.stderr
+    pid, value, n0 = _get(vm)
+    step_at = _steps(vm)[-1]["id"]          # the end of this step: counter at n0
+    pid2, value2, n1 = _get(vm)
+    pid3, value3, n2 = _get(vm)
+    assert (pid2, value2, n1, n2) == (pid, value, n0 + 1, n0 + 2)
+    r = vm.envgit("rewind", str(step_at), "--yes", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "memory and processes are back" in r.stdout
+    after = _get(vm)
+    assert after == (pid, value, n0 + 1)    # same process, same random value, counter from the snapshot
+    # undo: forward again, to where the rewind started (the counter at n2, then n2+1)
+    r = vm.envgit("rewind", "--undo", "--yes", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _get(vm) == (pid, value, n2 + 1)
+    # the steps record it: the rewind says where its memory came from
+    rewinds = [s for s in _steps(vm) if "rewind" in s["marks"]]
+    assert rewinds and all(s["memory"]["restored"] for s in rewinds[-2:])
+
+
+def test_a_daemon_killed_during_a_memory_snapshot_leaves_the_earlier_ones(vm):
+    before = _get(vm)
+    last_good = _steps(vm)[-1]["id"]
+    r = vm.envgit("daemon", "stop")
+    for point in ("vm-memory-migrated", "vm-memory-cloned"):
+        r = vm.envgit("run", "--", "true", env={"ENVGIT_FAULT": point}, timeout=300)
+        assert "could not be closed" in r.stderr, r.stderr      # the daemon died at the end
+        time.sleep(0.5)
+        mem = vm.root / ".envgit" / "vm" / "mem"
+        killed = max(int(p.name) for p in mem.iterdir())
+        assert not (mem / str(killed) / "ok").exists()          # left incomplete
+        r = vm.envgit("fsck")
+        assert r.returncode == 0, r.stdout + r.stderr           # fsck clean: incomplete is not damage
+        assert "incomplete" in r.stdout
+    # a new daemon resumes the machine from the newest complete snapshot: the process is there
+    pid, value, n = _get(vm)
+    assert (pid, value) == before[:2] and n == before[2] + 1
+    assert _steps(vm)[-1]["memory"]["pause_ms"] >= 0
+    assert last_good in [s["id"] for s in _steps(vm)]
+
+
+def test_gc_removes_unreachable_memory_snapshots(vm):
+    mem = vm.root / ".envgit" / "vm" / "mem"
+    assert len(list(mem.iterdir())) > 2
+    r = vm.envgit("gc", "--keep-last", "1", "--json", check=True)
+    got = json.loads(r.stdout)
+    assert got["memory_dropped"] and got["memory_freed"] > 0
+    left = sorted(int(p.name) for p in mem.iterdir())
+    assert left == [got["kept"][-1]]
+    assert vm.envgit("fsck").returncode == 0
+    # the kept one still brings the machine back after a restart
+    before = _get(vm)
+    vm.envgit("daemon", "stop")
+    assert _get(vm)[:2] == before[:2]
