@@ -5,11 +5,78 @@ its values are the journal's (compared with `envgit export`'s own records)."""
 import json
 import shlex
 from datetime import datetime
+from importlib import resources
+
+import pytest
 
 from test_grants import CURL, Person, world  # noqa: F401  (world: the fixture)
 
 REQUIRED = ("class_uid", "category_uid", "activity_id", "type_uid", "time", "severity_id", "metadata")
 ACTIVITIES = {1007: {1, 2}, 4002: {1, 2, 3, 4, 5, 6, 7, 8, 9, 99}, 6004: {1, 2}}
+
+
+def ocsf_schema():
+    """OCSF 1.7.0's own schema (the dictionary of every attribute with its type, and the
+    classes), as the pydantic-ocsf package ships it (the test extra)."""
+    try:
+        return json.loads(resources.files("ocsf").joinpath("schemas/v1_7_0.json").read_text())
+    except (ModuleNotFoundError, FileNotFoundError):
+        pytest.fail("pydantic-ocsf is not installed (pip install -e .[test])")
+
+
+CLASSES = {1007: "process_activity", 4002: "http_activity", 6004: "web_resource_access_activity"}
+INTS = {"integer_t", "long_t", "timestamp_t", "port_t"}
+
+
+def check_against_schema(event, schema):
+    """Every attribute envgit emits is one OCSF defines, with OCSF's type; the activity is one
+    of the class's; the class's required attributes are there."""
+    attrs, types = schema["dictionary"]["attributes"], schema["dictionary"]["types"]["attributes"]
+
+    def base(t):
+        while t in types and types[t].get("type") and types[t]["type"] != t:
+            t = types[t]["type"]
+        return t
+
+    def check(key, value, where):
+        assert key in attrs, f"{where}{key} is not an OCSF attribute"
+        spec = attrs[key]
+        if spec.get("is_array"):
+            assert isinstance(value, list), f"{where}{key} must be an array"
+            for v in value:
+                check_one(key, spec, v, where)
+        else:
+            check_one(key, spec, value, where)
+
+    def check_one(key, spec, value, where):
+        t = base(spec["type"])
+        if key == "unmapped":
+            return
+        if t in INTS:
+            assert isinstance(value, int) and not isinstance(value, bool), f"{where}{key}={value!r}: {t}"
+        elif t == "string_t":
+            assert isinstance(value, str), f"{where}{key}={value!r}: {t}"
+        elif t == "boolean_t":
+            assert isinstance(value, bool), f"{where}{key}={value!r}: {t}"
+        elif t == "float_t":
+            assert isinstance(value, (int, float)), f"{where}{key}={value!r}: {t}"
+        elif not t.endswith("_t"):                         # an object
+            assert isinstance(value, dict), f"{where}{key}: an object"
+            for k, v in value.items():
+                check(k, v, f"{where}{key}.")
+
+    for k, v in event.items():
+        check(k, v, "")
+    cls = schema["events"][CLASSES[event["class_uid"]]]
+    assert str(event["activity_id"]) in cls["attributes"]["activity_id"]["enum"], event
+    chain, name = [], CLASSES[event["class_uid"]]
+    while name:
+        chain.append(schema["events"][name]["attributes"])
+        name = schema["events"][name].get("extends")
+    for a in chain:
+        for k, spec in a.items():
+            if isinstance(spec, dict) and spec.get("requirement") == "required":
+                assert k in event, f"required {k} missing: {event}"
 
 
 def ms(iso):
@@ -29,7 +96,9 @@ def test_ocsf_lines_have_the_base_fields_and_the_journals_values(world):
     recs = [json.loads(line) for line in env.envgit("export", check=True).stdout.splitlines()]
     assert len(recs) == 2 and recs[0]["requests"] and recs[0]["approvals"]
 
+    schema = ocsf_schema()
     for e in events:                                   # OCSF's required base fields, every line
+        check_against_schema(e, schema)
         for k in REQUIRED:
             assert k in e, (k, e)
         assert e["activity_id"] in ACTIVITIES[e["class_uid"]], e

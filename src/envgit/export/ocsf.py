@@ -42,6 +42,11 @@ def epoch_ms(iso: str | None) -> int | None:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
+def _ms(value) -> int | None:
+    """OCSF durations are whole milliseconds (long_t)."""
+    return None if value is None else int(round(value))
+
+
 def _base(cls, activity_id, activity_name, time_ms, severity_id, rec, uid, device) -> dict:
     class_uid, class_name, category_uid, category_name = cls
     from .. import __version__
@@ -96,7 +101,7 @@ def step_events(rec: dict, device: dict) -> list[dict]:
         ok = rec["exit_code"] == 0 and not rec["signal"]
         end.update(process=_process(rec), exit_code=rec["exit_code"],
                    status_id=1 if ok else 2, status="Success" if ok else "Failure",
-                   duration=rec["duration_ms"], start_time=start,
+                   duration=_ms(rec["duration_ms"]), start_time=start,
                    end_time=epoch_ms(rec["ended_at"]),
                    unmapped={"envgit": {**step_info, "signal": rec["signal"]}})
         out.append(end)
@@ -128,7 +133,7 @@ def _request_event(rec, i, q, step_start, device) -> dict:
         action_id=1 if allowed else 2, action="Allowed" if allowed else "Denied",
         disposition_id=1 if allowed else 2, disposition="Allowed" if allowed else "Blocked",
         traffic={"bytes_out": q.get("bytes_up") or 0, "bytes_in": q.get("bytes_down") or 0},
-        duration=q.get("duration_ms"),
+        duration=_ms(q.get("duration_ms")),
         unmapped={"envgit": {"step": rec["step"], **{k: q.get(k) for k in (
             "decision", "answer", "answered_by", "answered_how", "rule", "reason", "kind",
             "irreversible", "intercepted")}}})
@@ -161,9 +166,19 @@ def device() -> dict:
     return {"hostname": socket.gethostname(), "type_id": 0, "type": "Unknown"}
 
 
+def pruned(obj):
+    """OCSF leaves an absent attribute out rather than null: None values dropped at any depth
+    (but inside `unmapped`, which carries the record's own fields as they are)."""
+    if isinstance(obj, dict):
+        return {k: v if k == "unmapped" else pruned(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [pruned(v) for v in obj]
+    return obj
+
+
 def write_ocsf(records, stream) -> None:
     """One OCSF event a line, ASCII-only JSON, in step order."""
     dev = device()
     for r in records:
         for ev in step_events(r, dev):
-            stream.write(json.dumps(ev, ensure_ascii=True, separators=(",", ":")) + "\n")
+            stream.write(json.dumps(pruned(ev), ensure_ascii=True, separators=(",", ":")) + "\n")
