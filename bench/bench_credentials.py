@@ -6,7 +6,11 @@ in the same run, through the same gate. curl is the client; the server is a sepa
 
     .venv/bin/python bench/bench_credentials.py [--requests N] [--runs N]
 
-Also printed: the median of the addon's own swap time (the record's `swap_us`).
+Also printed: the median of the addon's own swap time (the record's `swap_us`), and, in
+process, what the response side costs (`response_costs`): looking at a typical buffered JSON
+answer and rewriting one that echoes the token (credentials/echo.py), streaming a large body
+through the watcher, and the leaf certificate mitmproxy makes once per host name when every
+host is intercepted (a policy with credentials).
 """
 
 import argparse
@@ -92,5 +96,55 @@ async def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def response_costs(reps: int = 200) -> None:
+    """The response side's own work, in process (median of `reps`)."""
+    import json
+    import time
+
+    from cryptography import x509
+    from mitmproxy import certs
+
+    from envgit.credentials.echo import Echoes, Stream
+
+    echoes = Echoes([("gh", REAL, "ghp_" + "P" * 36)])
+    api = json.dumps({"items": [{"id": i, "name": f"repo-{i}", "url": f"https://example.test/{i}"}
+                                for i in range(30)]}).encode()          # ~2 KiB, no token
+    echoed = api[:-1] + json.dumps({"token": REAL}).encode()[1:]
+
+    def median_us(fn):
+        out = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t) * 1e6)
+        return statistics.median(out)
+    big = os.urandom(4 << 20)
+    chunks = [big[i:i + 65536] for i in range(0, len(big), 65536)]
+
+    def stream():
+        s = Stream(echoes)
+        for c in chunks:
+            s.feed(c)
+        s.end()
+    print(f"  response side (in process): a {len(api)}-byte JSON answer looked at "
+          f"{median_us(lambda: echoes.scrub(api)):.1f} us, one echoing the token rewritten "
+          f"{median_us(lambda: echoes.scrub(echoed)):.1f} us; a 4 MiB stream watched in 64 KiB chunks "
+          f"{median_us(stream) / 1000:.2f} ms")
+    tmp = Path(tempfile.mkdtemp(prefix="envgit-bench-certs-"))
+    try:
+        store = certs.CertStore.from_store(tmp, "mitmproxy", 2048)
+        ts = []
+        for i in range(20):
+            name = f"host{i}.example.test"
+            t = time.perf_counter()
+            store.get_cert(name, [x509.DNSName(name)])
+            ts.append((time.perf_counter() - t) * 1000)
+        print(f"  a leaf certificate per newly intercepted host name: {statistics.median(ts):.2f} ms "
+              "(median of 20; made once per name, then cached by mitmproxy)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     asyncio.run(main())
+    response_costs()
