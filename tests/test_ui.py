@@ -366,3 +366,27 @@ def test_keyboard_reaches_a_step_and_opens_it(proj):
         assert outline not in ("none", ""), outline                        # the focus is visible
         el.send_keys(Keys.ENTER)
         wait_for(lambda: "Step 1" in b.find_element("tag name", "h1").text, what="the step page")
+
+
+def test_the_browser_is_opened_without_the_token_on_its_command_line(proj, tmp_path):
+    """Any local user reads a process's argv in /proc: the browser gets a file of the person's
+    only, which redirects to the URL with the token."""
+    import os
+    import stat
+    import time
+    seen = tmp_path / "argv.txt"
+    fake = tmp_path / "fake-browser"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {seen}\nfor a; do cat \"${{a#file://}}\" >> {seen}.page; done\n")
+    fake.chmod(0o755)
+    with UI(proj, open_browser=True, extra_env={"BROWSER": str(fake), "DISPLAY": ""}) as ui:
+        wait_for(lambda: seen.exists() and seen.read_text().strip(), what="the browser's start")
+        argv = seen.read_text()
+        assert ui.token not in argv and argv.startswith("file://"), argv
+        page = argv.strip().removeprefix("file://")
+        mode = os.stat(page).st_mode
+        assert stat.S_IMODE(mode) == 0o600 and stat.S_IMODE(os.stat(os.path.dirname(page)).st_mode) == 0o700
+        wait_for(lambda: ui.token in (tmp_path / "argv.txt.page").read_text(), what="the redirect")
+    deadline = time.monotonic() + 10
+    while os.path.exists(page) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(page)                      # removed when the page stops

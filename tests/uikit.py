@@ -30,15 +30,16 @@ def have_browser() -> bool:
 
 
 class UI:
-    def __init__(self, env, *args, cwd=None):
+    def __init__(self, env, *args, cwd=None, open_browser=False, extra_env=None):
         self.env, self.args, self.cwd = env, args, cwd
+        self.open_browser, self.extra_env = open_browser, extra_env or {}
         self.proc = None
 
     def __enter__(self):
-        argv = [ENVGIT, "ui", "--no-open", "--json", *self.args]
+        argv = [ENVGIT, "ui", *([] if self.open_browser else ["--no-open"]), "--json", *self.args]
         if getattr(self.env, "user", None):               # harness.Attacker: as its user
             argv = self.env._argv(argv)
-        self.proc = subprocess.Popen(argv, cwd=self.cwd or self.env.root, env=self.env.env,
+        self.proc = subprocess.Popen(argv, cwd=self.cwd or self.env.root, env={**self.env.env, **self.extra_env},
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         text, deadline = b"", time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -56,14 +56,34 @@ def cmd_ui(args):
     else:
         print(f"envgit ui: {url}\n(the token in it is the key to this page; Ctrl-C stops it)")
     sys.stdout.flush()
-    if not args.no_open:
-        import webbrowser
-        try:
-            webbrowser.open(url)
-        except Exception:           # no browser here: the URL above is the way in
-            pass
+    opener = None if args.no_open else _open_browser(url)
     # No access log: every request line carries the token.
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=2, server_header=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        if opener:
+            import shutil
+            shutil.rmtree(opener, ignore_errors=True)
     return 0
+
+
+def _open_browser(url: str) -> str | None:
+    """Open the page in the person's browser without the token on its command line (which
+    every local user can read in /proc): the browser is handed a file, readable by the person
+    only, that redirects to the URL. Returns the directory to remove when the page stops."""
+    import html
+    import tempfile
+    import webbrowser
+    d = tempfile.mkdtemp(prefix="envgit-ui-")           # mode 0700
+    path = os.path.join(d, "open.html")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f'<!doctype html><meta http-equiv="refresh" content="0;url={html.escape(url)}">'
+                f'<a href="{html.escape(url)}">envgit ui</a>\n')
+    try:
+        webbrowser.open("file://" + path)
+    except Exception:               # no browser here: the URL printed above is the way in
+        pass
+    return d
