@@ -87,7 +87,10 @@ class MachineView:
 
     def _open_segment(self, bucket, sealer, first, last):
         name = layout.segment_name(self.project, self.machine, first, last)
-        data = bucket.get(name)
+        try:
+            data = bucket.get(name)
+        except RemoteError as e:
+            return str(e)
         if data is None:
             return f"{name}: deleted while being read"
         try:
@@ -173,7 +176,11 @@ def remote_objects(bucket, sealer, view, problems=None):
             if os.path.exists(path):
                 return True
             name = layout.pack_name(view.project, view.machine, self.names[pack_id])
-            data = bucket.get(name)
+            try:
+                data = bucket.get(name)
+            except RemoteError as e:
+                self.fetch_problems.append(str(e))
+                return False
             if data is None:
                 self.fetch_problems.append(f"{name}: missing (pack {pack_id[:12]}…, its index is there)")
                 return False
@@ -204,7 +211,10 @@ def remote_objects(bucket, sealer, view, problems=None):
 
     def load(name):
         full = layout.index_name(view.project, view.machine, name)
-        data = bucket.get(full)
+        try:
+            data = bucket.get(full)
+        except RemoteError as e:
+            return str(e)
         if data is None:
             return f"{full}: deleted while being read"
         try:

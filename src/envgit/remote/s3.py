@@ -8,13 +8,18 @@ side rate limiter that slows down on throttling) and its managed transfers (mult
 threshold, parts in parallel) are the ones every AWS tool uses, and it is kept by AWS."""
 
 import io
+import random
+import time
 from concurrent.futures import ThreadPoolExecutor
+
+from urllib3.exceptions import ProtocolError
 
 from . import RemoteError
 
 MULTIPART_AT = 8 << 20          # packs are sealed at 16 MiB: the big ones go in parts
 PART_SIZE = 8 << 20
 WORKERS = 16                    # many small objects (indexes, segments) go in parallel
+READ_ATTEMPTS = 4               # a body cut off mid-read is read again (botocore retries requests only)
 
 
 class Bucket:
@@ -51,12 +56,20 @@ class Bucket:
     def get(self, name: str) -> bytes | None:
         """The object's bytes; None when there is no such object."""
         with self._said(name):
-            try:
-                return self.client.get_object(Bucket=self.bucket, Key=self.key(name))["Body"].read()
-            except self._errors.ClientError as e:
-                if _code(e) in ("NoSuchKey", "404", "NotFound"):
-                    return None
-                raise
+            for attempt in range(READ_ATTEMPTS):
+                try:
+                    return self.client.get_object(Bucket=self.bucket, Key=self.key(name))["Body"].read()
+                except self._errors.ClientError as e:
+                    if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                        return None
+                    raise
+                except (self._errors.ResponseStreamingError, self._errors.ReadTimeoutError,
+                        self._errors.ConnectionClosedError, ProtocolError):
+                    # the body broke off after the request's own retries were done: try the
+                    # whole read again, backing off, then say it
+                    if attempt == READ_ATTEMPTS - 1:
+                        raise
+                    time.sleep(min(8.0, 0.25 * 2 ** attempt) * (0.5 + random.random()))
 
     def delete(self, name: str) -> None:
         with self._said(name):
@@ -132,7 +145,7 @@ class _Said:
                                   "and the bucket's policy") from None
             raise RemoteError(f"{where}: {code}: {e}") from None
         if isinstance(e, (errors.EndpointConnectionError, errors.ConnectionError,
-                          errors.BotoCoreError)):
+                          errors.BotoCoreError, ProtocolError)):
             raise RemoteError(f"{where}: {e}; check --endpoint and the network, then run "
                               "the command again (a push resumes)") from None
         return False

@@ -1,0 +1,362 @@
+"""Remotes on S3-compatible object storage (issue 16, items 1-3), against a real S3 server
+(`rclone serve s3` on 127.0.0.1, tests/s3server.py) through the real CLI: push, restore on
+another machine, log and fsck from the bucket, kills mid-push, two machines at once,
+tampering on the bucket, the .env canary never in clear, audit over three projects, --auto."""
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CANARY, ENVGIT, Env, make_home
+from s3server import S3Server
+
+
+@pytest.fixture
+def s3(tmp_path):
+    server = S3Server(tmp_path / "s3")
+    yield server
+    server.stop()
+
+
+def machine(tmp_path, name, s3, project="proj", init=True, extra=None) -> Env:
+    """A machine: a home of its own (its own ~/.config/envgit), ENVGIT_MACHINE, the S3
+    credentials in the environment (the standard AWS chain), and a project `~/<project>`."""
+    home = make_home(tmp_path / name)
+    root = home / project
+    root.mkdir()
+    e = Env(home, root, {**s3.env, "ENVGIT_MACHINE": name, **(extra or {})})
+    if init:
+        e.envgit("init", check=True)
+    return e
+
+
+def add_remote(e: Env, s3, key_file=None, name="ci"):
+    args = ["remote", "add", name, s3.url(), "--endpoint", s3.endpoint]
+    if key_file:
+        args += ["--key-file", str(key_file)]
+    return e.envgit(*args, check=True)
+
+
+def tree_of(root: Path, skip=(".envgit",)) -> dict:
+    """relative path -> (kind, permission bits, bytes or link target): what restore must
+    reproduce byte for byte."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        dirs[:] = [d for d in dirs if not (rel == "." and d in skip)]
+        for n in dirs + files:
+            p = os.path.join(dirpath, n)
+            st = os.lstat(p)
+            key = os.path.normpath(os.path.join(rel, n))
+            if stat.S_ISLNK(st.st_mode):
+                out[key] = ("link", 0, os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                out[key] = ("dir", stat.S_IMODE(st.st_mode), None)
+            else:
+                out[key] = ("file", stat.S_IMODE(st.st_mode), Path(p).read_bytes())
+    return out
+
+
+def fill(e: Env):
+    """A project with what restore must get right: modes, a symlink, nested and empty
+    files, a chunked 3 MiB file, a .env holding the canary."""
+    r = e.root
+    (r / ".env").write_text(f"API_TOKEN={CANARY}\n")
+    (r / "src" / "deep" / "er").mkdir(parents=True)
+    (r / "src" / "deep" / "er" / "x.py").write_text("print('deep')\n")
+    (r / "run.sh").write_text("#!/bin/sh\necho run\n")
+    os.chmod(r / "run.sh", 0o750)
+    (r / "private.txt").write_text("mine\n")
+    os.chmod(r / "private.txt", 0o600)
+    (r / "empty").write_bytes(b"")
+    (r / "big.bin").write_bytes(os.urandom(3 << 20))
+    os.symlink("src/deep/er/x.py", r / "link")
+    e.run("echo one > step1.txt", check=True)
+    e.run("echo two > step2.txt; chmod 711 step2.txt; rm empty", check=True)
+
+
+def scan_for(s3, needles) -> list:
+    hits = []
+    for name, path in s3.objects().items():
+        data = path.read_bytes()
+        hits += [(name, n) for n in needles if n in data]
+    return hits
+
+
+# --- push, then another machine restores, reads the log, checks the bucket ---------------------
+
+def test_push_then_restore_on_another_machine(tmp_path, s3):
+    m1 = machine(tmp_path, "m1", s3)
+    fill(m1)
+    add_remote(m1, s3)
+    key = Path(m1.home) / ".config/envgit/remotes/ci.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    r = m1.envgit("push", "ci", "--json", check=True)
+    pushed = json.loads(r.stdout)
+    assert pushed["project"] == "proj" and pushed["machine"] == "m1" and pushed["packs"] >= 1
+    # the oracle: the same step restored from the local store on machine 1
+    local = tmp_path / "local-restore"
+    m1.envgit("restore", "last", "--target", str(local), check=True)
+
+    m2 = machine(tmp_path, "m2", s3, init=False)
+    (tmp_path / "key-copy").write_bytes(key.read_bytes())
+    add_remote(m2, s3, key_file=tmp_path / "key-copy")
+    out = tmp_path / "restored"
+    r = m2.envgit("restore", "--from", "ci", "last", "--target", str(out), "--project", "proj",
+                  "--machine", "m1", check=True)
+    assert "restored step" in r.stdout
+    got = tree_of(out)
+    assert got == tree_of(local)
+    proj = tree_of(m1.root, skip=(".envgit", ".git"))
+    for path in ("run.sh", "private.txt", "big.bin", "link", ".env", "step2.txt", "src/deep/er/x.py"):
+        assert got[path] == proj[path], path
+    assert got["step2.txt"][1] == 0o711 and got["run.sh"][1] == 0o750 and "empty" not in got
+    # an earlier step too (the file deleted later is there)
+    out1 = tmp_path / "restored-1"
+    m2.envgit("restore", "--from", "ci", "1", "--target", str(out1), "--project", "proj", "--machine", "m1", check=True)
+    assert (out1 / "empty").exists() and not (out1 / "step2.txt").exists()
+
+    # the journal, read from the bucket, is the journal
+    mine = json.loads(m1.envgit("log", "--json", check=True).stdout)
+    theirs = json.loads(m2.envgit("log", "--remote", "ci", "--project", "proj", "--machine", "m1",
+                                  "--json", check=True).stdout)
+    assert theirs["problems"] == [] and theirs["steps"] == mine and len(mine) == 2
+    r = m2.envgit("fsck", "--remote", "ci", "--json")
+    assert r.returncode == 0, r.stdout
+    assert json.loads(r.stdout)["ok"]
+
+    # nothing in clear: not the canary, not the pack ids (names are keyed hashes)
+    assert scan_for(s3, [CANARY.encode(), b"API_TOKEN"]) == []
+    pack_ids = [p.stem for p in (m1.root / ".envgit/objects/packs").rglob("*.pack")]
+    assert pack_ids and not any(pid in name for name in s3.objects() for pid in pack_ids)
+
+
+def test_push_uploads_only_what_the_remote_lacks(tmp_path, s3):
+    m1 = machine(tmp_path, "m1", s3)
+    fill(m1)
+    add_remote(m1, s3)
+    first = json.loads(m1.envgit("push", "ci", "--json", check=True).stdout)
+    again = json.loads(m1.envgit("push", "ci", "--json", check=True).stdout)
+    assert again["packs"] == 0 and again["entries"] == 0 and again["head"] == first["head"]
+    m1.run("echo three > step3.txt", check=True)
+    inc = json.loads(m1.envgit("push", "ci", "--json", check=True).stdout)
+    assert inc["packs"] == 1 and inc["entries"] == 2 and inc["head"] == first["head"] + 1
+    assert inc["bytes"] < 10_000          # the one new file, not the 3 MiB file again
+
+
+# --- kills -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("point", ["push-pack-uploaded", "push-segment-written"])
+def test_kill_during_push_then_push_again(tmp_path, s3, point):
+    m1 = machine(tmp_path, "m1", s3)
+    fill(m1)
+    add_remote(m1, s3)
+    m1.envgit("push", "ci", check=True)
+    m1.run("echo more > more.txt; head -c 2000000 /dev/urandom > rnd.bin", check=True)
+    r = m1.envgit("push", "ci", env={"ENVGIT_FAULT": point})
+    assert r.returncode == -signal.SIGKILL
+    # what the killed push left is not trusted: the bucket still reads as the first push
+    steps = json.loads(m1.envgit("log", "--remote", "ci", "--json", check=True).stdout)["steps"]
+    assert [s["id"] for s in steps] == [1, 2]
+    r = m1.envgit("push", "ci", "--json", check=True)
+    steps = json.loads(m1.envgit("log", "--remote", "ci", "--json", check=True).stdout)["steps"]
+    assert [s["id"] for s in steps] == [1, 2, 3]
+    r = m1.envgit("fsck", "--remote", "ci")
+    assert r.returncode == 0, r.stdout
+    out = tmp_path / "out"
+    m1.envgit("restore", "--from", "ci", "last", "--target", str(out), check=True)
+    assert (out / "rnd.bin").read_bytes() == (m1.root / "rnd.bin").read_bytes()
+
+
+def test_kill_9_at_a_random_moment_of_a_first_push(tmp_path, s3):
+    """A real kill -9 while objects are being uploaded (no fault point), then push again."""
+    m1 = machine(tmp_path, "m1", s3)
+    for i in range(4):          # ~4 packs of 16 MiB: many uploads to be killed among
+        (m1.root / f"r{i}.bin").write_bytes(os.urandom(15 << 20))
+    m1.run("true", check=True)
+    add_remote(m1, s3)
+    p = subprocess.Popen([ENVGIT, "push", "ci"], cwd=m1.root, env=m1.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and p.poll() is None:
+        if any("/packs/" in n for n in s3.objects()):
+            break
+        time.sleep(0.02)
+    killed = p.poll() is None
+    p.kill()
+    p.communicate(timeout=30)
+    assert killed, "the push finished before the first pack landed: nothing was interrupted"
+    assert "head" not in {n.rsplit("/", 1)[-1] for n in s3.objects()}
+    m1.envgit("push", "ci", check=True)
+    r = m1.envgit("fsck", "--remote", "ci")
+    assert r.returncode == 0, r.stdout
+    out = tmp_path / "out"
+    m1.envgit("restore", "--from", "ci", "last", "--target", str(out), check=True)
+    assert (out / "r3.bin").read_bytes() == (m1.root / "r3.bin").read_bytes()
+
+
+# --- two machines, one bucket ----------------------------------------------------------------
+
+def test_two_machines_push_at_once(tmp_path, s3):
+    ms = [machine(tmp_path, f"m{i}", s3, extra={"ENVGIT_PROJECT": "shared"}) for i in (1, 2)]
+    add_remote(ms[0], s3)
+    (tmp_path / "key").write_bytes((ms[0].home / ".config/envgit/remotes/ci.key").read_bytes())
+    add_remote(ms[1], s3, key_file=tmp_path / "key")
+    for i, m in enumerate(ms):
+        m.run(f"echo machine-{i} > who.txt; head -c 3000000 /dev/urandom > r.bin", check=True)
+    procs = [subprocess.Popen([ENVGIT, "push", "ci", "--json"], cwd=m.root, env=m.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for m in ms]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert {json.loads(o)["machine"] for o, _ in outs} == {"m1", "m2"}
+    r = ms[0].envgit("fsck", "--remote", "ci", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["machines"] == 2, r.stdout
+    for i, m in enumerate(ms):
+        out = tmp_path / f"out{i}"
+        ms[1 - i].envgit("restore", "--from", "ci", "last", "--target", str(out), "--project", "shared",
+                         "--machine", f"m{i + 1}", check=True)
+        assert (out / "who.txt").read_text() == f"machine-{i}\n"
+        assert (out / "r.bin").read_bytes() == (m.root / "r.bin").read_bytes()
+
+
+# --- tampering on the bucket: fsck --remote names each ----------------------------------------
+
+def _fsck(e):
+    r = e.envgit("fsck", "--remote", "ci", "--json")
+    assert r.stdout, r.stderr
+    return r.returncode, json.loads(r.stdout)["problems"]
+
+
+def test_fsck_remote_names_a_flipped_byte_a_deleted_segment_a_moved_object(tmp_path, s3):
+    m1 = machine(tmp_path, "m1", s3)
+    fill(m1)
+    add_remote(m1, s3)
+    m1.envgit("push", "ci", check=True)
+    m1.run("echo three > step3.txt", check=True)
+    m1.envgit("push", "ci", check=True)
+    assert _fsck(m1) == (0, [])
+    objs = s3.objects()
+    packs = sorted(n for n in objs if "/packs/" in n)
+    segs = sorted(n for n in objs if "/journal/" in n)
+    assert len(packs) >= 2 and len(segs) == 2
+
+    saved = {n: s3.get(n) for n in objs}
+    data = bytearray(saved[packs[0]])
+    data[len(data) // 2] ^= 1
+    s3.put(packs[0], bytes(data))
+    code, problems = _fsck(m1)
+    assert code == 1 and any(packs[0] in p and "fails authentication" in p for p in problems), problems
+    s3.put(packs[0], saved[packs[0]])
+
+    s3.delete(segs[0])
+    code, problems = _fsck(m1)
+    assert code == 1 and any("entries 1-" in p and "missing" in p for p in problems), problems
+    s3.put(segs[0], saved[segs[0]])
+    assert _fsck(m1) == (0, [])
+
+    s3.put(packs[1], saved[packs[0]])       # another pack's object under this name
+    code, problems = _fsck(m1)
+    assert code == 1 and any(packs[1] in p for p in problems), problems
+    s3.put(packs[1], saved[packs[1]])
+
+    s3.put(segs[1], saved[segs[0]])         # an older segment under a later range
+    code, problems = _fsck(m1)
+    assert code == 1 and any(segs[1] in p for p in problems), problems
+    s3.put(segs[1], saved[segs[1]])
+    assert _fsck(m1) == (0, [])
+
+
+def test_fsck_remote_names_a_head_rolled_back(tmp_path, s3):
+    m1 = machine(tmp_path, "m1", s3)
+    fill(m1)
+    add_remote(m1, s3)
+    m1.envgit("push", "ci", check=True)
+    old = s3.get("projects/proj/m1/head")
+    for n in (3, 4):
+        m1.run(f"echo {n} > s{n}.txt", check=True)
+        m1.envgit("push", "ci", check=True)
+    s3.put("projects/proj/m1/head", old)    # a head from two pushes ago, validly sealed
+    code, problems = _fsck(m1)       # the pushing machine saw version 3
+    assert code == 1 and any("rolled back" in p and "seen version 3" in p for p in problems), problems
+    # a machine that never saw the newer heads: the segments written after them say it
+    m2 = machine(tmp_path, "m2", s3, init=False)
+    (tmp_path / "key").write_bytes((m1.home / ".config/envgit/remotes/ci.key").read_bytes())
+    add_remote(m2, s3, key_file=tmp_path / "key")
+    code, problems = _fsck(m2)
+    assert code == 1 and any("rolled back" in p and "after head version" in p for p in problems), problems
+
+
+# --- audit -------------------------------------------------------------------------------------
+
+def test_audit_across_three_projects(tmp_path, s3):
+    key = None
+    for i, name in enumerate(("alpha", "beta", "gamma")):
+        m = machine(tmp_path, f"h{i}", s3, project=name)
+        if key is None:
+            add_remote(m, s3)
+            key = tmp_path / "key"
+            key.write_bytes((m.home / ".config/envgit/remotes/ci.key").read_bytes())
+        else:
+            add_remote(m, s3, key_file=key)
+        m.run(f"echo {name} > f.txt", check=True)
+        if name == "beta":
+            m.run("cat .env || true")          # names a file the policy denies: denied-read
+        m.envgit("push", "ci", check=True)
+    r = m.envgit("audit", "--remote", "ci", "--json", check=True)
+    got = json.loads(r.stdout)
+    assert got["problems"] == []
+    assert {(s["project"], s["machine"]) for s in got["steps"]} == {("alpha", "h0"), ("beta", "h1"), ("gamma", "h2")}
+    assert len(got["steps"]) == 4
+    r = m.envgit("audit", "--remote", "ci", "--mark", "denied", "--json", check=True)
+    marked = json.loads(r.stdout)["steps"]
+    assert [(s["project"], s["id"]) for s in marked] == [("beta", 2)]
+    r = m.envgit("audit", "--remote", "ci", "--since", "1d", check=True)
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["PROJECT", "MACHINE", "STEP"] and len(lines) == 5
+    assert "no steps match" in m.envgit("audit", "--remote", "ci", "--since", "2099-01-01").stdout
+
+
+# --- --auto ------------------------------------------------------------------------------------
+
+def test_auto_push_after_a_step(tmp_path, s3):
+    m1 = machine(tmp_path, "m1", s3)
+    add_remote(m1, s3)
+    m1.envgit("remote", "set", "ci", "--auto", check=True)
+    m1.run("echo auto > a.txt", check=True)
+    deadline = time.monotonic() + 60
+    steps = []
+    while time.monotonic() < deadline:
+        r = m1.envgit("log", "--remote", "ci", "--json")
+        if r.returncode == 0:
+            steps = json.loads(r.stdout)["steps"]
+            if steps:
+                break
+        time.sleep(0.5)
+    assert [s["argv"] for s in steps] == [["sh", "-c", "echo auto > a.txt"]]
+    m1.envgit("remote", "set", "ci", "--no-auto", check=True)
+    assert json.loads(m1.envgit("remote", "list", "--json", check=True).stdout)[0]["auto"] is False
+
+
+# --- errors: one line, the fix -----------------------------------------------------------------
+
+def test_errors_are_one_line_with_the_fix(tmp_path, s3):
+    m1 = machine(tmp_path, "m1", s3)
+    r = m1.envgit("push", "nope")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "remote add nope" in r.stderr
+    add_remote(m1, s3)
+    m2 = machine(tmp_path, "m2", s3)
+    r = m2.envgit("remote", "add", "ci", s3.url(), "--endpoint", s3.endpoint)   # a new key: wrong
+    assert r.returncode == 1 and "--key-file" in r.stderr and "Traceback" not in r.stderr
+    r = m1.envgit("push", "ci", env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-key-wrong"})
+    assert r.returncode == 1 and "credentials" in r.stderr.lower() or "denied" in r.stderr, r.stderr
+    r = m1.envgit("remote", "add", "x", "http://not-s3")
+    assert r.returncode == 1 and "s3://BUCKET/PREFIX" in r.stderr
+    (m1.home / ".config/envgit/remotes/ci.key").unlink()
+    r = m1.envgit("push", "ci")
+    assert r.returncode == 1 and "key" in r.stderr and "back" in r.stderr and "Traceback" not in r.stderr
