@@ -274,13 +274,13 @@ class Session:
         finally:
             self.starting -= 1
         if pol.backend == "vm":
-            return await self.vm_begin(step, pol, spec, argv, cwd, own_tmp, conn)
+            return await self.vm_begin(step, pol, spec, argv, cwd, own_tmp, conn, net)
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
                            "requests": [], "tmp": own_tmp, "routes": routes.before_step(self.scan)}
         return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
 
-    async def vm_begin(self, step, pol, spec, argv, cwd, own_tmp, conn):
+    async def vm_begin(self, step, pol, spec, argv, cwd, own_tmp, conn, net):
         """backend: vm: the step runs in the project's microVM (vm/host.py); the client gets
         the step's stream socket instead of a bwrap command line."""
         from ..vm.host import VMHost
@@ -295,7 +295,9 @@ class Session:
                     "push": "progress", "what": "vm", "text": f"VM: {text}"})
         try:
             notices = await asyncio.to_thread(self.vm.ensure, pol, progress)
-            vm = await asyncio.to_thread(self.vm.prepare, step, argv, cwd, spec.env, pol, masked)
+            if net is not None:         # the guest's connections reach the gate from this process
+                self.gate.bind_step(step, os.stat("/proc/self/ns/pid").st_ino)
+            vm = await asyncio.to_thread(self.vm.prepare, step, argv, cwd, spec.env, pol, masked, net)
         except Exception as e:          # never leave a begun step without an end
             if self.gate is not None:
                 self.gate.close_step(step)

@@ -17,6 +17,7 @@ import json
 import os
 import select
 import signal
+import socket
 import stat
 import struct
 import sys
@@ -50,6 +51,16 @@ class Agent:
         self.steps: dict[int, Step] = {}
         self.orphans = set()     # output fds of ended steps: read and dropped
         self.manifest = {}       # rel path -> (kind, size, mtime_ns, mode): as last synced
+        # The guest's only way out: 127.0.0.1:3128, each connection a channel on this port to
+        # the host's gate (the same gate and proxy credentials as the default tier's steps).
+        self.proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.proxy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.proxy.bind(("127.0.0.1", 3128))
+        self.proxy.listen(64)
+        self.proxy.setblocking(False)
+        self.net = {}            # channel -> socket
+        self.net_of = {}         # fd -> channel
+        self.net_ids = wire.NET_BASE
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
@@ -86,7 +97,7 @@ class Agent:
                     del st.outs[fd]
 
     def once(self):
-        fds = [self.port, self.wake_r] + list(self.orphans)
+        fds = [self.port, self.wake_r, self.proxy.fileno()] + list(self.orphans) + list(self.net_of)
         for st in self.steps.values():
             fds += list(st.outs)
             if st.status_pipe is not None:
@@ -112,6 +123,10 @@ class Agent:
                     os.read(self.wake_r, 512)
                 except BlockingIOError:
                     pass
+            elif fd == self.proxy.fileno():
+                self._net_accept()
+            elif fd in self.net_of:
+                self._net_read(fd)
             elif fd in self.orphans:
                 self._drop_output(fd)
             else:
@@ -122,6 +137,37 @@ class Agent:
                         self._status_from_pipe(st)
         self.reap()
         self.finish_steps()
+
+    def _net_accept(self):
+        try:
+            conn, _ = self.proxy.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        self.net_ids += 1
+        ch = self.net_ids
+        self.net[ch] = conn
+        self.net_of[conn.fileno()] = ch
+        self.send(wire.NET_OPEN, b"", ch)
+
+    def _net_read(self, fd):
+        ch = self.net_of[fd]
+        try:
+            data = self.net[ch].recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.send(wire.NET_DATA, data, ch)
+        else:
+            self.send(wire.NET_CLOSE, b"", ch)
+            self._net_drop(ch)
+
+    def _net_drop(self, ch):
+        conn = self.net.pop(ch, None)
+        if conn is not None:
+            self.net_of.pop(conn.fileno(), None)
+            conn.close()
 
     def _drop_output(self, fd):
         try:
@@ -231,6 +277,20 @@ class Agent:
                 self.send(wire.DONE, b"", channel)
             elif kind == wire.PING:
                 self.send(wire.DONE, payload, channel)
+            elif kind == wire.NET_DATA:
+                conn = self.net.get(channel)
+                if conn is not None:
+                    try:
+                        conn.sendall(payload)
+                    except OSError:
+                        self._net_drop(channel)
+            elif kind == wire.NET_CLOSE:
+                conn = self.net.get(channel)
+                if conn is not None:
+                    try:
+                        conn.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        self._net_drop(channel)
         except Exception as e:          # one bad request never ends the agent (it is pid 1)
             self.send(wire.ERROR, f"{type(e).__name__}: {e}".encode(), channel)
 
@@ -281,6 +341,11 @@ class Agent:
         head, _, data = payload.partition(b"\n")
         h = json.loads(head)
         rel, op = h["path"], h["op"]
+        if op == "ca":                  # the gate's CA bundle, for TLS through the gate
+            os.makedirs("/etc/ssl/certs", exist_ok=True)
+            with open("/etc/ssl/certs/ca-certificates.crt", "wb") as f:
+                f.write(data)
+            return
         p = self._path(rel)
         if op == "rm":
             _remove(p)

@@ -129,12 +129,19 @@ class VMHost:
 
     # --- a step ---------------------------------------------------------------------------
 
-    def prepare(self, step, argv, cwd, env, pol, masked) -> dict:
+    def prepare(self, step, argv, cwd, env, pol, masked, net=None) -> dict:
         """Before the command: push the host's changes in; the stream socket and token for
-        `envgit run`."""
+        `envgit run`. `net` (sandbox/network.Net): the step's way to the gate, through the
+        agent's port (its credential tied to this daemon, whose connections carry the guest's);
+        the gate's CA goes into the guest's /etc/ssl/certs."""
         with self.lock:
+            link = self.machine.link
+            link.gate_socket = net.socket if net is not None else None
+            if net is not None:         # before push's last frame, which waits for all
+                with open(os.path.join(net.certs_dir, "ca-certificates.crt"), "rb") as f:
+                    link.send(wire.PUT, b'{"path": "", "op": "ca"}\n' + f.read(), 0)
             view = sync.View(pol, self.project.root, masked)
-            self.manifest, sent = sync.push(self.machine.link, self.project.root, view, self.manifest)
+            self.manifest, sent = sync.push(link, self.project.root, view, self.manifest)
             token = secrets.token_hex(16)
             self.pending[token] = {"step": step, "argv": argv, "cwd": cwd, "env": guest_env(env, step)}
             return {"sock": os.path.join(self.sock_dir, "step.sock"), "token": token, "pushed": sent}

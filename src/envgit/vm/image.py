@@ -24,7 +24,7 @@ import time
 IMAGE_FORMAT = 3
 KERNEL_META = "linux-image-cloud-amd64"
 PACKAGES = ("busybox-static", "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
-            "libc6", "zlib1g", "libexpat1", "libffi8")
+            "libc6", "zlib1g", "libexpat1", "libffi8", "libssl3")
 # loaded in this order by /init (the cloud kernel builds them as modules)
 MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_console")
 # what the guest never needs: left out of the archive (size is boot time and RAM under TCG)

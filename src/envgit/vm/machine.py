@@ -61,6 +61,8 @@ class Link:
         self.queues: dict[int, queue.Queue] = {}
         self.ids = itertools.count(1)
         self.closed = False
+        self.gate_socket = None        # the gate's unix socket, while a step has network
+        self.net: dict[int, socket.socket] = {}
         self.thread = threading.Thread(target=self._read, name="vm-agent-link", daemon=True)
         self.thread.start()
 
@@ -85,6 +87,9 @@ class Link:
                     break
                 r.feed(data)
                 for kind, ch, payload in r.frames():
+                    if ch >= wire.NET_BASE:
+                        self._net(kind, ch, payload)
+                        continue
                     q = self.queues.get(ch)
                     if q is not None:
                         q.put((kind, payload))
@@ -93,6 +98,58 @@ class Link:
         self.closed = True
         for q in list(self.queues.values()):
             q.put((None, b""))
+
+    # --- the guest's connections to its proxy port, each one a connection to the gate -------
+
+    def _net(self, kind, ch, payload):
+        if kind == wire.NET_OPEN:
+            path = self.gate_socket
+            if not path:                # no step with network now: nothing to reach
+                self.send(wire.NET_CLOSE, b"", ch)
+                return
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+            except OSError:
+                s.close()
+                self.send(wire.NET_CLOSE, b"", ch)
+                return
+            self.net[ch] = s
+            threading.Thread(target=self._net_pump, args=(ch, s), name="vm-net", daemon=True).start()
+        elif kind == wire.NET_DATA:
+            s = self.net.get(ch)
+            if s is not None:
+                try:
+                    s.sendall(payload)
+                except OSError:
+                    self._net_end(ch)
+        elif kind == wire.NET_CLOSE:
+            s = self.net.get(ch)
+            if s is not None:
+                try:
+                    s.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+
+    def _net_pump(self, ch, s):
+        try:
+            while True:
+                data = s.recv(1 << 16)
+                if not data:
+                    break
+                self.send(wire.NET_DATA, data, ch)
+        except OSError:
+            pass
+        try:
+            self.send(wire.NET_CLOSE, b"", ch)
+        except OSError:
+            pass
+        self._net_end(ch)
+
+    def _net_end(self, ch):
+        s = self.net.pop(ch, None)
+        if s is not None:
+            s.close()
 
     def get(self, ch, timeout):
         try:

