@@ -290,6 +290,11 @@ class EnvgitAddon:
         q.update(step=step, host=network.norm_host(req.host), port=req.port, **effect.shown)
         # What a remembered grant matches the query by (daemon/grants.py): never its values.
         q["query_sha256"] = query_digest(req.query)
+        # Every other method the server may act on (override headers, a `_method` query
+        # parameter or form field, as the credentials gate reads them): a grant requires the
+        # same, so a POST granted does not cover a POST whose form says _method=DELETE.
+        from .credentials import CredentialSwap
+        q["method_override"] = sorted(CredentialSwap._methods(flow.request, body=True) - {req.method.upper()})
         # The prompt and `envgit pending` print the kind: it names what the answer covers
         # beyond the refs they print themselves.
         ops = "; ".join(f"{o['type']} {o['name'] + ' ' if o['name'] else ''}{{ {', '.join(o['fields'])} }}"
