@@ -304,6 +304,7 @@ def test_audit_across_three_projects(tmp_path, s3):
             key.write_bytes((m.home / ".config/envgit/remotes/ci.key").read_bytes())
         else:
             add_remote(m, s3, key_file=key)
+        (m.root / ".env").write_text(f"TOKEN={CANARY}\n")
         m.run(f"echo {name} > f.txt", check=True)
         if name == "beta":
             m.run("cat .env || true")          # names a file the policy denies: denied-read
@@ -354,7 +355,7 @@ def test_errors_are_one_line_with_the_fix(tmp_path, s3):
     r = m2.envgit("remote", "add", "ci", s3.url(), "--endpoint", s3.endpoint)   # a new key: wrong
     assert r.returncode == 1 and "--key-file" in r.stderr and "Traceback" not in r.stderr
     r = m1.envgit("push", "ci", env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-key-wrong"})
-    assert r.returncode == 1 and "credentials" in r.stderr.lower() or "denied" in r.stderr, r.stderr
+    assert r.returncode == 1 and "access denied" in r.stderr and "credentials" in r.stderr, r.stderr
     r = m1.envgit("remote", "add", "x", "http://not-s3")
     assert r.returncode == 1 and "s3://BUCKET/PREFIX" in r.stderr
     (m1.home / ".config/envgit/remotes/ci.key").unlink()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 
+from ..daemon.importpath import PYTHON_ARGS, SPAWN_CWD, spawn_env
 from . import layout
 
 TIMEOUT_S = 3600
@@ -42,8 +43,11 @@ class AutoPush:
                 continue
             try:
                 with open(os.path.join(self.root, ".envgit", "push.log"), "ab") as log:
-                    subprocess.run([sys.executable, "-m", "envgit.commands.remote", self.root],
+                    # -P from "/", as the daemon itself is started: nothing the project holds
+                    # (a planted envgit/__init__.py) is on the push's import path
+                    subprocess.run([sys.executable, *PYTHON_ARGS, "-m", "envgit.commands.remote", self.root],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                   preexec_fn=lambda: os.nice(10), timeout=TIMEOUT_S, cwd=self.root)
+                                   env=spawn_env(), preexec_fn=lambda: os.nice(10), timeout=TIMEOUT_S,
+                                   cwd=SPAWN_CWD)
             except (OSError, subprocess.SubprocessError):
                 pass
