@@ -199,6 +199,20 @@ def test_allow_and_remember_lets_the_same_request_through_later(world):
         assert [x["path"] for x in env.stub.requests] == ["/api/one", "/api/one"]
         b.get(ui.link(f"/steps/{second['id']}"))
         assert second["approvals"][0]["granted_by"] in b.find_element("css selector", ".approvals").text
+        # outside the grant (another path): asked again on the page; denied there
+        b.get(ui.url)
+        t = threading.Thread(target=lambda: out.update(r=env.run(
+            f"{CURL} -X POST --data-binary x {env.api.replace('/api/one', '/api/two')}", timeout=120)))
+        t.start()
+        try:
+            ask = wait_for(lambda: b.find_element("css selector", ".ask"), timeout=40, what="the second ask")
+            assert "/api/two" in ask.text
+            ask.find_element("css selector", 'button[data-answer="deny"]').click()
+            wait_for(lambda: "Denied" in b.find_element("id", "flash").text, what="the deny")
+        finally:
+            t.join(150)
+        assert out["r"].stdout.split() != ["200"] and [x["path"] for x in env.stub.requests] == ["/api/one"] * 2
+        assert [(a["answer"], a["how"]) for a in show(env)["approvals"]] == [("deny", "ui")]
 
 
 @needs_browser
@@ -390,3 +404,16 @@ def test_the_browser_is_opened_without_the_token_on_its_command_line(proj, tmp_p
     while os.path.exists(page) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(page)                      # removed when the page stops
+
+
+@needs_browser
+def test_a_filtered_timeline_takes_only_matching_steps_live(proj):
+    proj.run("echo keepme-0", check=True)
+    with UI(proj) as ui, browser() as b:
+        b.get(ui.link("/", q="keepme"))
+        wait_for(lambda: b.find_element("css selector", "#live").is_displayed(), what="the live stream")
+        proj.run("echo other", check=True)
+        proj.run("echo keepme-2", check=True)
+        wait_for(lambda: b.find_elements("css selector", 'tr[data-step="3"]'), what="the matching step")
+        assert not b.find_elements("css selector", 'tr[data-step="2"]')
+        assert [r.get_attribute("data-step") for r in b.find_elements("css selector", "tr.step")] == ["3", "1"]
