@@ -40,7 +40,9 @@ class Guard:
         self.origin = f"http://{host}:{port}".encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] == "websocket":            # the page has none: closed before accepting
+            return await send({"type": "websocket.close", "code": 1008})
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)          # lifespan
 
         async def send_with_headers(message):
@@ -58,8 +60,6 @@ class Guard:
 
     def refusal(self, scope):
         """(status, text) to refuse the request with, or None to let it through."""
-        if scope["type"] != "http":
-            return 403, "refused"
         headers: dict[bytes, list[bytes]] = {}
         for k, v in scope.get("headers", []):
             headers.setdefault(k.lower(), []).append(v)
