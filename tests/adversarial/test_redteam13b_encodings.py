@@ -1,0 +1,154 @@
+"""Red team 13b: the credential's host echoes the real token it was sent (a debug endpoint,
+as in test_credential_bodies.py), in a body the gate reads differently from the step's client.
+
+The gate rewrites real values in a response only where it decodes the body the way it was
+encoded. Each answer here is ordinary HTTP a client reads whole, but the gate does not:
+
+- gzip in several members (RFC 1952 allows it; Python's gzip/urllib3, Go's gzip.Reader,
+  Node's zlib and gzip(1) read every member): the gate decodes the first member only, both
+  for a buffered body (Content-Length) and for a streamed one (chunked);
+- zstd in several frames (libzstd, curl --compressed and zstd(1) read every frame): the gate
+  reads the first frame only;
+- gzip as a transfer coding (`Transfer-Encoding: gzip, chunked`, "gzip inside chunked"):
+  the gate looks at the compressed bytes as if identity, and curl (7.88, plain `curl -o`)
+  undoes the transfer coding and writes the token;
+- a streamed (chunked, unframed) JSON body whose value is `\\u`-escaped: the buffered path
+  undoes the escapes, the streamed path does not.
+
+The step runs real curl (and python3/gzip/zstd to read the saved bytes) through the real gate;
+the oracle is the canary (the real token, in the person's environment only) in the step's
+output. Runs as root and as an unprivileged user."""
+
+import gzip
+import json
+import shutil
+import socket
+import ssl
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from gatekit import netproject, servers
+from harness import CANARY, attacker  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+NAME = "api.github.com"        # one of gatekit.STUB_NAMES: resolved to 127.0.0.1 by netproject
+
+
+def _chunked(body: bytes) -> bytes:
+    return b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+
+
+def _answer(path: str, token: str) -> bytes:
+    """What the echoing server writes for `path`: the token it received, encoded so."""
+    t = token.encode()
+    echo = b'{"you_sent": "' + t + b'"}\n'
+    if path == "/gzip-members":                # Content-Length, buffered at the gate
+        body = gzip.compress(b"{}\n") + gzip.compress(echo)
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    if path == "/gzip-members-chunked":        # no length: streamed at the gate
+        body = gzip.compress(b"{}\n") + gzip.compress(echo)
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
+    if path == "/zstd-frames":
+        import zstandard
+        z = zstandard.ZstdCompressor()
+        body = z.compress(b"{}\n") + z.compress(echo)
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: zstd\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    if path == "/te-gzip":
+        body = gzip.compress(echo)
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
+    if path == "/u-stream":
+        body = b'{"you_sent": "' + "".join("\\u%04x" % ord(c) for c in token).encode() + b'"}\n'
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
+    return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+@contextmanager
+def echo_server(ca, answer=_answer):
+    """An HTTPS/1.1 server on 127.0.0.1 writing raw responses; it answers with the Bearer token
+    it was sent. `seen` holds each request's Authorization header (its log)."""
+    cert, key = ca.issue([NAME, "localhost"], stem="echo13b")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)
+    lsock.settimeout(0.2)
+    stop, seen = threading.Event(), []
+
+    def handle(conn):
+        try:
+            with ctx.wrap_socket(conn, server_side=True) as s:
+                s.settimeout(10)
+                data = b""
+                while b"\r\n\r\n" not in data and len(data) < 65536:
+                    got = s.recv(4096)
+                    if not got:
+                        return
+                    data += got
+                head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+                path = head[0].split()[1]
+                auth = next((h.split(":", 1)[1].strip() for h in head[1:]
+                             if h.lower().startswith("authorization:")), "")
+                seen.append(auth)
+                s.sendall(answer(path, auth.partition(" ")[2]))
+                time.sleep(0.2)
+        except (OSError, ValueError, IndexError):
+            pass
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield lsock.getsockname()[1], seen
+    finally:
+        stop.set()
+        t.join(5)
+        lsock.close()
+
+
+@contextmanager
+def world(attacker, answer=_answer):
+    with servers() as (git, stub), echo_server(git.ca, answer) as (port, seen):
+        attacker.env["MY_TOKEN"] = CANARY
+        api = f"{NAME}:{port}"
+        netproject(attacker, git, stub, allow=[api], tail=(
+            f"credentials:\n  tok:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{api}\"]\n"))
+        yield f"https://{api}", seen
+
+
+# How the step reads the saved body (/tmp/b): every decoder here is an ordinary one.
+READ = {
+    "/gzip-members": "gzip -dc < /tmp/b || python3 -c \"import gzip,sys; "
+                     "sys.stdout.write(gzip.decompress(open('/tmp/b','rb').read()).decode())\"",
+    "/gzip-members-chunked": "gzip -dc < /tmp/b || python3 -c \"import gzip,sys; "
+                             "sys.stdout.write(gzip.decompress(open('/tmp/b','rb').read()).decode())\"",
+    "/zstd-frames": "zstd -dc < /tmp/b",
+    "/te-gzip": "cat /tmp/b",                # curl itself undoes the gzip transfer coding
+    "/u-stream": "python3 -c \"import json; print(json.load(open('/tmp/b'))['you_sent'])\"",
+}
+
+
+@pytest.mark.parametrize("path", list(READ))
+def test_an_echoed_real_token_in_an_odd_body_does_not_reach_the_step(attacker, path):
+    with world(attacker) as (url, seen):
+        r = attacker.run(f"curl -sS -H \"Authorization: Bearer $MY_TOKEN\" {url}{path} -o /tmp/b; "
+                         f"echo \"curl-exit=$?\"; {READ[path]}")
+        out = r.stdout + r.stderr
+        assert seen and seen[-1] == f"Bearer {CANARY}", seen        # the real token arrived
+        assert CANARY not in out, f"the real token reached the step through {path}:\n{out}"
