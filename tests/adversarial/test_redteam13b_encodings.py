@@ -7,6 +7,9 @@ encoded. Each answer here is ordinary HTTP a client reads whole, but the gate do
 - gzip in several members (RFC 1952 allows it; Python's gzip/urllib3, Go's gzip.Reader,
   Node's zlib and gzip(1) read every member): the gate decodes the first member only, both
   for a buffered body (Content-Length) and for a streamed one (chunked);
+- gzip whose CRC-32 trailer is wrong, in a buffered body: the gate's decoder fails, so it
+  looks for the value in the compressed bytes only and passes the body on; gzip(1) (and any
+  client that inflates before it checks the trailer) writes the token;
 - zstd in several frames (libzstd, curl --compressed and zstd(1) read every frame): the gate
   reads the first frame only;
 - gzip as a transfer coding (`Transfer-Encoding: gzip, chunked`, "gzip inside chunked"):
@@ -54,6 +57,11 @@ def _answer(path: str, token: str) -> bytes:
         body = gzip.compress(b"{}\n") + gzip.compress(echo)
         return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
+    if path == "/gzip-bad-crc":                # one member, its CRC-32 off by one bit
+        body = bytearray(gzip.compress(echo))
+        body[-8] ^= 1
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), bytes(body)))
     if path == "/zstd-frames":
         import zstandard
         z = zstandard.ZstdCompressor()
@@ -138,6 +146,7 @@ READ = {
                      "sys.stdout.write(gzip.decompress(open('/tmp/b','rb').read()).decode())\"",
     "/gzip-members-chunked": "gzip -dc < /tmp/b || python3 -c \"import gzip,sys; "
                              "sys.stdout.write(gzip.decompress(open('/tmp/b','rb').read()).decode())\"",
+    "/gzip-bad-crc": "gzip -dc < /tmp/b",     # gzip(1) writes what it inflated, then says "crc error"
     "/zstd-frames": "zstd -dc < /tmp/b",
     "/te-gzip": "cat /tmp/b",                # curl itself undoes the gzip transfer coding
     "/u-stream": "python3 -c \"import json; print(json.load(open('/tmp/b'))['you_sent'])\"",
