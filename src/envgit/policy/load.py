@@ -65,7 +65,8 @@ def load_policy(path) -> Policy:
     if org_path is not None:
         odata, owhere, org_sha = _read(Path(org_path), label=org.shown(org_path))
         data, where = org.combine(odata, owhere, data, where, os.path.expanduser("~"))
-        org.check_unwritable(data, where, org_path, os.path.expanduser("~"))
+        org.check_unwritable(data, where, org_path, os.path.expanduser("~"),
+                             os.path.dirname(os.path.abspath(path)))
     _credential_conflicts(data, where)
     pol = _merge(data, where, str(path), sha)
     pol.org_path, pol.org_sha256 = org.shown(org_path) if org_path else "", org_sha

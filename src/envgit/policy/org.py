@@ -114,14 +114,19 @@ def _owned_by_root(path, what, st, kind, owners=(0,)):
                           "can change it")
 
 
-def check_unwritable(data: dict, where: dict, org_path: str, home: str) -> None:
+def check_unwritable(data: dict, where: dict, org_path: str, home: str, project_root: str) -> None:
     """No allow_write entry (of either file) may make the organisation policy, or a directory
-    above it, writable inside the sandbox: a step (as root) could then rewrite it."""
+    above it, writable inside the sandbox: a step (as root) could then rewrite it. Entries are
+    resolved as decide.resolve does (a relative one against the project: `../..` leaves it)."""
     real = os.path.realpath(org_path)
     for i, entry in enumerate(data.get("filesystem", {}).get("allow_write", [])):
-        if not (entry.startswith("/") or entry == "~" or entry.startswith("~/")):
-            continue                        # project paths: the org file is never there
-        target = os.path.normpath(home + entry[1:] if entry.startswith("~") else entry)
+        if entry == "~" or entry.startswith("~/"):
+            target = home + entry[1:]
+        elif entry.startswith("/"):
+            target = entry
+        else:
+            target = os.path.join(project_root, entry)
+        target = os.path.normpath(target)
         for t in {target, os.path.realpath(target)}:
             if real == t or real.startswith(t.rstrip("/") + "/"):
                 f, n = _line(where[f"filesystem.allow_write[{i}]"])
