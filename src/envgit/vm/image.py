@@ -21,12 +21,12 @@ import sys
 import tempfile
 import time
 
-IMAGE_FORMAT = 3
+IMAGE_FORMAT = 4
 KERNEL_META = "linux-image-cloud-amd64"
 PACKAGES = ("busybox-static", "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
             "libc6", "zlib1g", "libexpat1", "libffi8", "libssl3")
 # loaded in this order by /init (the cloud kernel builds them as modules)
-MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_console")
+MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_console", "virtio_balloon")
 # what the guest never needs: left out of the archive (size is boot time and RAM under TCG)
 PRUNE = ("usr/share", "usr/lib/python3.11/test", "usr/lib/python3.11/ensurepip",
          "usr/lib/python3.11/idlelib", "usr/lib/python3.11/tkinter", "usr/lib/python3.11/lib2to3",
@@ -156,7 +156,12 @@ def ensure(progress=None) -> Image:
     except FileNotFoundError:
         cached = []
     if cached and not os.environ.get("ENVGIT_VM_REBUILD"):
-        return Image(os.path.join(root, cached[-1]))
+        img = Image(os.path.join(root, cached[-1]))
+        try:
+            os.utime(os.path.join(img.path, "ready"))     # in use: kept by _drop_old
+        except OSError:
+            pass
+        return img
     say("resolving the guest's Debian packages")
     versions = wanted()
     img = Image(os.path.join(root, f"{recipe}-{_versions_digest(versions)}"))
@@ -175,7 +180,25 @@ def ensure(progress=None) -> Image:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    _drop_old(root, keep=os.path.basename(img.path))
     return img
+
+
+def _drop_old(root, keep, older_than_s=86400):
+    """Images of other recipes or versions not built or used for a day: each is ~90 MB, and a
+    new envgit or Debian update builds a new one beside them. (A running guest keeps its kernel
+    and root in its RAM: removing the files under it is harmless.)"""
+    now = time.time()
+    for e in os.listdir(root):
+        p = os.path.join(root, e)
+        if e == keep or not os.path.isdir(p):
+            continue
+        try:
+            age = now - os.stat(os.path.join(p, "ready") if Image(p).ok() else p).st_mtime
+        except OSError:
+            continue
+        if age > older_than_s:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _build(work, versions, say):
@@ -253,9 +276,21 @@ def _precompile(tree, say):
     if not host:
         return
     say("byte-compiling the guest's Python")
-    subprocess.run([host, "-m", "compileall", "-q", "-j0", "--invalidation-mode", "unchecked-hash",
-                    os.path.join(tree, "usr", "lib", "python3.11"), os.path.join(tree, "envgit")],
-                   capture_output=True, timeout=600)
+    lib = os.path.join(tree, "usr", "lib", "python3.11")
+    r = subprocess.run([host, "-m", "compileall", "-q", "-b", "-j0", lib, os.path.join(tree, "envgit")],
+                       capture_output=True, timeout=600)
+    if r.returncode:
+        return
+    # Sourceless: a .pyc beside each module (`-b`) and no .py, which halves the stdlib's share
+    # of the root (RAM the guest holds, so what every memory snapshot copies); the agent's
+    # own source stays, as /init runs it by name.
+    for dirpath, dirs, files in os.walk(lib):
+        for f in files:
+            if f.endswith(".py") and f + "c" in files:
+                os.unlink(os.path.join(dirpath, f))
+        if "__pycache__" in dirs:
+            shutil.rmtree(os.path.join(dirpath, "__pycache__"))
+            dirs.remove("__pycache__")
 
 
 def _extract_vmlinux(bzimage, out):

@@ -85,7 +85,12 @@ def _copy_extents(sfd, dfd, total) -> int:
     for start, end in _extents(sfd, total):
         off = start
         while off < end:
-            n = os.copy_file_range(sfd, dfd, end - off, off, off)
+            try:
+                n = os.copy_file_range(sfd, dfd, end - off, off, off)
+            except OSError as e:
+                if e.errno not in (errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+                n = os.pwrite(dfd, os.pread(sfd, min(end - off, 8 << 20), off), off)
             if n == 0:
                 break
             off += n

@@ -148,6 +148,10 @@ class QemuMachine(Machine):
                 "-kernel", img.kernel, "-initrd", img.initrd,
                 "-append", f"{CMDLINE} envgit.root={self.root.encode().hex()}",
                 "-serial", f"file:{os.path.join(self.run_dir, 'console.log')}",
+                # free page reporting: pages the guest frees (the initramfs once unpacked, a
+                # process's memory after it exits) become holes in the RAM file, which snapshots
+                # then neither copy nor store
+                "-device", "virtio-balloon-device,free-page-reporting=on",
                 "-device", "virtio-serial-device",
                 "-chardev", f"socket,id=agent,path={self.sock_dir}/agent.sock,server=on,wait=off",
                 "-device", "virtserialport,chardev=agent,name=envgit.agent",

@@ -1,0 +1,182 @@
+"""VM tier benchmark (backend: vm): envgit's memory snapshots beside QEMU's own methods on the
+same guest, in one run.
+
+    .venv/bin/python bench/bench_vm.py [--runs N] [--memory MB]
+
+Measures, medians of N runs (default 3; boots are the slow part under TCG):
+  boot to first step      a fresh QEMU to a command's exit status (image cached)
+  step snapshot, idle     the pause of envgit's per-step memory snapshot (stop, device state with
+                          x-ignore-shared, clone of the RAM file's touched pages, cont) and its bytes
+  step snapshot, 300 MB   the same with a guest process holding 300 MB of touched memory
+  restore to running      a new QEMU from that snapshot until the guest agent answers
+Anchors on the same guest, same run: `savevm`/`loadvm` (HMP, internal qcow2 snapshot: needs a
+qcow2 drive, added for the anchor only) and plain migrate-to-file (`stop` + `migrate
+exec:cat > f`, full RAM) / `-incoming` restore. It says whether the guest ran under KVM or TCG.
+"""
+
+import argparse
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from envgit.vm import memstore, wire  # noqa: E402
+from envgit.vm.qemu import QemuMachine  # noqa: E402
+
+
+class Quiet:
+    def __init__(self):
+        self.buf = []
+
+    def out(self, k, d):
+        self.buf.append(d)
+
+    def pump(self, send, stop):
+        send(wire.STDIN_EOF)
+
+
+def run(m, cmd):
+    io = Quiet()
+    code, _ = m.run({"argv": ["sh", "-c", cmd], "env": {"PATH": "/usr/bin:/bin"}, "cwd": "/"}, io)
+    return code, b"".join(io.buf).decode(errors="replace")
+
+
+class AnchorMachine(QemuMachine):
+    """The same guest with a small qcow2 drive, which `savevm` needs to hold its snapshot."""
+
+    qcow2 = None
+
+    def _args(self, accel, incoming=False):
+        return super()._args(accel, incoming) + [
+            "-drive", f"if=none,id=d0,file={self.qcow2},format=qcow2",
+            "-device", "virtio-blk-device,drive=d0"]
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def snapshot_series(m, work, runs, tag):
+    pauses, sizes, restores = [], [], []
+    for i in range(runs):
+        run(m, "true")
+        d = os.path.join(work, f"{tag}-{i}")
+        os.makedirs(d)
+        meta = m.snapshot(d)
+        memstore.commit(d, meta)
+        pauses.append(meta["pause_ms"])
+        sizes.append(meta["bytes"])
+    for i in range(runs):
+        t0 = time.monotonic()
+        m.restore(os.path.join(work, f"{tag}-{runs - 1}"))
+        restores.append((time.monotonic() - t0) * 1000)
+    for i in range(runs):
+        shutil.rmtree(os.path.join(work, f"{tag}-{i}"), ignore_errors=True)
+    return med(pauses), med(sizes), med(restores)
+
+
+def anchors(m, work, runs):
+    """savevm/loadvm and plain migrate-to-file on `m` (an AnchorMachine, booted)."""
+    save, load, mig, inc, mig_bytes = [], [], [], [], []
+    for i in range(runs):
+        t0 = time.monotonic()
+        m.qmp.cmd("human-monitor-command", **{"command-line": f"savevm s{i}"})
+        save.append((time.monotonic() - t0) * 1000)
+        t0 = time.monotonic()
+        out = m.qmp.cmd("human-monitor-command", **{"command-line": f"loadvm s{i}"})
+        load.append((time.monotonic() - t0) * 1000)
+        if out and "Error" in out:
+            print("loadvm:", out.strip(), file=sys.stderr)
+    for i in range(runs):
+        f = os.path.join(work, f"full-{i}.state")
+        t0 = time.monotonic()
+        m.qmp.cmd("stop")
+        m.qmp.cmd("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": False}])
+        m.qmp.cmd("migrate", uri="exec:cat > " + shlex.quote(f))
+        m._wait_migration()
+        m.qmp.cmd("cont")
+        mig.append((time.monotonic() - t0) * 1000)
+        mig_bytes.append(os.path.getsize(f))
+    # restore from the plain migration file: a new QEMU with -incoming, full RAM read back
+    f = os.path.join(work, f"full-{runs - 1}.state")
+    for i in range(runs):
+        t0 = time.monotonic()
+        m._kill()
+        m._prepare()
+        m.proc = m._spawn(m._args(m.accel, incoming=True))
+        m._connect(30)
+        m.qmp.cmd("migrate-incoming", uri="exec:cat " + shlex.quote(f))
+        while m.qmp.cmd("query-migrate").get("status") != "completed":
+            time.sleep(0.002)
+        m.qmp.cmd("cont")
+        m.link.ping(60)
+        inc.append((time.monotonic() - t0) * 1000)
+    return med(save), med(load), med(mig), med(inc), med(mig_bytes)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--memory", type=int, default=1024, help="guest RAM in MB (default 1024)")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="envgit-bench-vm-")
+    proj = os.path.join(work, "proj")
+    os.makedirs(proj)
+    rows = []
+    try:
+        boots = []
+        m = None
+        for i in range(args.runs):
+            if m is not None:
+                m.stop()
+            m = QemuMachine(proj, os.path.join(work, "state"), memory_mb=args.memory)
+            t0 = time.monotonic()
+            m.boot()
+            code, _ = run(m, "true")
+            assert code == 0
+            boots.append((time.monotonic() - t0) * 1000)
+        accel = m.accel.upper()
+        rows.append(("boot to first step", f"{med(boots) / 1000:.1f} s", "", ""))
+        p, b, r = snapshot_series(m, work, args.runs, "idle")
+        rows.append(("step snapshot, idle guest: pause / bytes", f"{p:.0f} ms", f"{b / 1e6:.0f} MB", ""))
+        rows.append(("restore to running, idle guest", f"{r:.0f} ms", "", ""))
+        # 300 MB touched by a process that stays (random bytes: no zero page to skip)
+        code, out = run(m, "python3 -c 'import os,time\nb=bytearray(os.urandom(1<<20))*300\n"
+                           "open(\"/tmp/held\",\"w\").write(\"1\")\ntime.sleep(1e9)' >/dev/null 2>&1 & "
+                           "while [ ! -e /tmp/held ]; do sleep 0.2; done; echo held")
+        assert "held" in out, out
+        p, b, r = snapshot_series(m, work, args.runs, "touched")
+        rows.append(("step snapshot, 300 MB touched: pause / bytes", f"{p:.0f} ms", f"{b / 1e6:.0f} MB", ""))
+        rows.append(("restore to running, 300 MB touched", f"{r:.0f} ms", "", ""))
+        m.stop()
+        # anchors: the same guest (300 MB touched), QEMU's own methods
+        a = AnchorMachine(proj, os.path.join(work, "anchor"), memory_mb=args.memory)
+        a.qcow2 = os.path.join(work, "anchor.qcow2")
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", a.qcow2, "64M"], check=True)
+        a.boot()
+        run(a, "python3 -c 'import os,time\nb=bytearray(os.urandom(1<<20))*300\n"
+               "open(\"/tmp/held\",\"w\").write(\"1\")\ntime.sleep(1e9)' >/dev/null 2>&1 & "
+               "while [ ! -e /tmp/held ]; do sleep 0.2; done")
+        save, load, mig, inc, mig_bytes = anchors(a, work, args.runs)
+        a.stop()
+        rows.append(("anchor: savevm / loadvm, 300 MB touched", f"{save:.0f} ms", "", f"loadvm {load:.0f} ms"))
+        rows.append(("anchor: stop + migrate to file / -incoming restore, 300 MB",
+                     f"{mig:.0f} ms", f"{mig_bytes / 1e6:.0f} MB", f"restore {inc:.0f} ms"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nVM tier, QEMU microvm, {accel}, guest {args.memory} MB, medians of {args.runs} "
+          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    print(f"| {'measure':<58} | {'time':>9} | {'bytes':>7} | {'':<18} |")
+    print(f"|{'-' * 60}|{'-' * 11}|{'-' * 9}|{'-' * 20}|")
+    for name, t, b, extra in rows:
+        print(f"| {name:<58} | {t:>9} | {b:>7} | {extra:<18} |")
+
+
+if __name__ == "__main__":
+    main()
