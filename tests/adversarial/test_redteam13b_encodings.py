@@ -22,6 +22,7 @@ The step runs real curl (and python3/gzip/zstd to read the saved bytes) through 
 the oracle is the canary (the real token, in the person's environment only) in the step's
 output. Runs as root and as an unprivileged user."""
 
+import base64
 import gzip
 import json
 import shutil
@@ -76,7 +77,39 @@ def _answer(path: str, token: str) -> bytes:
         body = b'{"you_sent": "' + "".join("\\u%04x" % ord(c) for c in token).encode() + b'"}\n'
         return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
+    if path.startswith("/range"):              # a debug endpoint behind a server that serves byte ranges
+        return _ranged(echo, path.partition("?")[2])
+    spelled = SPELLINGS.get(path)
+    if spelled is not None:
+        body = spelled(token)
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
     return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+def _ranged(body: bytes, spec: str) -> bytes:
+    """`spec` is the Range header's value (the step's `curl -r`), passed in the path's query
+    by echo_server: a 206 with those bytes, as Go's http.ServeContent, nginx's slice module
+    or any static-file layer in front of the endpoint would send."""
+    if not spec.startswith("bytes="):
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nAccept-Ranges: bytes\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    a, _, b = spec[6:].partition("-")
+    a, b = int(a), (int(b) if b else len(body) - 1)
+    part = body[a:b + 1]
+    return (b"HTTP/1.1 206 Partial Content\r\nContent-Type: application/json\r\n"
+            b"Content-Range: bytes %d-%d/%d\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+            % (a, a + len(part) - 1, len(body), len(part), part))
+
+
+# Other spellings of the echoed token in a buffered body (a hexdump, base32, UTF-16 text,
+# HTML numeric character references): none is looked for.
+SPELLINGS = {
+    "/hex": lambda t: b"token(hex)=" + t.encode().hex().encode() + b"\n",
+    "/base32": lambda t: b"token(b32)=" + base64.b32encode(t.encode()) + b"\n",
+    "/utf16": lambda t: ("token=" + t + "\n").encode("utf-16"),
+    "/entities": lambda t: b"<p>" + "".join("&#%d;" % ord(c) for c in t).encode() + b"</p>\n",
+}
 
 
 @contextmanager
@@ -104,6 +137,10 @@ def echo_server(ca, answer=_answer):
                     data += got
                 head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
                 path = head[0].split()[1]
+                rng = next((h.split(":", 1)[1].strip() for h in head[1:]
+                            if h.lower().startswith("range:")), "")
+                if rng:
+                    path += "?" + rng
                 auth = next((h.split(":", 1)[1].strip() for h in head[1:]
                              if h.lower().startswith("authorization:")), "")
                 seen.append(auth)
@@ -161,3 +198,31 @@ def test_an_echoed_real_token_in_an_odd_body_does_not_reach_the_step(attacker, p
         out = r.stdout + r.stderr
         assert seen and seen[-1] == f"Bearer {CANARY}", seen        # the real token arrived
         assert CANARY not in out, f"the real token reached the step through {path}:\n{out}"
+
+
+def test_an_echoed_real_token_fetched_in_byte_ranges_does_not_reach_the_step(attacker):
+    """The gate looks for the whole value in each response; two ranges of the same answer,
+    split inside the token, each hold half of it. The step joins them."""
+    with world(attacker) as (url, seen):
+        auth = "-H \"Authorization: Bearer $MY_TOKEN\""
+        r = attacker.run(f"curl -sS {auth} -r 0-24 {url}/range -o /tmp/a; "
+                         f"curl -sS {auth} -r 25- {url}/range -o /tmp/b; cat /tmp/a /tmp/b")
+        out = r.stdout + r.stderr
+        assert seen and seen[-1] == f"Bearer {CANARY}", seen
+        assert CANARY not in out, f"the real token reached the step in two ranges:\n{out}"
+
+
+@pytest.mark.parametrize("path", list(SPELLINGS))
+def test_an_echoed_real_token_in_another_spelling_does_not_reach_the_step(attacker, path):
+    decode = {
+        "/hex": "sed 's/.*=//' /tmp/b | xxd -r -p || python3 -c \"import sys; "
+                "print(bytes.fromhex(open('/tmp/b').read().split('=')[1]).decode())\"",
+        "/base32": "sed 's/.*=//' /tmp/b | base32 -d",
+        "/utf16": "iconv -f UTF-16 -t UTF-8 /tmp/b || python3 -c \"print(open('/tmp/b','rb').read().decode('utf-16'))\"",
+        "/entities": "python3 -c \"import html; print(html.unescape(open('/tmp/b').read()))\"",
+    }[path]
+    with world(attacker) as (url, seen):
+        r = attacker.run(f"curl -sS -H \"Authorization: Bearer $MY_TOKEN\" {url}{path} -o /tmp/b; {decode}")
+        out = r.stdout + r.stderr
+        assert seen and seen[-1] == f"Bearer {CANARY}", seen
+        assert CANARY not in out, f"the real token reached the step as {path[1:]}:\n{out}"
