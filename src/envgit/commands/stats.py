@@ -100,6 +100,8 @@ def cmd_stats(args):
     project = find_project()
     since = args.since if args.since is not None else time.time_ns() - 86400 * 1_000_000_000
     s = collect(open_journal(project), since)
+    from ..vm import memstore           # backend: vm: what its memory snapshots take
+    s["memory_snapshots"] = memstore.usage(project)
     if args.json:
         s["since_at"], s["until_at"] = iso_utc(s["since_at"]), iso_utc(s["until_at"])
         for h in s["asks_per_hour"]:
@@ -119,4 +121,7 @@ def cmd_stats(args):
     print(f"answered by: {who or 'nobody'}")
     if s["grant_uses"]:
         print("grants used: " + ", ".join(f"{inert(g)} {n}" for g, n in sorted(s["grant_uses"].items())))
+    if s["memory_snapshots"]["count"]:
+        m = s["memory_snapshots"]
+        print(f"VM memory snapshots: {m['count']}, {m['bytes'] / 1e6:.0f} MB on disk (`envgit gc` drops old ones)")
     return 0

@@ -170,6 +170,12 @@ def collect(project, keep) -> tuple[int, list[int]]:
     return freed, dropped
 
 
+def usage(project) -> dict:
+    """{count, bytes}: the memory snapshots kept and the disk they take (`envgit stats`)."""
+    got = [path(project, s) for s in steps(project)]
+    return {"count": sum(1 for d in got if complete(d)), "bytes": sum(_du(d) for d in got)}
+
+
 def _du(d) -> int:
     total = 0
     for name in os.listdir(d):
