@@ -96,6 +96,10 @@ LOOSENINGS = [
      "api.example.com", ["allows method POST"]),
     ("network:\n  l7:\n    api.example.com: {methods: [GET], paths: [\"/**\"]}\n", "api.example.com",
      "api.example.com", ["allows path /**"]),
+    ("irreversible:\n  - net: {host: api.example.com, method: POST, path: /v1/x}\n    action: ask\n",
+     "net:", "api.example.com", ["lets method POST on api.example.com through"]),
+    ("irreversible:\n  - net: {host: api.example.com, method: GET, path: /v2/x}\n    action: allow\n",
+     "net:", "api.example.com", ["lets path /v2/x on api.example.com through"]),
     ("env:\n  pass:\n    - AWS_SECRET_ACCESS_KEY\n", "AWS_SECRET", "AWS_*",
      ["env.pass passes AWS_SECRET_ACCESS_KEY"]),
     ("env:\n  set: {CORP_MIRROR: \"https://evil.example\"}\n", "CORP_MIRROR", "CORP_MIRROR",
@@ -174,7 +178,7 @@ def test_a_tightening_project_loads_with_the_strictest_values(org, tmp_path):
         irreversible:
           - preset: default
             action: deny
-          - net: {host: api.example.com, method: DELETE}
+          - net: {host: api.other.example, method: DELETE}
             action: ask
         shell:
           - deny: ["rm -rf /"]
@@ -199,7 +203,7 @@ def test_a_tightening_project_loads_with_the_strictest_values(org, tmp_path):
                                                   "network.deny *.bad.example",
                                                   "network.deny gist.github.com"]
     assert rules[3] == {"net": {"host": "deploy.corp.example", "method": "POST"}, "action": "deny"}
-    assert rules[4] == {"net": {"host": "api.example.com", "method": "DELETE"}, "action": "ask"}
+    assert rules[4] == {"net": {"host": "api.other.example", "method": "DELETE"}, "action": "ask"}
     assert {r["action"] for r in rules[5:]} == {"deny"} and all("rule" in r for r in rules[5:])
 
 

@@ -335,9 +335,34 @@ class _Combiner:
                             f"match requests before preset rule {d['name']}, which "
                             f"{act_where or self.ow.get('irreversible')} makes {_verb(act)}; use "
                             f"'action: {act}' or narrow its host and method")
+        self._rules_within_l7(nets)
         out = [e for _, _, _, e, _ in nets] + [{"rule": f"preset:default/{n}", "action": a}
                                               for n, a in combined.items()]
         self.put("irreversible", out, self.both("irreversible"))
+
+    def _rules_within_l7(self, nets):
+        """A request rule is tried before `network.l7` (policy/network.py): a project's rule
+        that allows or asks about a method or path an organisation's l7 entry leaves out would
+        let it through (a person's yes included). Its host, method and path must be within."""
+        from .network import split_entry
+        ol = self.get("o", "network.l7", {})
+        for _, side, i, e, _ in nets:
+            if side != "p" or e["action"] == "deny":
+                continue
+            net = e["net"]
+            for okey, ospec in ol.items():
+                if not hosts_overlap(split_entry(net["host"])[0], split_entry(okey)[0]):
+                    continue
+                om, op = ospec.get("methods"), ospec.get("paths")
+                m, path = (net.get("method") or "*").upper(), net.get("path") or "/**"
+                bad = (f"method {m}" if om is not None and "*" not in om and m not in om else
+                       f"path {path}" if op is not None and not any(_path_within(path, o) for o in op)
+                       else None)
+                if bad:
+                    self.refuse(f"irreversible[{i}]", f"irreversible[{i}] ({_verb(e['action'])}) "
+                                f"lets {bad} on {net['host']} through, which the l7 entry {okey} of "
+                                f"{self.ow[f'network.l7.{okey}']} does not allow; use 'action: deny' "
+                                "or stay within it")
 
     def rest(self):
         self.concat("shell")
