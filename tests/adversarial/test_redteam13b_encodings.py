@@ -77,6 +77,9 @@ def _answer(path: str, token: str) -> bytes:
         body = b'{"you_sent": "' + "".join("\\u%04x" % ord(c) for c in token).encode() + b'"}\n'
         return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
+    if path == "/bad-head":                    # the echo in a header line without its colon
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Debug auth=" + t +
+                b"\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
     if path.startswith("/range"):              # a debug endpoint behind a server that serves byte ranges
         return _ranged(echo, path.partition("?")[2])
     spelled = SPELLINGS.get(path)
@@ -226,3 +229,16 @@ def test_an_echoed_real_token_in_another_spelling_does_not_reach_the_step(attack
         out = r.stdout + r.stderr
         assert seen and seen[-1] == f"Bearer {CANARY}", seen
         assert CANARY not in out, f"the real token reached the step as {path[1:]}:\n{out}"
+
+
+def test_an_echoed_real_token_in_a_malformed_response_head_reaches_neither_step_nor_journal(attacker):
+    """A response head mitmproxy cannot parse never reaches the credential addon: mitmproxy
+    answers the step itself with a 502 whose text quotes the bad line (`Invalid header line:
+    b'...'`), and the gate records that text as the request's `error`, unscrubbed."""
+    with world(attacker) as (url, seen):
+        r = attacker.run(f"curl -sS -H \"Authorization: Bearer $MY_TOKEN\" {url}/bad-head")
+        out = r.stdout + r.stderr
+        assert seen and seen[-1] == f"Bearer {CANARY}", seen
+        log = attacker.envgit("log", "--json").stdout
+        assert CANARY not in log, "the real token is in the journal (the request's error)"
+        assert CANARY not in out, f"the real token reached the step in the gate's 502:\n{out}"
