@@ -77,6 +77,9 @@ def _answer(path: str, token: str) -> bytes:
         body = b'{"you_sent": "' + "".join("\\u%04x" % ord(c) for c in token).encode() + b'"}\n'
         return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
+    if path == "/reason":                      # the echo in the status line's reason phrase
+        return (b"HTTP/1.1 401 Bad credentials " + t + b"\r\nContent-Type: text/plain\r\n"
+                b"Content-Length: 3\r\nConnection: close\r\n\r\nno\n")
     if path == "/bad-head":                    # the echo in a header line without its colon
         return (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Debug auth=" + t +
                 b"\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
@@ -242,3 +245,13 @@ def test_an_echoed_real_token_in_a_malformed_response_head_reaches_neither_step_
         log = attacker.envgit("log", "--json").stdout
         assert CANARY not in log, "the real token is in the journal (the request's error)"
         assert CANARY not in out, f"the real token reached the step in the gate's 502:\n{out}"
+
+
+def test_an_echoed_real_token_in_the_reason_phrase_does_not_reach_the_step(attacker):
+    """Headers, trailers and bodies are rewritten; the status line's reason phrase (an
+    error's text: `401 Bad credentials <token>`) is passed on as the server wrote it."""
+    with world(attacker) as (url, seen):
+        r = attacker.run(f"curl -sS -D - -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" {url}/reason")
+        out = r.stdout + r.stderr
+        assert seen and seen[-1] == f"Bearer {CANARY}", seen
+        assert CANARY not in out, f"the real token reached the step in the reason phrase:\n{out}"
