@@ -143,3 +143,23 @@ def test_a_grant_does_not_stretch_to_what_it_was_not_given(attacker, world):
     assert len(p.seen) >= len(attempts) - 1, p.seen     # each was put to the person (the Host one may be refused outright)
     step = json.loads(attacker.envgit("show", "last~1", "--json", check=True).stdout)
     assert [a["granted_by"] for a in step["approvals"] if a.get("granted_by")] == ["g1"]
+
+
+def test_an_answer_once_does_not_cover_a_form_saying_method_delete(attacker, world):
+    """The same holds for "allow once" within a step: approving one POST does not approve a
+    later POST to the same path whose form says _method=DELETE (found while building grants)."""
+    git, stub = world
+    netproject(attacker, git, stub, ASK_API)
+    api = hostport(stub, "stub.example.test")
+    form = f"{CURL} -X POST -H 'Content-Type: application/x-www-form-urlencoded' --data-binary"
+    state = {"n": 0}
+
+    def person(q):
+        state["n"] += 1
+        return ["approve"] if state["n"] == 1 else ["deny"]
+    with Person(attacker, person) as p:
+        r = attacker.run(f"{form} 'a=1' https://{api}/api/one; {form} 'a=2' https://{api}/api/one; "
+                         f"{form} '_method=DELETE' https://{api}/api/one", timeout=120)
+    assert r.stdout.split() == ["200", "200", "403"], r.stdout + r.stderr
+    assert [q["body"] for q in stub.requests if q["method"] == "POST"] == [b"a=1", b"a=2"]   # the oracle
+    assert [q["method_override"] for q in p.seen] == [[], ["DELETE"]]

@@ -245,7 +245,10 @@ class EnvgitAddon:
             if counter is not None:
                 counter.hold()
             try:
-                answer, who, how, at = await self.gate.ask_once(step, effect.key, question, d)
+                # the step's memory of answers keys on every method shown too (a form's
+                # _method is not in network.approval_effect's key)
+                answer, who, how, at = await self.gate.ask_once(
+                    step, (*effect.key, "methods", *question["method_override"]), question, d)
             finally:
                 if counter is not None:
                     counter.release()
