@@ -97,6 +97,15 @@ def test_boot_a_step_its_streams_and_exit_status(vm):
     assert re.search(r"memory\s+[\d.]+ MB .* paused \d+ ms", show), show
 
 
+def test_a_typed_session_in_the_guest(vm):
+    """A person types into an interactive program in the guest: Python's REPL on the guest's
+    pty, line editing and all, through the caller's terminal in raw mode."""
+    status, out = vm.pty_run(["python3", "-q"], send=b"x = 6 * 7\nprint('answer', x)\nexit(5)\n",
+                             when=b">>>", timeout=120)
+    assert "answer 42" in out, out
+    assert os.waitstatus_to_exitcode(status) == 5, out
+
+
 def test_the_guest_sees_the_project_and_its_own_root_only(vm):
     home = str(vm.home)
     r = vm.run(f"cat .env; cat {home}/.ssh/id_ed25519; cat {home}/.aws/credentials; ls {home}; "

@@ -113,7 +113,7 @@ class Agent:
                 except BlockingIOError:
                     continue
                 if not data:           # the host end is not connected: wait for it
-                    select.select([], [], [], 0.2)
+                    select.select([], [], [], 0.01)     # a restore reconnects within ms
                     continue
                 self.reader.feed(data)
                 for kind, channel, payload in self.reader.frames():

@@ -152,10 +152,18 @@ class Link:
             s.close()
 
     def get(self, ch, timeout):
-        try:
-            return self.queues[ch].get(timeout=timeout)
-        except queue.Empty:
+        """The channel's next frame; (None, None) after `timeout`, at once when the port is
+        closed and nothing is left (a channel opened after the reader ended gets no sentinel)."""
+        q = self.queues.get(ch)
+        if q is None:
             return (None, None)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return q.get(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                if self.closed or time.monotonic() >= deadline:
+                    return (None, None)
 
     def ping(self, timeout) -> bool:
         ch = self.channel()
@@ -239,7 +247,7 @@ def connect_unix(path, timeout) -> socket.socket:
             s.close()
             if time.monotonic() > deadline:
                 raise VMError(f"{path}: nobody answers")
-            time.sleep(0.05)
+            time.sleep(0.005)
 
 
 def remove(path):
