@@ -1,0 +1,59 @@
+"""Red team 13b: a credential narrowed to methods still goes out on a request the server acts on
+as another method (the first round's fix, test_credential_methods.py, reads `_method` only when
+those exact bytes are in the query or the buffered body).
+
+- `%5Fmethod=DELETE` in a form body or the query: every server decodes the name before it
+  looks it up (Rack::MethodOverride reads the parsed POST params; Symfony/Laravel the parsed
+  request and query), but the gate looks for the bytes `_method` first and skips both;
+- `.method=DELETE` / ` method=DELETE`: PHP turns `.` and spaces in a form or query name into
+  `_` (`$_POST['_method']`), so Laravel and Symfony act on a DELETE;
+- `_method=DELETE` at the end of a form past the gate's 1 MiB buffer: the gate reads the
+  method field only in the buffered part, the server in the whole body.
+
+The oracle is the credential host's record: the real token arrived on a request carrying a
+method field the credential does not allow (the server acts on DELETE). Runs as root and as an
+unprivileged user."""
+
+import shutil
+
+import pytest
+
+from gatekit import hostport, netproject, servers
+from harness import CANARY, attacker  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+BIG = "head -c 1500000 /dev/zero | tr '\\0' a > /tmp/big; "
+
+
+@pytest.mark.parametrize("how", [
+    "--data '%5Fmethod=DELETE' https://{api}/repos/o/r",
+    "--data 'a=1' 'https://{api}/repos/o/r?%5Fmethod=DELETE'",
+    "--data '.method=DELETE' https://{api}/repos/o/r",
+    "--data '+method=DELETE' https://{api}/repos/o/r",
+    "-F .method=DELETE https://{api}/repos/o/r",
+    BIG + "curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
+          "--data-binary @/tmp/big --data-binary '&_method=DELETE' https://{api}/repos/o/r",
+    BIG + "curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
+          "-F f=@/tmp/big -F _method=DELETE https://{api}/repos/o/r",
+])
+def test_a_spelled_or_late_method_field_does_not_take_the_credential_past_its_methods(attacker, how):
+    with servers() as (git, stub):
+        attacker.env["MY_TOKEN"] = CANARY
+        api = hostport(stub, "stub.example.test")
+        netproject(attacker, git, stub,
+                   f"credentials:\n  tok:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{api}\"]\n"
+                   "    methods: [GET, POST]\n")
+        attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" --data 'a=1' "
+                     f"https://{api}/repos/o/r")           # a plain POST: the real value goes
+        assert [q for q in stub.requests if CANARY in q["headers"].get("authorization", "")]
+        stub.requests.clear()
+        cmd = how.format(api=api)
+        if not cmd.startswith(BIG):
+            cmd = "curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" " + cmd
+        attacker.run(cmd)
+        used = [q for q in stub.requests if CANARY in q["headers"].get("authorization", "")
+                and b"method=DELETE" in (q["body"] or b"") + q["path"].encode()
+                or CANARY in q["headers"].get("authorization", "") and b'method"\r\n\r\nDELETE' in (q["body"] or b"")]
+        assert not used, f"the real token went out with a method field saying DELETE: " \
+                         f"{[(q['method'], q['path'], (q['body'] or b'')[-80:]) for q in used]}"
