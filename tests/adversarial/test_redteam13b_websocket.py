@@ -1,0 +1,176 @@
+"""Red team 13b: a real value echoed over a WebSocket in two messages reaches the step.
+
+The gate rewrites each whole message from the server (credentials.py websocket_message) but
+keeps nothing between messages, unlike a streamed HTTP body, whose tail that could begin a
+real value is held for the next chunk. A server that streams output in small messages (a CI
+log, a terminal, a chat token stream) splits the token across two; each half passes. The
+client inside is Python's standard library speaking RFC 6455 through the step's proxy (as in
+test_credential_websocket.py). The oracle is the canary in what the step printed. Runs as
+root and as an unprivileged user."""
+
+import base64
+import hashlib
+import shutil
+import socket
+import ssl
+import struct
+import threading
+from contextlib import contextmanager
+
+import pytest
+
+from gatekit import netproject, servers
+from harness import CANARY, attacker  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("python3") is None,
+                                reason="socat or python3 is not installed")
+
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+# The step's client: CONNECT through $HTTPS_PROXY, TLS, upgrade (with the placeholder as its
+# Bearer token if argv[3] is "auth"), send argv[2] as one text message ("PH": the
+# placeholder), print the answer.
+CLIENT = r'''
+import base64, os, socket, ssl, struct, sys
+from urllib.parse import urlsplit
+host, port = sys.argv[1].rsplit(":", 1)
+p = urlsplit(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((p.hostname, p.port), timeout=20)
+auth = base64.b64encode(f"{p.username}:{p.password}".encode()).decode()
+s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+assert b" 200" in head.split(b"\r\n")[0], head
+ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+t = ctx.wrap_socket(s, server_hostname=host)
+key = base64.b64encode(os.urandom(16)).decode()
+t.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n" +
+           (f"Authorization: Bearer {os.environ['MY_TOKEN']}\r\n" if sys.argv[3:4] == ["auth"] else "") +
+           "\r\n").encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += t.recv(1)
+print(head.split(b"\r\n")[0].decode())
+data = sys.argv[2].replace("PH", os.environ["MY_TOKEN"]).encode()
+mask = os.urandom(4)
+t.sendall(bytes([0x81, 0x80 | len(data)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+t.settimeout(5)
+try:
+    b0, b1 = t.recv(1)[0], t.recv(1)[0]
+    n = b1 & 0x7F
+    if n == 126:
+        n = struct.unpack("!H", t.recv(2))[0]
+    body = b""
+    while len(body) < n:
+        body += t.recv(n - len(body))
+    print("answer:", body.decode())
+    for _ in range(int(sys.argv[4]) if sys.argv[4:] else 0):   # the further messages
+        b0, b1 = t.recv(1)[0], t.recv(1)[0]
+        n = b1 & 0x7F
+        body = b""
+        while len(body) < n:
+            body += t.recv(n - len(body))
+        print("more:", body.decode())
+except (socket.timeout, IndexError):
+    print("no answer")
+'''
+
+
+def _recv_exact(s, n):
+    out = b""
+    while len(out) < n:
+        got = s.recv(n - len(out))
+        if not got:
+            raise OSError("closed")
+        out += got
+    return out
+
+
+@contextmanager
+def ws_server(ca):
+    """A WebSocket server over TLS on 127.0.0.1 (names api.github.com, stub.example.test):
+    each text message is logged in `seen` (with the upgrade's Authorization); "echo-auth" is
+    answered with that Authorization, anything else with "ok"."""
+    cert, key = ca.issue(["api.github.com", "stub.example.test"], stem="ws13b")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(8)
+    lsock.settimeout(0.2)
+    stop, seen = threading.Event(), []
+
+    def handle(conn):
+        try:
+            with ctx.wrap_socket(conn, server_side=True) as s:
+                s.settimeout(10)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += _recv_exact(s, 1)
+                lines = head.decode("latin-1").split("\r\n")
+                hdrs = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+                accept = base64.b64encode(hashlib.sha1(hdrs["sec-websocket-key"].encode() + GUID).digest())
+                s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                          b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+                while True:
+                    b0, b1 = _recv_exact(s, 2)
+                    n = b1 & 0x7F
+                    if n == 126:
+                        n = struct.unpack("!H", _recv_exact(s, 2))[0]
+                    mask = _recv_exact(s, 4) if b1 & 0x80 else b"\0\0\0\0"
+                    data = bytes(b ^ mask[i % 4] for i, b in enumerate(_recv_exact(s, n)))
+                    if b0 & 0x0F == 8:
+                        return
+                    msg = data.decode("utf-8", "replace")
+                    seen.append((hdrs.get("host", ""), hdrs.get("authorization", ""), msg))
+                    auth = hdrs.get("authorization", "").encode()
+                    if msg == "echo-split":     # a log or terminal stream: output in small messages
+                        half = len(auth) // 2
+                        s.sendall(bytes([0x81, half]) + auth[:half])
+                        s.sendall(bytes([0x81, len(auth) - half]) + auth[half:])
+                    else:
+                        s.sendall(bytes([0x81, 2]) + b"ok")
+        except (OSError, ValueError, KeyError):
+            pass
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = lsock.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield lsock.getsockname()[1], seen
+    finally:
+        stop.set()
+        t.join(5)
+        lsock.close()
+
+
+@contextmanager
+def world(attacker):
+    with servers() as (git, stub), ws_server(git.ca) as (port, seen):
+        attacker.env["MY_TOKEN"] = CANARY
+        api = f"api.github.com:{port}"
+        netproject(attacker, git, stub, allow=[api], tail=(
+            f"  l7:\n    \"{api}\": {{websocket: allow}}\n"
+            f"credentials:\n  tok:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{api}\"]\n"))
+        attacker.run(f"cat > /tmp/ws.py <<'EOF'\n{CLIENT}\nEOF\ncp /tmp/ws.py ws.py")
+        yield api, seen
+
+
+def test_a_real_value_echoed_in_two_messages_does_not_reach_the_step(attacker):
+    with world(attacker) as (api, seen):
+        r = attacker.run(f"python3 ws.py {api} echo-split auth 1")
+        out = r.stdout + r.stderr
+        assert "101" in out, out
+        assert seen and seen[-1][1] == f"Bearer {CANARY}", seen       # the real token arrived
+        joined = "".join(line.split(": ", 1)[1] for line in out.splitlines()
+                         if line.startswith(("answer: ", "more: ")))
+        assert CANARY not in joined, f"the real token reached the step in two messages:\n{out}"
