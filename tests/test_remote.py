@@ -361,3 +361,33 @@ def test_errors_are_one_line_with_the_fix(tmp_path, s3):
     (m1.home / ".config/envgit/remotes/ci.key").unlink()
     r = m1.envgit("push", "ci")
     assert r.returncode == 1 and "key" in r.stderr and "back" in r.stderr and "Traceback" not in r.stderr
+
+
+# --- many small pushes: segments merged, the chain still whole --------------------------------
+
+def test_many_small_pushes_are_merged_into_few_segments(tmp_path, s3, monkeypatch):
+    """40 pushes of one step each (the journal written by envgit's own Journal, the push run
+    in this process against the real server): a reader then fetches a few segments, not 40."""
+    from envgit.journal import Journal
+    from envgit.paths import Project
+    from envgit.remote import layout
+    from envgit.remote.push import push
+    from envgit.remote.segments import MERGE_RUN
+    m1 = machine(tmp_path, "m1", s3)
+    add_remote(m1, s3)
+    for k, v in {**m1.env, "XDG_CONFIG_HOME": str(m1.home / ".config")}.items():
+        monkeypatch.setenv(k, v)
+    project = Project(str(m1.root))
+    remote = layout.load("ci")
+    j = Journal(project.journal)
+    for n in range(MERGE_RUN + 8):
+        step = j.begin_step({"argv": ["echo", str(n)], "cwd": str(m1.root), "session": "s1", "marks": []})
+        j.append(step, "end", {"exit_code": 0, "signal": None, "marks": []})
+        push(project, remote)
+    j.close()
+    segs = [n for n in s3.objects() if "/journal/" in n]
+    assert len(segs) < MERGE_RUN, segs
+    got = json.loads(m1.envgit("log", "--remote", "ci", "--json", check=True).stdout)
+    assert got["problems"] == [] and len(got["steps"]) == MERGE_RUN + 8
+    r = m1.envgit("fsck", "--remote", "ci")
+    assert r.returncode == 0, r.stdout

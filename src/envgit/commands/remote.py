@@ -6,7 +6,6 @@ parsers cost nothing to `envgit --help`."""
 
 import os
 import sys
-import time
 
 from ..inert import inert
 from . import EXIT_FAILED, Usage, command, json_flag, out, progress, shell_line

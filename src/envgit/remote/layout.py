@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import string
+import threading
 
 from . import RemoteError
 
@@ -185,7 +186,7 @@ def remove(name: str) -> None:
 def write_private(path: str, data: bytes) -> None:
     """Write a file only its owner reads (0600, in a 0700 directory), complete or absent."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, data)
@@ -206,8 +207,17 @@ def seen_heads(name: str) -> dict:
         return {}
 
 
+_SEEN_LOCK = threading.Lock()
+
+
 def note_heads(name: str, versions: dict) -> None:
-    """Remember each head version seen (never lowering one)."""
+    """Remember each head version seen (never lowering one). Readers of several machines at
+    once (audit) call it from their threads."""
+    with _SEEN_LOCK:
+        _note_heads(name, versions)
+
+
+def _note_heads(name: str, versions: dict) -> None:
     seen = seen_heads(name)
     changed = False
     for k, v in versions.items():

@@ -17,22 +17,14 @@ from .s3 import Bucket
 
 
 class Pushed(dict):
-    pass
+    """What a push did: project, machine, packs, bytes, indexes, entries, segments, head, seq, ms."""
 
 
 def open_remote(remote):
     """(bucket, sealer) of a configured remote, its key checked against the bucket's config."""
     sealer = Sealer(remote.key())
     bucket = Bucket(remote)
-    data = bucket.get(layout.CONFIG)
-    if data is None:
-        raise RemoteError(f"{remote.url}: not an envgit remote (no config object); "
-                          f"`envgit remote add {remote.name} {remote.url} …` makes one")
-    try:
-        sealer.open(layout.CONFIG, data)
-    except Unopenable:
-        raise RemoteError(f"{remote.url}: the key in {layout.key_path(remote.name)} does not "
-                          "open this remote (another remote's key?); put the right key back") from None
+    check_key(bucket, sealer)
     return bucket, sealer
 
 
@@ -62,22 +54,39 @@ def push(project, remote, progress=None) -> Pushed:
 def _push(project, remote, progress) -> Pushed:
     started = time.perf_counter()
     P, M = layout.project_name(project.root), layout.machine_name()
-    bucket, sealer = open_remote(remote)
-    head = read_head(bucket, sealer, P, M)
+    sealer = Sealer(remote.key())
+    bucket = Bucket(remote)
+    # the key check, the head and the listing: three requests at once
+    _, head, listing = bucket.map(lambda f: f(), [
+        lambda: check_key(bucket, sealer), lambda: read_head(bucket, sealer, P, M),
+        lambda: bucket.listing(layout.machine_prefix(P, M))])
     version = head["version"] if head else 0
     done = head["seq"] if head else 0
-    # 1. the journal, before the packs
-    rows = _journal_rows(project)
-    if done and (len(rows) < done or rows[done - 1][6] != head["hash"]):
+    # 1. the journal, before the packs: only the entries past the head (and those of a run of
+    # small segments to be rewritten as one)
+    have = [r for r in (layout.parse_segment(n.rsplit("/", 1)[1]) for n in listing
+                        if n.startswith(layout.machine_prefix(P, M) + "journal/")) if r]
+    on_chain, _ = segments.chain(have, done)
+    run = []
+    for first, last in reversed(on_chain):
+        if last - first + 1 >= segments.MAX_ENTRIES:
+            break
+        run.insert(0, (first, last))
+    merge_from = run[0][0] if len(run) >= segments.MERGE_RUN else done + 1
+    rows = _journal_rows(project, min(merge_from, done) if done else 1)     # seq -> row
+    last = max(rows, default=done)
+    if done and (done not in rows or rows[done][6] != head["hash"]):
         raise RemoteError(f"the remote's journal of {P}/{M} (entry {done}) is not this project's "
                           f"journal; push this project under another machine name "
                           f"(ENVGIT_MACHINE) or project name (ENVGIT_PROJECT)")
+    if last < done:
+        raise RemoteError(f"this project's journal ends at entry {last}, the remote's {P}/{M} at "
+                          f"{done}: not the journal that was pushed; push under another machine name")
+    start = merge_from if last > done else done + 1
     # 2. the packs and indexes it lacks
-    listing = bucket.listing(layout.machine_prefix(P, M))
     packs_dir = project.state_path("objects", "packs")
-    local = _local_packs(packs_dir)
     todo = []
-    for pack_id in local:
+    for pack_id in _local_packs(packs_dir):
         name = sealer.pack_name(pack_id)
         need_pack = layout.pack_name(P, M, name) not in listing
         need_idx = layout.index_name(P, M, name) not in listing
@@ -94,8 +103,8 @@ def _push(project, remote, progress) -> Pushed:
             bucket.put(layout.pack_name(P, M, name), sealer.seal(layout.pack_name(P, M, name), data))
             faults.point("push-pack-uploaded")      # a pack without its index: invisible
         if need_idx:
-            data = _read(_local(packs_dir, pack_id, ".idx"))
-            bucket.put(layout.index_name(P, M, name), sealer.seal(layout.index_name(P, M, name), data))
+            idx = _read(_local(packs_dir, pack_id, ".idx"))
+            bucket.put(layout.index_name(P, M, name), sealer.seal(layout.index_name(P, M, name), idx))
         return len(data) if need_pack else 0
 
     def tick(item, n):
@@ -110,28 +119,20 @@ def _push(project, remote, progress) -> Pushed:
             bar.close()
     indexes = len({n for n in listing if n.startswith(layout.machine_prefix(P, M) + "indexes/")}
                   | {layout.index_name(P, M, t[1]) for t in todo})
-    # 3. the journal segments past the head (or a longer one covering a run of small ones)
-    have = [r for r in (layout.parse_segment(n.rsplit("/", 1)[1]) for n in listing
-                        if n.startswith(layout.machine_prefix(P, M) + "journal/")) if r]
-    on_chain, _ = segments.chain(have, done)
-    run = []
-    for first, last in reversed(on_chain):
-        if last - first + 1 >= segments.MAX_ENTRIES:
-            break
-        run.insert(0, (first, last))
-    start = run[0][0] if len(run) >= segments.MERGE_RUN and len(rows) > done else done + 1
-    written = []
-    for a in range(start, len(rows) + 1, segments.MAX_ENTRIES):
-        part = rows[a - 1:min(len(rows), a - 1 + segments.MAX_ENTRIES)]
+    # 3. the journal segments past the head (or one longer segment covering a run of small ones)
+    pieces = [[rows[q] for q in range(a, min(last, a + segments.MAX_ENTRIES - 1) + 1)]
+              for a in range(start, last + 1, segments.MAX_ENTRIES)]
+
+    def put_segment(part):
         name = layout.segment_name(P, M, part[0][0], part[-1][0])
         bucket.put(name, sealer.seal(name, segments.encode_segment(P, M, part, version)))
-        written.append((part[0][0], part[-1][0]))
         faults.point("push-segment-written")        # entries past the head: not trusted yet
+        return part[0][0], part[-1][0]
+    written = bucket.map(put_segment, pieces)
     # 4. the head, last
-    last = len(rows)
     if written or todo or not head or indexes != head.get("packs"):
-        step = max([head["step"] if head else 0] + [r[1] for r in rows[done:]])
-        h = rows[-1][6] if rows else segments.GENESIS
+        step = max([head["step"] if head else 0] + [r[1] for q, r in rows.items() if q > done])
+        h = rows[last][6] if last else segments.GENESIS
         version += 1
         name = layout.head_name(P, M)
         bucket.put(name, sealer.seal(name, segments.encode_head(P, M, version, last, h, step, indexes,
@@ -146,22 +147,38 @@ def _push(project, remote, progress) -> Pushed:
                   head=version, seq=last, ms=round((time.perf_counter() - started) * 1000, 1))
 
 
-def _journal_rows(project) -> list:
-    """Every entry (seq, step, kind, at_ns, body, prev, hash), seq 1.. without gaps."""
+def check_key(bucket, sealer) -> None:
+    """The remote's config must open with this key (else: not a remote, or another key)."""
+    remote = bucket.remote
+    data = bucket.get(layout.CONFIG)
+    if data is None:
+        raise RemoteError(f"{remote.url}: not an envgit remote (no config object); "
+                          f"`envgit remote add {remote.name} {remote.url} …` makes one")
+    try:
+        sealer.open(layout.CONFIG, data)
+    except Unopenable:
+        raise RemoteError(f"{remote.url}: the key in {layout.key_path(remote.name)} does not "
+                          "open this remote (another remote's key?); put the right key back") from None
+
+
+def _journal_rows(project, since: int) -> dict:
+    """seq -> (seq, step, kind, at_ns, body, prev, hash) of the entries from `since` on,
+    which must have no gaps."""
     import sqlite3
     path = project.journal
     if not os.path.exists(path):
-        return []
+        return {}
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
-        rows = db.execute("SELECT seq, step, kind, at_ns, body, prev, hash FROM entries ORDER BY seq").fetchall()
+        rows = db.execute("SELECT seq, step, kind, at_ns, body, prev, hash FROM entries WHERE seq >= ? "
+                          "ORDER BY seq", (since,)).fetchall()
     finally:
         db.close()
     for i, r in enumerate(rows):
-        if r[0] != i + 1:
-            raise RemoteError(f"{path}: entry {i + 1} is missing; `envgit fsck` says what is "
+        if r[0] != since + i:
+            raise RemoteError(f"{path}: entry {since + i} is missing; `envgit fsck` says what is "
                               "damaged (a remote gets a journal without gaps)")
-    return rows
+    return {r[0]: r for r in rows}
 
 
 def _local_packs(packs_dir: str) -> list[str]:

@@ -1,0 +1,171 @@
+"""Remote benchmark (issue 16): envgit push beside restic and rclone, to one S3 server, one run.
+
+    .venv/bin/python bench/bench_remote.py [--files N] [--runs R] [--steps S]
+
+One `rclone serve s3` on 127.0.0.1 (local directory backend, tests/s3server.py) serves all
+three. A tree of N small files (default 100,000: 20 per folder, ~100 bytes each, plus a
+.env), made an envgit project and snapshotted by one real `envgit run -- true`. Then, R times
+each (medians):
+  first push      `envgit push` of the project into a fresh prefix (new remote, new key)
+                  `restic backup` of the same tree into a fresh repository
+                  `rclone sync` of the raw tree into a fresh prefix
+  incremental     a one-file change: for envgit a real step (`envgit run -- sh -c 'echo >> f'`)
+                  then `envgit push` (only the push timed); for restic/rclone the same change
+                  then `restic backup` / `rclone sync` again
+  audit           `envgit audit --remote` over S journal steps (default 100,000) of three
+                  projects on the bucket (journals written directly, then pushed)
+Wall-clock times of whole commands (Python start-up and boto3's import included).
+Goals (issue 16): incremental push <= 0.1x restic's incremental backup; first push <= restic's
+first backup; audit over 100,000 steps in a few seconds.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests"))
+from s3server import S3Server  # noqa: E402
+
+ENVGIT = str(Path(sys.executable).parent / "envgit")
+RCLONE = str(Path(sys.executable).parent / "rclone")
+
+
+def small_files(root: Path, n: int) -> None:
+    for i in range(n):
+        d = root / f"d{i // 2000}" / f"s{(i // 20) % 100}"
+        if i % 20 == 0:
+            d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.txt").write_text(f"file {i} " + "x" * 90)
+    (root / ".env").write_text("API_TOKEN=bench-canary\n")
+
+
+def timed(argv, env, cwd=None) -> float:
+    t = time.perf_counter()
+    r = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+    took = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:3])}… failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return took
+
+
+def synthetic_journal(root: Path, steps: int, seed: int) -> None:
+    """A journal of `steps` finished steps (a begin and an end each), hash-chained as envgit
+    writes it, inserted in one transaction (envgit's own writer commits per entry)."""
+    from envgit.journal import GENESIS, HeadRecord, Journal, entry_hash
+    from envgit.journal.rows import canonical
+    path = str(root / ".envgit" / "journal.sqlite")
+    Journal(path).close()                   # the schema and version
+    rows, prev, seq = [], GENESIS, 0
+    t0 = time.time_ns() - steps * 1_000_000_000
+    for n in range(1, steps + 1):
+        marks = ["denied-net"] if n % 97 == seed else []
+        for kind, body in (("begin", {"argv": ["npm", "test", str(n)], "cwd": str(root), "session": f"s{seed}",
+                                      "user": "bench", "pid": n, "policy_sha256": "0" * 64, "marks": []}),
+                           ("end", {"exit_code": n % 3 == 0 and 1 or 0, "signal": None, "duration_ms": 12.5,
+                                    "marks": marks, "denied_paths": []})):
+            seq += 1
+            at = t0 + n * 1_000_000_000 + (kind == "end") * 500_000_000
+            text = canonical(body)
+            h = entry_hash(seq, n, kind, at, text, prev)
+            rows.append((seq, n, kind, at, text, prev, h))
+            prev = h
+    db = sqlite3.connect(path)
+    with db:
+        db.executemany("INSERT INTO entries VALUES (?,?,?,?,?,?,?)", rows)
+    db.close()
+    HeadRecord(str(root / ".envgit" / "journal.head")).write(seq, prev, steps)
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=100_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--skip-audit", action="store_true")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="envgit-bench-remote-"))
+    s3 = S3Server(base / "s3")
+    try:
+        home = base / "home"
+        home.mkdir()
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", **s3.env,
+               "ENVGIT_MACHINE": "bench", "ENVGIT_DAEMON_IDLE": "600",
+               "RESTIC_PASSWORD": "bench", "RCLONE_CONFIG": os.devnull,
+               "RCLONE_S3_PROVIDER": "Other", "RCLONE_S3_ENDPOINT": s3.endpoint,
+               "RCLONE_S3_ACCESS_KEY_ID": s3.env["AWS_ACCESS_KEY_ID"],
+               "RCLONE_S3_SECRET_ACCESS_KEY": s3.env["AWS_SECRET_ACCESS_KEY"]}
+        proj = home / "proj"
+        proj.mkdir()
+        t = time.perf_counter()
+        small_files(proj, args.files)
+        print(f"tree: {args.files} files ({time.perf_counter() - t:.1f} s to write)", flush=True)
+        subprocess.run([ENVGIT, "init"], cwd=proj, env=env, check=True, capture_output=True)
+        print(f"first envgit step (snapshot of the tree): {timed([ENVGIT, 'run', '--', 'true'], env, proj):.1f} s", flush=True)
+        res = {k: [] for k in ("envgit_first", "envgit_inc", "restic_first", "restic_inc", "rclone_first", "rclone_inc")}
+        for r in range(args.runs):
+            name = f"b{r}"
+            subprocess.run([ENVGIT, "remote", "add", name, s3.url(f"envgit-{r}"), "--endpoint", s3.endpoint],
+                           cwd=proj, env=env, check=True, capture_output=True)
+            res["envgit_first"].append(timed([ENVGIT, "push", name], env, proj))
+            repo = f"s3:{s3.endpoint}/{s3.bucket}/restic-{r}"
+            subprocess.run(["restic", "-r", repo, "init"], env=env, check=True, capture_output=True)
+            res["restic_first"].append(timed(["restic", "-r", repo, "backup", "-q", str(proj)], env))
+            res["rclone_first"].append(timed([RCLONE, "sync", str(proj), f":s3:{s3.bucket}/raw-{r}"], env))
+            print(f"run {r}: first push envgit {res['envgit_first'][-1]:.2f} s, restic {res['restic_first'][-1]:.2f} s, "
+                  f"rclone {res['rclone_first'][-1]:.2f} s", flush=True)
+        for r in range(args.runs):
+            name = "b0"
+            subprocess.run([ENVGIT, "run", "--", "sh", "-c", f"echo change {r} >> d0/s0/f0.txt"], cwd=proj, env=env,
+                           check=True, capture_output=True)
+            res["envgit_inc"].append(timed([ENVGIT, "push", name], env, proj))
+            repo = f"s3:{s3.endpoint}/{s3.bucket}/restic-0"
+            res["restic_inc"].append(timed(["restic", "-r", repo, "backup", "-q", str(proj)], env))
+            res["rclone_inc"].append(timed([RCLONE, "sync", str(proj), f":s3:{s3.bucket}/raw-0"], env))
+            print(f"run {r}: incremental envgit {res['envgit_inc'][-1]:.2f} s, restic {res['restic_inc'][-1]:.2f} s, "
+                  f"rclone {res['rclone_inc'][-1]:.2f} s", flush=True)
+        print(f"\n{args.files} files, medians of {args.runs} (seconds):")
+        print(f"  first push        envgit {med(res['envgit_first']):7.2f}   restic {med(res['restic_first']):7.2f}   "
+              f"rclone sync {med(res['rclone_first']):7.2f}   envgit/restic {med(res['envgit_first']) / med(res['restic_first']):.2f}x")
+        print(f"  incremental push  envgit {med(res['envgit_inc']):7.2f}   restic {med(res['restic_inc']):7.2f}   "
+              f"rclone sync {med(res['rclone_inc']):7.2f}   envgit/restic {med(res['envgit_inc']) / med(res['restic_inc']):.2f}x")
+        subprocess.run([ENVGIT, "daemon", "stop"], cwd=proj, env=env, capture_output=True)
+
+        if not args.skip_audit:
+            per = args.steps // 3
+            for i, pname in enumerate(("alpha", "beta", "gamma")):
+                root = home / pname
+                root.mkdir()
+                subprocess.run([ENVGIT, "init"], cwd=root, env=env, check=True, capture_output=True)
+                synthetic_journal(root, per + (args.steps - 3 * per if i == 0 else 0), i)
+                took = timed([ENVGIT, "push", "b0"], env, root)
+                print(f"pushed {pname}'s journal in {took:.1f} s", flush=True)
+            total = args.steps
+            a_json = [timed([ENVGIT, "audit", "--remote", "b0", "--json"], env, home) for _ in range(args.runs)]
+            a_tab = [timed([ENVGIT, "audit", "--remote", "b0", "--mark", "denied"], env, home) for _ in range(args.runs)]
+            out = subprocess.run([ENVGIT, "audit", "--remote", "b0", "--json"], cwd=home, env=env,
+                                 capture_output=True, text=True)
+            listed = json.loads(out.stdout)["steps"]
+            print(f"\naudit over {total} steps of 3 projects (+ the bench project's), medians of {args.runs}:")
+            print(f"  audit --json (every step)        {med(a_json):.2f} s   ({len(listed)} steps listed)")
+            print(f"  audit --mark denied (the table)  {med(a_tab):.2f} s")
+    finally:
+        s3.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
