@@ -7,6 +7,8 @@ those exact bytes are in the query or the buffered body).
   request and query), but the gate looks for the bytes `_method` first and skips both;
 - `.method=DELETE` / ` method=DELETE`: PHP turns `.` and spaces in a form or query name into
   `_` (`$_POST['_method']`), so Laravel and Symfony act on a DELETE;
+- `{"_method": "DELETE"}` as a JSON body: Laravel makes the JSON the request's input bag,
+  which Symfony's getMethod() reads `_method` from; the gate reads only form encodings;
 - `_method=DELETE` at the end of a form past the gate's 1 MiB buffer: the gate reads the
   method field only in the buffered part, the server in the whole body.
 
@@ -32,6 +34,7 @@ BIG = "head -c 1500000 /dev/zero | tr '\\0' a > /tmp/big; "
     "--data '.method=DELETE' https://{api}/repos/o/r",
     "--data '+method=DELETE' https://{api}/repos/o/r",
     "-F .method=DELETE https://{api}/repos/o/r",
+    "-H 'Content-Type: application/json' --data '{{\"_method\": \"DELETE\"}}' https://{api}/repos/o/r",
     BIG + "curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
           "--data-binary @/tmp/big --data-binary '&_method=DELETE' https://{api}/repos/o/r",
     BIG + "curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
@@ -52,8 +55,8 @@ def test_a_spelled_or_late_method_field_does_not_take_the_credential_past_its_me
         if not cmd.startswith(BIG):
             cmd = "curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" " + cmd
         attacker.run(cmd)
+        said = (b"method=DELETE", b'method"\r\n\r\nDELETE', b'"_method": "DELETE"')
         used = [q for q in stub.requests if CANARY in q["headers"].get("authorization", "")
-                and b"method=DELETE" in (q["body"] or b"") + q["path"].encode()
-                or CANARY in q["headers"].get("authorization", "") and b'method"\r\n\r\nDELETE' in (q["body"] or b"")]
+                and any(m in (q["body"] or b"") + q["path"].encode() for m in said)]
         assert not used, f"the real token went out with a method field saying DELETE: " \
                          f"{[(q['method'], q['path'], (q['body'] or b'')[-80:]) for q in used]}"
