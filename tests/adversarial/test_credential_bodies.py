@@ -29,10 +29,19 @@ pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is 
 NAME = "api.github.com"        # one of gatekit.STUB_NAMES: resolved to 127.0.0.1 by netproject
 
 
-def _answer(path: str, token: str) -> list[bytes]:
+def _answer(path: str, token: str, ranged: str = "") -> list[bytes]:
     """What the echoing server writes for `path`, as pieces sent apart (a short pause
-    between them, so each is its own read at the gate)."""
+    between them, so each is its own read at the gate). `ranged`: the request's Range."""
     t = token.encode()
+    if path == "/range":                 # honours `Range: bytes=A-B` as servers do
+        body = json.dumps({"you_sent": token}).encode()
+        if ranged.startswith("bytes="):
+            a, _, b = ranged[6:].partition("-")
+            part = body[int(a):int(b) + 1]
+            return [b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %d-%d/%d\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                    % (int(a), int(a) + len(part) - 1, len(body), len(part), part)]
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)]
     if path == "/json":
         body = json.dumps({"you_sent": token, "path": path}).encode()
         return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -73,7 +82,7 @@ def _answer(path: str, token: str) -> list[bytes]:
 def echo_server(ca):
     """An HTTPS/1.1 server on 127.0.0.1 writing raw responses (chunking and pauses are its
     own); it answers with the Bearer token it was sent. `seen` holds each request's
-    Authorization header (its log)."""
+    Authorization header, `ranges` its Range header (its log)."""
     cert, key = ca.issue([NAME, "localhost"], stem="echo")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
@@ -81,7 +90,7 @@ def echo_server(ca):
     lsock.bind(("127.0.0.1", 0))
     lsock.listen(16)
     lsock.settimeout(0.2)
-    stop, seen = threading.Event(), []
+    stop, seen, ranges = threading.Event(), [], []
 
     def handle(conn):
         try:
@@ -95,10 +104,12 @@ def echo_server(ca):
                     data += got
                 head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
                 path = head[0].split()[1]
-                auth = next((h.split(":", 1)[1].strip() for h in head[1:]
-                             if h.lower().startswith("authorization:")), "")
+                hdrs = {h.split(":", 1)[0].strip().lower(): h.split(":", 1)[1].strip()
+                        for h in head[1:] if ":" in h}
+                auth = hdrs.get("authorization", "")
                 seen.append(auth)
-                for i, piece in enumerate(_answer(path, auth.partition(" ")[2])):
+                ranges.append(hdrs.get("range", ""))
+                for i, piece in enumerate(_answer(path, auth.partition(" ")[2], hdrs.get("range", ""))):
                     if i:
                         time.sleep(0.3)
                     s.sendall(piece)
@@ -116,7 +127,7 @@ def echo_server(ca):
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     try:
-        yield lsock.getsockname()[1], seen
+        yield lsock.getsockname()[1], seen, ranges
     finally:
         stop.set()
         t.join(5)
@@ -125,12 +136,12 @@ def echo_server(ca):
 
 @contextmanager
 def world(attacker):
-    with servers() as (git, stub), echo_server(git.ca) as (port, seen):
+    with servers() as (git, stub), echo_server(git.ca) as (port, seen, ranges):
         attacker.env["MY_TOKEN"] = CANARY
         api = f"{NAME}:{port}"
         netproject(attacker, git, stub, allow=[api], tail=(
             f"credentials:\n  tok:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{api}\"]\n"))
-        yield f"https://{api}", seen
+        yield f"https://{api}", seen, ranges
 
 
 def _fetch(attacker, url, path, extra=""):
@@ -142,7 +153,7 @@ def _fetch(attacker, url, path, extra=""):
 
 @pytest.mark.parametrize("path", ["/json", "/chunked", "/gzip", "/sse", "/basic"])
 def test_a_real_value_in_the_body_comes_back_as_the_placeholder(attacker, path):
-    with world(attacker) as (url, seen):
+    with world(attacker) as (url, seen, ranges):
         ph = attacker.run("printf %s \"$MY_TOKEN\"").stdout
         assert ph and ph != CANARY
         r = _fetch(attacker, url, path, extra="--compressed" if path == "/gzip" else "")
@@ -163,7 +174,7 @@ def test_a_large_body_with_the_real_value_is_cut_off_and_marked(attacker):
     """Past the 1 MiB the gate buffers, framed by Content-Length, the placeholder (42
     characters) cannot replace the 25-character token without breaking the framing: the body
     stops before the token, the step's request is marked."""
-    with world(attacker) as (url, seen):
+    with world(attacker) as (url, seen, ranges):
         r = attacker.run(f"curl -sS -H \"Authorization: Bearer $MY_TOKEN\" {url}/large -o /tmp/got; "
                          "echo \"curl-exit=$?\"; grep -c CANARY /tmp/got; "
                          "echo \"size=$(wc -c < /tmp/got)\"")
@@ -181,6 +192,21 @@ def test_a_large_body_with_the_real_value_is_cut_off_and_marked(attacker):
 
 
 def test_a_large_body_without_it_passes_whole(attacker):
-    with world(attacker) as (url, seen):
+    with world(attacker) as (url, seen, ranges):
         r = attacker.run(f"curl -sS {url}/plainlarge | wc -c")
         assert r.stdout.strip() == str(5 << 20), r.stdout + r.stderr
+
+
+def test_byte_ranges_of_an_echo_never_hand_out_fragments(attacker):
+    """A step asking for byte ranges of an answer that echoes the token would get pieces of
+    it, each too short to recognise. A request the gate swaps a token into goes without its
+    Range: the whole answer comes back, rewritten."""
+    with world(attacker) as (url, seen, ranges):
+        ph = attacker.run("printf %s \"$MY_TOKEN\"").stdout
+        r = attacker.run("; ".join(f"curl -sS -r {a}-{b} -H \"Authorization: Bearer $MY_TOKEN\" {url}/range"
+                                   for a, b in ((0, 24), (25, 40))))
+        out = r.stdout + r.stderr
+        assert seen and all(a == f"Bearer {CANARY}" for a in seen), seen
+        assert ranges and not any(ranges), ranges          # the server never had a Range
+        assert CANARY[:10] not in out and CANARY[10:] not in out, out
+        assert out.count(ph) == 2, out

@@ -6,7 +6,8 @@ token-issuing API, a secrets store): any real value the gate knows must reach th
 placeholder. The forms looked for, each replaced by the same form of the placeholder:
 
 - plain, percent-encoded (`quote` and `quote_plus`), JSON-escaped (`"` `\\` control
-  characters, and `\\/`);
+  characters, and `\\/`), UTF-16 (either byte order: a server answering in the charset a
+  client asked for);
 - base64 (Basic credentials echoed, a JWT-ish blob): any base64 run holding the value's
   encoding at any of the three byte alignments, standard or URL-safe alphabet; a buffered
   body's run is decoded, rewritten and encoded again;
@@ -94,10 +95,12 @@ class Echoes:
         self.swaps = []                 # (real's form, the placeholder's same form, name)
         self.cores = []                 # (a base64 core of a real value, its real value, placeholder, name)
         for name, real, ph in pairs:
-            for r, p in zip(forms(real), forms(ph)):
-                pair = (r.encode("utf-8", "surrogateescape"), p.encode(), name)
-                if pair not in self.swaps:
-                    self.swaps.append(pair)
+            pairs = [(r.encode("utf-8", "surrogateescape"), p.encode()) for r, p in zip(forms(real), forms(ph))]
+            for codec in ("utf-16-le", "utf-16-be"):    # a server answering in the charset asked for
+                pairs.append((real.encode(codec, "surrogatepass"), ph.encode(codec)))
+            for r, p in pairs:
+                if (r, p, name) not in self.swaps:
+                    self.swaps.append((r, p, name))
             rb = real.encode("utf-8", "surrogateescape")
             self.cores += [(c, rb, ph.encode(), name) for c in b64_cores(rb)]
         self.needles = [(r, n) for r, _, n in self.swaps] + [(c, n) for c, _, _, n in self.cores]

@@ -48,6 +48,7 @@ RULE = "credential-misuse"
 ECHO = "credential-echo"    # the kind of a response withheld for a real value it carried
 MIN_REAL = 8            # a real value shorter than this is not looked for (it would be everywhere)
 EAGER = ("env", "file", "profile")  # sources read as soon as a response may carry their value
+RANGE_HEADERS = ("range", "if-range")   # dropped from a request a token is swapped into
 
 
 TOKEN_PARAMS = {"access_token", "token", "private_token", "api_key", "apikey", "key", "auth",
@@ -394,6 +395,12 @@ class CredentialSwap:
                 self._resign(flow, SESSION.of(name, cred), real)
             else:
                 self._swap(flow, SESSION.of(name, cred)["token"], real["token"])
+                # The whole answer, never a byte range of it: a server echoing the token it
+                # was sent would hand back fragments no rewrite recognises, a few at a time.
+                # (AWS keeps its ranges: the secret never travels, and a SigV4 request signs them.)
+                for h in RANGE_HEADERS:
+                    if h in flow.request.headers:
+                        del flow.request.headers[h]
         if rec is not None:
             rec["credential"] = ",".join(names)
             # what the credential work cost this request: finding and checking the
@@ -465,10 +472,11 @@ class CredentialSwap:
         may carry Basic credentials); a field holding one that cannot be is dropped."""
         out, names = [], []
         for k, v in fields:
+            name, found_k, left_k = echoes.scrub(k)
             clean, found, left = echoes.scrub(v)
-            names += found
-            if left is None:
-                out.append((k, clean))
+            names += found_k + found
+            if left is None and left_k is None:
+                out.append((name, clean))
         if names:
             self._echoed(flow, names)
         return tuple(out)
