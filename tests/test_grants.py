@@ -4,6 +4,7 @@ git go through the real gate to local HTTPS servers; a person at another termina
 the journal recorded on each step."""
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -273,3 +274,25 @@ def test_remember_needs_an_allow_and_a_pending_question(world):
     assert r.returncode == 2 and "longer than a grant may last" in r.stderr
     r = w.env.envgit("grants", "revoke", "g9")
     assert r.returncode == 2 and "no grant 'g9'" in r.stderr
+
+
+def test_m_at_the_terminal_of_envgit_run_remembers_and_a_credential_host_falls_back_to_once(world):
+    """The person at the step's own terminal types m: allowed and remembered (the next step's
+    identical request is let through by the grant, the server sees it twice); on a credential's
+    host, where no grant may be made, m allows once and says why, and no grant exists."""
+    w = world
+    post = f"{CURL} -X POST --data-binary x"
+    status, out = w.env.pty_run(["sh", "-c", f"{post} {w.url()}"], send=b"m\n", when=b"deny [N]?",
+                                timeout=60)
+    assert os.waitstatus_to_exitcode(status) == 0 and "200" in out, out
+    assert [(g["id"], g["scope"]["path"]) for g in w.grants()] == [("g1", "/api/one")]
+    with Person(w.env, deny_all) as p:
+        r = w.env.run(f"{post} {w.url()}")
+    assert r.stdout.split() == ["200"] and p.seen == [], r.stdout + r.stderr
+    assert w.posts() == [("stub.example.test", "POST", "/api/one")] * 2
+    status, out = w.env.pty_run(["sh", "-c", f"{post} {w.url('cred.example.test')}"], send=b"m\n",
+                                when=b"deny [N]?", timeout=60)
+    assert os.waitstatus_to_exitcode(status) == 0 and "200" in out, out
+    assert [g["id"] for g in w.grants()] == ["g1"]
+    how = w.steps()[-1]["approvals"][0]["how"]
+    assert how.startswith("at the terminal of envgit run; not remembered:") and "credential" in how, how

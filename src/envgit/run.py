@@ -340,14 +340,18 @@ class Terminal:
                 self._prompt()
 
     def _prompt(self):
-        os.write(self.tty, b"  allow once [y], allow this rule on this host for the step [r], deny [N]? ")
+        os.write(self.tty, b"  allow once [y], allow and remember exactly this for 8 h [m], allow this "
+                           b"rule on this host for the step [r], deny [N]? ")
 
     def typed(self, conn):
         line = os.read(self.tty, 1024).decode(errors="replace").strip().lower()
-        answer = {"y": "allow", "yes": "allow", "r": "allow-rule"}.get(line, "deny")
+        answer = {"y": "allow", "yes": "allow", "m": "allow", "r": "allow-rule"}.get(line, "deny")
         ask = self.waiting[0]
-        conn.send({"op": "answer", "id": ask["id"], "answer": answer, "uid": os.getuid(),
-                   "how": "at the terminal of envgit run", "rid": -1})
+        msg = {"op": "answer", "id": ask["id"], "answer": answer, "uid": os.getuid(),
+               "how": "at the terminal of envgit run", "rid": -1}
+        if line == "m":         # a grant (daemon/grants.py); one that cannot be made: allow once
+            msg.update(remember=True, or_once=True)
+        conn.send(msg)
 
     def close(self):
         if self.tty is not None:

@@ -42,13 +42,14 @@ reply carries "notices", lines the client prints after the step (a nested envgit
 .envgit the step made: marked policy-file-written).
   {"op": "pending"} -> {"asks": [...]}: questions waiting for a person
   {"op": "answer", "id", "answer": "allow"|"allow-rule"|"deny", "how"?, "uid",
-   "remember"?: true | {"for_s"?: seconds, "path"?: "/glob"}}
+   "remember"?: true | {"for_s"?: seconds, "path"?: "/glob"}, "or_once"?: true}
       -> {"ok", "step", "grant"?: {...}}: "how" names the channel ("envgit approve", "ui", …);
       "remember" (with "allow" only) also records a grant (grants.py) for exactly the effect
       asked about, for for_s seconds (default grants.DEFAULT_FOR_S, 8 h); "path" widens a
       request's path to a glob that must include the path asked (recorded as a widening).
       A question that cannot be remembered (a credential's host, not a network request, a
-      bad path) is an error and the question stays pending, unanswered
+      bad path) is an error and the question stays pending, unanswered; with "or_once" (the
+      terminal's [m]) it is allowed once instead, the reason in its "how"
   {"op": "grants", "all"?: bool} -> {"grants": [grant.to_json()…]}: live ones (all: every one)
   {"op": "grant-revoke", "id", "uid", "how"?} -> {"grant": {...}}
   {"op": "hello"}   -> {"ok": true}: a client's first request (client.connect), answered at once
@@ -701,9 +702,12 @@ class Session:
                                          for_s=opts.get("for_s", DEFAULT_FOR_S), path=opts.get("path"),
                                          policy=self.live.get(a["step"], {}).get("policy") or self.policy())
             except GrantError as e:
-                return {"error": f"envgit: {e}", "exit": 2}
-            reply["grant"] = grant.to_json()
-            how = f"{how}; remembered as grant {grant.id}"
+                if msg.get("or_once") is not True:     # the terminal's [m]: allow once, say why
+                    return {"error": f"envgit: {e}", "exit": 2}
+                how = f"{how}; not remembered: {e}"
+            else:
+                reply["grant"] = grant.to_json()
+                how = f"{how}; remembered as grant {grant.id}"
         if not a["future"].done():
             a["future"].set_result((answer, who, how))
         return reply
