@@ -14,6 +14,7 @@ from ..commands import agent_of, session_short
 from ..commands.timeline import what_ran
 
 FILES_WITH_TEXT = 200           # files whose diff text a page shows; the rest by name
+FILES_LISTED = 2000             # files a page names; past it, a count (`envgit diff` lists all)
 TEXT_BUDGET = 2 << 20           # characters of diff text on one page
 
 
@@ -73,8 +74,11 @@ def changes(project, j, s, tree_before) -> dict:
                                            "to_tree": to, "outside": False, "step": s.id}, new_budget())
         out["git"] = [{"gitdir": r.gitdir, "lines": r.lines()} for r in part.repos]
         budget = TEXT_BUDGET
-        for n, c in enumerate(part.listed):
+        for c in part.listed:
             if (c.new_type or c.old_type) == "dir":
+                continue
+            if len(out["files"]) == FILES_LISTED:
+                out["more"] += 1
                 continue
             f = {"path": display(c.path), "status": c.status, "old_size": c.old_size,
                  "new_size": c.new_size, "withheld": None, "lines": None, "binary": False}
