@@ -86,6 +86,33 @@ def synthetic_journal(root: Path, steps: int, seed: int) -> None:
     HeadRecord(str(root / ".envgit" / "journal.head")).write(seq, prev, steps)
 
 
+def bench_auto(proj, env, k):
+    """A step's wall time (`envgit run -- sh -c 'echo >> f'`) with remote b0 set --auto and
+    without: the auto-push must not slow a step. Steps alternate off/on so load drifts hit both."""
+    def step(i):
+        return timed([ENVGIT, "run", "--", "sh", "-c", f"echo {i} >> auto.txt"], env, proj)
+    off, on = [], []
+    for i in range(k):
+        subprocess.run([ENVGIT, "remote", "set", "b0", "--no-auto"], cwd=proj, env=env, check=True, capture_output=True)
+        off.append(step(2 * i))
+        subprocess.run([ENVGIT, "remote", "set", "b0", "--auto"], cwd=proj, env=env, check=True, capture_output=True)
+        on.append(step(2 * i + 1))
+        time.sleep(0.5)
+    subprocess.run([ENVGIT, "remote", "set", "b0", "--no-auto"], cwd=proj, env=env, check=True, capture_output=True)
+    deadline = time.monotonic() + 120
+    last = json.loads(subprocess.run([ENVGIT, "log", "-n", "1", "--json"], cwd=proj, env=env,
+                                     capture_output=True, text=True).stdout)[-1]["id"]
+    pushed = False
+    while time.monotonic() < deadline and not pushed:
+        r = subprocess.run([ENVGIT, "log", "--remote", "b0", "-n", "1", "--json"], cwd=proj, env=env,
+                           capture_output=True, text=True)
+        pushed = r.returncode == 0 and json.loads(r.stdout)["steps"][-1]["id"] >= last - 1
+        time.sleep(1)
+    print(f"\na one-file step, {k} each (medians): without --auto {med(off):.2f} s, with --auto "
+          f"{med(on):.2f} s ({med(on) / med(off):.2f}x); the auto-pushes "
+          + ("caught up" if pushed else "had NOT caught up within 120 s"))
+
+
 def med(xs):
     return statistics.median(xs)
 
@@ -96,6 +123,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--skip-audit", action="store_true")
+    ap.add_argument("--auto-steps", type=int, default=10, help="steps timed with and without --auto")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="envgit-bench-remote-"))
     s3 = S3Server(base / "s3")
@@ -142,6 +170,8 @@ def main():
               f"rclone sync {med(res['rclone_first']):7.2f}   envgit/restic {med(res['envgit_first']) / med(res['restic_first']):.2f}x")
         print(f"  incremental push  envgit {med(res['envgit_inc']):7.2f}   restic {med(res['restic_inc']):7.2f}   "
               f"rclone sync {med(res['rclone_inc']):7.2f}   envgit/restic {med(res['envgit_inc']) / med(res['restic_inc']):.2f}x")
+        if args.auto_steps:
+            bench_auto(proj, env, args.auto_steps)
         subprocess.run([ENVGIT, "daemon", "stop"], cwd=proj, env=env, capture_output=True)
 
         if not args.skip_audit:

@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..inert import inert
-from . import EXIT_FAILED, Usage, command, json_flag, out, progress, shell_line
+from . import EXIT_FAILED, Usage, command, json_flag, out, progress, session_short, shell_line
 
 
 def add_parsers(sub, argparse):
@@ -302,6 +302,9 @@ def log_remote(args):
     p, m = pick_machine(bucket, r, args.project, args.machine, _here())
     view = MachineView(bucket, sealer, p, m, r.name)
     steps = view.steps()
+    if args.session is not None:
+        steps = [s for s in steps if args.session in (s.session, session_short(s.session))
+                 or (s.session or "").endswith("-" + args.session)]
     if args.since is not None:
         steps = [s for s in steps if s.started_ns >= args.since]
     if args.n:
