@@ -238,8 +238,7 @@ async def _stream(request, page: Page, f, only, seq):
                 return [], 0
             if seq is None:
                 return [], query.head_seq(j)
-            flt = f
-            steps, upto = query.changed_since(j, seq, flt)
+            steps, upto = query.changed_since(j, seq, f)
             if only is not None:
                 steps = [s for s in steps if s.id == only]
             return steps, upto
