@@ -2,7 +2,8 @@
 
 The credential's host (or any other host the gate intercepts) answers with the real token in
 its body: a debug endpoint echoing the Authorization it received, as JSON, chunked with the
-token split across two chunks sent apart, gzip'd, in a body far past the gate's 1 MiB buffer,
+token split across two chunks sent apart, gzip'd (with a length, and chunked), in a body far
+past the gate's 1 MiB buffer,
 in an SSE stream, base64'd as Basic credentials. The step runs real curl through the real
 gate; the oracle is the canary (the real token, in the person's environment only): it must
 not be in anything the step read. Where the gate rewrites, the step reads the placeholder;
@@ -53,6 +54,12 @@ def _answer(path: str, token: str, ranged: str = "") -> list[bytes]:
         body = gzip.compress(b'{"token": "' + t + b'"}' + b" " * 5000)
         return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)]
+    if path == "/gzip-chunked":         # compressed, no declared length (as many APIs answer)
+        body = gzip.compress(b'{"token": "' + t + b'"}' + b" " * 5000)
+        half = len(body) // 2
+        return [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n%s\r\n" % (half, body[:half]),
+                b"%x\r\n%s\r\n0\r\n\r\n" % (len(body) - half, body[half:])]
     if path == "/chunked":
         half = len(t) // 2
         a, b = b"token=" + t[:half], t[half:] + b"\n"
@@ -151,12 +158,12 @@ def _fetch(attacker, url, path, extra=""):
                         "echo \" curl-exit=$?\"")
 
 
-@pytest.mark.parametrize("path", ["/json", "/chunked", "/gzip", "/sse", "/basic"])
+@pytest.mark.parametrize("path", ["/json", "/chunked", "/gzip", "/gzip-chunked", "/sse", "/basic"])
 def test_a_real_value_in_the_body_comes_back_as_the_placeholder(attacker, path):
     with world(attacker) as (url, seen, ranges):
         ph = attacker.run("printf %s \"$MY_TOKEN\"").stdout
         assert ph and ph != CANARY
-        r = _fetch(attacker, url, path, extra="--compressed" if path == "/gzip" else "")
+        r = _fetch(attacker, url, path, extra="--compressed" if "gzip" in path else "")
         out = r.stdout + r.stderr
         assert seen and seen[-1] == f"Bearer {CANARY}", seen        # the real token arrived
         assert CANARY not in out, out

@@ -236,6 +236,55 @@ class Stream:
         return out
 
 
+class Gather:
+    """A compressed body with no declared length (chunked): gathered up to `cap` encoded
+    bytes and, at its end, decoded, rewritten and encoded again with `encode(body, encoding)`
+    (the client gets the encoding it was sent, in another length: chunked allows it); past
+    `cap`, or decoding past it, watched as a Stream from there on (cut where a value is)."""
+
+    def __init__(self, echoes: Echoes, encoding: str, cap: int, encode):
+        _decoder(encoding)              # ValueError now for an encoding the gate cannot read
+        self.echoes, self.encoding, self.cap, self.encode = echoes, encoding, cap, encode
+        self.buf, self.stream, self.names = bytearray(), None, []
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self.stream is not None:
+            return self.stream.feed(chunk)
+        self.buf += chunk
+        if len(self.buf) <= self.cap:
+            return b""
+        return self._watched(bytes(self.buf))
+
+    def end(self) -> bytes:
+        if self.stream is not None:
+            return self.stream.end()
+        data, self.buf = bytes(self.buf), bytearray()
+        body = decoded(data, self.encoding, self.cap + 1)
+        if body is None:                # it does not decode (nor can the client): as it is
+            name = self.echoes.found(data)
+            if name is not None:
+                raise Echo(name)
+            return data
+        if len(body) > self.cap:
+            return self._watched(data) + self.stream.end()
+        clean, names, left = self.echoes.scrub(body)
+        if left is not None:
+            raise Echo(left)
+        if not names:
+            return data
+        try:
+            out = self.encode(clean, self.encoding)
+        except ValueError:              # stacked encodings: not made again here
+            raise Echo(names[0]) from None
+        self.names = names
+        return out
+
+    def _watched(self, data: bytes) -> bytes:
+        self.buf = bytearray()
+        self.stream = Stream(self.echoes, self.encoding)
+        return self.stream.feed(data)
+
+
 PIECE = 1 << 16                         # decoded bytes looked at per step (bounded memory)
 
 

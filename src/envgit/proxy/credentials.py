@@ -493,8 +493,10 @@ class CredentialSwap:
     def _body_watch(self, flow, echoes) -> None:
         """The response body: one declared (Content-Length) within BODY_CAP and not an event
         stream is buffered whole and rewritten (`on_body`, called before the request is
-        recorded: bodies.ON_BODY); any other is rewritten as it streams (echo.Stream), or cut
-        off where it cannot be (compressed, base64, a length change under Content-Length)."""
+        recorded: bodies.ON_BODY); a compressed one without a declared length, not an event
+        stream, is gathered up to BODY_CAP and rewritten whole at its end (echo.Gather); any
+        other is rewritten as it streams (echo.Stream), or cut off where it cannot be
+        (compressed, base64, a length change under Content-Length)."""
         r = flow.response
         if flow.request.method == "HEAD" or r.status_code in (101, 204, 304):
             return              # no body (a WebSocket's messages: websocket_message)
@@ -506,7 +508,11 @@ class CredentialSwap:
             return
         encoding = r.headers.get("content-encoding", "")
         try:
-            scrub = echo.Stream(echoes, encoding, framed=bool(length))
+            if encoding.strip() and not length and not streaming:
+                from mitmproxy.net.encoding import encode
+                scrub = echo.Gather(echoes, encoding, BODY_CAP, encode)
+            else:
+                scrub = echo.Stream(echoes, encoding, framed=bool(length))
         except ValueError:      # an encoding the gate cannot read: its bytes as they are, unchanged in length
             scrub = echo.Stream(echoes, "", framed=True)
         before = r.stream
