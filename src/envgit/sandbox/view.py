@@ -91,7 +91,11 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         print(f"envgit: {p} had another name (a hard link); it now has an inode of its own",
               file=sys.stderr, flush=True)
     configs = {os.path.realpath(c) for c in rs.configs}
-    for d in _pinned(protected, _writable(rules)):
+    denied = _denied_paths(rules, rs)
+    # The directories above a denied path are pinned too: renaming one (`mv secrets s2`) would
+    # carry the mask away inside the sandbox and leave the person's file, on the host, at a
+    # name no deny matches, for the snapshot and the next step to read.
+    for d in _pinned(protected + [os.path.realpath(p) for p in denied], _writable(rules)):
         a += ["--bind", d, d]
     for p in protected:
         src = p
@@ -103,7 +107,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
     a += ["--ro-bind", blank_dir, os.path.join(project, ".envgit")]
 
     # Denies, last so they cover every bind above.
-    for p in _denied_paths(rules, rs):
+    for p in denied:
         a += ["--ro-bind", empty_dir if os.path.isdir(p) else empty_file, p]
         v.masked.append(p)
     return v
@@ -219,9 +223,10 @@ def _writable(rules: Rules):
 
 
 def _pinned(protected, writable):
-    """Every directory between a writable root and a protected path, to bind onto itself: a
-    mount point cannot be renamed or removed, so `mv .git .g && mkdir .git` cannot carry the
-    protections away with the old directory and leave a writable copy in its place."""
+    """Every directory between a writable root and a protected or denied path, to bind onto
+    itself: a mount point cannot be renamed or removed (EBUSY), so `mv .git .g && mkdir .git`
+    cannot carry the protections away with the old directory and leave a writable copy in its
+    place, nor `mv secrets s2` carry a deny's mask away from the file it covers."""
     out = set()
     for p in protected:
         roots = [w for w in writable if _inside(p, w)]
