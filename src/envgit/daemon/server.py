@@ -104,6 +104,7 @@ from .snapshots import SnapshotFailed, Snapshotter
 from ..remote.auto import AutoPush
 
 IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
+STEP_ENDED, STEP_ENDED_HOW = "step-ended", "the step ended before an answer"
 
 
 class Session:
@@ -139,6 +140,7 @@ class Session:
         self.gate_failed = False
         self.certs_dir = None
         self.asks: dict[int, dict] = {}
+        self.closed_asks: dict[int, int] = {}       # question id -> its step, once the step ended
         self.inner: dict[str, InnerSocket] = {}     # session -> its inner control socket
         self._ask_ids = iter(range(1, 1 << 62))
         self.grants = Grants(self.journal)       # remembered answers (grants.py), from the journal
@@ -366,6 +368,7 @@ class Session:
             return {"error": f"step {step} is not running", "exit": 2}
         if self.gate is not None:
             self.gate.close_step(step)
+        self.end_asks(step)
         vm_after = memory = None
         if info.get("vm") and self.vm is not None:     # the guest's changes onto the host first
             try:
@@ -516,6 +519,7 @@ class Session:
             return
         if self.gate is not None:
             self.gate.close_step(step)
+        self.end_asks(step)
         summary = await self._snapshot(info["policy"])
         if self.live.pop(step, None) is not None:
             drop_tmp(info)
@@ -649,6 +653,10 @@ class Session:
                              f"{question.get('host')}{question.get('path')} allowed by grant {grant.id} "
                              f"(envgit grants revoke {grant.id})"})
             return "allow", grant.who, f"grant {grant.id}"
+        if step not in self.live:       # asked on its way in as its step ended: nothing to hold
+            self.journal.append(step, "approval", {"ask": None, "question": question, "answer": "deny",
+                                                   "who": STEP_ENDED, "how": STEP_ENDED_HOW, "at": time.time()})
+            return "deny", STEP_ENDED, STEP_ENDED_HOW
         aid = next(self._ask_ids)
         fut = asyncio.get_running_loop().create_future()
         self.asks[aid] = {"id": aid, "step": step, "question": question, "future": fut,
@@ -682,8 +690,28 @@ class Session:
             return {"answer": "deny", "who": "timeout", "how": f"no answer within {timeout} s"}
         return {"answer": "allow" if answer in ("allow", "allow-rule") else "deny", "who": who, "how": how}
 
+    def end_asks(self, step):
+        """A step's end answers its questions still waiting: deny, by `step-ended` (recorded
+        by `ask` on the step). A request a process of the step left behind (a background curl,
+        a long-lived helper such as the MCP REPL whose record-only step ended) is then never
+        let out for a step that is over, nor left on the page looking live; an answer sent
+        later is an error, so no grant can be made from it."""
+        for aid, a in list(self.asks.items()):
+            if a["step"] != step:
+                continue
+            del self.asks[aid]
+            self.closed_asks[aid] = step
+            if not a["future"].done():
+                a["future"].set_result(("deny", STEP_ENDED, STEP_ENDED_HOW))
+        while len(self.closed_asks) > 1000:         # only to name them in an error
+            del self.closed_asks[next(iter(self.closed_asks))]
+
     def answer(self, msg):
         a = self.asks.get(msg.get("id"))
+        if a is None and msg.get("id") in self.closed_asks:
+            return {"error": f"envgit: question {msg.get('id')} was answered deny when its step "
+                    f"{self.closed_asks[msg.get('id')]} ended; `envgit pending` lists the waiting ones",
+                    "exit": 2}
         if a is None:
             return {"error": f"envgit: no pending question {msg.get('id')}; `envgit pending` lists them",
                     "exit": 2}
