@@ -26,6 +26,25 @@
     return data;
   }
 
+  // --- the asks panel: a step decides when it is redrawn -------------------------------
+  // A step sends its next asked-about request whenever it likes, so a redraw must never put
+  // a person's Enter or click on a button that allows: the focus stays on the same
+  // question's same button, or, when that question is gone, on the panel itself (nothing
+  // that answers); and an allowing button activated from the keyboard (a click whose detail
+  // is 0: Enter or Space) within ALLOW_HOLD_MS of a redraw is not taken (the key may have
+  // been meant for what had the focus before), Deny always is. A mouse click is aimed at
+  // what the person sees under the pointer, and is taken.
+  const ALLOW_HOLD_MS = 1000;
+  let asksChanged = -Infinity;
+
+  function keepFocus(panel, had) {
+    const same = had.dataset && had.dataset.ask ? Array.from(panel.querySelectorAll("button[data-ask]"))
+      .find((x) => x.dataset.ask === had.dataset.ask && x.dataset.answer === had.dataset.answer) : null;
+    if (same) { same.focus(); return; }
+    panel.tabIndex = -1;
+    panel.focus();
+  }
+
   // --- live ----------------------------------------------------------------------------
   function listen(url, onStep) {
     if (!url || !window.EventSource) return;
@@ -38,11 +57,11 @@
       const d = JSON.parse(ev.data);
       const old = document.getElementById("asks");
       const fresh = fragment(d.html);
-      if (old && fresh && !old.contains(document.activeElement)) old.replaceWith(fresh);
-      else if (old && fresh) {           // keep the focus on a button being used: swap articles only
+      if (old && fresh) {
+        const had = old.contains(document.activeElement) ? document.activeElement : null;
         old.replaceWith(fresh);
-        const first = fresh.querySelector("button");
-        if (first) first.focus();
+        asksChanged = performance.now();
+        if (had) keepFocus(fresh, had);
       }
       document.title = (d.count ? "(" + d.count + ") " : "") + document.title.replace(/^\(\d+\) /, "");
     });
@@ -77,6 +96,11 @@
     const b = ev.target.closest("button");
     if (!b) return;
     if (b.dataset.answer && b.dataset.ask) {
+      if (b.dataset.answer !== "deny" && ev.detail === 0 && performance.now() - asksChanged < ALLOW_HOLD_MS) {
+        flash.textContent = "Question " + b.dataset.ask + ": not answered: the questions changed just "
+          + "now; look again and press once more";
+        return;
+      }
       const art = b.closest(".ask");
       const out = art ? art.querySelector(".result") : null;
       art.querySelectorAll("button").forEach((x) => { x.disabled = true; });
