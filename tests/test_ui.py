@@ -130,10 +130,13 @@ def test_a_step_appears_without_reload_and_its_diff_shows(proj):
         wait_for(lambda: b.find_element("css selector", "#live").is_displayed(), what="the live stream")
         b.execute_script("window.notReloaded = 42")
         proj.run("printf 'hello\\nworld\\n' > b.txt", check=True)
-        row = wait_for(lambda: b.find_element("css selector", 'tr[data-step="2"]'), what="step 2's row")
-        assert "b.txt" in row.text
+        # the row comes as the step begins (running) and is redrawn as it ends
+        wait_for(lambda: b.find_element("css selector", 'tr[data-step="2"] td.exit').text == "0",
+                 what="step 2's finished row")
+        assert "b.txt" in b.find_element("css selector", 'tr[data-step="2"]').text
         assert b.execute_script("return window.notReloaded") == 42          # no reload happened
-        row.find_element("css selector", "td.num a").click()
+        wait_for(lambda: b.find_element("css selector", 'tr[data-step="2"] td.num a').click() or True,
+                 what="a click on step 2")
         wait_for(lambda: "Step 2" in b.find_element("tag name", "h1").text, what="the step page")
         diff = b.find_element("css selector", "pre.diff").text
         assert "+hello" in diff and "+world" in diff and "b/b.txt" in diff
