@@ -50,18 +50,12 @@ def cmd_export(args):
     from ..export.html import render
     title = f"envgit report: {os.path.basename(project.root)}" + (f", session {session}" if session else "")
     text = render(recs, title)
-    # whole or absent: written beside the target, then renamed over it
-    target = os.path.abspath(args.html)
-    tmp = f"{target}.envgit-tmp-{os.getpid()}"
+    # Whole or absent, and never through a symlink a step planted in the project at the
+    # target or at a temporary's name (atomicfile.py).
+    from ..atomicfile import write_atomic
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
+        write_atomic(os.path.abspath(args.html), text)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise Usage(f"cannot write {args.html}: {e.strerror or e}; give a writable path") from None
     print(f"wrote {args.html}", file=sys.stderr)
     return 0
