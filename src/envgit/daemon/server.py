@@ -1255,6 +1255,8 @@ async def serve(project: Project):
         inner.close()
     if sess.gate is not None:
         await sess.gate.stop()
+    if sess.vm is not None:             # the VM's QEMU and its RAM file (in /dev/shm) go too
+        await asyncio.to_thread(sess.vm.stop)
     sess.snapshotter.close()
     sess.journal.close()
     return 0

@@ -84,6 +84,32 @@ def _remember_accel(accel, why):
         f.write(f"{accel}\n{why}\n")
 
 
+def _ram_place(project_root, run_dir, memory_mb) -> str:
+    """Where the running guest's RAM file lives: a directory of this project's in /dev/shm
+    when it has room for the RAM twice over (a snapshot clones it there during the pause:
+    at memory speed, the copy to the project's disk made once the guest runs again), else
+    the project's .envgit/vm/run. Named by the project, so a daemon killed -9 leaves nothing
+    the next one does not reuse."""
+    import hashlib
+    shm = "/dev/shm"
+    try:
+        st = os.statvfs(shm)
+        room = st.f_bavail * st.f_frsize
+    except OSError:
+        return run_dir
+    if room < (2 * memory_mb + 256) << 20 or os.environ.get("ENVGIT_VM_RAM_ON_DISK"):
+        return run_dir
+    d = os.path.join(shm, f"envgit-vm-{os.getuid()}-"
+                     + hashlib.sha256(os.path.realpath(project_root).encode()).hexdigest()[:16])
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        st = os.lstat(d)
+        if not os.path.isdir(d) or os.path.islink(d) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return run_dir              # not ours: never use it
+    return d
+
+
 class QMP:
     def __init__(self, path, timeout=30):
         self.sock = connect_unix(path, timeout)
@@ -128,6 +154,8 @@ class QemuMachine(Machine):
         self.qmp = None
         self.link = None
         self.run_dir = os.path.join(state_dir, "run")
+        self.ram_dir = None                     # where the running RAM file is (_ram_place)
+        self.ram_fd = None                      # the running RAM file, once unlinked (_hold_ram)
         self.ram = os.path.join(self.run_dir, "ram")
         self.sock_dir = None
         self.accel = None
@@ -179,10 +207,25 @@ class QemuMachine(Machine):
         if self.image is None:
             self.image = image_mod.ensure(self.progress)
         os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+        if self.ram_dir is None:
+            self.ram_dir = _ram_place(self.root, self.run_dir, self.memory_mb)
+            self.ram = os.path.join(self.ram_dir, "ram")
         if self.sock_dir is None:
             self.sock_dir = tempfile.mkdtemp(prefix="envgit-vm-")
         for name in ("agent.sock", "qmp.sock"):
             remove(os.path.join(self.sock_dir, name))
+
+    def _hold_ram(self):
+        """In /dev/shm, the RAM file is unlinked once QEMU has it open (its QMP answering
+        means its memory backend exists), held by an fd of this process: a kill -9 of the
+        daemon (QEMU dies with it) leaves no guest-sized file in memory behind."""
+        if self.ram_dir == self.run_dir or self.ram_fd is not None:
+            return
+        self.ram_fd = os.open(self.ram, os.O_RDONLY)
+        remove(self.ram)
+
+    def _ram_source(self):
+        return f"/proc/self/fd/{self.ram_fd}" if self.ram_fd is not None else self.ram
 
     def _connect(self, timeout):
         try:
@@ -229,6 +272,7 @@ class QemuMachine(Machine):
             self._connect(timeout)
         except VMError:
             raise VMError("QEMU did not start: " + self._log_tail())
+        self._hold_ram()
         if not self.link.ping(timeout):
             raise VMError("no answer from the guest agent in "
                           f"{timeout:.0f} s" + (f"; QEMU: {self._log_tail()}" if self.proc.poll() is not None else ""))
@@ -258,10 +302,19 @@ class QemuMachine(Machine):
             self.qmp.cmd("migrate", uri="exec:cat > " + shlex.quote(state))
             self._wait_migration()
             faults.point("vm-memory-migrated")      # device state written, RAM not yet cloned
-            ram_bytes = memstore.clone(self.ram, os.path.join(dest, memstore.RAM))
+            # In memory (tmpfs) the clone is a copy at memory speed; the copy to the disk is
+            # made after `cont`, the guest running again meanwhile.
+            staged = os.path.join(self.ram_dir, "ram.snapshot") if self.ram_dir != self.run_dir \
+                else os.path.join(dest, memstore.RAM)
+            ram_bytes = memstore.clone(self._ram_source(), staged)
         finally:
             self.qmp.cmd("cont")
         pause_ms = round((time.monotonic() - t0) * 1000, 1)
+        if staged != os.path.join(dest, memstore.RAM):
+            try:
+                memstore.clone(staged, os.path.join(dest, memstore.RAM))
+            finally:
+                remove(staged)
         dev_bytes = os.path.getsize(os.path.join(dest, memstore.DEVICE_STATE))
         return {"pause_ms": pause_ms, "bytes": ram_bytes + dev_bytes, "ram_bytes": ram_bytes,
                 "device_bytes": dev_bytes, "memory_mb": self.memory_mb, "cpus": self.cpus,
@@ -295,6 +348,7 @@ class QemuMachine(Machine):
         self.proc = self._spawn(self._args(accel, incoming=True))
         try:
             self._connect(30)
+            self._hold_ram()
             self.qmp.cmd("migrate-set-capabilities",
                          capabilities=[{"capability": "x-ignore-shared", "state": True}])
             self.qmp.cmd("migrate-incoming",
@@ -334,6 +388,9 @@ class QemuMachine(Machine):
             except OSError:
                 pass
             self.qmp = None
+        if self.ram_fd is not None:
+            os.close(self.ram_fd)
+            self.ram_fd = None
         if self.proc is not None:
             if self.proc.poll() is None:
                 self.proc.kill()
@@ -349,3 +406,5 @@ class QemuMachine(Machine):
             shutil.rmtree(self.sock_dir, ignore_errors=True)
             self.sock_dir = None
         remove(self.ram)
+        if self.ram_dir and self.ram_dir != self.run_dir:
+            shutil.rmtree(self.ram_dir, ignore_errors=True)
