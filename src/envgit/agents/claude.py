@@ -35,6 +35,7 @@ from .session import AgentError, agent_binary, announce, new_session, project_he
 EDIT_TOOLS = "Write|Edit|MultiEdit|NotebookEdit"
 HERE = os.path.dirname(os.path.abspath(__file__))
 INNER_SHIM = os.path.join(os.path.dirname(HERE), "daemon", "inner_shim.py")
+ATOMICFILE = os.path.join(os.path.dirname(HERE), "atomicfile.py")    # claude_hook.py writes with it
 
 # The user's variables Claude Code itself reads (credentials, endpoint, model, its switches):
 # a policy's env.pass is for steps, these are for the agent's own process only.
@@ -66,7 +67,8 @@ def write_scripts(python: str) -> tuple[str, str, str]:
     bin_dir, state = os.path.join(top, "bin"), os.path.join(top, "state")
     os.mkdir(bin_dir)
     os.mkdir(state)
-    for src in (os.path.join(HERE, "claude_shim.py"), os.path.join(HERE, "claude_hook.py"), INNER_SHIM):
+    for src in (os.path.join(HERE, "claude_shim.py"), os.path.join(HERE, "claude_hook.py"), INNER_SHIM,
+                ATOMICFILE):
         with open(src) as f:
             body = f.read()
         if body.startswith("#!"):

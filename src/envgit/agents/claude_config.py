@@ -96,8 +96,6 @@ def _merge_config(person: str, own: str) -> None:
     merged = {**theirs, **(mine or {})}
     if merged == mine:
         return
-    tmp = f"{own}.envgit-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(merged, f, indent=2)
-    os.replace(tmp, own)
+    # Claude writes in this directory too: never through a name it could have planted.
+    from ..atomicfile import write_atomic
+    write_atomic(own, json.dumps(merged, indent=2), 0o600)

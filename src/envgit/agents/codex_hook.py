@@ -19,10 +19,8 @@ def main(argv=None) -> int:
         return 0
     call = event.get("tool_use_id") if isinstance(event, dict) else None
     if call and len(argv) == 1:
-        tmp = f"{argv[0]}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(str(call))
-        os.replace(tmp, argv[0])        # the exec-server never reads half an id
+        from ..atomicfile import write_atomic
+        write_atomic(argv[0], str(call), sync=False)    # the exec-server never reads half an id
     return 0
 
 

@@ -1,6 +1,7 @@
 """Setting a project up and looking at the machine: init, demo, policy, doctor, daemon."""
 
 import os
+import stat
 import sys
 
 from ..inert import inert
@@ -76,22 +77,29 @@ def cmd_init(args):
     if not wrote and not args.json:     # --json says it as wrote_policy: false
         print(f"envgit: {policy} exists; keeping it (use --force to overwrite)", file=sys.stderr)
     else:
-        tmp = policy + ".tmp"
-        with open(tmp, "w") as f:       # whole or absent: write, then rename
-            f.write(defaults.TEMPLATE)
-        os.replace(tmp, policy)
+        from ..atomicfile import write_atomic
+        write_atomic(policy, defaults.TEMPLATE)     # whole or absent, never through a planted link
         said.append(f"wrote {policy}")
     state = os.path.join(root, ".envgit")
     os.makedirs(state, mode=0o700, exist_ok=True)
     gi = os.path.join(root, ".gitignore")
-    lines = open(gi).read().splitlines() if os.path.exists(gi) else []
+    fd = _open_regular(gi, os.O_RDWR | os.O_APPEND)
+    if fd is None:
+        lines = []
+        fd = _open_regular(gi, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL)
+    else:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            lines = f.read().decode("utf-8", "replace").splitlines()
     ignored = not any(l.strip() in (".envgit", ".envgit/", "/.envgit", "/.envgit/") for l in lines)
-    if ignored:
-        with open(gi, "a") as f:
-            if lines and lines[-1] != "":
-                f.write("\n")
-            f.write(".envgit/\n")
+    if ignored and fd is None:          # a symlink, FIFO or directory a step left: not followed
+        print(f"envgit: {gi} is not a regular file; add .envgit/ to your ignore rules yourself",
+              file=sys.stderr)
+        ignored = False
+    elif ignored:
+        os.write(fd, (b"\n" if lines and lines[-1] != "" else b"") + b".envgit/\n")
         said.append(f"added .envgit/ to {gi}")
+    if fd is not None:
+        os.close(fd)
     if args.json:
         out({"root": root, "policy": policy, "wrote_policy": wrote, "state": state,
              "gitignore": gi, "added_to_gitignore": ignored})
@@ -100,6 +108,20 @@ def cmd_init(args):
         print(line)
     print(f"initialised envgit in {root}; next: envgit run -- CMD")
     return 0
+
+
+def _open_regular(path, flags):
+    """A descriptor on `path` if it is a regular file, else None: never through a symlink
+    (O_NOFOLLOW), never blocking on a FIFO (O_NONBLOCK), so what a step left in the project
+    under that name is not written through."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 # --- policy ------------------------------------------------------------------------------

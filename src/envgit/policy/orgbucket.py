@@ -114,12 +114,6 @@ def _check(data: bytes, url: str) -> None:
 def _write(path: str, data: bytes) -> None:
     """Whole or absent; 0644 in a 0755 directory (the daemon of the same user reads it; no one
     else may write it: org.check_trust)."""
+    from ..atomicfile import write_atomic
     os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+    write_atomic(path, data, 0o644)

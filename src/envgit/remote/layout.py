@@ -185,15 +185,9 @@ def remove(name: str) -> None:
 
 def write_private(path: str, data: bytes) -> None:
     """Write a file only its owner reads (0600, in a 0700 directory), complete or absent."""
+    from ..atomicfile import write_atomic
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+    write_atomic(path, data, 0o600)
 
 
 # --- the highest head version seen per project and machine (a rolled-back head) -----------

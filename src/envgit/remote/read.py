@@ -193,9 +193,8 @@ def remote_objects(bucket, sealer, view, problems=None):
                 self.fetch_problems.append(f"{name}: its content is not the pack its index names")
                 return False
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path + ".tmp", "wb") as f:
-                f.write(data)
-            os.rename(path + ".tmp", path)
+            from ..atomicfile import write_atomic
+            write_atomic(path, data, sync=False)
             return True
 
         def prefetch(self, oids) -> None:

@@ -88,10 +88,10 @@ def credential_env(policy, env: dict, session_tmp: str | None = None) -> dict[st
                         f"!f() {{ test \"$1\" = get && printf 'username=x-access-token\\npassword=%s\\n' "
                         f"'{token}'; }}; f"))
     if npmrc and session_tmp and "npm_config_userconfig" not in env:
-        path = os.path.join(session_tmp, ".envgit-npmrc")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.writelines(npmrc)
+        # The session's /tmp is the steps' to write: a FIFO or link left at the name is
+        # replaced, never opened (atomicfile.py).
+        from ..atomicfile import write_atomic
+        write_atomic(os.path.join(session_tmp, ".envgit-npmrc"), "".join(npmrc), 0o600, sync=False)
         out["npm_config_userconfig"] = "/tmp/.envgit-npmrc"
     if git:
         try:

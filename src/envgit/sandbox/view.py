@@ -25,6 +25,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from ..atomicfile import write_atomic
 from ..policy import Rules, defaults, is_denied
 from ..policy.decide import SYSTEM_DIRS
 from ..policy.globs import has_magic
@@ -127,10 +128,7 @@ def _resolv_conf(state_dir):
         current = False
     if not current:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            f.write(RESOLV_CONF)
-        os.chmod(path + ".tmp", 0o644)
-        os.replace(path + ".tmp", path)
+        write_atomic(path, RESOLV_CONF, chmod=0o644, sync=False)
     where = os.path.realpath("/etc/resolv.conf")
     if not (where == "/etc/resolv.conf" and os.path.isfile(where)) and not _inside(where, "/run"):
         return []                 # somewhere the sandbox cannot be given a file: leave it
@@ -311,10 +309,7 @@ def _npmrc_copy(path, state_dir):
     d = os.path.join(state_dir, "sandbox", "npmrc")
     os.makedirs(d, mode=0o700, exist_ok=True)
     out = os.path.join(d, hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16])
-    with open(out + ".tmp", "w", encoding="utf-8", errors="surrogateescape") as f:
-        f.write("\n".join(keep) + "\n")
-    os.chmod(out + ".tmp", 0o644)
-    os.replace(out + ".tmp", out)
+    write_atomic(out, "\n".join(keep) + "\n", chmod=0o644, sync=False)
     return out
 
 
