@@ -420,3 +420,17 @@ def test_a_filtered_timeline_takes_only_matching_steps_live(proj):
         wait_for(lambda: b.find_elements("css selector", 'tr[data-step="3"]'), what="the matching step")
         assert not b.find_elements("css selector", 'tr[data-step="2"]')
         assert [r.get_attribute("data-step") for r in b.find_elements("css selector", "tr.step")] == ["3", "1"]
+
+
+def test_a_diff_deep_in_a_large_file_has_its_real_line_numbers_and_a_bounded_cost(proj):
+    """Only the changed middle of a file goes to difflib (commands/diff.py unified_lines); its
+    hunks still carry the file's line numbers. A middle too large to diff cheaply is listed
+    without its text, on the page and in `envgit diff` alike."""
+    proj.run("seq 5000 > n.txt && seq 30000 | sed 's/$/ x/' > big.txt", check=True)
+    proj.run("sed -i 's/^4000$/four thousand/' n.txt && seq 30000 | sort -r > big.txt", check=True)
+    with UI(proj) as ui:
+        body = ui.get("/steps/2")[2]
+        assert "@@ -3997,7 +3997,7 @@" in body and "-4000" in body and "+four thousand" in body
+        assert "too much changed to diff here: 30000 lines -&gt; 30000 lines" in body
+    r = proj.envgit("diff", "1", "2", check=True)
+    assert "@@ -3997,7 +3997,7 @@" in r.stdout and "too much changed to diff here" in r.stdout

@@ -94,6 +94,7 @@ class _Part:
         from ..daemon.snapshots import display
         from ..snapshot.gitview import covered, git_changes
         self.store, self.args, self.secrets, self.part = store, args, secrets, part
+        self.work = new_work()          # the diff text's budget (DIFF_WORK_TOTAL)
         self.a, self.b = part["from_tree"], part["to_tree"]
         changes = store.diff(self.a, self.b)
         repos = git_changes(store, self.a, self.b, changes, budget)
@@ -142,7 +143,7 @@ class _Part:
             if why:
                 print(f"   {withheld_line(why)}")
             else:
-                _unified(self.store, self.a, self.b, c)
+                _unified(self.store, self.a, self.b, c, self.work)
 
 
 def _is_file(t):
@@ -155,17 +156,32 @@ def _both(store, a, b, c) -> tuple:
             store.read_file(b, c.path) if _is_file(c.new_type) else None)
 
 
-def _unified(store, a, b, c):
-    lines = unified_lines(store, a, b, c)
-    if lines is None:
-        print("   (binary or large: contents not shown)")
+def _unified(store, a, b, c, work=None):
+    lines = unified_lines(store, a, b, c, work)
+    if isinstance(lines, str):
+        print(f"   ({lines}: contents not shown)")
     else:
         sys.stdout.writelines(lines)
 
 
-def unified_lines(store, a, b, c) -> list[str] | None:
-    """A changed file's unified diff as inert lines ([] when neither side is a file); None
-    when a side is binary or over 1 MiB (diff and `envgit ui` show the same thing)."""
+# difflib's matcher is quadratic in the lines that differ when they repeat (a step can write
+# 230,000 short lines of 2,500 values: minutes of CPU per view). A file's changed middle (its
+# common head and tail cut off) is diffed only while its lines one side times the other stay
+# under DIFF_WORK (20,000 x 20,000: ~0.3 s here), and one command or page spends at most
+# DIFF_WORK_TOTAL on all its files; past either, the file is listed without its text.
+DIFF_WORK = 400_000_000
+DIFF_WORK_TOTAL = 1_200_000_000
+
+
+def new_work() -> list[int]:
+    """The diff-text budget of one command or page, shared by its files (see DIFF_WORK)."""
+    return [DIFF_WORK_TOTAL]
+
+
+def unified_lines(store, a, b, c, work=None) -> list[str] | str:
+    """A changed file's unified diff as inert lines ([] when neither side is a file), or why
+    it is not shown: binary or over 1 MiB a side, or too much changed to diff within the
+    bounds above (diff and `envgit ui` show the same thing). `work`: new_work()'s budget."""
     import difflib
     from ..daemon.snapshots import display
     if not (_is_file(c.old_type) or _is_file(c.new_type)):
@@ -182,6 +198,35 @@ def unified_lines(store, a, b, c) -> list[str] | None:
         old = text(a, _is_file(c.old_type))
         new = text(b, _is_file(c.new_type))
     except (ValueError, UnicodeDecodeError):
-        return None
+        return "binary or large"
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    cost = (len(old) - head - tail) * (len(new) - head - tail)
+    work = work if work is not None else new_work()
+    if cost > DIFF_WORK or cost > work[0]:
+        return (f"too much changed to diff here: {len(old) - head - tail} lines -> "
+                f"{len(new) - head - tail} lines")
+    work[0] -= cost
+    # only the changed middle and its context go to difflib; hunk lines are shifted back
+    lo, keep = max(head - 3, 0), max(tail - 3, 0)
     name = inert(display(c.path))
-    return [inert_line(line) for line in difflib.unified_diff(old, new, f"a/{name}", f"b/{name}")]
+    out = []
+    for line in difflib.unified_diff(old[lo:len(old) - keep], new[lo:len(new) - keep], f"a/{name}", f"b/{name}"):
+        if lo and line.startswith("@@ "):
+            line = _shift_hunk(line, lo)
+        out.append(inert_line(line))
+    return out
+
+
+def _shift_hunk(line: str, by: int) -> str:
+    """`@@ -3,4 +3,5 @@` of a diff of lines from `by` on, as the whole file's line numbers."""
+    _, old, new, rest = line.split(" ", 3)
+
+    def shift(r):
+        start, _, length = r[1:].partition(",")
+        return f"{r[0]}{int(start) + by}" + (f",{length}" if length else "")
+    return f"@@ {shift(old)} {shift(new)} {rest}"

@@ -48,7 +48,7 @@ def duration(ms) -> str:
 def changes(project, j, s, tree_before) -> dict:
     """{"from", "to", "files": [...], "git": [lines per repository], "error"}: the step's diff."""
     from ..commands import Usage
-    from ..commands.diff import _Part, unified_lines
+    from ..commands.diff import _Part, new_work, unified_lines
     from ..commands.snapshot import Secrets
     from ..daemon.snapshots import display
     from ..snapshot import Store
@@ -73,7 +73,7 @@ def changes(project, j, s, tree_before) -> dict:
         part = _Part(store, args, secrets, {"from": "before", "to": f"step {s.id}", "from_tree": tree_before,
                                            "to_tree": to, "outside": False, "step": s.id}, new_budget())
         out["git"] = [{"gitdir": r.gitdir, "lines": r.lines()} for r in part.repos]
-        budget = TEXT_BUDGET
+        budget, work = TEXT_BUDGET, new_work()
         for c in part.listed:
             if (c.new_type or c.old_type) == "dir":
                 continue
@@ -81,14 +81,14 @@ def changes(project, j, s, tree_before) -> dict:
                 out["more"] += 1
                 continue
             f = {"path": display(c.path), "status": c.status, "old_size": c.old_size,
-                 "new_size": c.new_size, "withheld": None, "lines": None, "binary": False}
+                 "new_size": c.new_size, "withheld": None, "lines": None, "not_shown": None}
             why = part.withheld(c)
             if why:
                 f["withheld"] = why
             elif len(out["files"]) < FILES_WITH_TEXT and budget > 0:
-                lines = unified_lines(store, tree_before, to, c)
-                if lines is None:
-                    f["binary"] = True
+                lines = unified_lines(store, tree_before, to, c, work)
+                if isinstance(lines, str):
+                    f["not_shown"] = lines
                 else:
                     budget -= sum(len(x) for x in lines)
                     f["lines"] = [(_kind(x), x.rstrip("\n")) for x in lines]
