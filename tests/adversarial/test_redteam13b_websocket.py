@@ -65,14 +65,14 @@ try:
     body = b""
     while len(body) < n:
         body += t.recv(n - len(body))
-    print("answer:", body.decode())
+    print("answer:", body.decode("utf-8", "replace"))
     for _ in range(int(sys.argv[4]) if sys.argv[4:] else 0):   # the further messages
         b0, b1 = t.recv(1)[0], t.recv(1)[0]
         n = b1 & 0x7F
         body = b""
         while len(body) < n:
             body += t.recv(n - len(body))
-        print("more:", body.decode())
+        print("more:", body.decode("utf-8", "replace"))
 except (socket.timeout, IndexError):
     print("no answer")
 '''
@@ -126,6 +126,10 @@ def ws_server(ca):
                     msg = data.decode("utf-8", "replace")
                     seen.append((hdrs.get("host", ""), hdrs.get("authorization", ""), msg))
                     auth = hdrs.get("authorization", "").encode()
+                    if msg == "echo-close":     # an error closes the socket, its reason quoting the request
+                        reason = b"bad credentials: " + auth
+                        s.sendall(bytes([0x88, 2 + len(reason)]) + struct.pack("!H", 1008) + reason)
+                        return
                     if msg == "echo-split":     # a log or terminal stream: output in small messages
                         half = len(auth) // 2
                         s.sendall(bytes([0x81, half]) + auth[:half])
@@ -174,3 +178,13 @@ def test_a_real_value_echoed_in_two_messages_does_not_reach_the_step(attacker):
         joined = "".join(line.split(": ", 1)[1] for line in out.splitlines()
                          if line.startswith(("answer: ", "more: ")))
         assert CANARY not in joined, f"the real token reached the step in two messages:\n{out}"
+
+
+def test_a_real_value_echoed_in_a_close_reason_does_not_reach_the_step(attacker):
+    """A Close frame's reason is no message: the gate never looks at it."""
+    with world(attacker) as (api, seen):
+        r = attacker.run(f"python3 ws.py {api} echo-close auth")
+        out = r.stdout + r.stderr
+        assert "101" in out, out
+        assert seen and seen[-1][1] == f"Bearer {CANARY}", seen       # the real token arrived
+        assert CANARY not in out, f"the real token reached the step in a Close frame's reason:\n{out}"
