@@ -130,6 +130,11 @@ def ws_server(ca):
                         reason = b"bad credentials: " + auth
                         s.sendall(bytes([0x88, 2 + len(reason)]) + struct.pack("!H", 1008) + reason)
                         return
+                    if msg == "echo-frag":      # one message in two frames (FIN clear, then a continuation)
+                        half = len(auth) // 2
+                        s.sendall(bytes([0x01, half]) + auth[:half])
+                        s.sendall(bytes([0x80, len(auth) - half]) + auth[half:])
+                        continue
                     if msg == "echo-split":     # a log or terminal stream: output in small messages
                         half = len(auth) // 2
                         s.sendall(bytes([0x81, half]) + auth[:half])
@@ -188,3 +193,4 @@ def test_a_real_value_echoed_in_a_close_reason_does_not_reach_the_step(attacker)
         assert "101" in out, out
         assert seen and seen[-1][1] == f"Bearer {CANARY}", seen       # the real token arrived
         assert CANARY not in out, f"the real token reached the step in a Close frame's reason:\n{out}"
+
