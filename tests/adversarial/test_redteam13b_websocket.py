@@ -1,4 +1,6 @@
-"""Red team 13b: a real value echoed over a WebSocket in two messages reaches the step.
+"""Red team 13b: a real value echoed over a WebSocket in two messages, or in a Close frame's
+reason, reaches the step. (One message sent in several frames is held: mitmproxy joins them
+before the gate looks.)
 
 The gate rewrites each whole message from the server (credentials.py websocket_message) but
 keeps nothing between messages, unlike a streamed HTTP body, whose tail that could begin a
