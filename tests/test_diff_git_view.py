@@ -362,3 +362,17 @@ def test_a_shallow_clone_ends_the_walk_at_its_boundary(proj):
     first = diff_json(proj, "1", "2")["git"]
     got = next(r for r in first if r["gitdir"] == "shallow/.git")
     assert got["problems"] == [] and [c["summary"] for c in got["commits_added"]] == ["c5", "c4"]
+
+
+def test_a_diff_too_costly_to_show_says_the_command_that_shows_it(proj):
+    """`envgit diff` bounds difflib's work (commands/diff.py unified_lines: quadratic on a
+    large changed middle); the file it does not diff is named with its line counts and the
+    command that diffs it whatever it costs (--full), which does."""
+    proj.run("seq 25000 > big.txt && echo a > small.txt", check=True)
+    proj.run("seq 25000 | sed 's/$/ x/' > big.txt && echo b > small.txt", check=True)
+    r = proj.envgit("diff", "1", "2", check=True)
+    assert ("too much changed to diff here: 25000 lines -> 25000 lines: contents not shown; "
+            "`envgit diff 1 2 --full -- big.txt` shows it") in r.stdout, r.stdout[-2000:]
+    assert "-a\n+b\n" in r.stdout                  # the cheap file beside it is still diffed
+    full = proj.envgit("diff", "1", "2", "--full", "--", "big.txt", check=True).stdout
+    assert "-24999\n" in full and "+24999 x\n" in full and "too much" not in full

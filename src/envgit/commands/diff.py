@@ -6,6 +6,7 @@ the policy denies (a `.env`) is listed as changed with its content withheld, unl
 `--show-secrets`.
 """
 
+import math
 import sys
 
 from ..inert import inert, inert_line
@@ -16,7 +17,7 @@ from .snapshot import Secrets, para, step_tree, withheld_line
 def add_parsers(sub, argparse):
     s = command(sub, "diff", help="what changed between two steps, or a step and the working tree",
                 example=["envgit diff", "envgit diff last~1 last -- src/", "envgit diff 3 5 --raw --stat"],
-                usage="envgit diff [A] [B] [--stat] [--raw] [--show-secrets] [--json] [-- PATH…]",
+                usage="envgit diff [A] [B] [--stat] [--raw] [--show-secrets] [--full] [--json] [-- PATH…]",
                 description=para("What changed from step A (default: the last) to step B (default: the "
                 "working tree). A repository's .git is shown as git sees it: refs moved, commits "
                 "added and commits lost (on no ref any more), the index changed; --raw lists its "
@@ -30,6 +31,9 @@ def add_parsers(sub, argparse):
                    help="list the files under .git (objects, refs, logs, index) instead of git's view")
     s.add_argument("--show-secrets", action="store_true",
                    help="show the content of files the policy denies to steps (deny_read)")
+    s.add_argument("--full", action="store_true",
+                   help="diff every text file however long it takes (by default a file whose changed "
+                   "lines would take difflib long is listed with its line counts only)")
     json_flag(s)
     s.set_defaults(paths=[], fn=cmd_diff)
 
@@ -63,6 +67,8 @@ def cmd_diff(args):
                                          "outside": False, "step": None}, budget)
     split = _split(j, a_step, a, b_step, b)
     parts = [whole] if len(split) == 1 else [_Part(store, args, secrets, p, budget) for p in split]
+    for p in parts:         # a diff too costly to show says the command that shows it
+        p.full_command = f"envgit diff {a_step}{'' if b_step is None else f' {b_step}'} --full"
     if args.json:
         out({**whole.to_json(), "parts": [p.to_json() for p in parts]})
         return 0
@@ -94,7 +100,8 @@ class _Part:
         from ..daemon.snapshots import display
         from ..snapshot.gitview import covered, git_changes
         self.store, self.args, self.secrets, self.part = store, args, secrets, part
-        self.work = new_work()          # the diff text's budget (DIFF_WORK_TOTAL)
+        self.work = new_work(getattr(args, "full", False))   # the diff text's budget (DIFF_WORK_TOTAL)
+        self.full_command = "envgit diff --full"        # what shows a file's diff unbounded
         self.a, self.b = part["from_tree"], part["to_tree"]
         changes = store.diff(self.a, self.b)
         repos = git_changes(store, self.a, self.b, changes, budget)
@@ -143,7 +150,8 @@ class _Part:
             if why:
                 print(f"   {withheld_line(why)}")
             else:
-                _unified(self.store, self.a, self.b, c, self.work)
+                _unified(self.store, self.a, self.b, c, self.work,
+                         f"{self.full_command} -- {inert(display(c.path))}")
 
 
 def _is_file(t):
@@ -156,9 +164,11 @@ def _both(store, a, b, c) -> tuple:
             store.read_file(b, c.path) if _is_file(c.new_type) else None)
 
 
-def _unified(store, a, b, c, work=None):
+def _unified(store, a, b, c, work, full_command):
     lines = unified_lines(store, a, b, c, work)
-    if isinstance(lines, str):
+    if isinstance(lines, str) and lines.startswith("too much"):
+        print(f"   ({lines}: contents not shown; `{full_command}` shows it)")
+    elif isinstance(lines, str):
         print(f"   ({lines}: contents not shown)")
     else:
         sys.stdout.writelines(lines)
@@ -173,9 +183,10 @@ DIFF_WORK = 400_000_000
 DIFF_WORK_TOTAL = 1_200_000_000
 
 
-def new_work() -> list[int]:
-    """The diff-text budget of one command or page, shared by its files (see DIFF_WORK)."""
-    return [DIFF_WORK_TOTAL]
+def new_work(full: bool = False) -> list[float]:
+    """The diff-text budget of one command or page, shared by its files: [what is left of
+    DIFF_WORK_TOTAL, a file's limit DIFF_WORK]; full (`envgit diff --full`): no limit."""
+    return [math.inf, math.inf] if full else [DIFF_WORK_TOTAL, DIFF_WORK]
 
 
 def unified_lines(store, a, b, c, work=None) -> list[str] | str:
@@ -207,7 +218,7 @@ def unified_lines(store, a, b, c, work=None) -> list[str] | str:
         tail += 1
     cost = (len(old) - head - tail) * (len(new) - head - tail)
     work = work if work is not None else new_work()
-    if cost > DIFF_WORK or cost > work[0]:
+    if cost > work[1] or cost > work[0]:
         return (f"too much changed to diff here: {len(old) - head - tail} lines -> "
                 f"{len(new) - head - tail} lines")
     work[0] -= cost
