@@ -296,3 +296,22 @@ def test_m_at_the_terminal_of_envgit_run_remembers_and_a_credential_host_falls_b
     assert [g["id"] for g in w.grants()] == ["g1"]
     how = w.steps()[-1]["approvals"][0]["how"]
     assert how.startswith("at the terminal of envgit run; not remembered:") and "credential" in how, how
+
+
+def test_a_question_ends_with_its_step_and_cannot_be_answered_or_remembered_after(world):
+    """A request a step left behind (curl in the background, the shell gone) asks; the step's
+    end answers it deny by `step-ended`, recorded on the step; it is no longer pending, an
+    answer (and a remember) sent then is refused with why, no grant is made, nothing reached
+    the server."""
+    w = world
+    r = w.env.run(f"{CURL} -X POST --data-binary late {w.url()} & sleep 2; echo gone")
+    assert "gone" in r.stdout, r.stdout + r.stderr
+    assert json.loads(w.env.envgit("pending", "--json", check=True).stdout or "[]") == []
+    step = json.loads(w.env.envgit("show", "last", "--json", check=True).stdout)
+    ended = [a for a in step["approvals"] if a.get("who") == "step-ended"]
+    assert len(ended) == 1 and ended[0]["answer"] == "deny", step["approvals"]
+    assert [(q["method"], q.get("answer")) for q in step["requests"]] == [("POST", "deny")], step["requests"]
+    for argv in (["approve", str(ended[0]["ask"])], ["approve", str(ended[0]["ask"]), "--remember"]):
+        late = w.env.envgit(*argv)
+        assert late.returncode != 0 and f"when its step {step['id']} ended" in late.stderr, late.stderr
+    assert w.grants("--all") == [] and w.posts() == []
