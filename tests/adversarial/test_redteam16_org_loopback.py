@@ -59,3 +59,68 @@ def test_a_project_cannot_reach_an_org_denied_loopback_port_by_another_spelling(
     assert not svc.marker.exists(), (
         f"the org denies 127.0.0.1:{svc.port}; a project allowing {spelling}:{svc.port} reached it:\n"
         + r.stdout + r.stderr)
+
+
+# --- the org's l7 and irreversible rules on a loopback service, by another spelling ------------
+
+import http.server  # noqa: E402
+import threading  # noqa: E402
+
+
+class MethodLog(http.server.BaseHTTPRequestHandler):
+    """Records every method that reaches it in the server's `seen` list."""
+
+    def _any(self):
+        self.server.seen.append(self.command)
+        n = int(self.headers.get("content-length") or 0)
+        if n:
+            self.rfile.read(n)
+        self.send_response(200)
+        self.send_header("content-length", "3")
+        self.end_headers()
+        self.wfile.write(b"ok\n")
+
+    do_GET = do_POST = do_DELETE = do_PUT = _any
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def limited_service(attacker):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), MethodLog)
+    srv.seen = []
+    port = srv.server_address[1]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    d = tempfile.mkdtemp(prefix="envgit-org-")
+    os.chmod(d, 0o755)
+    org = Path(d) / "policy.yaml"
+    org.write_text(f'version: 1\nnetwork:\n  l7:\n    "127.0.0.1:{port}": {{methods: [GET]}}\n'
+                   f'irreversible:\n  - net: {{host: "127.0.0.1", method: DELETE}}\n    action: deny\n')
+    org.chmod(0o644)
+    attacker.stop()
+    attacker.env["ENVGIT_ORG_POLICY"] = str(org)
+    yield attacker, srv, port
+    attacker.stop()
+    srv.shutdown()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("spelling", ["127.0.0.1", "localhost"])
+def test_the_orgs_l7_and_irreversible_rules_hold_for_another_spelling(limited_service, spelling):
+    """The org lets only GET reach 127.0.0.1:PORT (network.l7) and denies DELETE to 127.0.0.1
+    (an irreversible net: rule). The project allows the service as SPELLING:PORT (its own
+    spelling is the control). The step sends POST and DELETE to both spellings: the service
+    must see GET only."""
+    attacker, srv, port = limited_service
+    attacker.write_policy(f'version: 1\nnetwork:\n  allow: ["{spelling}:{port}"]\n')
+    r = attacker.run(
+        f"curl -sS -m 5 http://{spelling}:{port}/; "
+        + "".join(f"curl -sS -m 5 -X {m} -d x http://{h}:{port}/x; "
+                  for m in ("POST", "DELETE") for h in (spelling, "127.0.0.1"))
+        + "echo ran")
+    assert "ran" in r.stdout, r.stdout + r.stderr
+    assert "GET" in srv.seen, (srv.seen, r.stdout, r.stderr)       # the allowed method works
+    assert set(srv.seen) == {"GET"}, (
+        f"the org allows only GET to 127.0.0.1:{port} and denies DELETE; with the project "
+        f"allowing {spelling}:{port} the service saw {srv.seen}")
