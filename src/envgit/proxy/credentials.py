@@ -145,6 +145,8 @@ class CredentialSwap:
             if decoded is not None:
                 texts.append(decoded)
             texts += _decodings(value)
+            if "%" in value:                        # cookies and custom headers, percent-decoded
+                texts.append(unquote(value))        # by the frameworks that read them
         return texts
 
     @staticmethod
