@@ -315,3 +315,27 @@ def test_a_question_ends_with_its_step_and_cannot_be_answered_or_remembered_afte
         late = w.env.envgit(*argv)
         assert late.returncode != 0 and f"when its step {step['id']} ended" in late.stderr, late.stderr
     assert w.grants("--all") == [] and w.posts() == []
+
+
+def test_at_the_terminal_a_new_question_does_not_take_an_answer_meant_for_the_last_one(world):
+    """The step's terminal, as the page (ui.js): a step times its second question to land
+    just before the person's "y" for the first; the prompt is re-written naming the question
+    an answer goes to, and an allowing answer typed within a second of that change is not
+    taken (it may have been meant for what was shown before); typed again later, it is."""
+    from conftest import ENVGIT
+    from ptydrive import Term
+    w = world
+    post = f"{CURL} -X POST --data-binary x"
+    step = f"{post} {w.url()} & sleep 5; {post} {w.url(path='/api/two')} & wait"
+    with Term([ENVGIT, "run", "--", "sh", "-c", step], w.env.root, w.env.env) as t:
+        assert t.expect(b"question 1: allow once", timeout=60), t.text
+        assert t.expect(b"envgit deny 2", timeout=30), t.text        # question 2, under the prompt
+        assert t.expect(b"question 1: allow once", timeout=10), t.text   # the prompt, again, naming 1
+        t.send(b"y\r", settle=0)
+        assert t.expect(b"changed just now", timeout=10), t.text
+        time.sleep(1.5)
+        t.send(b"y\r")
+        assert t.expect(b"question 2: allow once", timeout=20), t.text
+        t.send(b"n\r")
+        t.wait(60)
+    assert w.posts() == [("stub.example.test", "POST", "/api/one")], (w.posts(), t.text)

@@ -292,6 +292,9 @@ def _kill_group(pgid, signum):
             pass
 
 
+CHANGED_HOLD_S = 1.0
+
+
 class Terminal:
     """Questions from the gate, answered at this terminal when there is one."""
 
@@ -301,6 +304,10 @@ class Terminal:
         except OSError:
             self.tty = None
         self.waiting = []          # asks not yet answered, the first one being prompted
+        # When the questions changed under the prompt (a second one printed below it, or the
+        # first one ended and the next is prompted), which a step can time: an allowing answer
+        # typed within CHANGED_HOLD_S may have been meant for what was shown before.
+        self.changed_at = -1e9
         self.held = [] if hold_notices else None   # notices kept until the command exits
 
     def fds(self):
@@ -330,22 +337,29 @@ class Terminal:
                      f"  answer here, or from another terminal: envgit approve {frame['id']} / "
                      f"envgit deny {frame['id']} (no answer in {frame.get('timeout') or 120:g} s denies)")
             self.waiting.append(frame)
-            if self.tty is not None and len(self.waiting) == 1:
-                self._prompt()
+            if self.tty is not None:    # the last line names the question an answer goes to
+                self._prompt(changed=len(self.waiting) > 1)
         elif kind == "asked":
             was_first = self.waiting and self.waiting[0]["id"] == frame["id"]
             self.waiting = [w for w in self.waiting if w["id"] != frame["id"]]
             self.say(inert(f"envgit: question {frame['id']}: {frame['answer']} ({frame.get('who')})"))
             if was_first and self.waiting and self.tty is not None:
-                self._prompt()
+                self._prompt(changed=True)
 
-    def _prompt(self):
-        os.write(self.tty, b"  allow once [y], allow and remember exactly this for 8 h [m], allow this "
-                           b"rule on this host for the step [r], deny [N]? ")
+    def _prompt(self, changed=False):
+        if changed:
+            self.changed_at = time.monotonic()
+        q = self.waiting[0]
+        os.write(self.tty, f"  question {q['id']}: allow once [y], allow and remember exactly this for 8 h "
+                           "[m], allow this rule on this host for the step [r], deny [N]? ".encode())
 
     def typed(self, conn):
         line = os.read(self.tty, 1024).decode(errors="replace").strip().lower()
         answer = {"y": "allow", "yes": "allow", "m": "allow", "r": "allow-rule"}.get(line, "deny")
+        if answer != "deny" and time.monotonic() - self.changed_at < CHANGED_HOLD_S:
+            os.write(self.tty, b"  (the questions changed just now: read again)\n")
+            self._prompt()
+            return
         ask = self.waiting[0]
         msg = {"op": "answer", "id": ask["id"], "answer": answer, "uid": os.getuid(),
                "how": "at the terminal of envgit run", "rid": -1}
