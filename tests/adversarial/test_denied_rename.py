@@ -1,0 +1,68 @@
+"""A denied file carried away from its mask: renaming the file itself, or any directory
+between the project root and it (test_redteam14_denied_rename.py has the red team's case),
+so that on the host the person's secret sits at a name no deny matches. Every directory
+above a masked path in a writable area is a mount point inside the step (view.py _pinned):
+renaming or removing it fails with EBUSY, as for the parents of protected paths.
+
+Oracles: the canary in a later step's output, in `envgit diff`, on the step's ui page."""
+
+import json
+
+from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from uikit import UI
+
+
+def _secret(a, rel):
+    p = a.root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(f"{CANARY}-{rel}\n")
+    top = a.root / rel.split("/", 1)[0]
+    a.own(top)
+
+
+def _no_canary(a, *texts):
+    for t in texts:
+        assert CANARY not in t, t
+
+
+def _paths(a, step):
+    show = json.loads(a.envgit("show", str(step), "--json", check=True).stdout)
+    return {p["path"] for p in show["snapshot"]["paths"]}
+
+
+def test_every_directory_above_a_denied_path_stays_put(attacker):
+    """A deep named deny and a default glob deny (`**/.env`): the file, its directory and
+    every directory up to the project root refuse rename and removal; the person sees why."""
+    a = attacker
+    a.write_policy('version: 1\nfilesystem:\n  deny_read: ["a/b/c/key.txt"]\n')
+    _secret(a, "a/b/c/key.txt")
+    _secret(a, "svc/api/.env")
+    r = a.run("for m in 'a/b/c/key.txt k1' 'a/b/c c2' 'a/b b2' 'a a2' 'svc/api/.env e1' 'svc/api api2' 'svc s2'; do "
+              "  set -- $m; mv \"$1\" \"$2\" 2>&1; done; rm -rf a svc 2>&1; "
+              "cat k1 c2/key.txt b2/c/key.txt a2/b/c/key.txt e1 api2/.env s2/api/.env 2>/dev/null; true")
+    _no_canary(a, r.stdout, r.stderr)
+    assert "Device or resource busy" in r.stdout, r.stdout          # what mv and rm say: why
+    r2 = a.run("cat a/b/c/key.txt svc/api/.env 2>&1; find . -path ./.git -prune -o -type f -print "
+               "| grep -v '^./.git' | xargs cat 2>/dev/null; true")
+    _no_canary(a, r2.stdout, r2.stderr)
+    assert (a.root / "a/b/c/key.txt").read_text().startswith(CANARY)     # the person's file, in place
+    assert (a.root / "svc/api/.env").read_text().startswith(CANARY)
+    _no_canary(a, a.envgit("diff", "1", "2").stdout, a.envgit("show", "2").stdout)
+    with UI(a) as ui:
+        for step in (1, 2):
+            _no_canary(a, ui.get(f"/steps/{step}")[2])
+
+
+def test_a_file_next_to_a_denied_one_still_moves(attacker):
+    """Only the directories above a masked path are pinned: siblings and their contents are
+    the step's to rename, and files beside the secret change as before."""
+    a = attacker
+    a.write_policy('version: 1\nfilesystem:\n  deny_read: ["conf/master.key"]\n')
+    _secret(a, "conf/master.key")
+    (a.root / "conf" / "app.yml").write_text("x: 1\n")
+    (a.root / "other").mkdir()
+    (a.root / "other" / "f").write_text("f\n")
+    a.own(a.root / "conf", a.root / "other")
+    r = a.run("mv conf/app.yml conf/app2.yml && mv other other2 && echo y >> conf/app2.yml && echo ok")
+    assert "ok" in r.stdout, r.stdout + r.stderr
+    assert (a.root / "other2" / "f").exists() and (a.root / "conf" / "app2.yml").read_text() == "x: 1\ny\n"
