@@ -432,5 +432,6 @@ def test_a_diff_deep_in_a_large_file_has_its_real_line_numbers_and_a_bounded_cos
         body = ui.get("/steps/2")[2]
         assert "@@ -3997,7 +3997,7 @@" in body and "-4000" in body and "+four thousand" in body
         assert "too much changed to diff here: 30000 lines -&gt; 30000 lines" in body
+        assert "<code>envgit diff --full -- big.txt</code> from the step before" in body
     r = proj.envgit("diff", "1", "2", check=True)
     assert "@@ -3997,7 +3997,7 @@" in r.stdout and "too much changed to diff here" in r.stdout

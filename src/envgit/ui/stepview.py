@@ -89,6 +89,8 @@ def changes(project, j, s, tree_before) -> dict:
                 lines = unified_lines(store, tree_before, to, c, work)
                 if isinstance(lines, str):
                     f["not_shown"] = lines
+                    if lines.startswith("too much"):    # past diff.DIFF_WORK: what shows it anyway
+                        f["shows_it"] = f"envgit diff --full -- {f['path']}"
                 else:
                     budget -= sum(len(x) for x in lines)
                     f["lines"] = [(_kind(x), x.rstrip("\n")) for x in lines]
