@@ -124,3 +124,40 @@ def test_the_orgs_l7_and_irreversible_rules_hold_for_another_spelling(limited_se
     assert set(srv.seen) == {"GET"}, (
         f"the org allows only GET to 127.0.0.1:{port} and denies DELETE; with the project "
         f"allowing {spelling}:{port} the service saw {srv.seen}")
+
+
+# --- an IPv4 address the org denies, allowed as its IPv4-mapped IPv6 form ----------------------
+
+@pytest.mark.parametrize("spelling", ["[::ffff:192.168.1.10]", "[::ffff:c0a8:10a]"])
+def test_policy_check_refuses_an_org_denied_address_in_its_v4_mapped_form(tmp_path, spelling):
+    """No second host here to connect to (only 127.0.0.1 in tests; the loopback case above is
+    the behaviour): the oracle is `envgit policy check`'s exit status. The org denies
+    192.168.1.10; `[::ffff:192.168.1.10]` is the same address to a dual-stack socket (the
+    merge already canonicalises 3232235786 and IPv6 spellings, not this one)."""
+    import subprocess
+    from conftest import ENVGIT
+    d = tempfile.mkdtemp(prefix="envgit-org-")
+    os.chmod(d, 0o755)
+    org = Path(d) / "policy.yaml"
+    org.write_text('version: 1\nnetwork:\n  deny: ["192.168.1.10"]\n')
+    org.chmod(0o644)
+    proj = tmp_path / "p"
+    proj.mkdir()
+    env = {**os.environ, "ENVGIT_ORG_POLICY": str(org), "HOME": str(tmp_path)}
+    subprocess.run([ENVGIT, "init"], cwd=proj, env=env, capture_output=True, check=True)
+    try:
+        ctl = subprocess.run([ENVGIT, "policy", "check"], cwd=proj, env=env, capture_output=True, text=True,
+                             input="", timeout=60)
+        (proj / "envgit.yaml").write_text('version: 1\nnetwork:\n  allow: ["3232235786"]\n')
+        dec = subprocess.run([ENVGIT, "policy", "check"], cwd=proj, env=env, capture_output=True, text=True,
+                             timeout=60)
+        assert dec.returncode != 0, dec.stdout + dec.stderr        # control: refused
+        (proj / "envgit.yaml").write_text(f'version: 1\nnetwork:\n  allow: ["{spelling}"]\n')
+        r = subprocess.run([ENVGIT, "policy", "check"], cwd=proj, env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0, (f"the org denies 192.168.1.10; a project allowing {spelling} "
+                                   f"passes `envgit policy check` (control exit {ctl.returncode}): "
+                                   + r.stdout + r.stderr)
+    finally:
+        subprocess.run([ENVGIT, "stop"], cwd=proj, env=env, capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
