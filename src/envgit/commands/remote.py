@@ -434,8 +434,8 @@ def fsck_remote(args):
 @said
 def cmd_audit(args):
     """Every project and machine on the remote, their steps in one table (oldest first)."""
+    from ..journal import utc
     from ..remote.read import MachineView, machines
-    from .timeline import what_ran
     r, bucket, sealer = _open(args.remote)
     wanted = [w.strip() for w in (args.mark or "").split(",") if w.strip()]
     found = [(p, m) for p, m in machines(bucket) if (args.project in (None, p)) and (args.machine in (None, m))]
@@ -443,41 +443,48 @@ def cmd_audit(args):
     rows, problems = [], []
     for view in views:
         problems += view.problems
-        for s in view.steps():
-            if args.since is not None and s.started_ns < args.since:
+        for s in view.audit_rows():
+            if args.since is not None and s["started_ns"] < args.since:
                 continue
             if wanted and not _marked(s, wanted):
                 continue
-            rows.append((s.started_ns, view.project, view.machine, s))
-    rows.sort(key=lambda x: (x[0], x[1], x[2], x[3].id))
+            rows.append(s)
+    rows.sort(key=lambda s: (s["started_ns"], s["project"], s["machine"], s["id"]))
     if args.json:
-        from .timeline import step_json
-        out({"remote": r.name, "problems": problems,
-             "steps": [{"project": p, "machine": m, **step_json(s)} for _, p, m, s in rows]})
+        for s in rows:
+            s["started_at"], s["ended_at"] = utc(s.pop("started_ns")), s["ended_ns"] and utc(s["ended_ns"])
+            del s["ended_ns"], s["paths"]
+        out({"remote": r.name, "problems": problems, "steps": rows})
         return 1 if problems else 0
     for x in problems:
         print(f"envgit: {inert(x)}", file=sys.stderr)
     if not rows:
         print("no steps match")
         return 1 if problems else 0
-    pw = max(len(x[1]) for x in rows)
-    mw = max(len(x[2]) for x in rows)
-    lines = [f"{'PROJECT':{pw}}  {'MACHINE':{mw}}  STEP  {'STARTED':19}  EXIT  MARKS  COMMAND"]
-    for _, p, m, s in rows:
-        exit_ = {"running": "run", "interrupted": "int"}.get(s.status, "-" if s.exit_code is None else str(s.exit_code))
-        lines.append(f"{p:{pw}}  {m:{mw}}  {s.id:>4}  {s.started_at[:19].replace('T', ' ')}  {exit_:>4}  "
-                     + inert(",".join(s.marks) or "-") + "  " + what_ran(s))
+    pw = max(7, max(len(s["project"]) for s in rows))
+    mw = max(7, max(len(s["machine"]) for s in rows))
+    lines = [f"{'PROJECT':{pw}}  {'MACHINE':{mw}}  {'STEP':>6}  {'STARTED':19}  EXIT  MARKS  COMMAND"]
+    for s in rows:
+        exit_ = {"running": "run", "interrupted": "int"}.get(
+            s["status"], "-" if s["exit_code"] is None else str(s["exit_code"]))
+        what = shell_line(s["argv"]) if s["argv"] else (
+            f"(changed outside envgit: {inert(', '.join(s['paths'])) or 'nothing listed'})" if "outside" in s["marks"] else "-")
+        lines.append(f"{s['project']:{pw}}  {s['machine']:{mw}}  {s['id']:>6}  {utc(s['started_ns'])[:19].replace('T', ' ')}  "
+                     f"{exit_:>4}  " + inert(",".join(s["marks"]) or "-") + "  " + what)
     sys.stdout.write("\n".join(lines) + "\n")
     return 1 if problems else 0
 
 
 def _marked(s, wanted) -> bool:
+    """`--mark`: a mark named, or one of its family (`denied` is denied-net, denied-read…);
+    `irreversible` also a step with an irreversible request, `denied` one with a denied request
+    or path."""
     for w in wanted:
-        if any(m == w or m.startswith(w + "-") for m in s.marks):
+        if any(m == w or m.startswith(w + "-") for m in s["marks"]):
             return True
-        if w == "irreversible" and s.irreversible:
+        if w == "irreversible" and s["irreversible"]:
             return True
-        if w == "denied" and (s.denied_paths or any(q.get("decision") == "deny" for q in s.requests)):
+        if w == "denied" and (s["denied_paths"] or s["denied_requests"]):
             return True
     return False
 

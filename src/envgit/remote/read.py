@@ -2,6 +2,7 @@
 entry 1 to its head, verified), its objects (for restore and fsck) and audit's table.
 Layout: docs/FORMAT.md, "Remote"."""
 
+import json
 import os
 import shutil
 import tempfile
@@ -12,6 +13,18 @@ from . import RemoteError, layout, segments
 from .crypto import Unopenable
 from .push import read_head
 from .segments import BadSegment, GENESIS
+
+
+_AUDITED = frozenset(("begin", "end", "interrupted", "outside", "request"))
+_decode = json.JSONDecoder().raw_decode
+
+
+def _str(v) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _strs(v) -> list:
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
 
 
 def machines(bucket) -> list[tuple[str, str]]:
@@ -105,6 +118,52 @@ class MachineView:
         for seq, step, kind, at, body, _, _ in self.rows:
             _fold(out, seq, step, kind, at, body)
         return sorted(out.values(), key=lambda s: s.id)
+
+    def audit_rows(self) -> list[dict]:
+        """What audit shows of each step, folded from the trusted rows in one pass that reads
+        only the entries that matter to it (begin, end, interrupted, outside, request) and only
+        the keys it shows, each checked for its type: the journal's full fold (Step objects,
+        every body checked whole) costs ~5x more, and audit reads 100,000s of steps."""
+        out: dict[int, dict] = {}
+        for _, step, kind, at, body, _, _ in self.rows:
+            if kind not in _AUDITED or type(step) is not int or type(at) is not int:
+                continue
+            try:
+                b, end = _decode(body)      # a canonical body: no whitespace around it
+            except (ValueError, TypeError):
+                continue
+            if end != len(body):
+                continue
+            if not isinstance(b, dict):
+                continue
+            if kind == "begin" or kind == "outside":
+                s = out[step] = {"project": self.project, "machine": self.machine, "id": step,
+                                 "started_ns": at, "ended_ns": None, "status": "running",
+                                 "exit_code": None, "argv": _strs(b.get("argv")),
+                                 "session": _str(b.get("session")), "user": _str(b.get("user")),
+                                 "cwd": _str(b.get("cwd")), "marks": _strs(b.get("marks")),
+                                 "irreversible": 0, "denied_requests": 0, "denied_paths": 0, "paths": []}
+                if kind == "outside":
+                    snap = b.get("snapshot") if isinstance(b.get("snapshot"), dict) else {}
+                    s.update(status="done", ended_ns=at, argv=[], marks=["outside"],
+                             paths=[p.get("path") for p in snap.get("paths") or []
+                                    if isinstance(p, dict) and isinstance(p.get("path"), str)][:5])
+                continue
+            s = out.get(step)
+            if s is None:
+                continue
+            if kind == "end":
+                s["status"], s["ended_ns"] = "done", at
+                s["exit_code"] = b["exit_code"] if type(b.get("exit_code")) is int else None
+                s["marks"] += [m for m in _strs(b.get("marks")) if m not in s["marks"]]
+                s["denied_paths"] = len(b.get("denied_paths") or []) if isinstance(b.get("denied_paths"), list) else 0
+            elif kind == "interrupted":
+                s["status"], s["ended_ns"] = "interrupted", at
+                s["marks"] = s["marks"] + ["interrupted"]
+            else:                       # request
+                s["irreversible"] += bool(b.get("irreversible"))
+                s["denied_requests"] += b.get("decision") == "deny"
+        return [out[n] for n in sorted(out)]
 
     def dropped(self) -> set:
         from ..journal.rows import read_body
