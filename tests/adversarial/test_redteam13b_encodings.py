@@ -255,3 +255,26 @@ def test_an_echoed_real_token_in_the_reason_phrase_does_not_reach_the_step(attac
         out = r.stdout + r.stderr
         assert seen and seen[-1] == f"Bearer {CANARY}", seen
         assert CANARY not in out, f"the real token reached the step in the reason phrase:\n{out}"
+
+
+def test_a_stored_real_token_fetched_in_byte_ranges_does_not_reach_the_step(attacker):
+    """The ranges asked on a request that carries no token: the server kept what it was sent
+    (a request inspector, an audit or debug log on the credential's host) and serves that log
+    with byte ranges. A gate that drops Range only where it swaps a token in still hands the
+    step two halves."""
+    log = []
+
+    def answer(path, token):
+        if path == "/store":
+            log.append(b'{"you_sent": "' + token.encode() + b'"}\n')
+            return b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"
+        if path.startswith("/log"):
+            return _ranged(b"".join(log), path.partition("?")[2])
+        return _answer(path, token)
+    with world(attacker, answer) as (url, seen):
+        r = attacker.run(f"curl -sS -H \"Authorization: Bearer $MY_TOKEN\" {url}/store; "
+                         f"curl -sS -r 0-24 {url}/log -o /tmp/a; curl -sS -r 25- {url}/log -o /tmp/b; "
+                         "cat /tmp/a /tmp/b")
+        out = r.stdout + r.stderr
+        assert f"Bearer {CANARY}" in seen, seen
+        assert CANARY not in out, f"the real token reached the step in two ranges of a stored log:\n{out}"
