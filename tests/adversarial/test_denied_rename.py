@@ -66,3 +66,29 @@ def test_a_file_next_to_a_denied_one_still_moves(attacker):
     r = a.run("mv conf/app.yml conf/app2.yml && mv other other2 && echo y >> conf/app2.yml && echo ok")
     assert "ok" in r.stdout, r.stdout + r.stderr
     assert (a.root / "other2" / "f").exists() and (a.root / "conf" / "app2.yml").read_text() == "x: 1\ny\n"
+
+
+def test_a_second_name_made_before_the_secret_arrived(attacker):
+    """A step makes a file at a denied name and a hard link to it elsewhere (or a symlinked
+    directory in front of it); the person later writes the secret into the denied name, in
+    place. Neither the other name nor the directory the link leads to gives it back."""
+    a = attacker
+    a.write_policy('version: 1\nfilesystem:\n  deny_read: ["secrets/**", "config/master.key"]\n')
+    r = a.run("mkdir -p secrets stash && echo placeholder > secrets/token.txt && "
+              "ln secrets/token.txt notes.txt && ln -s stash config && echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    r = a.host(f"echo {CANARY}-token > secrets/token.txt && echo {CANARY}-master > config/master.key")
+    assert r.returncode == 0, r.stderr
+    r = a.run("cat notes.txt stash/master.key 2>&1; true")
+    _no_canary(a, r.stdout)
+    # the symlink in front gone, the other name moved: both still the person's secret
+    a.run("rm -f config; mv notes.txt n2; mv stash s2; true")
+    r = a.run("cat notes.txt n2 stash/master.key s2/master.key 2>&1; true")
+    _no_canary(a, r.stdout)
+    steps = json.loads(a.envgit("log", "--json", check=True).stdout)
+    last = max(s["step"] if "step" in s else s["id"] for s in (steps if isinstance(steps, list) else steps["steps"]))
+    for n in range(1, last + 1):
+        _no_canary(a, a.envgit("show", str(n)).stdout, a.envgit("diff", str(max(n - 1, 1)), str(n)).stdout)
+    with UI(a) as ui:
+        for n in range(1, last + 1):
+            _no_canary(a, ui.get(f"/steps/{n}")[2])

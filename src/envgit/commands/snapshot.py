@@ -97,6 +97,10 @@ class Secrets:
         self.root, self.shown, self.rules = project.root, shown, None
         if shown:
             return
+        # Names found to be another way to a denied file (a hard link, a path through a
+        # symlinked directory: sandbox/aliases.py), withheld in every snapshot.
+        from ..sandbox import aliases
+        self.aliases = set(aliases.load(project.state))
         from ..policy import PolicyError, load_policy, resolve
         try:
             pol = load_policy(project.policy)
@@ -117,6 +121,8 @@ class Secrets:
         hit = is_denied(self.rules, full)
         if hit:
             return f"deny_read {hit}"
+        if full in self.aliases:
+            return "another name of a file the policy denies (a hard link or a symlinked directory)"
         for pattern, marker in defaults.DENY_READ_IF_CONTAINS.items():
             if not _rx(pattern).match(rel):
                 continue

@@ -29,6 +29,7 @@ from ..atomicfile import write_atomic
 from ..policy import Rules, defaults, is_denied
 from ..policy.decide import SYSTEM_DIRS
 from ..policy.globs import has_magic
+from . import aliases
 from .gitconfig import ConfigCopies
 from .projectscan import ProjectScan
 from .routes import for_project, has_private_key, unshare_links
@@ -92,7 +93,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         print(f"envgit: {p} had another name (a hard link); it now has an inode of its own",
               file=sys.stderr, flush=True)
     configs = {os.path.realpath(c) for c in rs.configs}
-    denied = _denied_paths(rules, rs)
+    denied = _denied_paths(rules, rs, state_dir)
     # The directories above a denied path are pinned too: renaming one (`mv secrets s2`) would
     # carry the mask away inside the sandbox and leave the person's file, on the host, at a
     # name no deny matches, for the snapshot and the next step to read.
@@ -238,7 +239,7 @@ def _pinned(protected, writable):
     return sorted(out)          # a parent sorts before its children: bound first
 
 
-def _denied_paths(rules: Rules, rs):
+def _denied_paths(rules: Rules, rs, state_dir):
     out = []
     for entry, _ in rules.deny_abs:
         for p in _expand(entry):
@@ -253,7 +254,89 @@ def _denied_paths(rules: Rules, rs):
             if _rel_match(pattern, rel) and os.path.isfile(p) and not os.path.islink(p) \
                     and has_private_key(p, marker) and not _allowed(rules, p):
                 out.append(p)
-    return _outermost(out)
+    return _outermost(out + _aliases(rules, _outermost(out), state_dir))
+
+
+def _aliases(rules, denied, state_dir):
+    """The other names of denied files (sandbox/aliases.py): found now (a symlinked directory
+    in front of a denied name, a hard link) or recorded by an earlier step's view, masked
+    while the same file is there."""
+    writable = _writable(rules)
+    known = aliases.load(state_dir)
+    found = {}
+    for p in denied:
+        real = os.path.realpath(p)
+        if real != p and any(_inside(real, w) for w in writable):
+            try:
+                st = os.lstat(real)
+            except OSError:
+                continue
+            found[real] = (st.st_dev, st.st_ino)
+    found.update(_other_names(denied, writable, known))
+    aliases.record(state_dir, known, found)
+    return [p for p, ident in known.items() if aliases.still_there(p, ident) and _visible(rules, p)]
+
+
+MAX_DENIED_WALK = 5000      # files looked at under one denied directory for a second name
+
+
+def _other_names(denied, writable, known):
+    """The other names (hard links) of denied files in the writable areas, to be masked too.
+    A step can make `secrets/token.txt` and a link `notes.txt` to it while the name is still
+    empty; when the person later writes the secret into the denied name in place, the link
+    shows it. Only a file with more names than are already `known` starts the search, which
+    then lists every directory of the writable areas once (scandir gives the inode without a
+    stat per file). Returns {other name: (dev, ino)}."""
+    wanted = {}                                # (dev, ino) -> the denied name
+    for p in denied:
+        if not any(_inside(p, w) for w in writable):
+            continue
+        for f in _files_of(p):
+            try:
+                st = os.lstat(f)
+            except OSError:
+                continue
+            ident = (st.st_dev, st.st_ino)
+            if st.st_nlink > 1 + sum(1 for q, i in known.items() if i == ident and q != f) \
+                    and os.path.stat.S_ISREG(st.st_mode):
+                wanted[ident] = f
+    if not wanted:
+        return {}
+    inodes = {ino for _, ino in wanted}
+    found, stack = {}, [w for w in writable if os.path.isdir(w)]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if e.name != ".envgit" and not any(_inside(e.path, p) for p in denied):
+                    stack.append(e.path)
+            elif e.inode() in inodes and e.path not in wanted.values():
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                first = wanted.get((st.st_dev, st.st_ino))
+                if first:
+                    found[e.path] = (st.st_dev, st.st_ino)
+                    print(f"envgit: {e.path} is another name (a hard link) of {first}, which the "
+                          f"policy denies: it is hidden from steps too", file=sys.stderr, flush=True)
+    return found
+
+
+def _files_of(p):
+    """`p`, or the files under it when it is a directory (bounded)."""
+    if not os.path.isdir(p) or os.path.islink(p):
+        return [p]
+    out = []
+    for d, _, files in os.walk(p):
+        out += [os.path.join(d, n) for n in files]
+        if len(out) > MAX_DENIED_WALK:
+            break
+    return out
 
 
 def _mask_point(rules: Rules, p):
