@@ -87,3 +87,76 @@ class S3Server:
     def wipe(self) -> None:
         shutil.rmtree(self.root / self.bucket, ignore_errors=True)
         (self.root / self.bucket).mkdir(parents=True)
+
+
+class Flaky:
+    """A reverse proxy in front of an S3Server that answers some requests itself the way a
+    throttled or failing S3 does (503 SlowDown, 500 InternalError, a connection closed before
+    any answer), and forwards the rest unchanged (the Host header too: SigV4 signed it).
+    `every`: one request in that many fails, cycling through the three failures."""
+
+    def __init__(self, server: S3Server, every: int = 3):
+        import http.client
+        import http.server
+        import threading
+        self.failed = 0
+        count = [0]
+        lock = threading.Lock()
+        up = ("127.0.0.1", server.port)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                with lock:
+                    count[0] += 1
+                    fail = count[0] % every == 0
+                    kind = (count[0] // every) % 3
+                if fail:
+                    outer.failed += 1
+                    if kind == 2:
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    code, err = (503, "SlowDown") if kind == 0 else (500, "InternalError")
+                    text = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{err}</Code>'
+                            f'<Message>{err}</Message></Error>').encode()
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(text)))
+                    self.end_headers()
+                    self.wfile.write(text)
+                    return
+                conn = http.client.HTTPConnection(*up, timeout=60)
+                headers = {k: v for k, v in self.headers.items()}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                self.send_response(r.status, r.reason)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

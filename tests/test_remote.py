@@ -391,3 +391,55 @@ def test_many_small_pushes_are_merged_into_few_segments(tmp_path, s3, monkeypatc
     assert got["problems"] == [] and len(got["steps"]) == MERGE_RUN + 8
     r = m1.envgit("fsck", "--remote", "ci")
     assert r.returncode == 0, r.stdout
+
+
+# --- throttling and transient failures ---------------------------------------------------------
+
+def test_push_and_restore_survive_throttling_and_transient_errors(tmp_path, s3):
+    """One request in three answered 503 SlowDown, 500 InternalError, or a connection closed
+    (a real server behind a proxy that fails some requests, tests/s3server.py Flaky)."""
+    from s3server import Flaky
+    flaky = Flaky(s3, every=3)
+    try:
+        m1 = machine(tmp_path, "m1", s3)
+        fill(m1)
+        m1.envgit("remote", "add", "ci", s3.url(), "--endpoint", flaky.endpoint, check=True)
+        m1.envgit("push", "ci", check=True)
+        out = tmp_path / "out"
+        m1.envgit("restore", "--from", "ci", "last", "--target", str(out), check=True)
+        assert (out / "big.bin").read_bytes() == (m1.root / "big.bin").read_bytes()
+        r = m1.envgit("fsck", "--remote", "ci")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert flaky.failed >= 5
+    finally:
+        flaky.stop()
+
+
+def test_push_shows_progress_on_a_terminal(tmp_path, s3):
+    import pty
+    m1 = machine(tmp_path, "m1", s3)
+    (m1.root / "big.bin").write_bytes(os.urandom(20 << 20))
+    m1.run("true", check=True)
+    add_remote(m1, s3)
+    import fcntl
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))    # a terminal's size
+    p = subprocess.Popen([ENVGIT, "push", "ci"], cwd=m1.root, env=m1.env, stdin=slave,
+                         stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    p.wait(timeout=60)
+    os.close(master)
+    assert p.returncode == 0, seen
+    assert b"push:" in seen and b"B/s" in seen and b"pushed proj/m1" in seen, seen
