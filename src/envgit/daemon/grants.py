@@ -3,7 +3,9 @@
 A grant is made from one pending question (the gate's `_question`, proxy/addon.py) and covers
 exactly the effect that question was about, on exactly its scheme, host and port:
 
-  request   the same method (and the same method-override headers), the same path (a glob only
+  request   the same method (and every other method a server may act on: policy/acts.py's
+            override headers and `_method` fields; and the same X-Original-URL/X-Rewrite-URL
+            paths; every kind of grant requires these), the same path (a glob only
             when the person widened it: `--path`, recorded with who and when) and the same
             query (compared by its sha256: the journal never holds query values)
   git-push  the same repository; each ref update's ref and action (create / update / delete)
@@ -69,7 +71,8 @@ def scope_of(q: dict) -> dict:
                          f"{(q or {}).get('kind') or 'not a request'}); answer it without remembering")
     from ..policy.network import norm_host
     base = {"scheme": q["scheme"], "host": norm_host(q["host"]), "port": q["port"],
-            "method": q["method"].upper(), "method_override": sorted(q.get("method_override") or [])}
+            "method": q["method"].upper(), "method_override": sorted(q.get("method_override") or []),
+            "rewrite_paths": sorted(q.get("rewrite_paths") or [])}
     path = str(q.get("path") or "/").partition("?")[0]
     if q.get("refs") is not None:
         return {**base, "effect": "git-push", "repository": q.get("repository") or path.rsplit("/", 1)[0],
@@ -142,8 +145,9 @@ class Grant:
         except (GrantError, KeyError, TypeError):
             return False
         g = self.scope
-        if s["effect"] != g["effect"] or any(s[k] != g[k] for k in
-                                               ("scheme", "host", "port", "method", "method_override")):
+        if s["effect"] != g["effect"] or any(s[k] != g.get(k, []) for k in
+                                               ("scheme", "host", "port", "method", "method_override",
+                                                "rewrite_paths")):
             return False
         if s["effect"] == "git-push":
             return (s["repository"] == g["repository"] and s["path"] == g["path"] and bool(s["refs"])

@@ -25,8 +25,10 @@ Order of judgement for one request:
 
 Irreversible matching errs towards matching: a rule matches if the path matches in any of the
 readings a server may give it (urlpath.py: percent-decoded, `;params` dropped, trailing dots
-dropped, dot-segments resolved, any case, …), if any of the method and its override headers
-(X-HTTP-Method-Override…) matches, and a body rule matches a body it cannot read (undecodable,
+dropped, dot-segments resolved, any case, …) of any path a server may route it to (acts.paths:
+the request line's, X-Original-URL, X-Rewrite-URL), if any method a server may act on matches
+(acts.methods: the request line's, override headers, a `_method` field; an unreadable one
+matches every rule), and a body rule matches a body it cannot read (undecodable,
 or larger than BODY_CAP where the part it needs is past it). An l7 allow-list admits a path
 only if every reading is on it, and checks every method. A path with no trustworthy readings
 (a control character, a `..` above the root) is denied on every judged host.
@@ -37,8 +39,8 @@ upgrades to that host through (the handshake itself is judged like any request).
 
 An `ask` is answered for one effect, `approval_effect(decision, request)`: for a git push the
 repository and its exact ref updates (old -> new, hence create/delete/force) and push options;
-for GraphQL every operation (type, name, top-level fields); for any other request the method,
-host, port, path and query. A different effect is asked again.
+for GraphQL every operation (type, name, top-level fields); for any other request the methods
+(acts.methods), host, port, paths (acts.paths) and query. A different effect is asked again.
 """
 
 import dataclasses
@@ -50,7 +52,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
 
-from . import graphql, receivepack, urlpath
+from . import acts, graphql, receivepack, urlpath
 
 # What the gate buffers of a request body to judge it (the rest is streamed on once judged):
 # a push's pkt-line command section (about 100 bytes a ref) and any real GraphQL document fit.
@@ -498,7 +500,7 @@ class Rule:
         """Everything but the body matches."""
         if not self.applies_to_host(req.host, req.port):
             return False
-        if self.methods is not None and not (methods & self.methods):
+        if self.methods is not None and not (methods & self.methods) and acts.UNKNOWN not in methods:
             return False
         if self.not_methods and methods <= self.not_methods:
             return False
@@ -626,7 +628,7 @@ def judge_connect(policy, host: str, port: int) -> Decision:
 
 # --- requests ------------------------------------------------------------------------------
 
-_OVERRIDE_HEADERS = ("x-http-method-override", "x-http-method", "x-method-override")
+_OVERRIDE_HEADERS = acts.OVERRIDE_HEADERS
 
 
 def _authority(value: str, default_port: int) -> tuple[str, int]:
@@ -673,7 +675,7 @@ def decide_request(policy, req: Request) -> Decision:
     d = judge_host(policy, req.host, req.port)
     if d.action != "allow":
         return d
-    paths = urlpath.readings(req.path)
+    paths = _path_readings(req)
     if paths.doubt:
         return Decision("deny", "builtin:ambiguous-path", f"the path is ambiguous: {paths.doubt}",
                         hint="send the path in its plain form (no encoded control characters, "
@@ -684,8 +686,7 @@ def decide_request(policy, req: Request) -> Decision:
         refused = _judge_upgrade(policy, req, key)
         if refused is not None:
             return refused
-    methods = {req.method.upper()} | {req.headers[h].strip().upper() for h in _OVERRIDE_HEADERS
-                                      if h in req.headers}
+    methods = acts.methods(req)
     watch = None
     for rule in rules_of(policy):
         if not rule.matches_head(req, methods, paths.spellings):
@@ -714,8 +715,8 @@ def _judge_l7(policy, req, key, methods, paths, d):
         spec = policy.l7[key]
         allowed_methods = {m.upper() for m in spec.get("methods", ["*"])}
         if "*" not in allowed_methods and not methods <= allowed_methods:
-            return Decision("deny", f"network.l7[{key}]", f"{req.method} is not among the methods "
-                            f"network.l7[{key}] allows ({', '.join(sorted(allowed_methods))})",
+            return Decision("deny", f"network.l7[{key}]", f"{_methods_text(req, methods)} is not among "
+                            f"the methods network.l7[{key}] allows ({', '.join(sorted(allowed_methods))})",
                             hint=f"change network.l7 for {key} in envgit.yaml if the step needs it")
         if "paths" in spec and not all(any(url_glob(p).fullmatch(s) for p in spec["paths"])
                                        for s in paths.spellings):
@@ -725,6 +726,21 @@ def _judge_l7(policy, req, key, methods, paths, d):
         return Decision("allow", f"network.l7[{key}]", f"{req.method} {req.path} is allowed by "
                         f"network.l7[{key}]")
     return d
+
+
+def _methods_text(req, methods) -> str:
+    others = sorted(methods - {req.method.upper()})
+    return req.method + (f" (acted on as {', '.join(others)})" if others else "")
+
+
+def _path_readings(req) -> urlpath.Readings:
+    """The readings of every path a server may route the request to (acts.paths), together."""
+    spellings, doubt = set(), ""
+    for p in acts.paths(req):
+        r = urlpath.readings(p)
+        spellings |= r.spellings
+        doubt = doubt or r.doubt
+    return urlpath.Readings(frozenset(spellings), doubt)
 
 
 def _judge_upgrade(policy, req: Request, key) -> Decision | None:
@@ -774,9 +790,13 @@ def approval_effect(d: Decision, req: Request) -> Effect:
             return Effect((), {}, f"its GraphQL operations cannot be read: {r.doubt}")
         return Effect(("graphql", *where, req.path, r.operations),
                       {"operations": [o.to_json() for o in r.operations]})
-    overrides = sorted({req.headers[h].strip().upper() for h in _OVERRIDE_HEADERS if h in req.headers})
-    return Effect(("request", req.method.upper(), *overrides, *where, req.path, req.query),
-                  {"method_override": overrides} if overrides else {})
+    overrides = sorted(acts.methods(req) - {req.method.upper()})
+    rewrites = acts.paths(req)[1:]
+    shown = {"method_override": overrides} if overrides else {}
+    if rewrites:
+        shown["rewrite_paths"] = rewrites
+    return Effect(("request", req.method.upper(), *overrides, *where, req.path, req.query,
+                   "rewrite_paths", *rewrites), shown)
 
 
 def _override_hint(rule: Rule) -> str:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from mitmproxy import http
 
-from ..policy import network
+from ..policy import acts, network
 from ..daemon.grants import query_digest
 from . import bodies, gitproto
 
@@ -245,10 +245,11 @@ class EnvgitAddon:
             if counter is not None:
                 counter.hold()
             try:
-                # the step's memory of answers keys on every method shown too (a form's
-                # _method is not in network.approval_effect's key)
+                # the step's memory of answers keys on every method and path shown too (a
+                # push's or a GraphQL effect's key does not hold them)
                 answer, who, how, at = await self.gate.ask_once(
-                    step, (*effect.key, "methods", *question["method_override"]), question, d)
+                    step, (*effect.key, "methods", *question["method_override"],
+                           "paths", *question["rewrite_paths"]), question, d)
             finally:
                 if counter is not None:
                     counter.release()
@@ -293,11 +294,11 @@ class EnvgitAddon:
         q.update(step=step, host=network.norm_host(req.host), port=req.port, **effect.shown)
         # What a remembered grant matches the query by (daemon/grants.py): never its values.
         q["query_sha256"] = query_digest(req.query)
-        # Every other method the server may act on (override headers, a `_method` query
-        # parameter or form field, as the credentials gate reads them): a grant requires the
-        # same, so a POST granted does not cover a POST whose form says _method=DELETE.
-        from .credentials import CredentialSwap
-        q["method_override"] = sorted(CredentialSwap._methods(flow.request, body=True) - {req.method.upper()})
+        # Every other method the server may act on (policy/acts.py, the one reader): a grant
+        # requires the same, so a POST granted does not cover a POST whose form says
+        # _method=DELETE; and every path a rewrite header routes it to.
+        q["method_override"] = sorted(acts.methods(req) - {req.method.upper()})
+        q["rewrite_paths"] = acts.paths(req)[1:]
         # The prompt and `envgit pending` print the kind: it names what the answer covers
         # beyond the refs they print themselves.
         ops = "; ".join(f"{o['type']} {o['name'] + ' ' if o['name'] else ''}{{ {', '.join(o['fields'])} }}"

@@ -32,7 +32,7 @@ import base64
 import binascii
 import re
 import time
-from urllib.parse import parse_qs, quote, unquote, unquote_plus
+from urllib.parse import quote, unquote, unquote_plus
 
 from mitmproxy import http
 
@@ -40,9 +40,10 @@ from ..credentials import echo
 from ..credentials.placeholder import SESSION, kind_of
 from ..credentials.source import CredentialError, Sources, require_botocore
 from ..policy import network, urlpath
-from ..policy.network import _OVERRIDE_HEADERS, BODY_CAP, url_glob
+from ..policy import acts
+from ..policy.network import BODY_CAP, url_glob
 from . import bodies
-from .addon import EnvgitAddon, _denial_text, deny_response
+from .addon import EnvgitAddon, _denial_text, as_request, deny_response
 
 RULE = "credential-misuse"
 ECHO = "credential-echo"    # the kind of a response withheld for a real value it carried
@@ -96,11 +97,6 @@ _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
 def _decodings(text: str) -> list[str]:
     return [d for d in map(_b64, _B64_RUN.findall(text)) if d]
 
-
-_OVERRIDES = frozenset(h.encode() for h in _OVERRIDE_HEADERS)
-
-# a multipart form's `_method` field
-_FORM_METHOD = re.compile(r'name="?_method"?[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n\s*([A-Za-z]+)')
 
 
 def _path_glob(pattern: str) -> re.Pattern:
@@ -191,26 +187,6 @@ class CredentialSwap:
         return flow.request.host, flow.request.port
 
     @staticmethod
-    def _methods(request, body: bool = False) -> set[str]:
-        """Every method a server may act on: the request line's, any method-override
-        header's (the same headers the request rules read: network._OVERRIDE_HEADERS), a
-        `_method` query parameter's and, with `body` (the buffered body is there), a form's
-        `_method` field (Rails' Rack::MethodOverride, Laravel, Symfony read them)."""
-        out = {request.method.upper()}
-        for k, v in request.headers.fields:     # one pass, every repetition of each
-            if k.lower() in _OVERRIDES:
-                out.add(v.decode("latin-1").strip().upper())
-        query = request.path.partition("?")[2]
-        if "_method" in query:
-            out.update(v.strip().upper() for v in parse_qs(query).get("_method", ()))
-        raw = request.raw_content if body else None
-        if raw and b"_method" in raw:
-            text = raw.decode("latin-1")
-            out.update(v.strip().upper() for v in parse_qs(text).get("_method", ()))
-            out.update(m.upper() for m in _FORM_METHOD.findall(text))
-        return out
-
-    @staticmethod
     def _covers(cred, scheme, host, port, methods, path) -> bool:
         """Is this request one the credential may go on? Only over TLS (the real value never
         crosses the network in the clear), to one of its hosts, and within its methods (every
@@ -274,14 +250,18 @@ class CredentialSwap:
         blob = "\0".join(texts)
         return [name for name, pairs in reals.items() if any(real in blob for real, _ in pairs)]
 
-    def _misuse(self, policy, flow, names, body=False) -> str | None:
-        """The first credential found on a request it does not cover, or None."""
+    def _misuse(self, policy, flow, names) -> str | None:
+        """The first credential found on a request it does not cover, or None. Judged on
+        every method and path a server may act on (policy/acts.py, the one reader the request
+        rules use too): a credential narrowed to methods or paths goes on none other."""
         conn = self.gate.addon.conns.get(flow.client_conn.id)
         host, port = self._target(flow, conn)
+        req = as_request(flow, conn)          # the body too once it is there (request())
+        methods, paths = acts.methods(req), acts.paths(req)
         for name in names:
             cred = policy.credentials.get(name)
-            if cred is None or not self._covers(cred, flow.request.scheme, host, port,
-                                                self._methods(flow.request, body), flow.request.path):
+            if cred is None or not all(self._covers(cred, flow.request.scheme, host, port, methods, p)
+                                       for p in paths):
                 return name
         return None
 
@@ -366,8 +346,8 @@ class CredentialSwap:
                 if bad is not None and (flow.response is None or rec is not None):
                     self._deny(flow, bad, rec, what)
                     return
-        if names and body and b"_method" in body and (flow.response is None or rec is not None):
-            bad = self._misuse(policy, flow, names, body=True)    # a form's method override
+        if names and body and (flow.response is None or rec is not None):
+            bad = self._misuse(policy, flow, names)    # a body's `_method` field (acts.py)
             if bad is not None:
                 self._deny(flow, bad, rec)
                 return
