@@ -112,14 +112,8 @@ def _push(project, remote, progress) -> Pushed:
         sent["bytes"] += n
         if bar is not None:
             bar.update(n)
-    try:
-        bucket.map(upload, todo, tick)
-    finally:
-        if bar is not None:
-            bar.close()
-    indexes = len({n for n in listing if n.startswith(layout.machine_prefix(P, M) + "indexes/")}
-                  | {layout.index_name(P, M, t[1]) for t in todo})
-    # 3. the journal segments past the head (or one longer segment covering a run of small ones)
+    # 3. the journal segments past the head (or one longer segment covering a run of small ones),
+    # uploaded beside the packs: nothing trusts either before the head names them
     pieces = [[rows[q] for q in range(a, min(last, a + segments.MAX_ENTRIES - 1) + 1)]
               for a in range(start, last + 1, segments.MAX_ENTRIES)]
 
@@ -128,7 +122,24 @@ def _push(project, remote, progress) -> Pushed:
         bucket.put(name, sealer.seal(name, segments.encode_segment(P, M, part, version)))
         faults.point("push-segment-written")        # entries past the head: not trusted yet
         return part[0][0], part[-1][0]
-    written = bucket.map(put_segment, pieces)
+    jobs = [("pack", t) for t in todo] + [("segment", p) for p in pieces]
+    written = []
+
+    def one(job):
+        return upload(job[1]) if job[0] == "pack" else put_segment(job[1])
+
+    def done_one(job, got):
+        if job[0] == "pack":
+            tick(job[1], got)
+        else:
+            written.append(got)
+    try:
+        bucket.map(one, jobs, done_one)
+    finally:
+        if bar is not None:
+            bar.close()
+    indexes = len({n for n in listing if n.startswith(layout.machine_prefix(P, M) + "indexes/")}
+                  | {layout.index_name(P, M, t[1]) for t in todo})
     # 4. the head, last
     if written or todo or not head or indexes != head.get("packs"):
         step = max([head["step"] if head else 0] + [r[1] for q, r in rows.items() if q > done])
