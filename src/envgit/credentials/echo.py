@@ -42,10 +42,21 @@ def _json(value: str) -> list[str]:
     return [s, s.replace("/", "\\/")]
 
 
+def _lower_hex(encoded: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), encoded)
+
+
 def forms(value: str) -> list[str]:
     """The spellings of `value` a body may hold, plain first, always in the same order (a
-    real value's and its placeholder's pair up; either may repeat itself)."""
-    return [value, quote(value, safe=""), quote_plus(value, safe=""), *_json(value)]
+    real value's and its placeholder's pair up; either may repeat itself): percent-encoded as
+    encoders differ (`/` kept or not, `+` for a space, lower-case hex), JSON-escaped (also
+    every character `\\u`-escaped), hex, HTML character references."""
+    pct = [quote(value, safe=""), quote(value), quote_plus(value, safe=""), quote_plus(value)]
+    b = value.encode("utf-8", "surrogateescape")
+    return [value, *pct, *map(_lower_hex, pct), *_json(value),
+            "".join("\\u%04x" % ord(c) for c in value), "".join("\\u%04X" % ord(c) for c in value),
+            b.hex(), b.hex().upper(),
+            "".join("&#%d;" % ord(c) for c in value), "".join("&#x%x;" % ord(c) for c in value)]
 
 
 def b64_cores(value: bytes) -> list[bytes]:
@@ -59,6 +70,18 @@ def b64_cores(value: bytes) -> list[bytes]:
         for c in (core, core.translate(bytes.maketrans(b"+/", b"-_"))):
             if c not in out:
                 out.append(c)
+    return out
+
+
+def b32_cores(value: bytes) -> list[bytes]:
+    """base32's characters that depend only on `value`, at each of the five byte alignments
+    (found, never rewritten: a body holding one is withheld or cut off)."""
+    out = []
+    for k in range(5):
+        enc = base64.b32encode(b"\0" * k + value)
+        core = enc[(8 * k + 4) // 5:(8 * (k + len(value))) // 5]
+        if core not in out:
+            out.append(core)
     return out
 
 
@@ -95,15 +118,16 @@ class Echoes:
         self.swaps = []                 # (real's form, the placeholder's same form, name)
         self.cores = []                 # (a base64 core of a real value, its real value, placeholder, name)
         for name, real, ph in pairs:
-            pairs = [(r.encode("utf-8", "surrogateescape"), p.encode()) for r, p in zip(forms(real), forms(ph))]
+            spelled = [(r.encode("utf-8", "surrogateescape"), p.encode()) for r, p in zip(forms(real), forms(ph))]
             for codec in ("utf-16-le", "utf-16-be"):    # a server answering in the charset asked for
-                pairs.append((real.encode(codec, "surrogatepass"), ph.encode(codec)))
-            for r, p in pairs:
+                spelled.append((real.encode(codec, "surrogatepass"), ph.encode(codec)))
+            for r, p in spelled:
                 if (r, p, name) not in self.swaps:
                     self.swaps.append((r, p, name))
             rb = real.encode("utf-8", "surrogateescape")
             self.cores += [(c, rb, ph.encode(), name) for c in b64_cores(rb)]
-        self.needles = [(r, n) for r, _, n in self.swaps] + [(c, n) for c, _, _, n in self.cores]
+        self.b32 = [(c, name) for name, real, _ in pairs for c in b32_cores(real.encode("utf-8", "surrogateescape"))]
+        self.needles = [(r, n) for r, _, n in self.swaps] + [(c, n) for c, _, _, n in self.cores] + self.b32
         self.longest = max((len(n) for n, _ in self.needles), default=0)
         firsts = {}
         for needle, _ in self.needles:
@@ -216,6 +240,9 @@ class Stream:
         for c, _, _, name in e.cores:
             if c in data:
                 raise Echo(name)        # base64 in a stream: its run's ends cannot be rewritten here
+        for c, name in e.b32:
+            if c in data:
+                raise Echo(name)
         keep = e.held(data)
         self._held = data[len(data) - keep:] if keep else b""
         return data[:len(data) - keep] if keep else data
@@ -310,27 +337,83 @@ def _decoder(encoding: str):
     return run
 
 
+def _inflate(d, data: bytes):
+    """`data` through a zlib decompressor, at most PIECE bytes a call (a small input may
+    inflate hugely); what follows its end is left in d.unused_data."""
+    while True:
+        piece = d.decompress(data, PIECE)
+        yield piece
+        data = d.unconsumed_tail
+        if d.eof or (not data and len(piece) < PIECE):
+            return
+
+
+class _Gunzip:
+    """gzip read as clients read it: every member (RFC 1952), the deflate data inflated
+    whatever the trailer's CRC says (gzip(1) writes what it inflated before it complains)."""
+
+    def __init__(self):
+        self.pending, self.d, self.trailer = b"", None, 0
+
+    def step(self, data: bytes):
+        data = self.pending + data
+        self.pending = b""
+        while data:
+            if self.trailer:                # the 8 bytes after a member's deflate data
+                cut = min(self.trailer, len(data))
+                data, self.trailer = data[cut:], self.trailer - cut
+                continue
+            if self.d is None:
+                start = _gzip_header(data)
+                if start is None:           # the header is not whole yet
+                    self.pending = data
+                    return
+                self.d, data = zlib.decompressobj(-zlib.MAX_WBITS), data[start:]
+            yield from _inflate(self.d, data)
+            if not self.d.eof:
+                return
+            data, self.d, self.trailer = self.d.unused_data, None, 8
+
+
+def _gzip_header(b: bytes) -> int | None:
+    """The length of the gzip member header at the start of `b`, None if `b` is too short."""
+    if len(b) < 10:
+        return None
+    if b[:2] != b"\x1f\x8b":
+        raise zlib.error("not gzip data")
+    flags, i = b[3], 10
+    if flags & 4:                           # FEXTRA
+        if len(b) < i + 2:
+            return None
+        i += 2 + (b[i] | b[i + 1] << 8)
+    for bit in (8, 16):                     # FNAME, FCOMMENT: zero-terminated
+        if flags & bit:
+            j = b.find(b"\0", i)
+            if j < 0:
+                return None
+            i = j + 1
+    if flags & 2:                           # FHCRC
+        i += 2
+    return i if len(b) >= i else None
+
+
 ZSTD_SLICE = 256            # compressed bytes per zstd call: its output then stays within ~11 MiB
 
 
 def _one(name: str):
-    if name in ("gzip", "x-gzip", "deflate"):
-        state = {"d": zlib.decompressobj(16 + zlib.MAX_WBITS) if name != "deflate" else None}
+    if name == "deflate":
+        state = {"d": None}
 
         def step(data: bytes):
-            if state["d"] is None:          # deflate: zlib-wrapped as the RFC says, or raw as some send
+            if state["d"] is None:          # zlib-wrapped as the RFC says, or raw as some send
                 if not data:
                     return
                 wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
                 state["d"] = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
-            d = state["d"]
-            while True:                     # at most PIECE bytes a call
-                piece = d.decompress(data, PIECE)
-                yield piece
-                data = d.unconsumed_tail
-                if not data and len(piece) < PIECE:
-                    return
+            yield from _inflate(state["d"], data)
         return step
+    if name in ("gzip", "x-gzip"):
+        return _Gunzip().step
     if name == "br":
         import brotli
         d = brotli.Decompressor()
@@ -345,10 +428,18 @@ def _one(name: str):
         return step
     if name == "zstd":
         import zstandard
-        d = zstandard.ZstdDecompressor().decompressobj()
+        state = {"d": zstandard.ZstdDecompressor().decompressobj()}
 
         def step(data: bytes):
-            for i in range(0, len(data), ZSTD_SLICE):
-                yield d.decompress(data[i:i + ZSTD_SLICE])
+            i = 0
+            while i < len(data):
+                d = state["d"]
+                piece, i = data[i:i + ZSTD_SLICE], i + ZSTD_SLICE
+                yield d.decompress(piece)
+                if d.eof:                   # another frame: zstd(1) and curl read every one
+                    state["d"] = zstandard.ZstdDecompressor().decompressobj()
+                    rest = d.unused_data
+                    if rest:
+                        data, i = rest + data[i:], 0
         return step
     raise ValueError(f"the gate does not decode Content-Encoding {name!r}")

@@ -183,7 +183,8 @@ def _zstd(raw, complete):
 
     import zstandard
     try:
-        out = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read(BODY_CAP + 1)
+        out = zstandard.ZstdDecompressor().stream_reader(   # every frame, as zstd(1) and curl read
+            io.BytesIO(raw), read_across_frames=True).read(BODY_CAP + 1)
     except zstandard.ZstdError as e:
         if complete:
             raise ValueError(str(e)) from None

@@ -445,6 +445,10 @@ class CredentialSwap:
         if not echoes:
             return
         flow.response.headers.fields = self._scrub_fields(flow, flow.response.headers.fields, echoes)
+        reason, found, left = echoes.scrub(flow.response.data.reason or b"")
+        if found or left is not None:       # an error's text may quote the token it was sent
+            flow.response.data.reason = b"" if left is not None else reason
+            self._echoed(flow, found or [left])
         if not flow.metadata.get("envgit.answered"):
             self._body_watch(flow, echoes)
 
@@ -488,9 +492,14 @@ class CredentialSwap:
             r.stream = False
             flow.metadata[bodies.ON_BODY] = lambda flow: self._on_body(flow, echoes)
             return
-        encoding = r.headers.get("content-encoding", "")
+        # A transfer coding other than chunked (`Transfer-Encoding: gzip, chunked`): the client
+        # undoes it before the content coding, so it is read as the last content coding
+        # applied (watched, never re-encoded: Gather is for content codings alone).
+        codings = [c.strip() for c in r.headers.get("transfer-encoding", "").split(",")
+                   if c.strip() and c.strip().lower() != "chunked"]
+        encoding = ", ".join(filter(None, [r.headers.get("content-encoding", ""), *codings]))
         try:
-            if encoding.strip() and not length and not streaming:
+            if encoding.strip() and not length and not streaming and not codings:
                 from mitmproxy.net.encoding import encode
                 scrub = echo.Gather(echoes, encoding, BODY_CAP, encode)
             else:
