@@ -75,15 +75,17 @@ def test_a_second_name_made_before_the_secret_arrived(attacker):
     a = attacker
     a.write_policy('version: 1\nfilesystem:\n  deny_read: ["secrets/**", "config/master.key"]\n')
     r = a.run("mkdir -p secrets stash && echo placeholder > secrets/token.txt && "
-              "ln secrets/token.txt notes.txt && ln -s stash config && echo planted")
+              "ln secrets/token.txt notes.txt && ln -s stash config && ln -s ../x2 secrets/link.txt && "
+              "echo planted")
     assert "planted" in r.stdout, r.stdout + r.stderr
-    r = a.host(f"echo {CANARY}-token > secrets/token.txt && echo {CANARY}-master > config/master.key")
+    r = a.host(f"echo {CANARY}-token > secrets/token.txt && echo {CANARY}-master > config/master.key "
+               f"&& echo {CANARY}-link > secrets/link.txt")
     assert r.returncode == 0, r.stderr
-    r = a.run("cat notes.txt stash/master.key 2>&1; true")
+    r = a.run("cat notes.txt stash/master.key x2 2>&1; true")
     _no_canary(a, r.stdout)
-    # the symlink in front gone, the other name moved: both still the person's secret
-    a.run("rm -f config; mv notes.txt n2; mv stash s2; true")
-    r = a.run("cat notes.txt n2 stash/master.key s2/master.key 2>&1; true")
+    # the symlinks gone, the other names moved: all still the person's secret
+    a.run("rm -f config secrets/link.txt; mv notes.txt n2; mv stash s2; mv x2 x3; true")
+    r = a.run("cat notes.txt n2 stash/master.key s2/master.key x2 x3 2>&1; true")
     _no_canary(a, r.stdout)
     steps = json.loads(a.envgit("log", "--json", check=True).stdout)
     last = max(s["step"] if "step" in s else s["id"] for s in (steps if isinstance(steps, list) else steps["steps"]))

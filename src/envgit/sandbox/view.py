@@ -246,6 +246,7 @@ def _denied_paths(rules: Rules, rs, state_dir):
             if os.path.lexists(p) and is_denied(rules, p) and _visible(rules, p):
                 out.append(p)
     out += [p for p in rs.deny_hits if is_denied(rules, p)]
+    names = out
     out = [m for m in (_mask_point(rules, p) for p in out) if m]
     # *.pem / *.key: only those holding a private key (a CA bundle stays readable)
     for p in rs.content_hits:
@@ -254,17 +255,17 @@ def _denied_paths(rules: Rules, rs, state_dir):
             if _rel_match(pattern, rel) and os.path.isfile(p) and not os.path.islink(p) \
                     and has_private_key(p, marker) and not _allowed(rules, p):
                 out.append(p)
-    return _outermost(out + _aliases(rules, _outermost(out), state_dir))
+    return _outermost(out + _aliases(rules, names, _outermost(out), state_dir))
 
 
-def _aliases(rules, denied, state_dir):
-    """The other names of denied files (sandbox/aliases.py): found now (a symlinked directory
-    in front of a denied name, a hard link) or recorded by an earlier step's view, masked
-    while the same file is there."""
+def _aliases(rules, names, denied, state_dir):
+    """The other names of denied files (sandbox/aliases.py): found now (what a denied name
+    leads to through a symlink, at its end or a directory in front of it; a hard link) or
+    recorded by an earlier step's view, masked while the same file is there."""
     writable = _writable(rules)
     known = aliases.load(state_dir)
     found = {}
-    for p in denied:
+    for p in names:
         real = os.path.realpath(p)
         if real != p and any(_inside(real, w) for w in writable):
             try:
