@@ -12,7 +12,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -104,6 +106,19 @@ def test_a_typed_session_in_the_guest(vm):
                              when=b">>>", timeout=120)
     assert "answer 42" in out, out
     assert os.waitstatus_to_exitcode(status) == 5, out
+
+
+def test_a_signal_sent_to_envgit_run_reaches_the_command_in_the_guest(vm):
+    p = subprocess.Popen([str(Path(sys.executable).parent / "envgit"), "run", "--", "sh", "-c",
+                          "trap 'echo got-term; exit 9' TERM; echo started; while :; do sleep 0.2; done"],
+                         cwd=vm.root, env=vm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "started\n"
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert "got-term" in out and p.returncode == 9, (out, err, p.returncode)
 
 
 def test_the_guest_sees_the_project_and_its_own_root_only(vm):

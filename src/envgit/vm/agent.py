@@ -261,8 +261,9 @@ class Agent:
             elif kind == wire.SIGNAL:
                 st = self.steps.get(channel)
                 if st is not None and st.pid:
-                    try:
-                        os.killpg(st.pgid, struct.unpack("!I", payload)[0])
+                    try:           # on a pty: whatever group holds its foreground (the command's)
+                        pgid = os.tcgetpgrp(st.stdin) if st.tty else st.pgid
+                        os.killpg(pgid, struct.unpack("!I", payload)[0])
                     except OSError:
                         pass
             elif kind == wire.WINSIZE:

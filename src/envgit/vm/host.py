@@ -10,8 +10,8 @@
   rewind N:     files by the default tier's rewind, memory by restoring step N's snapshot
   gc / fsck:    memstore.collect / memstore.check
 
-Every machine operation holds `self.lock`: one step runs in the guest at a time (a second
-`envgit run` waits for the first).
+Every machine operation (boot, sync, snapshot, restore) holds `self.lock`; the steps' commands
+themselves run on channels of their own and may overlap.
 """
 
 import os
