@@ -94,3 +94,18 @@ def test_every_promise_names_a_test_that_exists():
     for path, name in refs:
         text = (ROOT / "tests" / "adversarial" / path).read_text()
         assert re.search(rf"^def {name}\(", text, re.M), f"{path}::{name} named in README is not a test"
+
+
+def test_live_blocks_name_real_commands_and_flags():
+    """```sh live: commands that wait for something (a page, a pending question) are not run;
+    each is parsed by envgit's own argument parser instead, so a renamed flag fails here."""
+    from envgit.cli import _parser
+    parser = _parser(json_errors=False)
+    checked = 0
+    for body in blocks("sh", "live"):
+        for cmd, _ in commands(body):
+            words = cmd.split()
+            assert words[0] == "envgit", cmd
+            parser.parse_args(words[1:])           # SystemExit(2) on an unknown command or flag
+            checked += 1
+    assert checked >= 3
