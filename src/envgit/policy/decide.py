@@ -37,6 +37,27 @@ def expand_entry(entry: str, home: str) -> list[str]:
     return [entry]
 
 
+def credential_files(policy, home: str) -> tuple:
+    """(path, entry) of every file a credential's real value is read from: denied in every
+    step like a `filesystem.deny` entry (a token file others may read, /run/secrets/x at 0444,
+    would be there in the step otherwise). `file:` sources ('~/' is the home), and for a
+    `profile:` source the AWS shared credentials file (AWS_SHARED_CREDENTIALS_FILE of the
+    session's environment, as credentials/source.py reads it, and the home's default)."""
+    out = []
+    for name, cred in (getattr(policy, "credentials", None) or {}).items():
+        src = cred.get("from") or {}
+        if isinstance(src.get("file"), str):
+            f = src["file"]
+            path = home + f[1:] if f.startswith("~/") else f
+            if path.startswith("/"):
+                out.append((os.path.normpath(path), f"credentials.{name}.from.file"))
+        if "profile" in src:
+            for path in (os.environ.get("AWS_SHARED_CREDENTIALS_FILE"), os.path.join(home, ".aws", "credentials")):
+                if path and path.startswith("/"):
+                    out.append((os.path.normpath(path), f"credentials.{name}.from.profile"))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Rules:
     """A policy's path entries resolved against one project and home."""
@@ -65,6 +86,7 @@ def resolve(policy, project: str, home: str) -> Rules:
                     rel.append((x, e))
         return tuple(absl), tuple(rel)
     deny_abs, deny_rel = split(policy.deny_read)
+    deny_abs += credential_files(policy, home)
     allow_abs, allow_rel = split(policy.allow_read)
     write_abs, _ = split(policy.allow_write)
     # protect entries name project paths, even without a '/' (envgit.yaml itself)
