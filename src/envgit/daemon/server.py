@@ -276,6 +276,11 @@ class Session:
             return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 125}
         finally:
             self.starting -= 1
+        if spec.withheld_env:           # env.pass let a credential's real value in: said, not passed
+            self.journal.append(step, "note", {
+                "type": "env-withheld", "from": "daemon", "variables": spec.withheld_env,
+                "reason": "held a credential's real value: the placeholder is there instead "
+                          "(an AWS session token's variable is dropped)"})
         if pol.backend == "vm":
             return await self.vm_begin(step, pol, spec, argv, cwd, own_tmp, conn, net)
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,

@@ -104,6 +104,51 @@ def credential_env(policy, env: dict, session_tmp: str | None = None) -> dict[st
     return out
 
 
+def withhold_real_values(policy, env: dict, host_env: dict) -> list[str]:
+    """A variable of `env` (what `env.pass` let in) holding a credential's real value, under
+    any name (the same token is often set twice: GITHUB_TOKEN and GH_TOKEN, MY_TOKEN and a
+    DEPLOY_TOKEN): the real value is replaced by the credential's placeholder in place (the
+    gate swaps it back on the way to the credential's hosts), or, for an AWS session token,
+    which has no placeholder, the variable is dropped. Changes `env`; returns the names
+    changed, for the step's record. Real values are read as the gate reads them (env, file,
+    profile; from both the person's environment of this run and the session's); a `command`
+    source is not run at step start."""
+    creds = getattr(policy, "credentials", None)
+    if not creds:
+        return []
+    from ..credentials.placeholder import SESSION
+    from ..credentials.source import CredentialError, read
+    pairs: list[tuple[str, str | None]] = []        # (real value, its placeholder or None)
+    for name, cred in creds.items():
+        if next(iter(cred["from"]), "") == "command":
+            continue
+        ph = SESSION.of(name, cred)
+        for environ in (host_env, os.environ):
+            try:
+                real = read(name, cred["from"], environ)
+            except (CredentialError, OSError, ValueError):
+                continue
+            pairs += [(v, ph.get(k)) for k, v in real.items() if len(v) >= MIN_REAL]
+    changed = []
+    for var, value in list(env.items()):
+        new = value
+        for real, ph in pairs:
+            if real in new:
+                new = new.replace(real, ph) if ph is not None else None
+                if new is None:
+                    break
+        if new != value:
+            changed.append(var)
+            if new is None:
+                del env[var]
+            else:
+                env[var] = new
+    return changed
+
+
+MIN_REAL = 8            # a shorter value is not looked for (as the gate: proxy/credentials.py)
+
+
 # --- package caches ---------------------------------------------------------------------------
 #
 # Each project has one cache directory, outside it and outside the host's own caches:

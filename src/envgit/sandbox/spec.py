@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..policy import resolve
 from ..policy.globs import has_magic
 from . import kernel, loopback, network
-from .environ import cache_env, credential_env, project_cache, scrub
+from .environ import cache_env, credential_env, project_cache, scrub, withhold_real_values
 from .projectscan import ProjectScan
 from .view import build_view
 
@@ -24,6 +24,7 @@ class Spec:
     env: dict[str, str]
     masked: list[str]        # paths covered by a deny in this step's view
     denied_literal: list[str]  # every absolute deny entry without a glob, present or not
+    withheld_env: list = dataclasses.field(default_factory=list)  # variables a credential's real value was taken out of
 
 
 def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
@@ -66,6 +67,7 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
         ours["ENVGIT_INNER_SOCKET"] = INNER_INSIDE
     offline = network.OFFLINE_ENV if net is None else {}     # fail at once, no retries
     env = scrub(host_env, policy.env_pass, {**cache_env(cache), **offline, **policy.env_set}, ours)
+    withheld = withhold_real_values(policy, env, host_env)   # a real value passed in under another name
     env.update(credential_env(policy, env, session_tmp))      # placeholders only; the gate swaps real values
     # As root bwrap keeps the capabilities of the new user namespace, and with them
     # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.
@@ -73,4 +75,4 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     bw = ["bwrap", *NAMESPACES, *caps, "--die-with-parent", "--hostname", "envgit",
           *view.args, "--chdir", cwd, "--", *argv]
     literal = [p for p, _ in rules.deny_abs if not has_magic(p)]
-    return Spec(bw, env, view.masked, literal)
+    return Spec(bw, env, view.masked, literal, withheld)
