@@ -341,7 +341,16 @@ class EnvgitAddon:
         self._finish(flow)
 
     def error(self, flow: http.HTTPFlow):
-        self._finish(flow, error=flow.error.msg if flow.error else "error")
+        msg = flow.error.msg if flow.error else "error"
+        creds = getattr(self.gate, "credentials", None)
+        policy = self.gate.policy()
+        if creds is not None and getattr(policy, "credentials", None) and flow.killable and \
+                creds._found_real(policy, [msg]):
+            # mitmproxy answers the step with this text itself (a 502 quoting a response head
+            # it could not parse, with the token the server echoed in it): killed here, the
+            # step gets the connection's close instead; the record is scrubbed (gate.emit).
+            flow.kill()
+        self._finish(flow, error=msg)
 
     def _finish(self, flow, error=None):
         rec = flow.metadata.pop("envgit.record", None)

@@ -300,6 +300,10 @@ class Gate:
         if step_id is None:
             return
         try:
+            if getattr(self.policy(), "credentials", None):
+                # The one place every request's record passes: no text of it (an error a
+                # server's malformed answer made, quoting a token it echoed) keeps a real value.
+                self.credentials._scrub(rec)
             self._record(step_id, rec)
         except Exception:                         # a broken journal must not break the proxy
             log.exception("recording a request of step %s failed", step_id)
