@@ -49,7 +49,7 @@ RULE = "credential-misuse"
 ECHO = "credential-echo"    # the kind of a response withheld for a real value it carried
 MIN_REAL = 8            # a real value shorter than this is not looked for (it would be everywhere)
 EAGER = ("env", "file", "profile")  # sources read as soon as a response may carry their value
-RANGE_HEADERS = ("range", "if-range")   # dropped from a request a token is swapped into
+RANGE_HEADERS = ("range", "if-range")   # dropped on a token credential's hosts (_whole_answers)
 
 
 TOKEN_PARAMS = {"access_token", "token", "private_token", "api_key", "apikey", "key", "auth",
@@ -353,6 +353,8 @@ class CredentialSwap:
                 return
         if flow.response is None and flow.metadata.get(bodies.PARTIAL):
             self._watch_rest(policy, flow, rec)
+        if flow.response is None:
+            self._whole_answers(policy, flow)
         if flow.response is not None or not names:
             return                          # denied by the policy: sent nowhere, nothing swapped
         flow.metadata["envgit.swapped"] = True
@@ -377,18 +379,29 @@ class CredentialSwap:
                 self._resign(flow, SESSION.of(name, cred), real)
             else:
                 self._swap(flow, SESSION.of(name, cred)["token"], real["token"])
-                # The whole answer, never a byte range of it: a server echoing the token it
-                # was sent would hand back fragments no rewrite recognises, a few at a time.
-                # (AWS keeps its ranges: the secret never travels, and a SigV4 request signs them.)
-                for h in RANGE_HEADERS:
-                    if h in flow.request.headers:
-                        del flow.request.headers[h]
         if rec is not None:
             rec["credential"] = ",".join(names)
             # what the credential work cost this request: finding and checking the
             # placeholder (requestheaders) and the swap (bench/bench_credentials.py reads it)
             rec["swap_us"] = round((time.perf_counter() - started +
                                     flow.metadata.get("envgit.looked_s", 0)) * 1e6, 1)
+
+    def _whole_answers(self, policy, flow) -> None:
+        """A request to a host of a token credential goes without `Range`/`If-Range`, with a
+        token swapped in or not: byte ranges of an answer that holds the token (an echo, a
+        log the server kept of what it was sent) would hand the step fragments no rewrite
+        recognises. AWS keeps its ranges: its secret never travels, and SigV4 signs them."""
+        if not any(h in flow.request.headers for h in RANGE_HEADERS):
+            return
+        conn = self.gate.addon.conns.get(flow.client_conn.id)
+        host, port = self._target(flow, conn)
+        for name, (cred, _) in self._placeholders(policy).items():
+            if kind_of(name, cred) != "aws" and \
+                    any(network.entry_matches(e, host, port) for e in cred["hosts"]):
+                for h in RANGE_HEADERS:
+                    if h in flow.request.headers:
+                        del flow.request.headers[h]
+                return
 
     def _watch_rest(self, policy, flow, rec) -> None:
         """A body larger than the gate buffers is streamed on past its first BODY_CAP bytes
