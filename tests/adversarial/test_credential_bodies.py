@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from gatekit import hostport, netproject, servers
+from gatekit import netproject, servers
 from harness import CANARY, attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
