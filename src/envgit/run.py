@@ -158,7 +158,7 @@ def execute_vm(conn, reply) -> tuple[int, int]:
     for line in reply.get("notices") or ():
         print(f"envgit: {line}", file=sys.stderr)
     try:
-        code, sig, ms = run_step(reply["vm"])
+        code, sig, ms = run_step(reply["vm"], conn)
     except OSError as e:
         print(f"envgit: the VM's step could not start: {e}", file=sys.stderr)
         code, sig, ms = FAILED, 0, 0

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from gatekit import hostport, netproject, servers
+from gatekit import Answerer, hostport, netproject, servers
 from harness import CANARY, attacker  # noqa: F401
 
 pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"],
@@ -95,3 +95,31 @@ def test_vm_guest_gets_no_secret_and_the_gate_refuses_what_it_refuses_by_default
         decisions = {(q.get("host"), q.get("decision")) for q in step["requests"]}
         assert ("stub.example.test", "allow") in decisions, step["requests"]
         assert any(h == "git.example.test" and d == "deny" for h, d in decisions), step["requests"]
+
+
+ASKED = r'''
+import sys, urllib.request, urllib.error
+ref = ("1" * 40 + " " + "2" * 40 + " refs/heads/main\0report-status\n").encode()
+try:
+    with urllib.request.urlopen(urllib.request.Request(sys.argv[1], data=b"%04x" % (len(ref) + 4) + ref + b"0000PACK"), timeout=120) as r:
+        print("STATUS", r.status, r.read()[:300])
+except urllib.error.HTTPError as e:
+    print("STATUS", e.code)
+'''
+
+
+def test_vm_a_push_asked_about_is_said_on_the_step_terminal_and_denied_by_the_answer(attacker, shared_image):
+    """An `ask` rule: the question is said on the VM step's stderr with how to answer, a person
+    denies it from another terminal, and the push never reaches the server."""
+    with servers() as (git, stub):
+        netproject(attacker, git, stub, tail="backend: vm\nvm: { memory: 256MiB }\n"
+                   "irreversible:\n  - rule: git-push\n    action: ask\n")
+        attacker.env["ENVGIT_VM_CACHE"] = shared_image
+        (attacker.root / "asked.py").write_text(ASKED)
+        attacker.own(attacker.root / "asked.py")
+        with Answerer(attacker, lambda q: "deny") as person:
+            r = attacker.envgit("run", "--", "python3", "asked.py",
+                                f"https://{hostport(git)}/repo.git/git-receive-pack", timeout=400)
+        assert person.seen, r.stderr
+        assert "asks:" in r.stderr and "envgit approve" in r.stderr, r.stderr
+        assert not any("receive-pack" in q["path"] and q["method"] == "POST" for q in git.requests)

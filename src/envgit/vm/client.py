@@ -17,8 +17,11 @@ from . import wire
 FORWARDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
 
 
-def run_step(vm: dict) -> tuple[int, int, float]:
-    """(exit code, signal number or 0, ms) of the step whose socket and token are in `vm`."""
+def run_step(vm: dict, conn=None) -> tuple[int, int, float]:
+    """(exit code, signal number or 0, ms) of the step whose socket and token are in `vm`.
+    `conn`: the daemon connection, whose pushes (a gate's question, a notice) are said on
+    stderr meanwhile; a question is answered from another terminal (`envgit approve ID`),
+    this one being the guest command's."""
     import select
     import time
     t0 = time.monotonic()
@@ -45,8 +48,9 @@ def run_step(vm: dict) -> tuple[int, int, float]:
             old[sg] = signal.signal(sg, lambda n, _f: pending_signals.append(n))
         reader = wire.Reader()
         stdin_open = True
+        daemon = conn.sock if conn is not None else None
         while True:
-            watch = [s, wake_r] + ([0] if stdin_open else [])
+            watch = [s, wake_r] + ([0] if stdin_open else []) + ([daemon] if daemon is not None else [])
             try:
                 ready, _, _ = select.select(watch, [], [])
             except InterruptedError:
@@ -62,6 +66,11 @@ def run_step(vm: dict) -> tuple[int, int, float]:
                     os.read(wake_r, 512)
                 except BlockingIOError:
                     pass
+            if daemon is not None and daemon in ready:
+                if not conn.fill():
+                    daemon = None       # the daemon went away; the command goes on
+                while daemon is not None and conn.has_frame():
+                    _said(conn.read_frame(), tty)
             if 0 in ready:
                 try:
                     data = os.read(0, 65536)
@@ -99,6 +108,26 @@ def run_step(vm: dict) -> tuple[int, int, float]:
         os.close(wake_r)
         os.close(wake_w)
         s.close()
+
+
+def _said(frame, tty):
+    """A push from the daemon during the step, as one line on stderr (inert: its text is the
+    step's choice)."""
+    from ..inert import inert
+    kind = frame.get("push")
+    if kind == "notice":
+        text = inert(str(frame.get("text", "")))
+    elif kind == "ask":
+        q = frame.get("question") or {}
+        text = (f"envgit: step {q.get('step')} asks: " + inert(
+            f"{q.get('method')} {q.get('host')}{q.get('path')} ({q.get('kind') or 'request'}) by rule "
+            f"{q.get('rule')}") + f"; answer from another terminal: envgit approve {frame.get('id')} / "
+            f"envgit deny {frame.get('id')} (no answer in {frame.get('timeout') or 120:g} s denies)")
+    elif kind == "asked":
+        text = inert(f"envgit: question {frame.get('id')}: {frame.get('answer')} ({frame.get('who')})")
+    else:
+        return
+    os.write(2, (text + ("\r\n" if tty else "\n")).encode())
 
 
 def _ms(t0):
