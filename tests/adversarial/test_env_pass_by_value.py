@@ -1,0 +1,42 @@
+"""`env.pass` refused by value: a passed variable that holds a credential's real value, under
+another name than the credential's source (DEPLOY_TOKEN beside MY_TOKEN; a value with the
+token inside it), enters the step with the placeholder in the real value's place, so the
+gate still swaps it on the way to the credential's hosts, and the step's record names the
+variables (a `note` of type env-withheld). The oracles: the canary is not in the step's
+output, the credential host receives the real token, the journal says what was withheld.
+Runs as root and as an unprivileged user."""
+
+import json
+import shutil
+
+import pytest
+
+from gatekit import hostport, netproject, servers
+from harness import CANARY, attacker  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+
+def test_a_passed_variable_holding_a_real_value_gets_the_placeholder(attacker):
+    with servers() as (git, stub):
+        attacker.env.update(MY_TOKEN=CANARY, DEPLOY_TOKEN=CANARY, DEPLOY_URL=f"https://x:{CANARY}@h/",
+                            PLAIN="nothing-secret-here")
+        api = hostport(stub, "api.github.com")
+        netproject(attacker, git, stub,
+                   "env:\n  pass: [DEPLOY_TOKEN, DEPLOY_URL, PLAIN]\n"
+                   f"credentials:\n  tok:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{api}\"]\n")
+        r = attacker.run("printf '%s\\n' \"$DEPLOY_TOKEN\" \"$DEPLOY_URL\" \"$PLAIN\"; "
+                         f"curl -s -o /dev/null -H \"Authorization: Bearer $DEPLOY_TOKEN\" https://{api}/; "
+                         "echo done")
+        out = r.stdout + r.stderr
+        assert "done" in out and "nothing-secret-here" in out, out
+        assert CANARY not in out, out
+        lines = r.stdout.splitlines()
+        assert lines[0] and lines[1].startswith("https://x:") and lines[1].endswith("@h/"), lines
+        assert [q for q in stub.requests if q["headers"].get("authorization") == f"Bearer {CANARY}"], \
+            "the placeholder in DEPLOY_TOKEN was not swapped for the real value"
+        steps = json.loads(attacker.envgit("log", "--json", check=True).stdout)
+        notes = [e for s in steps for e in s.get("events") or []
+                 if e.get("kind") == "note" and e.get("type") == "env-withheld"]
+        assert notes and sorted(notes[-1]["variables"]) == ["DEPLOY_TOKEN", "DEPLOY_URL"], steps[-1]
+        assert CANARY not in json.dumps(steps)
