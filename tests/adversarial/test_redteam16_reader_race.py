@@ -6,7 +6,6 @@ damaged, and `restore --from` refused. Made deterministic by running the real pu
 process, against the real S3 server) right after the reader's listing: exactly what m1's
 auto-push does at that moment while an auditor reads on another machine."""
 
-import json
 import sys
 from pathlib import Path
 
