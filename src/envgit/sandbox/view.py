@@ -93,11 +93,15 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         print(f"envgit: {p} had another name (a hard link); it now has an inode of its own",
               file=sys.stderr, flush=True)
     configs = {os.path.realpath(c) for c in rs.configs}
-    denied = _denied_paths(rules, rs, state_dir)
+    hits = {}                            # masked path -> the deny entry naming it by itself
+    denied = _denied_paths(rules, rs, state_dir, hits)
     # The directories above a denied path are pinned too: renaming one (`mv secrets s2`) would
     # carry the mask away inside the sandbox and leave the person's file, on the host, at a
     # name no deny matches, for the snapshot and the next step to read.
-    for d in _pinned(protected + [os.path.realpath(p) for p in denied], _writable(rules)):
+    pins = _pinned(protected, _writable(rules))
+    pins = sorted(set(pins) | set(_pinned([p for p in denied if not _by_own_name(rules, p, hits.get(p))],
+                                          _writable(rules))))
+    for d in pins:
         a += ["--bind", d, d]
     for p in protected:
         src = p
@@ -239,13 +243,32 @@ def _pinned(protected, writable):
     return sorted(out)          # a parent sorts before its children: bound first
 
 
-def _denied_paths(rules: Rules, rs, state_dir):
+def _by_own_name(rules, p, entry):
+    """Is masked `p` denied by its own name alone, wherever its directories go (`**/.env`,
+    `**/*.pem`)? Then moving them frees nothing (the next view masks it at its new place, the
+    diff withholds it there) and they need no pin: a project with 200 .env files would
+    otherwise pay ~200 binds a step. Not so for `secrets/**` or `config/master.key`, for an
+    alias (no deny names it), nor when an allow_read entry other than a `**/name` one could
+    be renamed into (`mv app fixtures` under `allow_read: [fixtures/.env]`)."""
+    if not entry or not entry.startswith("**/") or "/" in entry[3:] or os.path.realpath(p) != p \
+            or not _rel_match(entry, os.path.basename(p)):
+        return False
+    return not (any(not (e.startswith("**/") and "/" not in e[3:]) for e, _ in rules.allow_rel)
+                or any(_inside(e, w) for e, _ in rules.allow_abs for w in _writable(rules)))
+
+
+def _denied_paths(rules: Rules, rs, state_dir, hits):
+    """The paths to mask; `hits` is filled with {path: the deny entry naming it}."""
     out = []
     for entry, _ in rules.deny_abs:
         for p in _expand(entry):
-            if os.path.lexists(p) and is_denied(rules, p) and _visible(rules, p):
+            if os.path.lexists(p) and _visible(rules, p) and (hit := is_denied(rules, p)):
                 out.append(p)
-    out += [p for p in rs.deny_hits if is_denied(rules, p)]
+                hits[p] = hit
+    for p in rs.deny_hits:
+        if hit := is_denied(rules, p):
+            out.append(p)
+            hits[p] = hit
     names = out
     out = [m for m in (_mask_point(rules, p) for p in out) if m]
     # *.pem / *.key: only those holding a private key (a CA bundle stays readable)
@@ -255,6 +278,7 @@ def _denied_paths(rules: Rules, rs, state_dir):
             if _rel_match(pattern, rel) and os.path.isfile(p) and not os.path.islink(p) \
                     and has_private_key(p, marker) and not _allowed(rules, p):
                 out.append(p)
+                hits[p] = pattern
     return _outermost(out + _aliases(rules, names, _outermost(out), state_dir))
 
 
