@@ -109,3 +109,12 @@ def test_live_blocks_name_real_commands_and_flags():
             parser.parse_args(words[1:])           # SystemExit(2) on an unknown command or flag
             checked += 1
     assert checked >= 3
+
+
+def test_vm_example_loads(tmp_path):
+    (example,) = blocks("yaml", "vm")
+    (tmp_path / "envgit.yaml").write_text(example)
+    (tmp_path / ".envgit").mkdir()
+    r = subprocess.run([str(Path(sys.executable).parent / "envgit"), "policy", "check"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
