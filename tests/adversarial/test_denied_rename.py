@@ -40,11 +40,12 @@ def test_every_directory_above_a_denied_path_stays_put(attacker):
     _secret(a, "a/b/c/key.txt")
     _secret(a, "svc/api/.env")
     r = a.run("for m in 'a/b/c/key.txt k1' 'a/b/c c2' 'a/b b2' 'a a2' 'svc/api/.env e1' 'svc/api api2' 'svc s2'; do "
-              "  set -- $m; mv \"$1\" \"$2\" 2>&1; done; rm -rf a svc 2>&1; "
+              "  set -- $m; mv \"$1\" \"$2\" 2>&1; done; rm -rf a 2>&1; "
+              "mkdir -p .git/objects/ab && mv api2 .git/objects/ab/ 2>&1; "
               "cat k1 c2/key.txt b2/c/key.txt a2/b/c/key.txt e1 api2/.env s2/api/.env 2>/dev/null; true")
     _no_canary(a, r.stdout, r.stderr)
     assert "Device or resource busy" in r.stdout, r.stdout          # what mv and rm say: why
-    r2 = a.run("cat a/b/c/key.txt */.env */*/.env 2>&1; find . -path ./.git -prune -o -type f -print "
+    r2 = a.run("cat a/b/c/key.txt */.env */*/.env .git/objects/ab/*/.env 2>&1; find . -path ./.git -prune -o -type f -print "
                "| grep -v '^./.git' | xargs cat 2>/dev/null; true")
     _no_canary(a, r2.stdout, r2.stderr)
     assert (a.root / "a/b/c/key.txt").read_text().startswith(CANARY)     # the person's file, in place

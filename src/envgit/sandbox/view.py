@@ -99,8 +99,9 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
     # carry the mask away inside the sandbox and leave the person's file, on the host, at a
     # name no deny matches, for the snapshot and the next step to read.
     pins = _pinned(protected, _writable(rules))
-    pins = sorted(set(pins) | set(_pinned([p for p in denied if not _by_own_name(rules, p, hits.get(p))],
-                                          _writable(rules))))
+    by_name = [p for p in denied if _by_own_name(rules, p, hits.get(p))]
+    pins = sorted(set(pins) | set(_pinned([p for p in denied if p not in by_name], _writable(rules)))
+                  | set(_scan_blind_spots(rs) if by_name else ()))
     for d in pins:
         a += ["--bind", d, d]
     for p in protected:
@@ -241,6 +242,15 @@ def _pinned(protected, writable):
             out.add(d)
             d = os.path.dirname(d)
     return sorted(out)          # a parent sorts before its children: bound first
+
+
+def _scan_blind_spots(rs):
+    """The directories the project scan never enters (projectscan.py: a repository's
+    `objects`), bound onto themselves so that nothing can be moved into them (a rename across
+    mounts fails: EXDEV, and mv's copy cannot read a mask): `mv svc .git/objects/ab` would
+    otherwise take svc/.env where no glob deny finds it again."""
+    dirs = {os.path.join(os.path.dirname(c), "objects") for c in rs.configs}
+    return [d for d in dirs if os.path.isdir(d) and not os.path.islink(d)]
 
 
 def _by_own_name(rules, p, entry):
