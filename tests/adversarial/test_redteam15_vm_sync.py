@@ -1,0 +1,113 @@
+"""Red team 15: the VM tier's write-back (vm/sync.py's collect), attacked from inside a step.
+
+The guest holds its own copy of the project; after each step the daemon writes what the guest
+changed onto the host. Two holes found there:
+
+1. A removal is applied on the host recursively: the guest removes a directory (or turns it
+   into a file) and the daemon's `_remove` deletes the whole host directory, with what the
+   guest never saw and a step may never touch: a denied secret (`sub/.env`), a nested git
+   repository (`lib/.git`, never synced: its history), a protected agent config
+   (`.claude/settings.json`). The default tier's `rm -rf` fails on those (masked / read-only).
+   What is deleted is neither in the guest nor in any file snapshot (denied, or .git): gone.
+2. The write-back overwrites blindly: a file the person edits on the host while a step runs is
+   overwritten at the step's end by the guest's older copy (written before the person's edit),
+   and the person's edit is recorded nowhere. In the default tier the later write wins.
+
+Real QEMU (TCG here): one boot per test and attacker. The oracle: files on the host.
+"""
+
+import os
+import select
+import subprocess
+import time
+
+import pytest
+
+from harness import CANARY, attacker  # noqa: F401
+
+pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"],
+                                               capture_output=True).returncode != 0,
+                                reason="QEMU is not installed (dev/run test installs it)")
+
+SHARED_CACHE = "/var/tmp/envgit-test-vm-cache"
+
+
+@pytest.fixture(scope="module")
+def shared_image():
+    old = os.environ.get("ENVGIT_VM_CACHE")
+    os.environ["ENVGIT_VM_CACHE"] = SHARED_CACHE
+    try:
+        from envgit.vm import image
+        image.ensure()
+    finally:
+        if old is None:
+            os.environ.pop("ENVGIT_VM_CACHE")
+        else:
+            os.environ["ENVGIT_VM_CACHE"] = old
+    subprocess.run(["chmod", "-R", "a+rX", SHARED_CACHE], check=True)
+    return SHARED_CACHE
+
+
+def vm_project(attacker, image):
+    attacker.stop()
+    attacker.write_policy("version: 1\nbackend: vm\nvm: { memory: 256MiB, cpus: 1 }\n")
+    attacker.env["ENVGIT_VM_CACHE"] = image
+
+
+def test_vm_removing_a_directory_does_not_delete_what_the_guest_never_had(attacker, shared_image):
+    vm_project(attacker, shared_image)
+    root = attacker.root
+    (root / "sub").mkdir()
+    (root / "sub" / "code.py").write_text("x = 1\n")
+    (root / "sub" / ".env").write_text(f"TOKEN={CANARY}\n")            # denied: never in the guest
+    (root / "other").mkdir()
+    (root / "other" / "a.txt").write_text("a\n")
+    (root / "other" / ".env").write_text(f"TOKEN={CANARY}\n")
+    subprocess.run(["git", "init", "-q", str(root / "lib")], check=True)  # a nested repository
+    (root / "lib" / "mod.py").write_text("y = 2\n")
+    (root / ".claude").mkdir()
+    (root / ".claude" / "settings.json").write_text('{"hooks": {}}\n')    # protected
+    (root / ".claude" / "notes.md").write_text("n\n")
+    attacker.own(root / "sub", root / "other", root / "lib", root / ".claude")
+    r = attacker.envgit("run", "--", "sh", "-c",
+                        "rm -rf sub lib .claude; rm -rf other && echo file > other; echo done",
+                        timeout=400)
+    assert "done" in r.stdout, r.stdout + r.stderr
+    lost = [p for p in ("sub/.env", "other/.env", "lib/.git/HEAD", ".claude/settings.json")
+            if not (root / p).exists()]
+    assert not lost, f"the VM step's write-back deleted host paths the step may not touch: {lost}"
+
+
+def test_vm_a_persons_edit_during_a_step_is_not_overwritten_by_the_guests_older_copy(attacker, shared_image):
+    vm_project(attacker, shared_image)
+    notes = attacker.root / "notes.txt"
+    notes.write_text("v0\n")
+    attacker.own(notes)
+    p = subprocess.Popen(attacker._argv([*_envgit(), "run", "--", "sh", "-c",
+                                         "echo guest > notes.txt; echo WROTE; sleep 20; echo END"]),
+                         cwd=attacker.root, env=attacker.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        buf = b""
+        deadline = time.monotonic() + 400
+        while b"WROTE" not in buf and time.monotonic() < deadline and p.poll() is None:
+            ready, _, _ = select.select([p.stdout], [], [], 1.0)
+            if ready:
+                buf += os.read(p.stdout.fileno(), 4096)
+        assert b"WROTE" in buf, buf
+        notes.write_text("the person's edit, made after the guest's write\n")   # on the host
+        attacker.own(notes)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert b"END" in buf + out, (buf + out, err)
+    got = notes.read_text()
+    assert "the person's edit" in got, (
+        f"the person's later edit was overwritten by the guest's older copy: {got!r}")
+
+
+def _envgit():
+    from conftest import ENVGIT
+    return [ENVGIT]
