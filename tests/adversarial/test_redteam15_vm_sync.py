@@ -111,3 +111,32 @@ def test_vm_a_persons_edit_during_a_step_is_not_overwritten_by_the_guests_older_
 def _envgit():
     from conftest import ENVGIT
     return [ENVGIT]
+
+
+def test_vm_write_back_keeps_what_git_reads_read_only_as_the_default_tier_does(attacker, shared_image):
+    """The default tier binds read-only what git obeys beyond the fixed list (sandbox/routes.py,
+    gitroutes.py): the directory `core.hooksPath` names and the files a git config includes.
+    The VM tier's write-back (sync.View) knows only the policy's globs: a guest rewrites the
+    hook and the included config, they land on the host, and the person's next `git commit` /
+    `git status` runs the step's code on the host."""
+    vm_project(attacker, shared_image)
+    root, home = attacker.root, attacker.home
+    (root / ".githooks").mkdir()
+    (root / ".githooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(root / ".githooks" / "pre-commit", 0o755)
+    (root / "tools").mkdir()
+    (root / "tools" / "git.cfg").write_text("[color]\n\tui = auto\n")
+    attacker.own(root / ".githooks", root / "tools")
+    r = attacker.host("git config core.hooksPath .githooks && git config include.path ../tools/git.cfg")
+    assert r.returncode == 0, r.stderr
+    hook_marker, cfg_marker = home / "HOOK_RAN", home / "FSMONITOR_RAN"
+    r = attacker.envgit("run", "--", "sh", "-c",
+                        f"printf '#!/bin/sh\\ntouch {hook_marker}\\nexit 0\\n' > .githooks/pre-commit; "
+                        f"printf '[core]\\n\\tfsmonitor = \"touch {cfg_marker}; false\"\\n' >> tools/git.cfg; "
+                        "echo done", timeout=400)
+    assert "done" in r.stdout, r.stdout + r.stderr
+    # the person, later, on the host
+    attacker.host("git status >/dev/null 2>&1; git -c user.email=p@example.test -c user.name=p "
+                  "commit -q --allow-empty -m person >/dev/null 2>&1")
+    ran = [str(m) for m in (hook_marker, cfg_marker) if m.exists()]
+    assert not ran, f"a VM step's write-back planted code git ran on the host: {ran}"
