@@ -1,17 +1,20 @@
 """Red team 15: the VM tier's write-back (vm/sync.py's collect), attacked from inside a step.
 
 The guest holds its own copy of the project; after each step the daemon writes what the guest
-changed onto the host. Two holes found there:
+changed onto the host. Three holes found there:
 
 1. A removal is applied on the host recursively: the guest removes a directory (or turns it
    into a file) and the daemon's `_remove` deletes the whole host directory, with what the
    guest never saw and a step may never touch: a denied secret (`sub/.env`), a nested git
-   repository (`lib/.git`, never synced: its history), a protected agent config
+   repository (`lib/.git`, never synced: its protected config), a protected agent config
    (`.claude/settings.json`). The default tier's `rm -rf` fails on those (masked / read-only).
    What is deleted is neither in the guest nor in any file snapshot (denied, or .git): gone.
 2. The write-back overwrites blindly: a file the person edits on the host while a step runs is
    overwritten at the step's end by the guest's older copy (written before the person's edit),
    and the person's edit is recorded nowhere. In the default tier the later write wins.
+3. The write-back's view is the policy's globs only: what the default tier also binds read-only
+   from git itself (the `core.hooksPath` directory, files a git config includes) is written
+   back, and the person's next `git commit` / `git status` runs the step's code on the host.
 
 Real QEMU (TCG here): one boot per test and attacker. The oracle: files on the host.
 """
@@ -73,7 +76,7 @@ def test_vm_removing_a_directory_does_not_delete_what_the_guest_never_had(attack
                         "rm -rf sub lib .claude; rm -rf other && echo file > other; echo done",
                         timeout=400)
     assert "done" in r.stdout, r.stdout + r.stderr
-    lost = [p for p in ("sub/.env", "other/.env", "lib/.git/HEAD", ".claude/settings.json")
+    lost = [p for p in ("sub/.env", "other/.env", "lib/.git/config", ".claude/settings.json")
             if not (root / p).exists()]
     assert not lost, f"the VM step's write-back deleted host paths the step may not touch: {lost}"
 
