@@ -410,6 +410,42 @@ def host_matches(pattern: str, host: str) -> bool:
     return a is not None and a == b
 
 
+@lru_cache(maxsize=4096)          # pure, and asked for every rule of every request
+def canonical_host(host: str) -> str:
+    """The one spelling of the place `host` names, as the gate compares places: every loopback
+    spelling (localhost, 127.0.0.0/8, ::1, ::ffff:127.x.y.z, legacy forms) is 'localhost' (the
+    gate takes them for one authority on a port: _same_place); an IPv4-mapped IPv6 address is
+    its IPv4 address (a dual-stack socket connects there); any other IP literal its compressed
+    form; a name as norm_host spells it."""
+    h = norm_host(host)
+    if h == "localhost":
+        return h
+    ip = ip_literal(h)
+    if ip is None:
+        return h
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return "localhost" if ip.is_loopback else str(ip)
+
+
+@lru_cache(maxsize=4096)
+def places(host: str) -> frozenset:
+    """Every canonical place a connection to `host` can reach: canonical_host, and for an IPv6
+    address that leads to IPv4 through NAT64 (embedded_v4) those IPv4 addresses too."""
+    c = canonical_host(host)
+    ip = ip_literal(c)
+    return frozenset((c, *(canonical_host(str(v4)) for v4 in (embedded_v4(ip) if ip else ()))))
+
+
+def rule_host_matches(pattern: str, host: str) -> bool:
+    """Does a rule's host pattern (an irreversible `net:` rule, a network.deny entry, a
+    network.l7 key) apply to `host`? As host_matches, and also for every other spelling of the
+    same place (places): a rule that restricts 127.0.0.1 restricts localhost and [::1] on that
+    port, one on 192.168.1.10 restricts [::ffff:192.168.1.10]. (network.allow stays exact:
+    allowing one spelling does not open the others.)"""
+    return host_matches(pattern, host) or bool(places(pattern) & places(host))
+
+
 def entry_matches(entry: str, host: str, port: int, exact: bool = False) -> bool:
     pat, eport = split_entry(entry)
     if exact and pat.startswith("*."):
@@ -524,7 +560,7 @@ def _hosts_apply(hosts, host, port) -> bool:
 
 def _rule_host(entry, host, port):
     pat, eport = split_entry(entry)
-    return host_matches(pat, norm_host(host)) and (eport is None or eport == port)
+    return rule_host_matches(pat, norm_host(host)) and (eport is None or eport == port)
 
 
 @lru_cache(maxsize=4096)
@@ -637,8 +673,7 @@ def _authority(value: str, default_port: int) -> tuple[str, int]:
 
 
 def _loopback(host: str) -> bool:
-    ip = ip_literal(host)
-    return host == "localhost" or (ip is not None and ip.is_loopback)
+    return canonical_host(host) == "localhost"
 
 
 def _same_place(a: tuple, b: tuple) -> bool:

@@ -391,6 +391,14 @@ class _Combiner:
                 self.refuse(key, f"credential {name} is defined by {self.ow[key]}; a project "
                             "cannot redefine it; use another name")
             src = c["from"]
+            for oname, ocred in oc.items():
+                if _source(ocred["from"], self.home) == _source(src, self.home):
+                    kind = next(iter(src))
+                    self.refuse(f"{key}.from.{kind}", f"credential {name} reads {kind} "
+                                f"{src[kind]}, the source of credential {oname} of "
+                                f"{self.ow[f'credentials.{oname}']}, which is sent only to "
+                                f"{', '.join(ocred['hosts'])}; remove it (the organisation's "
+                                f"{oname} already applies here)")
             for i, d in enumerate(odeny):
                 if "env" in src and env_overlap(src["env"], d):
                     self.refuse(f"{key}.from.env", f"credential {name} reads {src['env']}, which "
@@ -407,6 +415,22 @@ class _Combiner:
         if oc or pc:
             self.put("credentials", {**oc, **pc}, self.both("credentials"))
 
+    def _org_mcp_rules(self, om, pm) -> list:
+        """The organisation's mcp.rules, keyed by what a server is, not what it is called: a
+        rule that names an organisation server also applies to a project server of the same
+        upstream (mcp_identity) under another name, as a copy right after it (first match
+        wins, so in the organisation's order, before every project rule)."""
+        from fnmatch import fnmatchcase
+        aliases = _aliases(om, pm)
+        out = []
+        for rule in om.get("rules", []):
+            out.append(rule)
+            pattern = rule.get("server", "*")
+            for alias, onames in aliases.items():
+                if not fnmatchcase(alias, pattern) and any(fnmatchcase(o, pattern) for o in onames):
+                    out.append({**rule, "server": alias})
+        return out
+
     def mcp(self):
         om, pm = self.get("o", "mcp"), self.get("p", "mcp")
         if om is None and pm is None:
@@ -419,7 +443,7 @@ class _Combiner:
                             f"{self.ow[f'mcp.servers.{name}']}; a project cannot redefine it")
         out["servers"] = {**om.get("servers", {}), **pm.get("servers", {})}
         # first match wins: the organisation's rules decide every call they match
-        out["rules"] = list(om.get("rules", [])) + list(pm.get("rules", []))
+        out["rules"] = self._org_mcp_rules(om, pm) + list(pm.get("rules", []))
         for k, lower_is_looser in (("max_return_bytes", False), ("flag_bytes_in", False),
                                    ("flag_bytes_out", True)):
             if k in om and k in pm and (pm[k] < om[k] if lower_is_looser else pm[k] > om[k]):
@@ -429,6 +453,51 @@ class _Combiner:
             if k in om and k not in pm:
                 out[k] = om[k]
         self.put("mcp", out, self.both("mcp"))
+
+
+def _source(src: dict, home: str) -> tuple:
+    """Where a credential's real value comes from, one spelling per source: a file by its
+    resolved path (~ expanded, symlinks followed), a command by its words; an env variable and
+    an AWS profile by name. An organisation credential's source is sent only to its hosts."""
+    kind, value = next(iter(src.items()))
+    if kind == "file":
+        path = home + value[1:] if value == "~" or value.startswith("~/") else value
+        return kind, os.path.realpath(os.path.normpath(path))
+    if kind == "command":
+        return kind, " ".join(value.split())
+    return kind, value
+
+
+def mcp_identity(spec: dict) -> tuple:
+    """What an MCP server is, whatever a policy names it: a stdio server's program (found on
+    PATH, symlinks followed) and arguments (absolute paths normalised), an HTTP server's URL
+    with its host as the gate compares hosts (network.canonical_host) and the scheme's port."""
+    import shutil
+    from urllib.parse import urlsplit
+    from .network import canonical_host
+    if "url" in spec:
+        u = urlsplit(spec["url"].strip())
+        scheme = u.scheme.lower()
+        try:
+            port = u.port or {"https": 443, "http": 80}.get(scheme)
+        except ValueError:
+            port = None
+        return ("url", scheme, canonical_host(u.hostname or ""), port,
+                u.path.rstrip("/") or "/", u.query)
+    cmd = spec.get("command", "")
+    prog = shutil.which(cmd) or cmd
+    args = tuple(os.path.normpath(a) if a.startswith("/") else a for a in spec.get("args", ()))
+    return ("command", os.path.realpath(prog) if prog.startswith("/") else prog, args)
+
+
+def _aliases(om: dict, pm: dict) -> dict:
+    """Project server name -> the organisation's server names of the same upstream
+    (mcp_identity), for project servers named otherwise."""
+    oids: dict = {}
+    for n, spec in om.get("servers", {}).items():
+        oids.setdefault(mcp_identity(spec), []).append(n)
+    return {n: oids[i] for n, spec in pm.get("servers", {}).items()
+            if (i := mcp_identity(spec)) in oids and n not in oids[i]}
 
 
 def _path_within(path: str, org_path: str) -> bool:
@@ -503,10 +572,12 @@ def env_overlap(a: str, b: str) -> bool:
 
 
 def hosts_overlap(a: str, b: str) -> bool:
-    """Can one host name match both patterns (`name`, `*.domain`, a preset's `name.*`)?"""
-    from .network import host_matches, norm_host
+    """Can one host name match both patterns (`name`, `*.domain`, a preset's `name.*`)? Two
+    spellings of one place (every loopback spelling, an IPv4 address and its IPv4-mapped IPv6
+    form) overlap: the gate applies a rule on one to the others (network.rule_host_matches)."""
+    from .network import host_matches, norm_host, places
     a, b = norm_host(a), norm_host(b)
-    if host_matches(a, b) or host_matches(b, a):
+    if host_matches(a, b) or host_matches(b, a) or places(a) & places(b):
         return True
     if a.startswith("*.") and b.startswith("*."):
         return a.endswith(b[1:]) or b.endswith(a[1:])
