@@ -15,6 +15,7 @@ from .push import read_head
 from .segments import BadSegment, GENESIS
 
 
+READ_AGAIN = 3          # a machine's head and listing read again while its chain falls short
 _AUDITED = frozenset(("begin", "end", "interrupted", "outside", "request"))
 _decode = json.JSONDecoder().raw_decode
 
@@ -44,24 +45,31 @@ class MachineView:
         self.project, self.machine = project, machine
         self.problems: list[str] = []
         self.rows: list = []
-        self.listing = bucket.listing(layout.machine_prefix(project, machine))
         where = f"{project}/{machine}"
-        try:
-            self.head = read_head(bucket, sealer, project, machine)
-        except RemoteError as e:
-            self.head = None
-            self.problems.append(str(e))
-            return
-        if self.head is None:
-            self.problems.append(f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
-            return
-        head = self.head
+        # what was seen before this read began (a push landing meanwhile raises it)
         seen = layout.seen_heads(remote_name).get(where, 0)
+        # The head before the listing (a push writes its segments before its head, so every
+        # segment the head reaches is listed); a chain that still falls short may be a push
+        # that merged segments meanwhile: read both again, a few times, before saying so.
+        for attempt in range(READ_AGAIN):
+            try:
+                self.head = read_head(bucket, sealer, project, machine)
+            except RemoteError as e:
+                self.head = None
+                self.problems.append(str(e))
+                return
+            self.listing = bucket.listing(layout.machine_prefix(project, machine))
+            if self.head is None:
+                self.problems.append(f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
+                return
+            ranges = self._segment_ranges()
+            used, reached = segments.chain(ranges, self.head["seq"])
+            if reached > self.head["seq"]:
+                break
+        head = self.head
         if head["version"] < seen:
             self.problems.append(f"{layout.head_name(project, machine)}: rolled back: it is version "
                                  f"{head['version']} (entry {head['seq']}), this machine has seen version {seen}")
-        ranges = self._segment_ranges()
-        used, reached = segments.chain(ranges, head["seq"])
         if reached <= head["seq"]:
             after = [r for r in ranges if r[0] > reached and r[1] <= head["seq"]]
             upto = min([r[0] for r in after], default=head["seq"] + 1) - 1
