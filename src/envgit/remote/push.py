@@ -62,17 +62,27 @@ def _push(project, remote, progress) -> Pushed:
         lambda: bucket.listing(layout.machine_prefix(P, M))])
     version = head["version"] if head else 0
     done = head["seq"] if head else 0
+    # An object whose ETag is not the one this machine's put got back was changed on the bucket
+    # since (bytes flipped, replaced): it counts as missing, and is uploaded again below.
+    etags_path = project.state_path(f"remote-{remote.name}.etags.json")
+    known = _load_etags(etags_path)
+    head_key = layout.head_name(P, M)
+    changed = {n for n, e in listing.items() if n != head_key and known.get(n, e) != e}
+    every_segment = _segment_ranges(listing, P, M)
+    listing = {n: e for n, e in listing.items() if n not in changed}
     # 1. the journal, before the packs: only the entries past the head (and those of a run of
     # small segments to be rewritten as one)
-    have = [r for r in (layout.parse_segment(n.rsplit("/", 1)[1]) for n in listing
-                        if n.startswith(layout.machine_prefix(P, M) + "journal/")) if r]
-    on_chain, _ = segments.chain(have, done)
+    have = _segment_ranges(listing, P, M)
+    on_chain, reached = segments.chain(have, done)
     run = []
     for first, last in reversed(on_chain):
         if last - first + 1 >= segments.MAX_ENTRIES:
             break
         run.insert(0, (first, last))
     merge_from = run[0][0] if len(run) >= segments.MERGE_RUN else done + 1
+    # a segment the head reaches is gone or changed (reached <= done): the entries from there
+    # are uploaded again, so the next push repairs the chain
+    merge_from = min(merge_from, reached)
     rows = _journal_rows(project, min(merge_from, done) if done else 1)     # seq -> row
     last = max(rows, default=done)
     if done and (done not in rows or rows[done][6] != head["hash"]):
@@ -82,7 +92,7 @@ def _push(project, remote, progress) -> Pushed:
     if last < done:
         raise RemoteError(f"this project's journal ends at entry {last}, the remote's {P}/{M} at "
                           f"{done}: not the journal that was pushed; push under another machine name")
-    start = merge_from if last > done else done + 1
+    start = merge_from if last > done or reached <= done else done + 1
     # 2. the packs and indexes it lacks
     packs_dir = project.state_path("objects", "packs")
     todo = []
@@ -95,16 +105,20 @@ def _push(project, remote, progress) -> Pushed:
     total = sum(os.path.getsize(_local(packs_dir, t[0], ".pack")) for t in todo if t[2])
     bar = progress(total, "B", "push") if progress and total else None
     sent = {"packs": 0, "bytes": 0}
+    put_etags = {}
+
+    def put(name, plaintext):
+        put_etags[name] = bucket.put(name, sealer.seal(name, plaintext))
 
     def upload(item):
         pack_id, name, need_pack, need_idx = item
         if need_pack:
             data = _read(_local(packs_dir, pack_id, ".pack"))
-            bucket.put(layout.pack_name(P, M, name), sealer.seal(layout.pack_name(P, M, name), data))
+            put(layout.pack_name(P, M, name), data)
             faults.point("push-pack-uploaded")      # a pack without its index: invisible
         if need_idx:
             idx = _read(_local(packs_dir, pack_id, ".idx"))
-            bucket.put(layout.index_name(P, M, name), sealer.seal(layout.index_name(P, M, name), idx))
+            put(layout.index_name(P, M, name), idx)
         return len(data) if need_pack else 0
 
     def tick(item, n):
@@ -119,7 +133,7 @@ def _push(project, remote, progress) -> Pushed:
 
     def put_segment(part):
         name = layout.segment_name(P, M, part[0][0], part[-1][0])
-        bucket.put(name, sealer.seal(name, segments.encode_segment(P, M, part, version)))
+        put(name, segments.encode_segment(P, M, part, version))
         faults.point("push-segment-written")        # entries past the head: not trusted yet
         return part[0][0], part[-1][0]
     jobs = [("pack", t) for t in todo] + [("segment", p) for p in pieces]
@@ -151,8 +165,13 @@ def _push(project, remote, progress) -> Pushed:
         layout.note_heads(remote.name, {f"{P}/{M}": version})
     # 5. segments no reader uses any more (superseded by a longer one, or left by a killed push)
     used, _ = segments.chain(have + written, last)
-    stale = [r for r in have if r not in used and r[1] <= last]
+    stale = [r for r in every_segment if r not in used and r[1] <= last]
     bucket.map(lambda r: bucket.delete(layout.segment_name(P, M, *r)), stale)
+    gone = {layout.segment_name(P, M, *r) for r in stale} | {head_key}
+    now = {n: e for n, e in listing.items() if n not in gone}
+    now.update((n, e) for n, e in put_etags.items() if e)
+    if now != known:
+        _save_etags(etags_path, now)
     return Pushed(project=P, machine=M, packs=sent["packs"], bytes=sent["bytes"],
                   indexes=sum(t[3] for t in todo), entries=last - done, segments=len(written),
                   head=version, seq=last, ms=round((time.perf_counter() - started) * 1000, 1))
@@ -170,6 +189,28 @@ def check_key(bucket, sealer) -> None:
     except Unopenable:
         raise RemoteError(f"{remote.url}: the key in {layout.key_path(remote.name)} does not "
                           "open this remote (another remote's key?); put the right key back") from None
+
+
+def _segment_ranges(listing, P, M) -> list[tuple[int, int]]:
+    base = layout.machine_prefix(P, M) + "journal/"
+    return [r for r in (layout.parse_segment(n[len(base):]) for n in listing if n.startswith(base)) if r]
+
+
+def _load_etags(path) -> dict:
+    """name -> ETag of every object this machine has pushed (or found there at its last push)."""
+    import json
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in d.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(d, dict) else {}
+
+
+def _save_etags(path, etags: dict) -> None:
+    import json
+    from ..atomicfile import write_atomic
+    write_atomic(path, json.dumps(etags, sort_keys=True, separators=(",", ":")).encode(), 0o600)
 
 
 def _journal_rows(project, since: int) -> dict:

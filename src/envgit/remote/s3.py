@@ -46,12 +46,15 @@ class Bucket:
         return self.prefix + name
 
     # -- one object -----------------------------------------------------------------------
-    def put(self, name: str, data: bytes) -> None:
+    def put(self, name: str, data: bytes) -> str:
+        """Write the object; returns its ETag as the bucket's listing will show it (push keeps
+        them to notice an object changed on the bucket since)."""
         with self._said(name):
             if len(data) >= MULTIPART_AT:
                 self.client.upload_fileobj(io.BytesIO(data), self.bucket, self.key(name), Config=self.transfer)
-            else:
-                self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data)
+                # a multipart ETag is the server's own (not the MD5 of the bytes): ask for it
+                return self.client.head_object(Bucket=self.bucket, Key=self.key(name)).get("ETag", "")
+            return self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data).get("ETag", "")
 
     def get(self, name: str) -> bytes | None:
         """The object's bytes; None when there is no such object."""
@@ -75,13 +78,13 @@ class Bucket:
         with self._said(name):
             self.client.delete_object(Bucket=self.bucket, Key=self.key(name))
 
-    def listing(self, under: str) -> dict[str, int]:
-        """name -> size of every object whose name starts with `under` (relative names)."""
+    def listing(self, under: str) -> dict[str, str]:
+        """name -> ETag of every object whose name starts with `under` (relative names)."""
         out = {}
         with self._said(under):
             for page in self._pages(Prefix=self.key(under)):
                 for o in page.get("Contents", ()):
-                    out[o["Key"][len(self.prefix):]] = o["Size"]
+                    out[o["Key"][len(self.prefix):]] = o.get("ETag", "")
         return out
 
     def _pages(self, **kw):
