@@ -283,6 +283,16 @@ def _target_outside(text: str, force: bool) -> str:
     return os.path.realpath(target)
 
 
+def _beside(target: str) -> str:
+    """A new hidden directory beside `target` (its parents made), to be renamed to it."""
+    import secrets
+    parent, leaf = os.path.split(target)
+    os.makedirs(parent, exist_ok=True)
+    path = os.path.join(parent, f".{leaf}.envgit-restore-{secrets.token_hex(6)}")
+    os.mkdir(path)
+    return path
+
+
 def _here():
     from ..paths import NoProject, find_project
     from ..remote import layout
@@ -360,19 +370,27 @@ def restore_from(args):
         store.objects = objects
         plan = _plan(store, tree, target, [os.fsencode(x).strip(b"/") for x in args.paths], args.force, n)
         objects.prefetch(i.oid for i in plan.write if i.oid)
+        # A new target is written as a hidden directory beside it and renamed into place at the
+        # end: a restore that fails (a full disk, a pack missing) leaves no partial tree (a
+        # `.env` and half the files) that looks like the step's.
         created = not os.path.lexists(target)
-        os.makedirs(target, exist_ok=True)
+        into = _beside(target) if created else target
         try:
             with progress(len(plan.write) + len(plan.delete), "path", "restore") as bar:
-                apply_plan(objects, target, plan, lambda done, total: bar.update(done - bar.n))
-        except BaseException:
+                apply_plan(objects, into, plan, lambda done, total: bar.update(done - bar.n))
             if created:
-                try:
-                    os.rmdir(target)
-                except OSError:
-                    pass
+                os.rename(into, target)
+        except BaseException as e:
+            if created:
+                import shutil
+                shutil.rmtree(into, ignore_errors=True)
             if problems:
                 raise Usage(f"remote {r.name}: {problems[0]}", EXIT_FAILED) from None
+            if isinstance(e, OSError):
+                raise Usage(f"{target}: the restore stopped ({e.strerror or e}); " + (
+                    "nothing was left there; free space or pick another --target, then run it again"
+                    if created else "part of the tree was written into it; free space, then run it "
+                    "again with --force"), EXIT_FAILED) from None
             raise
     finally:
         objects.close()
