@@ -396,7 +396,7 @@ class _Combiner:
                     kind = next(iter(src))
                     self.refuse(f"{key}.from.{kind}", f"credential {name} reads {kind} "
                                 f"{src[kind]}, the source of credential {oname} of "
-                                f"{self.ow[f'credentials.{oname}']}, which is sent only to "
+                                f"{self.ow[f'credentials.{oname}.from']}, which is sent only to "
                                 f"{', '.join(ocred['hosts'])}; remove it (the organisation's "
                                 f"{oname} already applies here)")
             for i, d in enumerate(odeny):
