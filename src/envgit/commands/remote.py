@@ -309,7 +309,7 @@ def log_remote(args):
     from ..remote.read import MachineView, pick_machine
     from .timeline import print_steps, step_json
     r, bucket, sealer = _open(args.remote)
-    p, m = pick_machine(bucket, r, args.project, args.machine, _here())
+    p, m = pick_machine(bucket, r, args.project, args.machine, _here(), sealer)
     view = MachineView(bucket, sealer, p, m, r.name)
     steps = view.steps()
     if args.session is not None:
@@ -337,7 +337,7 @@ def restore_from(args):
     from ..snapshot.restore import apply_plan
     from .snapshot import _plan
     r, bucket, sealer = _open(args.remote_from)
-    p, m = pick_machine(bucket, r, args.project, args.machine, _here())
+    p, m = pick_machine(bucket, r, args.project, args.machine, _here(), sealer)
     view = MachineView(bucket, sealer, p, m, r.name)
     if view.problems:
         raise Usage(f"remote {r.name}, {p}/{m}: {view.problems[0]}; `envgit fsck --remote {r.name}` "
@@ -410,11 +410,12 @@ def fsck_remote(args):
     """`envgit fsck --remote NAME`: every machine's chain, head and index checked, every pack
     fetched, opened and re-hashed with every object in it, every snapshot tree walked."""
     from ..remote import layout
-    from ..remote.read import MachineView, machines, remote_objects
+    from ..remote.read import MachineView, machines, remote_objects, vanished
     from ..snapshot import maintenance
     r, bucket, sealer = _open(args.remote)
     problems, checked = [], {"machines": 0, "packs": 0, "snapshots": 0, "entries": 0}
     found = machines(bucket)
+    problems += vanished(r.name, found)
     with progress(len(found), "machine", f"fsck {r.name}") as bar:
         for p, m in found:
             view = MachineView(bucket, sealer, p, m, r.name, deep=True)
@@ -453,12 +454,13 @@ def fsck_remote(args):
 def cmd_audit(args):
     """Every project and machine on the remote, their steps in one table (oldest first)."""
     from ..journal import utc
-    from ..remote.read import MachineView, machines
+    from ..remote.read import MachineView, machines, vanished
     r, bucket, sealer = _open(args.remote)
     wanted = [w.strip() for w in (args.mark or "").split(",") if w.strip()]
-    found = [(p, m) for p, m in machines(bucket) if (args.project in (None, p)) and (args.machine in (None, m))]
+    every = machines(bucket)
+    found = [(p, m) for p, m in every if (args.project in (None, p)) and (args.machine in (None, m))]
     views = bucket.map(lambda pm: MachineView(bucket, sealer, pm[0], pm[1], r.name), found)
-    rows, problems = [], []
+    rows, problems = [], vanished(r.name, every, args.project, args.machine)
     for view in views:
         problems += view.problems
         for s in view.audit_rows():

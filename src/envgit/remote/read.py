@@ -37,6 +37,29 @@ def machines(bucket) -> list[tuple[str, str]]:
     return out
 
 
+def vanished(remote_name, found, project=None, machine=None) -> list[str]:
+    """A project/machine this machine has seen a head of (<NAME>.seen.json) that is no longer
+    on the bucket at all: every object of it deleted, the biggest rollback there is."""
+    out = []
+    for where, version in sorted(layout.seen_heads(remote_name).items()):
+        p, _, m = where.partition("/")
+        if (p, m) in found or project not in (None, p) or machine not in (None, m):
+            continue
+        if isinstance(version, int) and version > 0:
+            out.append(f"{layout.machine_prefix(p, m)}: rolled back: every object of {where} is gone "
+                       f"from the bucket, this machine has seen its head version {version} (if it was "
+                       f"removed on purpose, delete \"{where}\" from {layout.seen_path(remote_name)})")
+    return out
+
+
+def has_head(bucket, sealer, project, machine) -> bool:
+    """A head there that opens with the key and names its own place."""
+    try:
+        return read_head(bucket, sealer, project, machine) is not None
+    except RemoteError:
+        return False
+
+
 class MachineView:
     """One machine's journal as a reader trusts it: the rows the chain reaches up to the head.
     `problems`: what is wrong (fsck names them; log and audit say them and go on)."""
@@ -60,7 +83,10 @@ class MachineView:
                 return
             self.listing = bucket.listing(layout.machine_prefix(project, machine))
             if self.head is None:
-                self.problems.append(f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
+                self.problems.append(
+                    f"{layout.head_name(project, machine)}: rolled back: it is gone, this machine has "
+                    f"seen version {seen}" if seen else
+                    f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
                 return
             ranges = self._segment_ranges()
             used, reached = segments.chain(ranges, self.head["seq"])
@@ -197,10 +223,14 @@ class MachineView:
         return sorted(n[len(base):] for n in self.listing if n.startswith(base))
 
 
-def pick_machine(bucket, remote, project: str | None, machine: str | None, default_project=None):
+def pick_machine(bucket, remote, project: str | None, machine: str | None, default_project=None,
+                 sealer=None):
     """The (project, machine) a command reads: the ones named, else the only one there is
-    (the current project's name first)."""
+    (the current project's name first). Unnamed, only a machine with a valid head counts: one
+    junk object under a stray prefix does not make the choice ambiguous."""
     found = machines(bucket)
+    if sealer is not None and (project is None or machine is None) and len(found) > 1:
+        found = [pm for pm, ok in zip(found, bucket.map(lambda pm: has_head(bucket, sealer, *pm), found)) if ok]
     if project is None and default_project and any(p == default_project for p, _ in found):
         project = default_project
     cands = [(p, m) for p, m in found if (project is None or p == project) and (machine is None or m == machine)]
