@@ -27,6 +27,18 @@ def head_name(project: str, machine: str) -> str:
     return machine_prefix(project, machine) + "head"
 
 
+def version_name(project: str, machine: str, version: int) -> str:
+    """The mark a push leaves after its head: head version `version` was written."""
+    return machine_prefix(project, machine) + f"heads/{version:0{SEGMENT_DIGITS}d}"
+
+
+def parse_version(name: str, project: str, machine: str) -> int | None:
+    """The version of a head mark's name (below the remote's prefix), None when it is not one."""
+    base = machine_prefix(project, machine) + "heads/"
+    leaf = name[len(base):] if name.startswith(base) else ""
+    return int(leaf) if len(leaf) == SEGMENT_DIGITS and leaf.isdigit() and int(leaf) > 0 else None
+
+
 def pack_name(project: str, machine: str, name: str) -> str:
     return machine_prefix(project, machine) + "packs/" + name
 

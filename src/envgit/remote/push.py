@@ -163,11 +163,16 @@ def _push(project, remote, progress) -> Pushed:
         bucket.put(name, sealer.seal(name, segments.encode_head(P, M, version, last, h, step, indexes,
                                                                 time.time_ns())))
         layout.note_heads(remote.name, {f"{P}/{M}": version})
+        # then the head's mark: a head put back to an older version is seen by any reader
+        # (a mark past it), unless the marks are deleted too
+        put(layout.version_name(P, M, version), b"")
     # 5. segments no reader uses any more (superseded by a longer one, or left by a killed push)
     used, _ = segments.chain(have + written, last)
     stale = [r for r in every_segment if r not in used and r[1] <= last]
     bucket.map(lambda r: bucket.delete(layout.segment_name(P, M, *r)), stale)
-    gone = {layout.segment_name(P, M, *r) for r in stale} | {head_key}
+    marks = [n for n in listing if (layout.parse_version(n, P, M) or version) < version]
+    bucket.map(bucket.delete, marks)
+    gone = {layout.segment_name(P, M, *r) for r in stale} | {head_key} | set(marks)
     now = {n: e for n, e in listing.items() if n not in gone}
     now.update((n, e) for n, e in put_etags.items() if e)
     if now != known:

@@ -82,16 +82,33 @@ class MachineView:
                 self.problems.append(str(e))
                 return
             self.listing = bucket.listing(layout.machine_prefix(project, machine))
+            version = self.head["version"] if self.head else 0
+            # marks of heads newer than this one (a push writes its mark after its head: one
+            # that landed meanwhile is read again; one still past it is a head put back)
+            marks = sorted(v for v in (layout.parse_version(n, project, machine) for n in self.listing)
+                           if v and v > version)
             if self.head is None:
-                self.problems.append(
-                    f"{layout.head_name(project, machine)}: rolled back: it is gone, this machine has "
-                    f"seen version {seen}" if seen else
-                    f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
+                if marks or seen:
+                    continue
+                self.problems.append(f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
                 return
             ranges = self._segment_ranges()
             used, reached = segments.chain(ranges, self.head["seq"])
-            if reached > self.head["seq"]:
+            if reached > self.head["seq"] and not marks:
                 break
+        written = self._newest_mark(bucket, sealer, marks)
+        if self.head is None:
+            self.problems.append(
+                f"{layout.head_name(project, machine)}: rolled back: it is gone, but this machine has seen "
+                f"version {seen}" if seen else
+                f"{layout.head_name(project, machine)}: rolled back: it is gone, but head version "
+                f"{written} was written" if written else
+                f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
+            return
+        if written:
+            self.problems.append(f"{layout.head_name(project, machine)}: rolled back: it is version "
+                                 f"{self.head['version']} (entry {self.head['seq']}), but head version "
+                                 f"{written} was written ({layout.version_name(project, machine, written)})")
         head = self.head
         if head["version"] < seen:
             self.problems.append(f"{layout.head_name(project, machine)}: rolled back: it is version "
@@ -127,6 +144,22 @@ class MachineView:
                                          f"{head['version']} (entry {head['seq']}), but {name} was written by a "
                                          f"push that began after head version {got[0]['after_head']}")
         layout.note_heads(remote_name, {where: head["version"]})
+
+    def _newest_mark(self, bucket, sealer, marks) -> int:
+        """The newest of the marks past the head that opens (a push with the key wrote it),
+        0 for none; one that does not open is named."""
+        for version in reversed(marks):
+            name = layout.version_name(self.project, self.machine, version)
+            try:
+                data = bucket.get(name)
+                if data is None:
+                    continue
+                sealer.open(name, data)
+            except (RemoteError, Unopenable) as e:
+                self.problems.append(f"{name}: {e}")
+                continue
+            return version
+        return 0
 
     def _segment_ranges(self):
         base = layout.machine_prefix(self.project, self.machine) + "journal/"

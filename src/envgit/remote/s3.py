@@ -53,8 +53,8 @@ class Bucket:
             if len(data) >= MULTIPART_AT:
                 self.client.upload_fileobj(io.BytesIO(data), self.bucket, self.key(name), Config=self.transfer)
                 # a multipart ETag is the server's own (not the MD5 of the bytes): ask for it
-                return self.client.head_object(Bucket=self.bucket, Key=self.key(name)).get("ETag", "")
-            return self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data).get("ETag", "")
+                return _etag(self.client.head_object(Bucket=self.bucket, Key=self.key(name)))
+            return _etag(self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data))
 
     def get(self, name: str) -> bytes | None:
         """The object's bytes; None when there is no such object."""
@@ -84,7 +84,7 @@ class Bucket:
         with self._said(under):
             for page in self._pages(Prefix=self.key(under)):
                 for o in page.get("Contents", ()):
-                    out[o["Key"][len(self.prefix):]] = o.get("ETag", "")
+                    out[o["Key"][len(self.prefix):]] = _etag(o)
         return out
 
     def _pages(self, **kw):
@@ -160,6 +160,12 @@ class _Said:
             raise RemoteError(f"{where}: {e}; check --endpoint and the network, then run "
                               "the command again (a push resumes)") from None
         return False
+
+
+def _etag(response) -> str:
+    """An object's ETag without the quotes some servers put around it in one answer and not
+    in another (rclone: quoted from a PUT, bare in a listing)."""
+    return str(response.get("ETag") or "").strip('"')
 
 
 def _code(e) -> str:
