@@ -53,6 +53,9 @@ def add_parsers(sub, argparse):
     p = command(sub, "push", help="upload to a remote what it lacks of this project (resumable)",
                 example=["envgit push ci", "envgit push ci --json"])
     p.add_argument("name", help="the remote")
+    p.add_argument("--repair", action="store_true", help="fetch and check every object this machine "
+                   "pushed, and upload again what is damaged (a push alone repairs what changed since "
+                   "this machine last pushed, and what is missing)")
     json_flag(p)
     p.set_defaults(fn=cmd_push)
 
@@ -225,7 +228,7 @@ def cmd_push(args):
     from ..remote.push import push
     project = find_project()
     r = layout.load(args.name)
-    got = push(project, r, progress=None if args.json else progress)
+    got = push(project, r, progress=None if args.json else progress, repair=args.repair)
     _refresh_org_policy(r)
     if args.json:
         out(dict(got))

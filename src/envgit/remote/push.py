@@ -40,18 +40,18 @@ def read_head(bucket, sealer, project, machine) -> dict | None:
         raise RemoteError(f"{name}: {e}; `envgit fsck --remote {bucket.remote.name}` says more") from None
 
 
-def push(project, remote, progress=None) -> Pushed:
+def push(project, remote, progress=None, repair=False) -> Pushed:
     """Upload what `remote` lacks of `project`; returns counts. One push per project at a time
     (a flock on .envgit/push.lock: the daemon's auto-push and a person's push wait in turn)."""
     lock_fd = os.open(project.state_path("push.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        return _push(project, remote, progress)
+        return _push(project, remote, progress, repair)
     finally:
         os.close(lock_fd)
 
 
-def _push(project, remote, progress) -> Pushed:
+def _push(project, remote, progress, repair=False) -> Pushed:
     started = time.perf_counter()
     P, M = layout.project_name(project.root), layout.machine_name()
     sealer = Sealer(remote.key())
@@ -68,7 +68,10 @@ def _push(project, remote, progress) -> Pushed:
     known = _load_etags(etags_path)
     head_key = layout.head_name(P, M)
     changed = {n for n, e in listing.items() if n != head_key and known.get(n, e) != e}
+    if repair:      # --repair: every object of this machine fetched and opened (AES-GCM checks it whole)
+        changed |= _unopenable(bucket, sealer, [n for n in listing if n != head_key and n not in changed])
     every_segment = _segment_ranges(listing, P, M)
+    every_name = list(listing)
     listing = {n: e for n, e in listing.items() if n not in changed}
     # 1. the journal, before the packs: only the entries past the head (and those of a run of
     # small segments to be rewritten as one)
@@ -170,7 +173,7 @@ def _push(project, remote, progress) -> Pushed:
     used, _ = segments.chain(have + written, last)
     stale = [r for r in every_segment if r not in used and r[1] <= last]
     bucket.map(lambda r: bucket.delete(layout.segment_name(P, M, *r)), stale)
-    marks = [n for n in listing if (layout.parse_version(n, P, M) or version) < version]
+    marks = [n for n in every_name if (layout.parse_version(n, P, M) or version) < version]
     bucket.map(bucket.delete, marks)
     gone = {layout.segment_name(P, M, *r) for r in stale} | {head_key} | set(marks)
     now = {n: e for n, e in listing.items() if n not in gone}
@@ -194,6 +197,20 @@ def check_key(bucket, sealer) -> None:
     except Unopenable:
         raise RemoteError(f"{remote.url}: the key in {layout.key_path(remote.name)} does not "
                           "open this remote (another remote's key?); put the right key back") from None
+
+
+def _unopenable(bucket, sealer, names) -> set:
+    """The names whose object is gone or does not open with the key under its own name."""
+    def bad(name):
+        data = bucket.get(name)
+        if data is None:
+            return True
+        try:
+            sealer.open(name, data)
+        except Unopenable:
+            return True
+        return False
+    return {n for n, b in zip(names, bucket.map(bad, names)) if b}
 
 
 def _segment_ranges(listing, P, M) -> list[tuple[int, int]]:
