@@ -172,9 +172,9 @@ def _push(project, remote, progress, repair=False) -> Pushed:
     # 5. segments no reader uses any more (superseded by a longer one, or left by a killed push)
     used, _ = segments.chain(have + written, last)
     stale = [r for r in every_segment if r not in used and r[1] <= last]
-    bucket.map(lambda r: bucket.delete(layout.segment_name(P, M, *r)), stale)
+    # and the marks of older heads: all deleted at once
     marks = [n for n in every_name if (layout.parse_version(n, P, M) or version) < version]
-    bucket.map(bucket.delete, marks)
+    bucket.map(bucket.delete, [layout.segment_name(P, M, *r) for r in stale] + marks)
     gone = {layout.segment_name(P, M, *r) for r in stale} | {head_key} | set(marks)
     now = {n: e for n, e in listing.items() if n not in gone}
     now.update((n, e) for n, e in put_etags.items() if e)
