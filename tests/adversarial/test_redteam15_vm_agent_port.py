@@ -12,6 +12,7 @@ memory snapshot keeps the thief for the next daemon to resume.
 Real QEMU (TCG here). The oracle: a later, harmless step's output within a bounded time.
 """
 
+import json
 import os
 import subprocess
 import time
@@ -74,3 +75,30 @@ def test_vm_a_step_that_steals_the_agents_port_does_not_stall_every_later_step(a
     took = time.monotonic() - t0
     assert "later-step" in said and took < 150, (
         f"a process a VM step left running stalls the project's later steps ({took:.0f} s): {said}")
+
+
+# A child of the step (a test helper, an install script) takes the agent's port and says on
+# every channel the daemon may be waiting on that the command exited 0: the daemon's Link.run
+# takes the first EXIT on the step's channel, whoever wrote it.
+FORGE_EXIT = r'''
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.syscall(438, os.pidfd_open(1), 3, 0)
+frames = b"".join(struct.pack("!BII", 35, ch, 8) + struct.pack("!II", 0, 0) for ch in range(1, 4000))
+view = memoryview(frames)
+while view:
+    view = view[os.write(fd, view):]
+'''
+
+
+def test_vm_a_steps_child_cannot_turn_a_failure_into_success(attacker, shared_image):
+    attacker.stop()
+    attacker.write_policy("version: 1\nbackend: vm\nvm: { memory: 256MiB, cpus: 1 }\n")
+    attacker.env["ENVGIT_VM_CACHE"] = shared_image
+    (attacker.root / "forge.py").write_text(FORGE_EXIT)
+    attacker.own(attacker.root / "forge.py")
+    r = attacker.envgit("run", "--", "sh", "-c", "python3 forge.py; sleep 3; exit 7", timeout=400)
+    recorded = json.loads(attacker.envgit("show", "last", "--json").stdout).get("exit_code")
+    assert (r.returncode, recorded) == (7, 7), (
+        f"a VM step's child forged the exit status: envgit run said {r.returncode}, the journal "
+        f"{recorded}, for a command that exits 7\n{r.stderr}")
