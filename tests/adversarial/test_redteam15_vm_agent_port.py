@@ -9,6 +9,11 @@ until the person rewinds to a step before it. The daemon checks that the QEMU pr
 the port is open, never that the agent still answers (a ping with a short timeout), and a
 memory snapshot keeps the thief for the next daemon to resume.
 
+With the same descriptor a child of the step writes EXIT frames: the daemon takes the first
+EXIT on the step's channel (channels are small counters: every one is tried) as the command's,
+and `envgit run` reports and the journal records the forged status (the default tier's promise
+"a step's child cannot turn a failure into success", test_redteam12_status.py).
+
 Real QEMU (TCG here). The oracle: a later, harmless step's output within a bounded time.
 """
 
