@@ -305,7 +305,8 @@ class Session:
             notices = await asyncio.to_thread(self.vm.ensure, pol, progress)
             if net is not None:         # the guest's connections reach the gate from this process
                 self.gate.bind_step(step, os.stat("/proc/self/ns/pid").st_ino)
-            vm = await asyncio.to_thread(self.vm.prepare, step, argv, cwd, spec.env, pol, masked, net)
+            vm = await asyncio.to_thread(self.vm.prepare, step, argv, cwd, spec.env, pol, masked, net,
+                                         spec.protected)
         except Exception as e:          # never leave a begun step without an end
             if self.gate is not None:
                 self.gate.close_step(step)
@@ -315,7 +316,8 @@ class Session:
                              "and the guest image)", "exit": 125}
         self.live[step] = {"masked": masked, "argv": argv, "home": spec.env.get("HOME", ""),
                            "policy": pol, "conn": conn, "requests": [], "tmp": own_tmp,
-                           "routes": routes.before_step(self.scan), "vm": True}
+                           "routes": routes.before_step(self.scan), "vm": True,
+                           "protected": spec.protected}
         return {"step": step, "vm": vm, "notices": [inert(n) for n in notices]}
 
     async def net_for(self, pol, step):
@@ -377,7 +379,8 @@ class Session:
         vm_after = memory = None
         if info.get("vm") and self.vm is not None:     # the guest's changes onto the host first
             try:
-                vm_after = await asyncio.to_thread(self.vm.after, step, info["policy"], info["masked"])
+                vm_after = await asyncio.to_thread(self.vm.after, step, info["policy"], info["masked"],
+                                                   info.get("protected", ()))
             except Exception as e:
                 vm_after = {"error": f"the guest's changes were not all taken: {e}"}
         summary = await self._snapshot(info["policy"])
@@ -411,6 +414,14 @@ class Session:
         if vm_after and vm_after.get("refused"):
             notices.append("the VM's step changed paths the policy does not let a step write; they "
                            "were not copied to the project: " + ", ".join(vm_after["refused"][:20]))
+        if vm_after and vm_after.get("kept"):
+            notices.append("the VM's step removed directories that, on the host, still hold what "
+                           "the guest never had (denied or protected files, a repository's .git); "
+                           "they were left: " + ", ".join(vm_after["kept"][:20]))
+        if vm_after and vm_after.get("edited"):
+            notices.append("changed on the host while the VM's step ran: the person's version was "
+                           "kept, the guest's not copied (the next step's guest gets the person's): "
+                           + ", ".join(vm_after["edited"][:20]))
         if vm_after and vm_after.get("error"):
             notices.append(vm_after["error"])
         if memory and memory.get("error"):

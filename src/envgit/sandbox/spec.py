@@ -25,6 +25,7 @@ class Spec:
     masked: list[str]        # paths covered by a deny in this step's view
     denied_literal: list[str]  # every absolute deny entry without a glob, present or not
     withheld_env: list = dataclasses.field(default_factory=list)  # variables a credential's real value was taken out of
+    protected: list = dataclasses.field(default_factory=list)  # read-only in the project (view.py)
 
 
 def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
@@ -75,4 +76,4 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     bw = ["bwrap", *NAMESPACES, *caps, "--die-with-parent", "--hostname", "envgit",
           *view.args, "--chdir", cwd, "--", *argv]
     literal = [p for p, _ in rules.deny_abs if not has_magic(p)]
-    return Spec(bw, env, view.masked, literal, withheld)
+    return Spec(bw, env, view.masked, literal, withheld, view.protected)

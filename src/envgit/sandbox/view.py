@@ -41,6 +41,7 @@ _COPIES: dict[str, ConfigCopies] = {}      # per state dir: the sanitised git co
 class View:
     args: list[str] = field(default_factory=list)
     masked: list[str] = field(default_factory=list)   # every path covered by a deny
+    protected: list[str] = field(default_factory=list)  # every path bound read-only in the project
 
 
 def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan,
@@ -88,6 +89,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
     rs = for_project(project).find(rules, scan)
     scan.routes = rs                     # what the daemon fingerprints before the step
     protected = _protected(rules, rs)
+    v.protected = protected              # the VM tier's write-back refuses the same (vm/sync.py)
     # A second name (hard link) of a protected file would be a writable way to it: broken away.
     for p in unshare_links(protected):
         print(f"envgit: {p} had another name (a hard link); it now has an inode of its own",

@@ -129,7 +129,7 @@ class VMHost:
 
     # --- a step ---------------------------------------------------------------------------
 
-    def prepare(self, step, argv, cwd, env, pol, masked, net=None) -> dict:
+    def prepare(self, step, argv, cwd, env, pol, masked, net=None, protected=()) -> dict:
         """Before the command: push the host's changes in; the stream socket and token for
         `envgit run`. `net` (sandbox/network.Net): the step's way to the gate, through the
         agent's port (its credential tied to this daemon, whose connections carry the guest's);
@@ -140,24 +140,25 @@ class VMHost:
             if net is not None:         # before push's last frame, which waits for all
                 with open(os.path.join(net.certs_dir, "ca-certificates.crt"), "rb") as f:
                     link.send(wire.PUT, b'{"path": "", "op": "ca"}\n' + f.read(), 0)
-            view = sync.View(pol, self.project.root, masked)
+            view = sync.View(pol, self.project.root, masked, protected)
             self.manifest, sent = sync.push(link, self.project.root, view, self.manifest)
             token = secrets.token_hex(16)
             self.pending[token] = {"step": step, "argv": argv, "cwd": cwd, "env": guest_env(env, step)}
             return {"sock": os.path.join(self.sock_dir, "step.sock"), "token": token, "pushed": sent}
 
-    def after(self, step, pol, masked) -> dict:
-        """After the command: the guest's changes written onto the host."""
+    def after(self, step, pol, masked, protected=()) -> dict:
+        """After the command: the guest's changes written onto the host. `protected`: what the
+        default tier binds read-only for the step (sandbox/view.py), refused the same here."""
         with self.lock:
             for t, req in list(self.pending.items()):
                 if req["step"] == step:            # a client that never connected
                     del self.pending[t]
             if self.machine is None or not self.machine.alive():
                 return {"error": "the VM is not running"}
-            view = sync.View(pol, self.project.root, masked)
-            self.manifest, refused, written = sync.collect(self.machine.link, self.project.root, view,
-                                                           self.manifest)
-            return {"refused": refused, "written": written}
+            view = sync.View(pol, self.project.root, masked, protected)
+            self.manifest, left, written = sync.collect(self.machine.link, self.project.root, view,
+                                                        self.manifest)
+            return {**left, "written": written}
 
     def snapshot(self, step) -> dict:
         """The guest's memory after `step`, beside its file snapshot."""

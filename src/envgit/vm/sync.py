@@ -11,7 +11,17 @@ What the guest never gets, under the same view rules as the default tier: envgit
 (.envgit), every path the policy denies reading (the step's masked paths, deny_read globs, the
 content denies such as private keys), git's directories (no git in the guest; their config and
 hooks are escape routes). What is never written back: the same, and every path the policy does
-not let a step write (protect entries: envgit.yaml, ...). A refused write-back is said.
+not let a step write (protect entries: envgit.yaml, ...), nor anything inside the paths the
+default tier binds read-only for a step (sandbox/view.py's `protected`, passed in: the
+`core.hooksPath` directory, the files a git config includes, agents' settings...). A refused
+write-back is said.
+
+The write-back only ever touches a host path the guest HAD (synced in, so in the manifest) and
+finds unchanged since (size, mtime, mode, inode as recorded): a removal is never recursive (the
+agent sends one per path, deepest first), a directory goes only once nothing is left in it, and
+a file the person edited on the host while the step ran keeps the person's edit. Whatever is
+left is said on the step, and taken out of the manifest so that the next push gives the guest
+the host's version again.
 """
 
 import json
@@ -26,22 +36,35 @@ SKIP_NAMES = {".envgit", ".git"}
 
 
 def _entry(st):
+    """What a host path was when synced: the inode too, so that a file replaced on the host
+    (an editor's save by rename) reads as changed even with the same size and mtime."""
     if stat.S_ISDIR(st.st_mode):
-        return ("dir", 0, 0, stat.S_IMODE(st.st_mode))
+        return ("dir", 0, 0, stat.S_IMODE(st.st_mode), st.st_ino)
     if stat.S_ISLNK(st.st_mode):
-        return ("link", 0, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+        return ("link", 0, st.st_mtime_ns, stat.S_IMODE(st.st_mode), st.st_ino)
     if stat.S_ISREG(st.st_mode):
-        return ("file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+        return ("file", st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), st.st_ino)
     return None
+
+
+def _now(p):
+    try:
+        return _entry(os.lstat(p))
+    except OSError:
+        return None
 
 
 class View:
     """Which project paths the guest may see and write, by the policy's rules."""
 
-    def __init__(self, pol, root, masked=()):
+    def __init__(self, pol, root, masked=(), protected=()):
+        """`masked`: the step's deny masks; `protected`: the paths the default tier's view binds
+        read-only for the same step (sandbox/view.py), the one list of them."""
         self.root = root
         self.rules = resolve(pol, root, os.path.expanduser("~"))
         self.masked = [m for m in masked if m == root or m.startswith(root + "/")]
+        real = os.path.realpath(root)
+        self.protected = [p for p in protected if _inside(p, root) or _inside(p, real)]
 
     def _abs(self, rel):
         return os.path.join(self.root, rel)
@@ -55,7 +78,19 @@ class View:
         return decide_resolved(self.rules, p).access == "none"
 
     def writable(self, rel) -> bool:
-        return not self.hidden(rel) and decide_resolved(self.rules, self._abs(rel)).access == "write"
+        if self.hidden(rel):
+            return False
+        p = self._abs(rel)
+        if self.protected:
+            # the path and where it really is (a symlinked parent on the host)
+            where = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+            if any(_inside(p, q) or _inside(where, q) for q in self.protected):
+                return False
+        return decide_resolved(self.rules, p).access == "write"
+
+
+def _inside(p, d):
+    return p == d or p.startswith(d.rstrip("/") + "/")
 
 
 def scan(root, view: View) -> dict:
@@ -129,10 +164,20 @@ def push(link, root, view: View, manifest: dict) -> tuple[dict, int]:
     return now, sent
 
 
-def collect(link, root, view: View, manifest: dict) -> tuple[dict, list[str], int]:
-    """Write onto the host what the step changed in the guest; returns the new manifest, the
-    paths refused (not writable by the policy) and the bytes written."""
-    refused, written = [], [0]
+def collect(link, root, view: View, manifest: dict) -> tuple[dict, dict, int]:
+    """Write onto the host what the step changed in the guest; returns the new manifest, what
+    was not written ({"refused": not writable by the policy, "kept": directories that still
+    hold what the guest never had, "edited": host paths the person changed during the step})
+    and the bytes written."""
+    left = {"refused": [], "kept": [], "edited": []}
+    skip = set()                    # a file's later chunks, once its first was not written
+    written = [0]
+
+    def leave(why, rel):
+        if rel not in left[why]:
+            left[why].append(rel)
+        skip.add(rel)
+        manifest.pop(rel, None)     # the next push gives the guest the host's version
 
     def apply(kind, payload):
         head, _, data = payload.partition(b"\n")
@@ -140,31 +185,42 @@ def collect(link, root, view: View, manifest: dict) -> tuple[dict, list[str], in
         rel, op = h["path"], h["op"]
         if not rel or rel.startswith("/") or ".." in rel.split("/"):
             return
+        first = op != "file" or h.get("offset", 0) == 0
+        if not first and rel in skip:
+            return
+        skip.discard(rel)
         if not view.writable(rel):
-            if rel not in refused and not view.hidden(rel):
-                refused.append(rel)
+            if not view.hidden(rel):
+                leave("refused", rel)
             return
         p = os.path.join(root, rel)
         if _through_link(root, rel):
-            refused.append(rel)
+            leave("refused", rel)
+            return
+        if first and _now(p) != manifest.get(rel):
+            leave("edited", rel)    # not what was synced in: the person's edit wins
             return
         if op == "rm":
-            _remove(p)
-            for k in [k for k in manifest if k == rel or k.startswith(rel + "/")]:
-                manifest.pop(k, None)
+            if not _remove_one(p):
+                leave("kept", rel)
+                return
+            manifest.pop(rel, None)
             return
         if op == "dir":
             if not (os.path.isdir(p) and not os.path.islink(p)):
-                _remove(p)
+                _remove_one(p)
                 os.makedirs(p, exist_ok=True)
             os.chmod(p, h["mode"] & 0o7777 & ~0o6000)
         elif op == "link":
-            _remove(p)
+            if not _remove_one(p):
+                leave("kept", rel)
+                return
             os.symlink(h["target"], p)
         elif op == "file":
-            if h.get("offset", 0) == 0:
-                if os.path.isdir(p) and not os.path.islink(p):
-                    _remove(p)
+            if first:
+                if not _remove_one(p, files=False):
+                    leave("kept", rel)
+                    return
                 os.makedirs(os.path.dirname(p), exist_ok=True)
                 fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             else:
@@ -177,13 +233,12 @@ def collect(link, root, view: View, manifest: dict) -> tuple[dict, list[str], in
                 os.close(fd)
             os.chmod(p, h["mode"] & 0o7777 & ~0o6000)     # no setuid bits from a guest
         if h.get("last", True):
-            try:
-                manifest[rel] = _entry(os.lstat(p))
-            except OSError:
-                pass
+            e = _now(p)
+            if e is not None:
+                manifest[rel] = e
 
     link.call(wire.COLLECT, b"{}", timeout=600, on_frame=apply)
-    return manifest, refused, written[0]
+    return manifest, left, written[0]
 
 
 def _through_link(root, rel) -> bool:
@@ -197,14 +252,20 @@ def _through_link(root, rel) -> bool:
     return False
 
 
-def _remove(p):
+def _remove_one(p, files=True) -> bool:
+    """Remove `p` itself, never what is in it: a directory only when empty (what the guest
+    removed inside it came first, one path at a time; what is left the guest never had, or may
+    not touch). `files=False`: leave a file alone (it is about to be rewritten in place).
+    Whether `p` is gone (or, files=False, is no directory any more)."""
     try:
         st = os.lstat(p)
     except FileNotFoundError:
-        return
+        return True
     if stat.S_ISDIR(st.st_mode):
-        for name in os.listdir(p):
-            _remove(os.path.join(p, name))
-        os.rmdir(p)
-    else:
+        try:
+            os.rmdir(p)
+        except OSError:
+            return False
+    elif files:
         os.unlink(p)
+    return True
