@@ -461,8 +461,39 @@ def _remove(p):
         os.unlink(p)
 
 
+# What a step's command may never have, though it runs as root in the guest: dropped from the
+# bounding set before exec, so neither it nor any setuid or file-capability program it runs
+# gets them back. Without CAP_SYS_PTRACE, and with a permitted set no longer a superset of pid
+# 1's, the kernel's ptrace access check denies every step process pid 1: no `pidfd_getfd` of
+# the agent's port (which would let a step's child eat the host's requests or forge a step's
+# EXIT), no /proc/1/mem or /proc/1/fd. The others reach the kernel or pid 1's memory by other
+# doors (modules, /dev/mem, BPF and perf probes, kexec, CAP_SYS_ADMIN's many).
+STEP_CAPS_DROPPED = {
+    "CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21,
+    "CAP_SYS_BOOT": 22, "CAP_MAC_OVERRIDE": 32, "CAP_MAC_ADMIN": 33, "CAP_SYSLOG": 34,
+    "CAP_PERFMON": 38, "CAP_BPF": 39,
+}
+PR_CAPBSET_DROP = 24
+
+
+def _drop_capabilities():
+    """In a step's process, before exec: STEP_CAPS_DROPPED out of its bounding set. Fails
+    closed: a step whose capabilities could not be dropped does not run."""
+    import ctypes
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 40
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    for name, cap in STEP_CAPS_DROPPED.items():
+        if cap <= last and prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"could not drop {name}")
+
+
 def _exec(argv, env, cwd):
     try:
+        _drop_capabilities()
         signal.set_wakeup_fd(-1)
         for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGQUIT, signal.SIGTTOU, signal.SIGPIPE):
             signal.signal(s, signal.SIG_DFL)
@@ -477,6 +508,9 @@ def _exec(argv, env, cwd):
         os._exit(127)
     except OSError as e:
         os.write(2, f"envgit: {argv[0]}: {e.strerror}\n".encode())
+        os._exit(126)
+    except BaseException as e:          # a forked child never returns into pid 1's loop
+        os.write(2, f"envgit: {argv[0]}: {type(e).__name__}: {e}\n".encode())
         os._exit(126)
     os._exit(126)
 

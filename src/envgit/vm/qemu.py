@@ -285,9 +285,13 @@ class QemuMachine(Machine):
         except OSError:
             return ""
 
-    def alive(self) -> bool:
+    def alive(self, answer_within=15.0) -> bool:
+        """QEMU runs, its port is open, and the agent answers a ping within `answer_within`
+        seconds: an agent that no longer reads its port (wedged, or its port taken by another
+        reader) is a dead machine, replaced by the caller, not one every later request waits
+        out its timeout on."""
         return self.proc is not None and self.proc.poll() is None and self.link is not None \
-            and not self.link.closed
+            and not self.link.closed and self.link.ping(answer_within)
 
     # --- snapshot and restore ------------------------------------------------------------
 
