@@ -79,6 +79,7 @@ def test_vm_removing_a_directory_does_not_delete_what_the_guest_never_had(attack
     lost = [p for p in ("sub/.env", "other/.env", "lib/.git/config", ".claude/settings.json")
             if not (root / p).exists()]
     assert not lost, f"the VM step's write-back deleted host paths the step may not touch: {lost}"
+    assert "they were left: " in r.stderr and "other" in r.stderr, r.stderr   # said on the step
 
 
 def test_vm_a_persons_edit_during_a_step_is_not_overwritten_by_the_guests_older_copy(attacker, shared_image):
@@ -107,6 +108,7 @@ def test_vm_a_persons_edit_during_a_step_is_not_overwritten_by_the_guests_older_
             p.wait()
     assert b"END" in buf + out, (buf + out, err)
     got = notes.read_text()
+    assert "the person's version was kept" in err.decode(), err   # said on the step
     assert "the person's edit" in got, (
         f"the person's later edit was overwritten by the guest's older copy: {got!r}")
 
