@@ -129,8 +129,78 @@ def bare_proj(tmp_path):
     e.stop()
 
 
+# --- tiers, side-by-side groups, the unprivileged variant, the closing summary -----------
+
+from kit import tiers as _tiers  # noqa: E402
+
+_GUARD = _tiers.Guard()
+# Tests that share one thing that cannot be used twice at once run on one xdist worker, one
+# after another (`--dist loadgroup`): the VM tier boots one guest per module under TCG (a core
+# each) and shares its image build.
+_GROUP_OF_TIER = {"vm": "vm"}
+
+
 def pytest_configure(config):
+    for tier, what in (("quick", "no process, no server: pure functions (dev/run test --quick)"),
+                       ("sandbox", "starts the CLI, bwrap, git or a server"),
+                       ("vm", "boots the VM tier's guest under QEMU"),
+                       ("browser", "drives Debian's Chromium"),
+                       ("agents", "runs an agent's npm binary"),
+                       ("s3", "runs the S3-compatible server (rclone serve s3)")):
+        config.addinivalue_line("markers", f"{tier}: {what} (set by tests/kit/tiers.py)")
+    config.addinivalue_line("markers", "both_uids(why): run the `attacker` test as root and as an "
+                            "unprivileged user; `why` says how the uid can change the outcome")
+    config.addinivalue_line("markers", "xdist_group(name): tests sharing one machine-wide thing")
     missing = [t for t in ("bwrap", "git") if shutil.which(t) is None]
     if missing:
         raise pytest.UsageError(f"the tests need {', '.join(missing)}: run `dev/run test`, "
                                 "which installs them")
+
+
+def pytest_generate_tests(metafunc):
+    """`attacker` runs as root, the more dangerous of the two; as an unprivileged user too only
+    where the uid can change the outcome, which the test says with `both_uids(why)`."""
+    if "attacker" in metafunc.fixturenames:
+        both = metafunc.definition.get_closest_marker("both_uids")
+        if both is not None and not (both.args and str(both.args[0]).strip()):
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: both_uids needs its reason: "
+                                    "@pytest.mark.both_uids(\"why the uid matters\")")
+        metafunc.parametrize("attacker", ["root", "user"] if both else ["root"], indirect=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        found = _tiers.tiers_of(item)
+        for tier in found:
+            item.add_marker(tier)
+        for tier, group in _GROUP_OF_TIER.items():
+            if tier in found and not item.get_closest_marker("xdist_group"):
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    _GUARD.active = item.nodeid if item.get_closest_marker("quick") else None
+    try:
+        return (yield)
+    finally:
+        _GUARD.active = None
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Per tier: how many tests and the time they took (each test counted in every tier it
+    needs; on N workers the times add up to about N times the wall time)."""
+    counts, secs = {}, {}
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if getattr(r, "when", None) != "call":
+                continue
+            for tier in _tiers.TIERS:
+                if tier in r.keywords:
+                    counts[tier] = counts.get(tier, 0) + 1
+                    secs[tier] = secs.get(tier, 0.0) + r.duration
+    if counts:
+        terminalreporter.write_sep("-", "tests per tier")
+        for tier in _tiers.TIERS:
+            if tier in counts:
+                terminalreporter.write_line(f"{tier:8} {counts[tier]:5} tests  {secs[tier]:8.1f} s of test time")

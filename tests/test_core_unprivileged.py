@@ -5,7 +5,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from conftest import CANARY, ENVGIT, make_home
 sys.path.insert(0, str(Path(__file__).resolve().parent / "adversarial"))
 from harness import open_path_to  # noqa: E402
+from kit.users import test_user  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
                                 reason="creating a test user needs root and useradd")
@@ -20,23 +20,20 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is 
 
 @pytest.fixture
 def user():
-    name = "envgit-t" + uuid.uuid4().hex[:6]
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
-    base = Path(tempfile.mkdtemp(prefix="envgit-unpriv-"))
-    os.chmod(base, 0o755)
-    home = make_home(base)
-    proj = home / "proj"
-    proj.mkdir()
-    subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
-    with open_path_to(os.path.realpath(sys.executable), ENVGIT):
-        try:
-            yield name, home, proj
-        finally:
-            subprocess.run(["runuser", "-u", name, "--", ENVGIT, "daemon", "stop"], cwd=proj,
-                           env={"PATH": os.environ["PATH"], "HOME": str(home)}, capture_output=True)
-            subprocess.run(["pkill", "-u", name], capture_output=True)
-            subprocess.run(["userdel", name], capture_output=True)
-            shutil.rmtree(base, ignore_errors=True)
+    with test_user() as name:
+        base = Path(tempfile.mkdtemp(prefix="envgit-unpriv-"))
+        os.chmod(base, 0o755)
+        home = make_home(base)
+        proj = home / "proj"
+        proj.mkdir()
+        subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
+        with open_path_to(os.path.realpath(sys.executable), ENVGIT):
+            try:
+                yield name, home, proj
+            finally:
+                subprocess.run(["runuser", "-u", name, "--", ENVGIT, "daemon", "stop"], cwd=proj,
+                               env={"PATH": os.environ["PATH"], "HOME": str(home)}, capture_output=True)
+                shutil.rmtree(base, ignore_errors=True)
 
 
 def as_user(user, *args, input=None):

@@ -3,8 +3,10 @@
 Tests import the fixture: `from harness import CANARY, attacker`.
 `envgit run` (or a real agent adapter), with a marker file or a canary as its only oracle.
 
-`attacker` is parametrized twice: as root (how envgit runs in most containers and CI) and as an
-unprivileged user the fixture creates (bwrap without root). Both get the same layout as the
+`attacker` runs as root (how envgit runs in most containers and CI, and the more dangerous of
+the two); a test whose outcome can depend on the uid says so with `@pytest.mark.both_uids(why)`
+and runs again as an unprivileged user the fixture creates (bwrap without root; conftest's
+pytest_generate_tests). Both get the same layout as the
 rest of the suite: a home with canary secrets, a git project `~/proj` inside it, `envgit init`
 done. A test that cannot apply to one of the two says so with an explicit `pytest.skip` naming
 why; root-only parametrizations are skipped only where the machine cannot create a user.
@@ -18,13 +20,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
 
 
 from conftest import CANARY, ENVGIT, Env, make_home
+from kit.users import can_make_users, test_user
 
 
 _PATH_LOCK = "/tmp/envgit-test-open-path.lock"
@@ -108,11 +110,7 @@ class Attacker(Env):
         self.own(self.root / "envgit.yaml")
 
 
-def _can_make_users():
-    return os.geteuid() == 0 and shutil.which("useradd") is not None
-
-
-@pytest.fixture(params=["root", "user"])
+@pytest.fixture
 def attacker(request, tmp_path):
     if request.param == "root":
         home = make_home(tmp_path)
@@ -124,27 +122,24 @@ def attacker(request, tmp_path):
         yield a
         a.stop()
         return
-    if not _can_make_users():
+    if not can_make_users():
         pytest.skip("creating an unprivileged test user needs root and useradd")
-    name = "envgit-a" + uuid.uuid4().hex[:6]
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
-    base = Path(tempfile.mkdtemp(prefix="envgit-adv-"))
-    os.chmod(base, 0o755)
-    home = make_home(base)
-    root = home / "proj"
-    root.mkdir()
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
-    subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
-    a = Attacker(home, root, name)
-    with open_path_to(os.path.realpath(sys.executable), ENVGIT):
-        try:
-            a.envgit("init", check=True)
-            yield a
-        finally:
-            a.stop()
-            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-            subprocess.run(["userdel", name], capture_output=True)
-            shutil.rmtree(base, ignore_errors=True)
+    with test_user("envgit-a") as name:
+        base = Path(tempfile.mkdtemp(prefix="envgit-adv-"))
+        os.chmod(base, 0o755)
+        home = make_home(base)
+        root = home / "proj"
+        root.mkdir()
+        subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+        subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
+        a = Attacker(home, root, name)
+        with open_path_to(os.path.realpath(sys.executable), ENVGIT):
+            try:
+                a.envgit("init", check=True)
+                yield a
+            finally:
+                a.stop()
+                shutil.rmtree(base, ignore_errors=True)
 
 
 __all__ = ["CANARY", "Attacker", "attacker", "open_path_to"]
