@@ -4,6 +4,7 @@ The adapters speak to seams that move between releases (Codex's exec-server prot
 marked experimental), so the tests pin these versions; `install(prefix)` is what the tests
 and a person setting up a machine call: `python -m envgit.agents.install DIR`."""
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -37,14 +38,22 @@ def installed_version(prefix: str, agent: str) -> str | None:
 
 
 def install(prefix: str, agents=tuple(PINNED)) -> dict[str, str]:
-    """{agent: path of its executable}, installing the pinned versions that are absent."""
+    """{agent: path of its executable}, installing the pinned versions that are absent.
+    Two installs into one prefix at once (two launches, tests side by side) take turns: npm
+    writing one node_modules twice at once leaves it broken."""
+    os.makedirs(prefix, exist_ok=True)
+    with open(os.path.join(prefix, ".envgit-install.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install(prefix, agents)
+
+
+def _install(prefix: str, agents) -> dict[str, str]:
     missing = [a for a in agents if installed_version(prefix, a) != PINNED[a][1]
                or not os.access(binary(prefix, a), os.X_OK)]
     if missing:
         npm = shutil.which("npm")
         if npm is None:
             raise InstallError("npm is not installed")
-        os.makedirs(prefix, exist_ok=True)
         # Every pinned agent at once, saved in the prefix's package.json: npm prunes packages
         # a later install does not name, so installing one at a time would drop the others.
         specs = [f"{pkg}@{ver}" for pkg, ver in PINNED.values()]
