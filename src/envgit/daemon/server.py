@@ -104,6 +104,9 @@ from .snapshots import SnapshotFailed, Snapshotter
 from ..remote.auto import AutoPush
 
 IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
+# How long a first snapshot runs before its progress is shown (a test sets 0: shown at once,
+# whatever the machine's speed)
+PROGRESS_AFTER_S = float(os.environ.get("ENVGIT_PROGRESS_AFTER", "1.0"))
 STEP_ENDED, STEP_ENDED_HOW = "step-ended", "the step ended before an answer"
 
 
@@ -344,21 +347,22 @@ class Session:
             elif look_outside and not self.live and not self.tree_unknown:
                 await asyncio.to_thread(outside_changes.record, self, pol, before)
 
-    async def with_progress(self, work, counters, conn, after_s=1.0, every_s=0.5):
+    async def with_progress(self, work, counters, conn, after_s=None, every_s=0.5):
         """Await a snapshot (`work`) whose walk keeps `counters` current; once it has run for
         `after_s`, push its progress to `conn` every `every_s` (the client shows it on a
         terminal). A snapshot done within `after_s` pushes nothing."""
+        after_s = PROGRESS_AFTER_S if after_s is None else after_s
         task = asyncio.ensure_future(work)
         t0 = time.monotonic()
         while True:
-            done, _ = await asyncio.wait({task}, timeout=every_s)
-            if done:
-                return task.result()
             if conn is not None and time.monotonic() - t0 >= after_s:
                 files, size = counters.get("files_hashed", 0), counters.get("bytes_hashed", 0)
                 self.push({"conn": conn}, {
                     "push": "progress", "what": "first snapshot", "unit": "file", "done": files,
                     "total": None, "text": f"first snapshot: {files} files read ({size / 1e6:.0f} MB)"})
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                return task.result()
 
     def ensure_baseline(self, pol, counters=None):
         """Before the project's first step: the tree it starts from (an agent's adapter asks
