@@ -38,7 +38,7 @@ def main(argv=None):
         from .run import run
         sys.exit(run(argv[1:]))
     if argv[:1] in ([a] for a in AGENTS) and argv[1:2] not in HELP:
-        from .agents import main as agent          # every argument is the agent's own
+        from .agents import main as agent  # every argument is the agent's own
         rest = argv[1:]
         sys.exit(agent(argv[0], rest[1:] if rest[:1] == ["--"] else rest))
     if argv[:1] == ["mcp"] and argv[1:2] not in HELP:
@@ -74,6 +74,7 @@ def _die_of(signum):
 
 def _parser(json_errors):
     import argparse
+
     from . import __version__, commands
 
     class Parser(argparse.ArgumentParser):

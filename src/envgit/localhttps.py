@@ -40,7 +40,7 @@ class TestCA:
         self.root.mkdir(parents=True, exist_ok=True)
         self.key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
                      .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
                      .not_valid_before(now - datetime.timedelta(days=1))
@@ -63,7 +63,7 @@ class TestCA:
                 alt.append(x509.IPAddress(ipaddress.ip_address(n)))
             except ValueError:
                 alt.append(x509.DNSName(n))
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         cert = (x509.CertificateBuilder()
                 .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
                 .issuer_name(self.cert.subject).public_key(key.public_key())

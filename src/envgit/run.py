@@ -18,7 +18,7 @@ Exit status, by the shell's convention (as `env`, `timeout` and `docker run` use
   naming the fix.
 """
 
-import _signal as signal   # the builtin: `signal` would import enum, ~3 ms per step
+import _signal as signal  # the builtin: `signal` would import enum, ~3 ms per step
 import os
 import sys
 import time
@@ -27,7 +27,6 @@ from .daemon.client import DaemonError, connect
 from .paths import NoProject, find_project
 from .sandbox.launch import Foreground, Launch, LaunchError, bwrap_path, trusted_binary
 from .sandbox.resolver import Resolver
-
 
 SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal)
                 if n.startswith("SIG") and not n.startswith("SIG_") and n not in ("SIGIOT", "SIGPOLL", "SIGCLD")}

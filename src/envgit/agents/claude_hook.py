@@ -33,7 +33,7 @@ def pre(event):
     if not (call and calls and isinstance(command, str)):
         return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from atomicfile import write_atomic      # copied beside this script (claude.py)
+    from atomicfile import write_atomic  # copied beside this script (claude.py)
     from claude_shim import call_key
     # The directory is writable by Claude's own tools: no name there is trusted (atomicfile.py).
     write_atomic(os.path.join(calls, f"{call_key(command)}.{time.time_ns()}"), call, sync=False)

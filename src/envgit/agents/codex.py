@@ -25,9 +25,18 @@ import json
 import os
 import sys
 
-from .codex_trust import TrustError, hook_identity, trust_override
 from ..run import FAILED
-from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, say_escape_routes, session_dir
+from .codex_trust import TrustError, hook_identity, trust_override
+from .session import (
+    AgentError,
+    agent_binary,
+    announce,
+    new_session,
+    project_here,
+    run_on_terminal,
+    say_escape_routes,
+    session_dir,
+)
 
 # Ours replace theirs in the overlay only; every other name is the user's own Codex home.
 OURS = ("environments.toml", "hooks.json")

@@ -7,7 +7,6 @@ exec-server reads it, so the fs/* steps of an apply_patch carry the id of their 
 It never blocks a tool: its output is empty and its exit status 0."""
 
 import json
-import os
 import sys
 
 

@@ -23,7 +23,16 @@ import shlex
 import sys
 
 from ..run import FAILED
-from .session import AgentError, agent_binary, announce, new_session, project_here, run_on_terminal, say_escape_routes, session_dir
+from .session import (
+    AgentError,
+    agent_binary,
+    announce,
+    new_session,
+    project_here,
+    run_on_terminal,
+    say_escape_routes,
+    session_dir,
+)
 
 
 def build_plugin(project, session: str) -> str:

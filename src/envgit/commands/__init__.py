@@ -33,7 +33,6 @@ import sys
 from ..inert import inert, inert_json
 from ..paths import NoProject
 
-
 # Exit codes of operational failures (cli.py's docstring lists them all): stable, so scripts
 # can tell "fix the command" from "the daemon is gone" from "the store or journal is damaged".
 EXIT_FAILED, EXIT_USAGE, EXIT_DAEMON, EXIT_STORE, EXIT_JOURNAL = 1, 2, 3, 4, 5
@@ -94,6 +93,7 @@ def operational(e: Exception):
     """(one line with the fix, exit code) for a failure of the machine, the daemon or the
     data rather than of envgit's code; None for anything else."""
     import sqlite3
+
     from ..daemon.client import DaemonError
     from ..journal import JournalError
     if isinstance(e, DaemonError):

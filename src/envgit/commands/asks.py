@@ -74,6 +74,7 @@ def cmd_pending(args):
 
 def _duration(text) -> int:
     import argparse
+
     from ..daemon.grants import GrantError, parse_for
     try:
         return parse_for(text)

@@ -14,6 +14,7 @@ from ..paths import find_project
 from . import STEP_HELP, Usage, ask_daemon, command, json_flag, open_journal, out, step_ref
 from .snapshot import Secrets, para, step_tree, withheld_line
 
+
 def add_parsers(sub, argparse):
     s = command(sub, "diff", help="what changed between two steps, or a step and the working tree",
                 example=["envgit diff", "envgit diff last~1 last -- src/", "envgit diff 3 5 --raw --stat"],
@@ -194,6 +195,7 @@ def unified_lines(store, a, b, c, work=None) -> list[str] | str:
     it is not shown: binary or over 1 MiB a side, or too much changed to diff within the
     bounds above (diff and `envgit ui` show the same thing). `work`: new_work()'s budget."""
     import difflib
+
     from ..daemon.snapshots import display
     if not (_is_file(c.old_type) or _is_file(c.new_type)):
         return []

@@ -7,6 +7,7 @@ import sys
 from ..paths import find_project
 from . import Usage, command, open_journal
 
+
 def add_parsers(sub, argparse):
     from .timeline import _since
     s = command(sub, "export", help="every step as one self-contained JSON record a line, or a static HTML report",

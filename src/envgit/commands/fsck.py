@@ -47,7 +47,7 @@ def _verify(project, args, repaired=None):
                 bar.total = total
                 bar.update(done - bar.n)
             problems += store.fsck(trees, advance)
-    from ..vm import memstore           # the VM tier's memory snapshots (backend: vm)
+    from ..vm import memstore  # the VM tier's memory snapshots (backend: vm)
     mem_problems, notes = memstore.check(project, {s.id for s in j.steps()} if j else None)
     problems += mem_problems
     if args.json:
@@ -92,6 +92,7 @@ def _fsck_repair(project, args):
     """`fsck --repair`: rebuild a damaged journal.sqlite from every readable row (no daemon may
     hold it), record what could not be kept, then verify as fsck does."""
     import fcntl
+
     from ..journal import Journal
     from ..journal.salvage import ranges, rebuild
     if not os.path.exists(project.journal):

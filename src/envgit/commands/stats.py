@@ -100,7 +100,7 @@ def cmd_stats(args):
     project = find_project()
     since = args.since if args.since is not None else time.time_ns() - 86400 * 1_000_000_000
     s = collect(open_journal(project), since)
-    from ..vm import memstore           # backend: vm: what its memory snapshots take
+    from ..vm import memstore  # backend: vm: what its memory snapshots take
     s["memory_snapshots"] = memstore.usage(project)
     if args.json:
         s["since_at"], s["until_at"] = iso_utc(s["since_at"]), iso_utc(s["until_at"])

@@ -5,8 +5,20 @@ import time
 
 from ..inert import inert
 from ..paths import find_project
-from . import (STEP_HELP, Usage, agent_of, command, iso_utc, json_flag, open_journal, out,
-               resolve_step, session_short, shell_line, step_ref)
+from . import (
+    STEP_HELP,
+    Usage,
+    agent_of,
+    command,
+    iso_utc,
+    json_flag,
+    open_journal,
+    out,
+    resolve_step,
+    session_short,
+    shell_line,
+    step_ref,
+)
 
 # How many lines of a long command `log` shows per step on a terminal unless --no-trunc.
 LOG_LINES = 4
@@ -55,7 +67,7 @@ def _count(argparse):
 def _since(text) -> int:
     """`--since`: nanoseconds since the epoch, from a duration back or an ISO-8601 time."""
     import argparse
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     if text[-1:] in units and text[:-1].isdigit():
         return time.time_ns() - int(text[:-1]) * units[text[-1]] * 1_000_000_000
@@ -65,7 +77,7 @@ def _since(text) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: give a duration back (30m, 2h, 7d) or an "
                                          "ISO-8601 time (2026-12-01T09:30:00Z)") from None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
+        t = t.replace(tzinfo=UTC)
     return int(t.timestamp() * 1_000_000_000)
 
 

@@ -47,8 +47,9 @@ def cmd_ui(args):
     sock.set_inheritable(False)
     port = sock.getsockname()[1]
     token = secrets.token_urlsafe(32)
-    from ..ui.app import make_app
     import uvicorn
+
+    from ..ui.app import make_app
     app = make_app(project, token, HOST, port)
     url = f"http://{HOST}:{port}/?token={token}"
     if args.json:

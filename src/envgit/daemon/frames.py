@@ -131,7 +131,7 @@ class Budget:
         async with self.cond:
             try:
                 await asyncio.wait_for(self.cond.wait_for(lambda: self.used + n <= self.total), FRAME_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return False
             self.used += n
             return True

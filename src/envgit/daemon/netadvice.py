@@ -14,7 +14,6 @@ from functools import lru_cache
 from ..policy import defaults
 from ..policy.network import allowed_by, norm_host, not_suggested
 
-
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 

@@ -60,6 +60,7 @@ def repair_if_no_daemon(project) -> list[int]:
 def _said_disk_full(e) -> bool:
     """A full disk while repairing before a read: said once, and the read goes on."""
     import sys
+
     from ..journal import disk_full
     if not disk_full(e):
         return False

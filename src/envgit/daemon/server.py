@@ -79,29 +79,24 @@ import time
 from pathlib import Path
 
 from .. import __version__, faults
-from ..journal import Journal, JournalError, disk_full
 from ..inert import inert
+from ..journal import Journal, JournalError, disk_full
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
+from ..remote.auto import AutoPush
+from ..sandbox import kernel, resolver, routes
 from ..sandbox.network import Net
-from ..sandbox import resolver
-from . import netadvice
-from ..sandbox import kernel
-from ..sandbox import routes
-from ..sandbox.tracked import tracked_denied, warning
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
-from . import outside as outside_changes
-from . import rewind
-from . import special_bits
-from . import frames
-from .client import decode, encode
-from .inner import InnerSocket
-from .grants import DEFAULT_FOR_S, GrantError, Grants
-from .repair import mark_interrupted
+from ..sandbox.tracked import tracked_denied, warning
 from ..snapshot import CorruptObject, StoreError
+from . import frames, netadvice, rewind, special_bits
+from . import outside as outside_changes
+from .client import decode, encode
+from .grants import DEFAULT_FOR_S, GrantError, Grants
+from .inner import InnerSocket
+from .repair import mark_interrupted
 from .snapshots import SnapshotFailed, Snapshotter
-from ..remote.auto import AutoPush
 
 IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
 # How long a first snapshot runs before its progress is shown (a test sets 0: shown at once,
@@ -167,7 +162,7 @@ class Session:
         return self._policy
 
     def _policy_stat(self):
-        from ..policy.org import stat_key       # the organisation policy binds too (org.py)
+        from ..policy.org import stat_key  # the organisation policy binds too (org.py)
         try:
             st = os.stat(self.project.policy)
         except FileNotFoundError:
@@ -702,7 +697,7 @@ class Session:
     async def ask_op(self, msg):
         step = msg.get("step")
         if step not in self.live or not isinstance(msg.get("question"), dict):
-            return {"error": f"envgit: ask needs a running step and a question", "exit": 2}
+            return {"error": "envgit: ask needs a running step and a question", "exit": 2}
         timeout = self.policy().ask_timeout
         try:
             answer, who, how = await asyncio.wait_for(self.ask(step, {**msg["question"], "step": step}), timeout)
@@ -859,7 +854,7 @@ class Session:
                         "damaged (a kept snapshot must read back whole before gc can tell what it "
                         "reaches; `envgit gc --keep-last N` can drop the damaged steps)", "exit": 4}
         self.journal.append(0, "gc-done", {"freed": freed})
-        from ..vm import memstore       # memory snapshots (backend: vm) follow their steps
+        from ..vm import memstore  # memory snapshots (backend: vm) follow their steps
         mem_freed, mem_dropped = await asyncio.to_thread(memstore.collect, self.project, keep)
         return {"dropped": drop, "freed": freed, "kept": sorted(keep),
                 "memory_freed": mem_freed, "memory_dropped": mem_dropped}
@@ -900,7 +895,7 @@ class Session:
                     finally:
                         if counted:
                             await self.frame_budget.give(size)
-                except (asyncio.IncompleteReadError, asyncio.TimeoutError):
+                except (TimeoutError, asyncio.IncompleteReadError):
                     break
                 first = False
                 self.last_activity = time.monotonic()

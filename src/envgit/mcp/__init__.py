@@ -45,6 +45,7 @@ def main(argv: list[str]) -> int:
         print(f"envgit mcp: {e}", file=sys.stderr)
         return 2
     import anyio
+
     from .server import serve
     try:
         return anyio.run(serve, project, policy, transport, host, port)

@@ -11,8 +11,7 @@ import secrets
 from typing import Annotated
 
 import anyio
-from mcp_types import (CallToolResult, ElicitRequest, ElicitRequestFormParams, InputRequiredResult,
-                       TextContent)
+from mcp_types import CallToolResult, ElicitRequest, ElicitRequestFormParams, InputRequiredResult, TextContent
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field
 

@@ -2,8 +2,16 @@
 
 Importing this package is cheap (no YAML): the parser is imported only by load_policy."""
 
-from .decide import (CommandDecision, PathDecision, Rules, decide_command, decide_path,
-                     decide_resolved, is_denied, resolve)
+from .decide import (
+    CommandDecision,
+    PathDecision,
+    Rules,
+    decide_command,
+    decide_path,
+    decide_resolved,
+    is_denied,
+    resolve,
+)
 from .load import POLICY_FILE, Policy, load_policy, render
 from .schema import PolicyError, json_schema
 

@@ -181,8 +181,15 @@ def _from_fields(fields: dict, from_url: bool) -> list:
 
 
 def _document(text: str) -> list:
-    from graphql import (FieldNode, FragmentDefinitionNode, FragmentSpreadNode, GraphQLError,
-                         InlineFragmentNode, OperationDefinitionNode, parse)
+    from graphql import (
+        FieldNode,
+        FragmentDefinitionNode,
+        FragmentSpreadNode,
+        GraphQLError,
+        InlineFragmentNode,
+        OperationDefinitionNode,
+        parse,
+    )
     try:
         doc = parse(text, no_location=True, max_tokens=MAX_TOKENS)
     except (GraphQLError, RecursionError):

@@ -48,9 +48,9 @@ import ipaddress
 import json
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping
 
 from . import acts, graphql, receivepack, urlpath
 

@@ -474,6 +474,7 @@ def mcp_identity(spec: dict) -> tuple:
     with its host as the gate compares hosts (network.canonical_host) and the scheme's port."""
     import shutil
     from urllib.parse import urlsplit
+
     from .network import canonical_host
     if "url" in spec:
         u = urlsplit(spec["url"].strip())

@@ -103,8 +103,9 @@ def forget(name: str) -> bool:
 def _check(data: bytes, url: str) -> None:
     """The bytes as load.py reads a policy file: refused with the object's line when invalid."""
     import tempfile
-    from .load import _read
     from pathlib import Path
+
+    from .load import _read
     with tempfile.NamedTemporaryFile(prefix="envgit-org-", suffix=".yaml") as f:
         f.write(data)
         f.flush()

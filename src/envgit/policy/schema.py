@@ -7,8 +7,9 @@ error can name the line and column of the offending key or value.
 
 import difflib
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from .globs import GlobError, compile_glob
 
@@ -162,7 +163,7 @@ def check_allow_entry(text):
 
 
 def check_preset_rule(text):
-    from .network import PRESET_NAMES, preset_rule_name   # pure and light, but not needed earlier
+    from .network import PRESET_NAMES, preset_rule_name  # pure and light, but not needed earlier
     if preset_rule_name(text):
         return None
     hint = difflib.get_close_matches(text.rsplit("/", 1)[-1], PRESET_NAMES, n=1)

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from mitmproxy import http
 
-from ..policy import acts, network
 from ..daemon.grants import query_digest
+from ..policy import acts, network
 from . import bodies, gitproto
 
 log = logging.getLogger("envgit.proxy")

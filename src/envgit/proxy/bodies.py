@@ -49,13 +49,24 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from mitmproxy.proxy.layers import http as layer
     from mitmproxy import flow as mflow
-    from mitmproxy.proxy.layers.http import (DropStream, ErrorCode, HttpErrorHook, HttpRequestHook,
-                                             HttpResponseHeadersHook, RequestData,
-                                             RequestEndOfMessage, RequestProtocolError,
-                                             RequestTrailers, ResponseData, ResponseEndOfMessage,
-                                             ResponseProtocolError, ResponseTrailers, SendHttp)
+    from mitmproxy.proxy.layers import http as layer
+    from mitmproxy.proxy.layers.http import (
+        DropStream,
+        ErrorCode,
+        HttpErrorHook,
+        HttpRequestHook,
+        HttpResponseHeadersHook,
+        RequestData,
+        RequestEndOfMessage,
+        RequestProtocolError,
+        RequestTrailers,
+        ResponseData,
+        ResponseEndOfMessage,
+        ResponseProtocolError,
+        ResponseTrailers,
+        SendHttp,
+    )
     from mitmproxy.proxy.utils import expect
 
     consume = layer.HttpStream.state_consume_request_body

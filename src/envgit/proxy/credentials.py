@@ -39,8 +39,7 @@ from mitmproxy import http
 from ..credentials import echo
 from ..credentials.placeholder import SESSION, kind_of
 from ..credentials.source import CredentialError, Sources, require_botocore
-from ..policy import network, urlpath
-from ..policy import acts
+from ..policy import acts, network, urlpath
 from ..policy.network import BODY_CAP, url_glob
 from . import bodies
 from .addon import EnvgitAddon, _denial_text, as_request, deny_response

@@ -17,8 +17,8 @@ import secrets
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from ..paths import UnixAddress
 from ..policy import network

@@ -231,6 +231,7 @@ def _load_etags(path) -> dict:
 
 def _save_etags(path, etags: dict) -> None:
     import json
+
     from ..atomicfile import write_atomic
     write_atomic(path, json.dumps(etags, sort_keys=True, separators=(",", ":")).encode(), 0o600)
 

@@ -12,8 +12,7 @@ from blake3 import blake3
 from . import RemoteError, layout, segments
 from .crypto import Unopenable
 from .push import read_head
-from .segments import BadSegment, GENESIS
-
+from .segments import GENESIS, BadSegment
 
 READ_AGAIN = 3          # a machine's head and listing read again while its chain falls short
 _AUDITED = frozenset(("begin", "end", "interrupted", "outside", "request"))

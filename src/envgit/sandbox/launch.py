@@ -25,7 +25,7 @@ Callers that spawn with their own process API (asyncio, anyio) use `Launch.argv`
 `Launch.pass_fds` and `start_new_session=True`; `envgit run` uses `Launch.spawn`.
 """
 
-import _signal   # the builtin module: `signal` would import enum on the hot path
+import _signal  # the builtin module: `signal` would import enum on the hot path
 import os
 
 from .seccomp import program
@@ -396,7 +396,7 @@ class Foreground:
         try:
             if _shares_group():
                 raise OSError
-            import termios                        # only with a terminal: ~0.5 ms
+            import termios  # only with a terminal: ~0.5 ms
             self._termios = termios
         except Exception:                         # not ours to hand over: leave it be
             os.close(self.tty)

@@ -78,6 +78,7 @@ def _socat() -> str:
     the step's PATH, where a project's virtualenv could put one of a step's making. Missing,
     the step is refused before it begins, at once, as envgit's own failure (exit 125)."""
     import shlex
+
     from .launch import LaunchError, trusted_binary
     try:
         return shlex.quote(trusted_binary("socat"))

@@ -67,7 +67,7 @@ class Planter:
                 child_pid = int(theirs.recv(32) or b"0")
                 if child_pid > 0:
                     net = os.open(f"/proc/{child_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-                    import fcntl                      # builtin: cheap, and only in the child
+                    import fcntl  # builtin: cheap, and only in the child
                     os.setns(fcntl.ioctl(net, NS_GET_USERNS), os.CLONE_NEWUSER)
                     os.setns(net, os.CLONE_NEWNET)
                     s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)

@@ -12,9 +12,9 @@ its path. `mark` routes are only fingerprinted, never bound: tools write them le
 import os
 from dataclasses import dataclass, field
 
+from ..changes import copy_to_own_inode, listed_whole
 from ..policy import defaults
 from ..policy.decide import _rx
-from ..changes import copy_to_own_inode, listed_whole
 from ..policy.globs import has_magic
 from .gitroutes import HooksPaths, commondir_of, gitdir_of, gitdir_routes
 

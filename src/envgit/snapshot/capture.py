@@ -30,8 +30,19 @@ from .encoding import DIR, EXEC, FILE, SYMLINK, TREE_MAGIC, encode_chunks, encod
 from .filter import STATE_DIR, Filter
 from .ids import BLOB, CHUNKS, TREE
 from .lend import give_back, open_lending
-from .statcache import (ENC, FAST, FLAG_CHUNKED, FLAG_RACY, FLAGS, IGNORED, LEFT, OID, RACY_SLACK_NS,
-                        STAT, DirMemo, StatCache)
+from .statcache import (
+    ENC,
+    FLAG_CHUNKED,
+    FLAG_RACY,
+    FLAGS,
+    IGNORED,
+    LEFT,
+    OID,
+    RACY_SLACK_NS,
+    STAT,
+    DirMemo,
+    StatCache,
+)
 
 SMALL_FILE = 1 << 20          # files up to this size are one blob; larger ones are chunked
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

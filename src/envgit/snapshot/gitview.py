@@ -45,7 +45,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .diff import read_tree
-from .encoding import DIR, FILE, EXEC, decode_chunks
+from .encoding import DIR, EXEC, FILE, decode_chunks
 from .ids import BLOB, CHUNKS, CorruptObject
 from .objects import StoreError
 
@@ -800,7 +800,7 @@ def _walk(repo: RepoChange, a: _Repo, b: _Repo, tips_a: set, tips_b: set, budget
             for side in (b, a):
                 try:
                     typ, data = side.get(oid)
-                except BudgetSpent as e:     # the walk below stops at the budget's end
+                except BudgetSpent:     # the walk below stops at the budget's end
                     err = Unreadable(BUDGET_PROBLEM)
                     continue
                 except _READ_ERRORS as e:
@@ -990,8 +990,8 @@ def _commit_json(c: Commit) -> dict:
 
 def _iso(t: int) -> str:
     """ISO-8601 UTC, the CLI's one form for times (commands.iso_utc)."""
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
     try:
-        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     except (OverflowError, OSError, ValueError):
         return "1970-01-01T00:00:00.000000Z"      # a commit's date is whatever its author wrote

@@ -7,7 +7,7 @@ from blake3 import blake3
 
 from .. import faults
 from . import packs
-from .encoding import DIR, FILE, EXEC, decode_chunks, decode_tree
+from .encoding import DIR, EXEC, FILE, decode_chunks, decode_tree
 from .ids import BLOB, CHUNKS, KIND_NAMES, TREE, CorruptObject, object_id
 from .objects import MissingObject, ObjectStore, StoreError
 from .packs import FLAG_ZSTD

@@ -7,6 +7,7 @@ into packs/, then the same for its index. A sealed pack is never written again.
 import errno
 import os
 import struct
+
 from blake3 import blake3
 
 from .. import faults

@@ -119,6 +119,7 @@ def policy(project, s, tree_before) -> dict:
     "note"}): its text is looked for in the snapshots before and after the step (envgit.yaml
     is read-only inside, so one of them holds it unless it changed meanwhile)."""
     import difflib
+
     from ..inert import inert_line
     from ..paths import POLICY_FILE
     from ..snapshot import CorruptObject, Store, StoreError

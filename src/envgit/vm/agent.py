@@ -24,9 +24,9 @@ import sys
 import termios
 
 try:
-    from . import wire                  # on the host (tests, sync.py)
+    from . import wire  # on the host (tests, sync.py)
 except ImportError:
-    import wire                         # in the guest: /envgit/wire.py beside it
+    import wire  # in the guest: /envgit/wire.py beside it
 
 CHUNK = wire.CHUNK
 

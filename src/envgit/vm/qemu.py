@@ -17,10 +17,8 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
