@@ -191,14 +191,16 @@ class Demo:
         self.claim(not any(m == "POST" and "receive-pack" in p for m, p, _ in remote_log),
                    "the pack never reached the remote (its log has POST git-receive-pack)")
         self.claim(any(m == "GET" and "service=git-receive-pack" in p for m, p, _ in remote_log),
-                   "the ref advertisement went through (the remote's log has no GET info/refs?service=git-receive-pack)")
+                   "the ref advertisement went through "
+                   "(the remote's log has no GET info/refs?service=git-receive-pack)")
         denied = [q for q in s3["requests"] if q["method"] == "POST" and "receive-pack" in q["path"]
                   and q["decision"] == "deny"]
         self.claim(denied and s3["exit_code"] != 0, "step 3's push was denied at the request, on the step")
         self.claim("[remote rejected]" in r3.stderr, "git told the agent '[remote rejected] … (reason)'")
 
         r4, s4 = self.step("the push failed, so throw the work away, history and all",
-                           "git reset -q --hard HEAD~1 && git reflog expire --expire=now --all && git gc -q --prune=now")
+                           "git reset -q --hard HEAD~1 && git reflog expire --expire=now --all "
+                           "&& git gc -q --prune=now")
         gone = self.git("cat-file", "-e", commit, check=False).returncode != 0
         o.line(f"   git cat-file -e {commit[:12]}: {'missing' if gone else 'still there'}")
         self.claim(gone and not (self.app / "greet.js").exists(), "step 4 destroyed the commit beyond git's reach")
@@ -213,7 +215,8 @@ class Demo:
         for line in log.splitlines():
             o.line("   " + line)
         o.cmd("cat greet.js")
-        o.line("   " + (self.app / "greet.js").read_text().rstrip() if (self.app / "greet.js").exists() else "   (missing)")
+        greet = self.app / "greet.js"
+        o.line("   " + greet.read_text().rstrip() if greet.exists() else "   (missing)")
         kind = self.git("cat-file", "-t", commit, check=False).stdout.strip()
         self.claim(kind == "commit" and log.startswith(commit[:7]),
                    f"the commit {commit[:12]} is back (git cat-file -t says {kind or 'nothing'})")

@@ -189,7 +189,8 @@ def _spawn_and_wait(args, env, conn, term, bind_step, project_root, dns):
     os.set_blocking(wake_w, False)
     old = {}
     try:
-        forward = lambda signum, _frame: launch.signal(signum)
+        def forward(signum, _frame):
+            launch.signal(signum)
         for s in FORWARDED:
             old[s] = signal.signal(s, forward)
         # Ctrl-Z while the step is in the background (a pipeline): stop the step too; the

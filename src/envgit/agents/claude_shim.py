@@ -26,7 +26,8 @@ import shlex
 import sys
 
 # The tail Claude Code 2.1 appends to a Bash tool command.
-BASH_CALL = re.compile(r" && eval (?P<cmd>.+?) < /dev/null && pwd -P >\| (?P<cwdfile>/tmp/claude-[0-9a-z]+-cwd)\Z", re.S)
+BASH_CALL = re.compile(r" && eval (?P<cmd>.+?) < /dev/null && pwd -P >\| (?P<cwdfile>/tmp/claude-[0-9a-z]+-cwd)\Z",
+                       re.S)
 
 
 def model_command(composed: str):

@@ -38,7 +38,8 @@ from ..paths import NoProject
 EXIT_FAILED, EXIT_USAGE, EXIT_DAEMON, EXIT_STORE, EXIT_JOURNAL = 1, 2, 3, 4, 5
 
 # The command modules, in the order `envgit --help` lists them.
-MODULES = ("setup", "timeline", "diff", "snapshot", "rewind", "gc", "asks", "grants", "stats", "export", "ui", "fsck", "remote")
+MODULES = ("setup", "timeline", "diff", "snapshot", "rewind", "gc", "asks", "grants", "stats", "export", "ui", "fsck",
+           "remote")
 
 
 # --- parsers ----------------------------------------------------------------------------

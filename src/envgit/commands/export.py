@@ -17,7 +17,8 @@ def add_parsers(sub, argparse):
                    help="steps started since then: a duration back (30m, 2h, 1d) or an ISO-8601 time")
     s.add_argument("--session", metavar="S", help="one session's steps (its id, or AGENT:TAG as `envgit log` shows it)")
     s.add_argument("--format", choices=sorted(FORMATS), default="jsonl", help="the records' format (default jsonl)")
-    s.add_argument("--html", metavar="FILE", help="write one static HTML report (no script, no network) to FILE instead")
+    s.add_argument("--html", metavar="FILE",
+                   help="write one static HTML report (no script, no network) to FILE instead")
     s.set_defaults(fn=cmd_export)
 
 

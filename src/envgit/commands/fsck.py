@@ -121,7 +121,8 @@ def _fsck_repair(project, args):
                               f"{len(d.rows)} entries and could not read entries {ranges(d.unreadable)}"})
             j.close()
             repaired = (f"fsck: rebuilt the journal: kept {len(d.rows)} of {d.highest} entries"
-                        + (f"; could not keep entries {ranges(d.unreadable)} (recorded as lost)" if d.unreadable else "")
+                        + (f"; could not keep entries {ranges(d.unreadable)} (recorded as lost)"
+                           if d.unreadable else "")
                         + f"; the damaged file is kept as {os.path.basename(kept_as)}")
         else:
             j = Journal(project.journal)

@@ -327,7 +327,8 @@ def log_remote(args):
     else:
         for problem in view.problems:
             print(f"envgit: {inert(problem)}", file=sys.stderr)
-        print(f"# {p}/{m} on {r.name}" + (f", head {view.head['version']} at entry {view.head['seq']}" if view.head else ""))
+        print(f"# {p}/{m} on {r.name}"
+              + (f", head {view.head['version']} at entry {view.head['seq']}" if view.head else ""))
         print_steps(steps, args)
     return 1 if view.problems else 0
 
@@ -427,7 +428,7 @@ def fsck_remote(args):
             try:
                 packs = sorted(objects.pack_entries.items())
                 fetched = bucket.map(objects.fetch, [pid for pid, _ in packs])
-                for (pack_id, entries), ok in zip(packs, fetched):
+                for (pack_id, entries), ok in zip(packs, fetched, strict=True):
                     if ok:
                         name = layout.pack_name(p, m, objects.names[pack_id])
                         problems += [f"{name}: {x}" for x in maintenance._check_pack(objects, pack_id, entries)]
@@ -491,8 +492,10 @@ def cmd_audit(args):
         exit_ = {"running": "run", "interrupted": "int"}.get(
             s["status"], "-" if s["exit_code"] is None else str(s["exit_code"]))
         what = shell_line(s["argv"]) if s["argv"] else (
-            f"(changed outside envgit: {inert(', '.join(s['paths'])) or 'nothing listed'})" if "outside" in s["marks"] else "-")
-        lines.append(f"{s['project']:{pw}}  {s['machine']:{mw}}  {s['id']:>6}  {utc(s['started_ns'])[:19].replace('T', ' ')}  "
+            f"(changed outside envgit: {inert(', '.join(s['paths'])) or 'nothing listed'})"
+            if "outside" in s["marks"] else "-")
+        lines.append(f"{s['project']:{pw}}  {s['machine']:{mw}}  {s['id']:>6}  "
+                     f"{utc(s['started_ns'])[:19].replace('T', ' ')}  "
                      f"{exit_:>4}  " + inert(",".join(s["marks"]) or "-") + "  " + what)
     sys.stdout.write("\n".join(lines) + "\n")
     return 1 if problems else 0

@@ -20,8 +20,8 @@ def add_parsers(sub, argparse):
                 "history destroyed, rewind recovers it (about 10 s, no API key)",
                 example=["envgit demo", "envgit demo --keep /tmp/envgit-demo"])
     s.add_argument("--keep", metavar="DIR", help="build the demo in DIR and leave it there to explore")
-    s.add_argument("--policy", metavar="FILE", help="run the demo under this envgit.yaml instead ({remote} in it stands for "
-                   "the demo remote's host:port)")
+    s.add_argument("--policy", metavar="FILE", help="run the demo under this envgit.yaml instead ({remote} in it "
+                   "stands for the demo remote's host:port)")
     s.add_argument("--json", action="store_true", help="one JSON record per step, then the result")
     s.set_defaults(fn=cmd_demo)
 
@@ -90,7 +90,7 @@ def cmd_init(args):
     else:
         with os.fdopen(os.dup(fd), "rb") as f:
             lines = f.read().decode("utf-8", "replace").splitlines()
-    ignored = not any(l.strip() in (".envgit", ".envgit/", "/.envgit", "/.envgit/") for l in lines)
+    ignored = not any(line.strip() in (".envgit", ".envgit/", "/.envgit", "/.envgit/") for line in lines)
     if ignored and fd is None:          # a symlink, FIFO or directory a step left: not followed
         print(f"envgit: {gi} is not a regular file; add .envgit/ to your ignore rules yourself",
               file=sys.stderr)

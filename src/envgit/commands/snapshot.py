@@ -105,7 +105,7 @@ class Secrets:
         try:
             pol = load_policy(project.policy)
         except PolicyError as e:
-            raise Usage(f"{e} (needed to know which files are secrets; --show-secrets skips it)")
+            raise Usage(f"{e} (needed to know which files are secrets; --show-secrets skips it)") from None
         self.rules = resolve(pol, project.root, os.path.expanduser("~"))
 
     def reason(self, path: bytes, contents=()) -> str | None:
@@ -160,7 +160,7 @@ def cmd_ls(args):
                           "target": display(target) if target is not None else None, "id": oid}
                          for p, e_type, mode, size, target, oid in rows]})
         return 0
-    for p, e_type, mode, size, target, oid in rows:
+    for p, e_type, mode, size, target, _oid in rows:
         shown = inert(display(p)) + ("/" if e_type == "dir" else "")
         if e_type == "symlink":
             shown += " -> " + inert(display(target))

@@ -54,9 +54,9 @@ def forms(value: str) -> list[str]:
     pct = [quote(value, safe=""), quote(value), quote_plus(value, safe=""), quote_plus(value)]
     b = value.encode("utf-8", "surrogateescape")
     return [value, *pct, *map(_lower_hex, pct), *_json(value),
-            "".join("\\u%04x" % ord(c) for c in value), "".join("\\u%04X" % ord(c) for c in value),
+            "".join(f"\\u{ord(c):04x}" for c in value), "".join(f"\\u{ord(c):04X}" for c in value),
             b.hex(), b.hex().upper(),
-            "".join("&#%d;" % ord(c) for c in value), "".join("&#x%x;" % ord(c) for c in value)]
+            "".join(f"&#{ord(c)};" for c in value), "".join(f"&#x{ord(c):x};" for c in value)]
 
 
 def b64_cores(value: bytes) -> list[bytes]:
@@ -118,7 +118,8 @@ class Echoes:
         self.swaps = []                 # (real's form, the placeholder's same form, name)
         self.cores = []                 # (a base64 core of a real value, its real value, placeholder, name)
         for name, real, ph in pairs:
-            spelled = [(r.encode("utf-8", "surrogateescape"), p.encode()) for r, p in zip(forms(real), forms(ph))]
+            spelled = [(r.encode("utf-8", "surrogateescape"), p.encode())
+                       for r, p in zip(forms(real), forms(ph), strict=True)]
             for codec in ("utf-16-le", "utf-16-be"):    # a server answering in the charset asked for
                 spelled.append((real.encode(codec, "surrogatepass"), ph.encode(codec)))
             for r, p in spelled:

@@ -1,8 +1,8 @@
 """The session daemon's server.
 
-Protocol: frames (see client.py: length + marshal'd dict, bounded by frames.py) over the unix socket `.envgit/daemon.sock` (mode 0600, in `.envgit/`,
-which no sandbox can see). A client keeps its connection open for the length of its step;
-a connection that closes with its step still open marks the step `interrupted`.
+Protocol: frames (see client.py: length + marshal'd dict, bounded by frames.py) over the unix socket
+`.envgit/daemon.sock` (mode 0600, in `.envgit/`, which no sandbox can see). A client keeps its connection open
+for the length of its step; a connection that closes with its step still open marks the step `interrupted`.
 
   {"op": "begin", "argv", "cwd", "env", "pid", "session"?, "tool_call_id"?}
       -> {"step", "bwrap": [...], "env": {...}}      run it, then send `end`

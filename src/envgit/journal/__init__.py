@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import faults
-from .rows import canonical, check_entry, read_body
+from .rows import check_entry, read_body
 
 GENESIS = "0" * 64
 FORMAT_VERSION = 2          # PRAGMA user_version; 0 is a journal made before it was set (= 1)
@@ -625,7 +625,7 @@ class HeadRecord:
     def read(self, problem=None) -> dict | None:
         """The record, or None if there is none; a damaged one is told to `problem` (after a
         second look: the writer may have been halfway through rewriting it)."""
-        for attempt in range(3):
+        for _ in range(3):
             try:
                 with open(self.path) as f:
                     rec = json.loads(f.read())

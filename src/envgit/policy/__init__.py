@@ -16,8 +16,8 @@ from .load import POLICY_FILE, Policy, load_policy, render
 from .schema import PolicyError, json_schema
 
 __all__ = ["CommandDecision", "Decision", "PathDecision", "Request", "Policy", "PolicyError", "POLICY_FILE", "Rules",
-           "decide_command", "decide_path", "decide_request", "decide_resolved", "is_denied", "json_schema", "judge_connect",
-           "load_policy", "needs_interception", "render", "resolve"]
+           "decide_command", "decide_path", "decide_request", "decide_resolved", "is_denied", "json_schema",
+           "judge_connect", "load_policy", "needs_interception", "render", "resolve"]
 
 _NETWORK = ("Decision", "Request", "decide_request", "judge_connect", "needs_interception")
 

@@ -232,8 +232,9 @@ def render(pol: Policy) -> str:
         for i, v in enumerate(getattr(pol, attr)):
             via = f" ({pol.allow_presets[v]})" if attr == "network_allow" and v in pol.allow_presets else ""
             lines.append(f"  - {v:<{width}} # {pol.where[f'{key}[{i}]']}{via}")
-    for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("network.ask_timeout", "ask_timeout"), ("irreversible", "irreversible"),
-                      ("shell", "shell"), ("snapshot.max_file_size", "max_file_size"), ("mcp", "mcp")]:
+    for key, attr in [("env.set", "env_set"), ("network.l7", "l7"), ("network.ask_timeout", "ask_timeout"),
+                      ("irreversible", "irreversible"), ("shell", "shell"),
+                      ("snapshot.max_file_size", "max_file_size"), ("mcp", "mcp")]:
         lines.append(f"{key}: {json.dumps(getattr(pol, attr))}  # {pol.where[key]}")
     for name, c in pol.credentials.items():
         (kind, source), = c["from"].items()

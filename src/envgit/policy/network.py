@@ -593,8 +593,8 @@ def _user_rule(i, entry) -> Rule:
     method = net.get("method")
     kind = entry.get("name") or " ".join(x for x in (method, net["host"] + net.get("path", "")) if x)
     body = entry.get("body", {}).get("graphql")
-    return Rule(name=name, kind=kind, action=entry["action"], hosts=(net["host"],),
-                methods=_methods(method), not_methods=frozenset(), paths=(url_glob(net["path"]),) if "path" in net else None,
+    return Rule(name=name, kind=kind, action=entry["action"], hosts=(net["host"],), methods=_methods(method),
+                not_methods=frozenset(), paths=(url_glob(net["path"]),) if "path" in net else None,
                 not_paths=(), header=None, body=f"graphql-{body}" if body else None,
                 hint=f"change the action of {name} in envgit.yaml (only a person outside the "
                      "sandbox can)")

@@ -315,7 +315,7 @@ class _Combiner:
             for i, e in enumerate(ents):
                 if "net" in e:
                     nets.append((STRICTNESS[e["action"]], side, i, e, w[f"irreversible[{i}]"]))
-        for strict, side, i, e, w in nets:
+        for strict, side, i, e, _where in nets:
             if side != "p":
                 continue
             m = e["net"].get("method")
@@ -483,8 +483,7 @@ def mcp_identity(spec: dict) -> tuple:
             port = u.port or {"https": 443, "http": 80}.get(scheme)
         except ValueError:
             port = None
-        return ("url", scheme, canonical_host(u.hostname or ""), port,
-                u.path.rstrip("/") or "/", u.query)
+        return ("url", scheme, canonical_host(u.hostname or ""), port, u.path.rstrip("/") or "/", u.query)
     cmd = spec.get("command", "")
     prog = shutil.which(cmd) or cmd
     args = tuple(os.path.normpath(a) if a.startswith("/") else a for a in spec.get("args", ()))

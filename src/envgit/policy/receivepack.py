@@ -95,8 +95,9 @@ def read_push(body: bytes) -> Push:
 
 def _read(body: bytes) -> Push:
     updates, caps, end = [], frozenset(), 0
-    for line, end in _pkt_lines(body, 0):
+    for line, after in _pkt_lines(body, 0):
         if line is None:
+            end = after                 # where the push options start
             break
         if line.startswith(b"shallow ") and not updates:
             continue
@@ -111,7 +112,7 @@ def _read(body: bytes) -> Push:
         updates.append(_command(line))
     options = []
     if updates and "push-options" in caps:
-        for line, end in _pkt_lines(body, end):
+        for line, _ in _pkt_lines(body, end):
             if line is None:
                 break
             try:

@@ -525,7 +525,7 @@ class CredentialSwap:
                 out = scrub.feed(chunk) if chunk else scrub.end()
             except (echo.Echo, Exception) as e:     # a stream that will not decode is cut too
                 name = e.name if isinstance(e, echo.Echo) else None
-                raise bodies.Cut(self._withheld(flow, name, f"{type(e).__name__}"))
+                raise bodies.Cut(self._withheld(flow, name, f"{type(e).__name__}")) from e
             if scrub.names:
                 self._echoed(flow, scrub.names)
             if callable(before):

@@ -210,7 +210,7 @@ def _unopenable(bucket, sealer, names) -> set:
         except Unopenable:
             return True
         return False
-    return {n for n, b in zip(names, bucket.map(bad, names)) if b}
+    return {n for n, b in zip(names, bucket.map(bad, names), strict=True) if b}
 
 
 def _segment_ranges(listing, P, M) -> list[tuple[int, int]]:

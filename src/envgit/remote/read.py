@@ -73,7 +73,7 @@ class MachineView:
         # The head before the listing (a push writes its segments before its head, so every
         # segment the head reaches is listed); a chain that still falls short may be a push
         # that merged segments meanwhile: read both again, a few times, before saying so.
-        for attempt in range(READ_AGAIN):
+        for _ in range(READ_AGAIN):
             try:
                 self.head = read_head(bucket, sealer, project, machine)
             except RemoteError as e:
@@ -89,7 +89,8 @@ class MachineView:
             if self.head is None:
                 if marks or seen:
                     continue
-                self.problems.append(f"{where}: no head (a first push that did not finish; nothing here is trusted yet)")
+                self.problems.append(f"{where}: no head (a first push that did not finish; "
+                                     "nothing here is trusted yet)")
                 return
             ranges = self._segment_ranges()
             used, reached = segments.chain(ranges, self.head["seq"])
@@ -120,7 +121,7 @@ class MachineView:
                                  f"{reached:012d}-… deleted); the chain stops at entry {reached - 1}")
         opened = bucket.map(lambda r: self._open_segment(bucket, sealer, *r), used)
         prev = GENESIS
-        for (first, last), got in zip(used, opened):
+        for (first, last), got in zip(used, opened, strict=True):
             if isinstance(got, str):
                 self.problems.append(got)
                 break
@@ -134,7 +135,8 @@ class MachineView:
                                  f"with another hash than the journal's")
         if deep:        # segments past the head: an interrupted push, or a head rolled back
             later = [r for r in ranges if r[1] > head["seq"]]
-            for (first, last), got in zip(later, bucket.map(lambda r: self._open_segment(bucket, sealer, *r), later)):
+            opened = bucket.map(lambda r: self._open_segment(bucket, sealer, *r), later)
+            for (first, last), got in zip(later, opened, strict=True):
                 name = layout.segment_name(project, machine, first, last)
                 if isinstance(got, str):
                     self.problems.append(got)
@@ -262,7 +264,8 @@ def pick_machine(bucket, remote, project: str | None, machine: str | None, defau
     junk object under a stray prefix does not make the choice ambiguous."""
     found = machines(bucket)
     if sealer is not None and (project is None or machine is None) and len(found) > 1:
-        found = [pm for pm, ok in zip(found, bucket.map(lambda pm: has_head(bucket, sealer, *pm), found)) if ok]
+        heads = bucket.map(lambda pm: has_head(bucket, sealer, *pm), found)
+        found = [pm for pm, ok in zip(found, heads, strict=True) if ok]
     if project is None and default_project and any(p == default_project for p, _ in found):
         project = default_project
     cands = [(p, m) for p, m in found if (project is None or p == project) and (machine is None or m == machine)]
@@ -353,7 +356,7 @@ def remote_objects(bucket, sealer, view, problems=None):
             return f"{full}: holds the index of another pack (moved from another name)"
         return pack_id, entries
     names = view.index_names()
-    for name, got in zip(names, bucket.map(load, names)):
+    for name, got in zip(names, bucket.map(load, names), strict=True):
         if isinstance(got, str):
             found.append(got)
             continue

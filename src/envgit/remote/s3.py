@@ -118,7 +118,7 @@ class Bucket:
         with ThreadPoolExecutor(min(WORKERS, len(items))) as pool:
             futures = [pool.submit(fn, i) for i in items]
             out = []
-            for item, f in zip(items, futures):
+            for item, f in zip(items, futures, strict=True):
                 out.append(f.result())
                 if progress is not None:
                     progress(item, out[-1])

@@ -39,7 +39,8 @@ def decode_segment(data: bytes, project, machine, first, last) -> tuple[dict, li
         raise BadSegment(f"not a journal segment ({e})") from None
     if not isinstance(head, dict) or head.get("format") != SEGMENT_FORMAT:
         raise BadSegment("not a journal segment (unknown format)")
-    if (head.get("project"), head.get("machine"), head.get("first"), head.get("last")) != (project, machine, first, last):
+    if ((head.get("project"), head.get("machine"), head.get("first"), head.get("last"))
+            != (project, machine, first, last)):
         raise BadSegment(f"its header names {head.get('project')}/{head.get('machine')} entries "
                          f"{head.get('first')}-{head.get('last')}, not its own name")
     if len(rows) != last - first + 1 or any(not isinstance(r, list) or len(r) != 7 for r in rows):

@@ -377,8 +377,7 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
                 or in_venv(path):
             out.add(os.path.join(project, path))
     out = {p for p in out if _holds(p, defaults.MARK_IF_CONTAINS.get(os.path.basename(p)))}
-    rel = lambda p: p[len(project) + 1:] if p.startswith(project + "/") else p
-    return sorted({rel(p) for p in out})
+    return sorted({p[len(project) + 1:] if p.startswith(project + "/") else p for p in out})
 
 
 def _holds(path, marker) -> bool:

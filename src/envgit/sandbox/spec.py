@@ -42,7 +42,8 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     rules = resolve(policy, project, home)
     agent = agent or {}
     if agent.get("read") or agent.get("write") or agent.get("protect"):
-        extra = lambda key: tuple((os.path.normpath(p), "agent") for p in agent.get(key, []))
+        def extra(key):
+            return tuple((os.path.normpath(p), "agent") for p in agent.get(key, []))
         rules = dataclasses.replace(rules, allow_abs=rules.allow_abs + extra("read"),
                                     write_abs=rules.write_abs + extra("write"),
                                     protect_abs=rules.protect_abs + extra("protect"))

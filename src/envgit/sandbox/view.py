@@ -152,7 +152,8 @@ def _global_git_config(copies, project, home, visible, state_dir):
     cfg = copies.global_config(project, home) or empty
     xdg = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "git", "config")
     first = os.path.join(home, ".gitconfig")
-    shown = lambda p: any(_inside(p, v) for v in visible)
+    def shown(p):
+        return any(_inside(p, v) for v in visible)
     out = []
     has = os.path.exists(first) or os.path.exists(xdg) or os.path.getsize(cfg) > 0
     if has and (not shown(first) or os.path.exists(first)):

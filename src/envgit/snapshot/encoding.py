@@ -59,6 +59,7 @@ def decode_tree(data: bytes, parts: list | None = None) -> list[Entry]:
     if not data.startswith(TREE_MAGIC):
         raise CorruptObject("tree: bad magic")
     entries, pos, prev = [], len(TREE_MAGIC), None
+    start = pos
     try:
         while pos < len(data):
             if parts is not None and entries:

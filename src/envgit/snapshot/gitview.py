@@ -29,10 +29,10 @@ together) spends at most BUDGET_SECONDS and reads at most BUDGET_BYTES of files 
 walk cut by it says "or more", and what is left unread once it is spent (an index, the
 repositories after) is said as the problem "budget", so `envgit diff` and the rewind plan finish
 in seconds whatever a step left. An index is read only when its file differs between the two
-sides (compared by stored id first), and at most MAX_INDEX_ENTRIES entries of it. A delta chain at most MAX_DELTA_DEPTH links (followed iteratively), an object
-at most MAX_OBJECT bytes inflated, at most MAX_REFS refs per side; every object read is checked
-against its id as git checks it; a malformed object or file is a problem said, never an
-exception out of git_changes.
+sides (compared by stored id first), and at most MAX_INDEX_ENTRIES entries of it. A delta chain
+at most MAX_DELTA_DEPTH links (followed iteratively), an object at most MAX_OBJECT bytes
+inflated, at most MAX_REFS refs per side; every object read is checked against its id as git
+checks it; a malformed object or file is a problem said, never an exception out of git_changes.
 """
 
 import bisect
@@ -144,7 +144,8 @@ class RepoChange:
             if self.index_count > min(limit, len(self.index)):
                 out.append(f"    … and {self.index_count - min(limit, len(self.index))} more")
         if not (self.refs or self.added_count or self.lost_count or self.index_count):
-            out.append("  refs, commits and index unchanged (objects or logs rewritten: a gc, a repack, a fetch of nothing new)")
+            out.append("  refs, commits and index unchanged (objects or logs rewritten: a gc, a repack, "
+                       "a fetch of nothing new)")
         for p in self.problems:
             out.append(f"  not read: {p}")
         if self.files:
@@ -542,8 +543,7 @@ class _Repo:
         entries takes seconds to parse, and a step can leave a hundred repositories. (A split
         index's shared part is named by its own hash: the same index names the same one.)"""
         a, b = self.snap.entry(self.path(b"index")), other.snap.entry(other.path(b"index"))
-        same = lambda e, f: (e is None) == (f is None) and (e is None or (e.type, e.oid) == (f.type, f.oid))
-        return not same(a, b)
+        return not ((a is None) == (b is None) and (a is None or (a.type, a.oid) == (b.type, b.oid)))
 
     def index(self) -> dict:
         data = self.snap.read(self.path(b"index"), MAX_INDEX)

@@ -55,7 +55,8 @@ def _check_pack(objects: ObjectStore, pack_id: str, entries: list[tuple]) -> lis
             problems.append(f"{KIND_NAMES.get(kind, kind)} {oid.hex()} in pack {pack_id} at offset "
                             f"{offset}: content does not match its id (corrupt)")
     for offset, entry in sorted(listed.items()):
-        problems.append(f"pack {pack_id}: the index lists {entry[0].hex()} at offset {offset}, the pack has no such record")
+        problems.append(f"pack {pack_id}: the index lists {entry[0].hex()} at offset {offset}, "
+                        "the pack has no such record")
     return problems
 
 

@@ -73,7 +73,8 @@ class ObjectStore:
         except ValueError as e:
             raise StoreError(f"{config}: not an envgit store config ({e})") from None
         if meta.get("format") != "envgit-store" or meta.get("version") != FORMAT_VERSION:
-            raise StoreError(f"{config}: unsupported store format {meta!r} (this envgit reads version {FORMAT_VERSION})")
+            raise StoreError(f"{config}: unsupported store format {meta!r} "
+                             f"(this envgit reads version {FORMAT_VERSION})")
 
     def _load_indexes(self) -> None:
         for sub in sorted(os.listdir(self.packs_dir)):

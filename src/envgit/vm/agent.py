@@ -395,7 +395,8 @@ class Agent:
             if e[0] == "dir":
                 self.send(wire.CHANGE, json.dumps({**h, "op": "dir"}).encode() + b"\n", channel)
             elif e[0] == "link":
-                self.send(wire.CHANGE, json.dumps({**h, "op": "link", "target": os.readlink(p)}).encode() + b"\n", channel)
+                link = {**h, "op": "link", "target": os.readlink(p)}
+                self.send(wire.CHANGE, json.dumps(link).encode() + b"\n", channel)
             else:
                 try:
                     fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)

@@ -42,7 +42,7 @@ def run_step(vm: dict, conn=None) -> tuple[int, int, float]:
             import tty as ttymod
             saved = termios.tcgetattr(0)
             ttymod.setraw(0)
-        old_wakeup = signal.set_wakeup_fd(wake_w)
+        signal.set_wakeup_fd(wake_w)
         old[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, lambda *_: pending_signals.append(signal.SIGWINCH))
         for sg in FORWARDED:
             old[sg] = signal.signal(sg, lambda n, _f: pending_signals.append(n))

@@ -83,7 +83,7 @@ def _apt(*args) -> str:
                            env={**os.environ, "LC_ALL": "C"})
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ImageError(f"{args[0]} failed: {e} (the VM tier builds its guest from Debian packages: "
-                         "apt-get and dpkg-deb are needed)")
+                         "apt-get and dpkg-deb are needed)") from None
     if r.returncode:
         raise ImageError(f"{' '.join(args[:2])} failed: {r.stderr.strip()[-300:]}")
     return r.stdout

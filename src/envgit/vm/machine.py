@@ -246,7 +246,7 @@ def connect_unix(path, timeout) -> socket.socket:
         except OSError:
             s.close()
             if time.monotonic() > deadline:
-                raise VMError(f"{path}: nobody answers")
+                raise VMError(f"{path}: nobody answers") from None
             time.sleep(0.005)
 
 

@@ -230,7 +230,7 @@ class QemuMachine(Machine):
             self.qmp = QMP(os.path.join(self.sock_dir, "qmp.sock"), timeout=30)
             self.link = Link(connect_unix(os.path.join(self.sock_dir, "agent.sock"), 30))
         except (OSError, ValueError) as e:
-            raise VMError(f"QEMU's sockets: {e}")
+            raise VMError(f"QEMU's sockets: {e}") from None
 
     # --- boot ---------------------------------------------------------------------------
 
@@ -268,8 +268,8 @@ class QemuMachine(Machine):
         self.proc = self._spawn(self._args(accel))
         try:
             self._connect(timeout)
-        except VMError:
-            raise VMError("QEMU did not start: " + self._log_tail())
+        except VMError as e:
+            raise VMError("QEMU did not start: " + self._log_tail()) from e
         self._hold_ram()
         if not self.link.ping(timeout):
             raise VMError("no answer from the guest agent in "
@@ -369,7 +369,7 @@ class QemuMachine(Machine):
             self.qmp.cmd("cont")
         except (VMError, OSError) as e:
             self._kill()
-            raise VMError(f"the memory snapshot {src} could not be restored: {e}")
+            raise VMError(f"the memory snapshot {src} could not be restored: {e}") from None
         running_ms = round((time.monotonic() - t0) * 1000, 1)
         if not self.link.ping(30):
             raise VMError("the restored guest's agent does not answer")
