@@ -72,7 +72,7 @@ def daemon_start(project: Project) -> float:
             break
         except (DaemonError, OSError):
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit(f"the daemon did not start in {project.root}")
+                raise SystemExit(f"the daemon did not start in {project.root}") from None
             time.sleep(0.002)
     ms = (time.perf_counter() - t) * 1000
     conn.request({"op": "stop"})
@@ -81,9 +81,9 @@ def daemon_start(project: Project) -> float:
     return ms
 
 
-def median(f, runs) -> float:
-    f()                                   # one warm-up (page cache, .pyc)
-    return statistics.median(f() for _ in range(runs))
+def median(f, runs, *args) -> float:
+    f(*args)                              # one warm-up (page cache, .pyc)
+    return statistics.median(f(*args) for _ in range(runs))
 
 
 def main():
@@ -99,11 +99,11 @@ def main():
             t = time.perf_counter()
             p = make_project(Path(tmp) / f"p{n}", n)
             built = time.perf_counter() - t
-            anchor = median(lambda: timed(ENVGIT + ["--help"], p.root), args.runs)
-            d_anchor = median(lambda: daemon_start(empty), args.runs)
-            show = median(lambda: timed(ENVGIT + ["show", str(max(1, n // 2))], p.root), args.runs)
-            log = median(lambda: timed(ENVGIT + ["log", "-n", "10"], p.root), args.runs)
-            daemon = median(lambda: daemon_start(p), args.runs)
+            anchor = median(timed, args.runs, ENVGIT + ["--help"], p.root)
+            d_anchor = median(daemon_start, args.runs, empty)
+            show = median(timed, args.runs, ENVGIT + ["show", str(max(1, n // 2))], p.root)
+            log = median(timed, args.runs, ENVGIT + ["log", "-n", "10"], p.root)
+            daemon = median(daemon_start, args.runs, p)
             size = os.path.getsize(p.journal) + (os.path.getsize(p.journal + "-wal")
                                                  if os.path.exists(p.journal + "-wal") else 0)
             rows.append((n, size, anchor, show, log, d_anchor, daemon))

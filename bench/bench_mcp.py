@@ -24,9 +24,9 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from mcp_fixture_server import make_corpus  # noqa: E402
-
 from mcp import Client, StdioServerParameters  # noqa: E402
+
+from mcp_fixture_server import make_corpus  # noqa: E402
 
 ENVGIT = str(Path(sys.executable).parent / "envgit")
 FIXTURE = str(Path(__file__).resolve().parent.parent / "tests" / "mcp_fixture_server.py")

@@ -139,8 +139,8 @@ async def main():
         def direct(name):
             return ["--cacert", str(ca.cert_path), "--resolve", f"{name}:{port}:127.0.0.1"]
 
-        small = "https://{}:%d/small" % port
-        big = "https://{}:%d/big" % port
+        small = f"https://{{}}:{port}/small"
+        big = f"https://{{}}:{port}/big"
         n, runs = args.requests, args.runs
         rows = []
         d_req = await per_request_ms(direct(INTERCEPTED), small.format(INTERCEPTED), n, runs)
@@ -175,7 +175,7 @@ async def main():
         widths = [max(len(r[i]) for r in rows + [("what", "envgit", "vs direct", "anchor", "")])
                   for i in range(5)]
         for r in [("what", "envgit", "vs direct", "anchor", "")] + rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         await gate.stop()
     finally:
         for p in (server, bridge):

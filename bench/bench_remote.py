@@ -163,7 +163,8 @@ def main():
         small_files(proj, args.files)
         print(f"tree: {args.files} files ({time.perf_counter() - t:.1f} s to write)", flush=True)
         subprocess.run([ENVGIT, "init"], cwd=proj, env=env, check=True, capture_output=True)
-        print(f"first envgit step (snapshot of the tree): {timed([ENVGIT, 'run', '--', 'true'], env, proj):.1f} s", flush=True)
+        first = timed([ENVGIT, "run", "--", "true"], env, proj)
+        print(f"first envgit step (snapshot of the tree): {first:.1f} s", flush=True)
         res = {k: [] for k in ("envgit_first", "envgit_inc", "restic_first", "restic_inc", "rclone_first",
                                "rclone_inc", "envgit_first_own", "envgit_inc_own")}
         for r in range(args.runs):
@@ -177,8 +178,8 @@ def main():
             subprocess.run(["restic", "-r", repo, "init"], env=env, check=True, capture_output=True)
             res["restic_first"].append(timed(["restic", "-r", repo, "backup", "-q", str(proj)], env))
             res["rclone_first"].append(timed([RCLONE, "sync", str(proj), f":s3:{s3.bucket}/raw-{r}"], env))
-            print(f"run {r}: first push envgit {res['envgit_first'][-1]:.2f} s ({own:.2f} s its own), restic {res['restic_first'][-1]:.2f} s, "
-                  f"rclone {res['rclone_first'][-1]:.2f} s", flush=True)
+            print(f"run {r}: first push envgit {res['envgit_first'][-1]:.2f} s ({own:.2f} s its own), "
+                  f"restic {res['restic_first'][-1]:.2f} s, rclone {res['rclone_first'][-1]:.2f} s", flush=True)
         for r in range(args.runs):
             name = "b0"
             subprocess.run([ENVGIT, "run", "--", "sh", "-c", f"echo change {r} >> d0/s0/f0.txt"], cwd=proj, env=env,
@@ -189,13 +190,15 @@ def main():
             repo = f"s3:{s3.endpoint}/{s3.bucket}/restic-0"
             res["restic_inc"].append(timed(["restic", "-r", repo, "backup", "-q", str(proj)], env))
             res["rclone_inc"].append(timed([RCLONE, "sync", str(proj), f":s3:{s3.bucket}/raw-0"], env))
-            print(f"run {r}: incremental envgit {res['envgit_inc'][-1]:.2f} s ({own:.2f} s its own), restic {res['restic_inc'][-1]:.2f} s, "
-                  f"rclone {res['rclone_inc'][-1]:.2f} s", flush=True)
+            print(f"run {r}: incremental envgit {res['envgit_inc'][-1]:.2f} s ({own:.2f} s its own), "
+                  f"restic {res['restic_inc'][-1]:.2f} s, rclone {res['rclone_inc'][-1]:.2f} s", flush=True)
         print(f"\n{args.files} files, medians of {args.runs} (seconds):")
         print(f"  first push        envgit {med(res['envgit_first']):7.2f}   restic {med(res['restic_first']):7.2f}   "
-              f"rclone sync {med(res['rclone_first']):7.2f}   envgit/restic {med(res['envgit_first']) / med(res['restic_first']):.2f}x")
+              f"rclone sync {med(res['rclone_first']):7.2f}   "
+              f"envgit/restic {med(res['envgit_first']) / med(res['restic_first']):.2f}x")
         print(f"  incremental push  envgit {med(res['envgit_inc']):7.2f}   restic {med(res['restic_inc']):7.2f}   "
-              f"rclone sync {med(res['rclone_inc']):7.2f}   envgit/restic {med(res['envgit_inc']) / med(res['restic_inc']):.2f}x")
+              f"rclone sync {med(res['rclone_inc']):7.2f}   "
+              f"envgit/restic {med(res['envgit_inc']) / med(res['restic_inc']):.2f}x")
         print(f"  envgit's push itself (its `ms`, without the interpreter and imports): first "
               f"{med(res['envgit_first_own']):.2f}, incremental {med(res['envgit_inc_own']):.2f}")
         if args.auto_steps:
@@ -213,7 +216,8 @@ def main():
                 print(f"pushed {pname}'s journal in {took:.1f} s", flush=True)
             total = args.steps
             a_json = [cpu_timed([ENVGIT, "audit", "--remote", "b0", "--json"], env, home) for _ in range(args.runs)]
-            a_tab = [cpu_timed([ENVGIT, "audit", "--remote", "b0", "--mark", "denied"], env, home) for _ in range(args.runs)]
+            a_tab = [cpu_timed([ENVGIT, "audit", "--remote", "b0", "--mark", "denied"], env, home)
+                     for _ in range(args.runs)]
             out = subprocess.run([ENVGIT, "audit", "--remote", "b0", "--json"], cwd=home, env=env,
                                  capture_output=True, text=True)
             listed = json.loads(out.stdout)["steps"]

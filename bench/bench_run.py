@@ -7,7 +7,6 @@ the median wall time of N runs (default 40), after a warm-up run that starts the
 """
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -66,7 +65,7 @@ def main():
         rows.append((f"envgit run true ({args.files} files)", median_ms([ENVGIT, "run", "true"], root, args.runs)))
         # the same with the network gate on: a bridge and proxy credentials in every step
         (root / "envgit.yaml").write_text('version: 1\nnetwork:\n  allow: ["example.com"]\n')
-        rows.append((f"envgit run true, gate on", median_ms([ENVGIT, "run", "true"], root, args.runs)))
+        rows.append(("envgit run true, gate on", median_ms([ENVGIT, "run", "true"], root, args.runs)))
         srt = find_srt(Path(tempfile.gettempdir()) / "envgit-bench-srt")
         if srt:
             try:

@@ -80,7 +80,8 @@ def main():
         try:
             mid = args.steps // 2
             cases = [("first page", "/", False), ("older page", f"/?before={mid}", False),
-                     ("filter by mark", "/?mark=asked", False), ("filter by text", f"/?q=echo%20{args.steps - 1}", False),
+                     ("filter by mark", "/?mark=asked", False),
+                     ("filter by text", f"/?q=echo%20{args.steps - 1}", False),
                      ("step page", f"/steps/{mid}", False), ("live look", "/events", True)]
             cold = timed_get(port, "/", token)
             results = {name: [] for name, _, _ in cases}

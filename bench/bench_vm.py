@@ -73,7 +73,7 @@ def snapshot_series(m, work, runs, tag):
         memstore.commit(d, meta)
         pauses.append(meta["pause_ms"])
         sizes.append(meta["bytes"])
-    for i in range(runs):
+    for _ in range(runs):
         got = m.restore(os.path.join(work, f"{tag}-{runs - 1}"))
         restores.append(got)
     for i in range(runs):
@@ -105,7 +105,7 @@ def anchors(m, work, runs):
         mig_bytes.append(os.path.getsize(f))
     # restore from the plain migration file: a new QEMU with -incoming, full RAM read back
     f = os.path.join(work, f"full-{runs - 1}.state")
-    for i in range(runs):
+    for _ in range(runs):
         t0 = time.monotonic()
         m._kill()
         m._prepare()
@@ -132,7 +132,7 @@ def main():
     try:
         boots = []
         m = None
-        for i in range(args.runs):
+        for _ in range(args.runs):
             if m is not None:
                 m.stop()
             m = QemuMachine(proj, os.path.join(work, "state"), memory_mb=args.memory)
