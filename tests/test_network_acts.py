@@ -1,7 +1,7 @@
 """policy/acts.py, the one reader of what a server acts on (methods and paths), and the
-decisions built on it: pure, no network. The end-to-end proofs are the red-team files
-(tests/adversarial/test_redteam14_methods.py, _grants.py, test_redteam13b_methods.py,
-_paths.py), which drive real curl through the gate."""
+decisions built on it: pure, no network. The end-to-end proofs are in tests/adversarial/
+(test_gate_method_override.py, test_grants_forgery.py, test_credential_methods.py,
+test_credential_paths.py), which drive real curl through the gate."""
 
 import pytest
 

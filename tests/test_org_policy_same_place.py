@@ -3,7 +3,7 @@ a host by the place the gate takes it for (network.canonical_host / places: ever
 spelling of a port, an IPv4 address and its IPv4-mapped or NAT64 IPv6 forms), a credential by
 its source, an MCP server by its upstream. Loaded through the real `load_policy` under a
 root-owned organisation file; the gate's decisions by its real decide_request. The end-to-end
-attacks are tests/adversarial/test_redteam16_org_{loopback,credentials,mcp}.py."""
+attacks are tests/adversarial/test_org_policy_{loopback,gate,mcp}.py."""
 
 import os
 import shutil

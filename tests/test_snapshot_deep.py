@@ -2,7 +2,7 @@
 Python's recursion limit), and of thousands of directories, under a low open-file limit. The
 walks have no recursion and hold fds for one path, at most ~2 x 64 of them (capture._OPEN_DIRS,
 restore._OPEN_DIRS), so all of it works with 200 fds. Real files, the store as envgit uses it
-(the end-to-end attacks are in tests/adversarial/test_redteam12_snapshot_dos.py)."""
+(the end-to-end attacks are in tests/adversarial/test_snapshot_deep_wide_trees.py)."""
 
 import os
 import resource

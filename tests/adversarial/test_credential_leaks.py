@@ -7,8 +7,11 @@ must not reach it at all, and the step must be marked credential-misuse. Every t
 root and as an unprivileged user."""
 
 import json
+import os
 import shutil
 import subprocess
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +161,40 @@ def test_no_record_holds_the_real_token(attacker):
         r = subprocess.run(["grep", "-rlaF", CANARY, str(attacker.root / ".envgit")],
                            capture_output=True, text=True)
         assert r.stdout == "", r.stdout               # journal, snapshots, daemon log
+
+
+# --- a credential's `file:` source ----------------------------------------------------------
+
+@pytest.fixture
+def token_file():
+    d = Path("/opt") / f"envgit-token-file-{uuid.uuid4().hex[:8]}"
+    d.mkdir()
+    os.chmod(d, 0o755)
+    (d / "token").write_text(CANARY + "\n")
+    os.chmod(d / "token", 0o444)            # as Docker mounts a secret
+    try:
+        yield d / "token"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_credentials_source_file_is_not_readable_inside(attacker, token_file):
+    """The red team's case (round 13b): the daemon reads the real value from the file the
+    policy names (`from: {file: ...}`); the sandbox's system view is masked only where others
+    cannot read (as root) and by the default deny list. A token file outside the home that
+    others can read (Docker's and Compose's secrets in /run/secrets are 0444, Kubernetes'
+    service-account token 0644, a team's /opt/<app>/token, /etc/<tool>/token) was there in the
+    step, though envgit knows its path (`envgit doctor` says "resolves") and promises the real
+    value is never in a step's files. The oracle is the canary (the file's content) in the
+    step's output."""
+    with servers() as (git, stub):
+        api = hostport(stub, "api.github.com")
+        netproject(attacker, git, stub,
+                   f"credentials:\n  tok:\n    from: {{ file: {token_file} }}\n    hosts: [\"{api}\"]\n")
+        r = attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $GITHUB_TOKEN\" https://{api}/; "
+                         f"cat {token_file}; echo done")
+        assert "done" in r.stdout, r.stdout + r.stderr
+        assert [q for q in stub.requests if q["headers"].get("authorization") == f"Bearer {CANARY}"], \
+            "the swap did not happen"
+        assert CANARY not in r.stdout + r.stderr, \
+            f"the credential's source file {token_file} is readable inside the step"

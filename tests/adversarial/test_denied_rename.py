@@ -1,5 +1,5 @@
 """A denied file carried away from its mask: renaming the file itself, or any directory
-between the project root and it (test_redteam14_denied_rename.py has the red team's case),
+between the project root and it (the red team's case, round 14, is the last test here),
 so that on the host the person's secret sits at a name no deny matches. Every directory
 above a masked path in a writable area is a mount point inside the step (view.py _pinned):
 renaming or removing it fails with EBUSY, as for the parents of protected paths.
@@ -98,3 +98,31 @@ def test_a_second_name_made_before_the_secret_arrived(attacker):
     with UI(a) as ui:
         for n in range(1, last + 1):
             _no_canary(a, ui.get(f"/steps/{n}")[2])
+
+
+POLICY = ("version: 1\nfilesystem:\n  deny_read: [\"secrets/**\", \"config/master.key\"]\n"
+          "  allow_write: [\".\"]\n")
+
+
+def test_renaming_a_denied_paths_directory_does_not_free_the_secret(attacker):
+    """The red team's case (round 14): `filesystem.deny_read: ["secrets/**"]` masks each file
+    under secrets/ inside the sandbox, but the directory itself was the step's to rename (it is
+    in the writable project): `mv secrets s2` succeeded, the masks moved with it inside, and on
+    the host the person's file was now s2/key.txt. The step's snapshot recorded s2/key.txt as
+    added, content and all: `envgit ui`'s step page showed its diff (the canary on the page);
+    and the next step read it outright, since no deny matches s2/**. Oracles: the canary in the
+    next step's output, and in the page."""
+    a = attacker
+    a.write_policy(POLICY)
+    for d, f in (("secrets", "key.txt"), ("config", "master.key")):
+        (a.root / d).mkdir()
+        (a.root / d / f).write_text(f"{CANARY}-{f}\n")
+        a.own(a.root / d, a.root / d / f)
+    first = a.run("cat secrets/key.txt config/master.key; mv secrets s2; mv config c2; echo moved")
+    assert CANARY not in first.stdout, first.stdout            # denied, as it should be
+    second = a.run("cat s2/key.txt c2/master.key 2>&1; true")
+    with UI(a) as ui:
+        page = ui.get("/steps/1")[2]
+    assert CANARY not in second.stdout and CANARY not in page, (
+        "a step renamed the directories above denied files; the next step read them "
+        f"({second.stdout.strip()!r}) and the step page shows them ({CANARY in page})")

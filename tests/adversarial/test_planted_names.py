@@ -3,8 +3,8 @@ symlink or a FIFO at the name of a temporary envgit writes beside a file (`FILE.
 `FILE.<pid>`), or at the file itself, in a directory it can write. envgit then writes as the
 person, outside the sandbox: through the link into any file the person owns, or blocks on
 the FIFO. Every such writer goes through atomicfile.write_atomic (a random O_EXCL|O_NOFOLLOW
-temporary, renamed over the target); the red team's `export --html` case is
-test_redteam14_export.py.
+temporary, renamed over the target); the red team's `export --html` case (round 14) is
+test_export_html_tmp_file_symlink_overwrites_a_host_file.
 
 Oracles: the person's file outside the project keeps its canary, or a marker a later step
 writes (a hung writer never lets the step run)."""
@@ -130,3 +130,44 @@ def test_codex_hook_writes_through_no_planted_link(tmp_path, monkeypatch):
     assert codex_hook.main([str(calls)]) == 0
     assert victim.read_text() == CANARY
     assert calls.read_text() == "call_7" and not calls.is_symlink()
+
+
+def _pid_max() -> int:
+    try:
+        return int(open("/proc/sys/kernel/pid_max").read())
+    except (OSError, ValueError):
+        return 32768
+
+
+def test_export_html_tmp_file_symlink_overwrites_a_host_file(attacker):
+    """The red team's case (round 14): `envgit export --html FILE` wrote its report to
+    `FILE.envgit-tmp-PID` first, opened with plain open(..., "w"), which follows a symlink. A
+    step cannot know the pid, but pids are small (pid_max is 32768 on most machines): it plants
+    a symlink for every pid beside the name the help text suggests (`report.html`), each
+    pointing at a file of the person's outside the project. When the person later exported the
+    report into the project, the report's text was written THROUGH the symlink (the person's
+    file truncated and overwritten: any file the person can write, e.g. ~/.bashrc or
+    ~/.ssh/authorized_keys), and the rename then put the symlink at report.html, so the report
+    still opened and nothing looked wrong. Oracle: the person's file outside the project, which
+    no step may write, keeps its canary."""
+    a = attacker
+    victim = a.home / "precious.txt"              # outside the project: no step may write it
+    victim.write_text(f"{CANARY} the person's own file\n")
+    a.own(victim)
+    # The step: a symlink for every pid the export could get, beside the report's name.
+    # Relative target: the project is ~/proj, so ../precious.txt is the person's file.
+    n = min(_pid_max(), 65536)
+    plant = ("python3 -c 'import os\n"
+             f"for p in range(1, {n + 1}):\n"
+             "    try: os.symlink(\"../precious.txt\", \"report.html.envgit-tmp-%d\" % p)\n"
+             "    except OSError: pass\n'")
+    r = a.run(plant + " && echo planted", timeout=300)
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    assert victim.read_text().startswith(CANARY)  # the step itself could not write it
+    # Later, the person exports the session's report into the project (as --help shows).
+    r = a.envgit("export", "--html", "report.html", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text().startswith(CANARY), (
+        "envgit export --html wrote its report through a symlink a step planted: the person's "
+        f"file outside the project now holds: {victim.read_text()[:120]!r}")
+    assert not os.path.islink(a.root / "report.html")

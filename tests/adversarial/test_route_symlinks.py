@@ -47,6 +47,20 @@ def test_a_link_to_a_directory_on_a_route_does_not_stop_later_steps(attacker, ro
     assert r.returncode == 0 and r.stdout == "alive\n", (r.returncode, r.stdout, r.stderr)
 
 
+@pytest.mark.parametrize("route", [".envrc"])   # .npmrc, .mcp.json, .husky, .codex, ... held
+def test_a_dangling_symlink_on_a_protected_route_does_not_stop_later_steps(attacker, route):
+    """The red team's case (round 12): a dangling symlink where a protected escape route goes
+    (.envrc; the other routes tried, .npmrc .mcp.json .husky .codex .claude/settings.json ...,
+    held). envgit protects each existing route with a read-only bind of the path onto itself;
+    bwrap followed the symlink to create the mount point, could not, and every later step of
+    the project failed to start (exit 125, "the sandbox did not start ... `envgit doctor`
+    checks the set-up") until the person found and removed the link."""
+    r = attacker.run(f"ln -s /nonexistent-{CANARY}/x {route}")
+    assert r.returncode == 0, r.stderr
+    r = attacker.run("echo alive")
+    assert r.returncode == 0 and r.stdout == "alive\n", (r.returncode, r.stdout, r.stderr)
+
+
 def test_filling_what_a_route_link_leads_to_is_marked(attacker):
     """`.envrc -> sub/x`, absent: nothing to bind read-only; the step that then writes sub/x
     (what direnv would run) is marked for .envrc like any change to it."""

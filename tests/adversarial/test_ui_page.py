@@ -1,8 +1,10 @@
 """Attacks on `envgit ui`, the page (issue 14): a request without the token, a foreign Host
 (DNS rebinding), a cross-site form or fetch, text a step chose carrying HTML and terminal
 escapes, path traversal in the static route, and a step reaching for the page's port from
-inside its sandbox. The oracles: a canary or a marker in what came back, a marker a script
-injected would set, the project's file that a forged rewind would change.
+inside its sandbox; last, the red team's (round 14): a diff that wedges the step page, and a
+new question that moves the keyboard focus to "Allow once". The oracles: a canary or a marker
+in what came back, a marker a script injected would set, the project's file that a forged
+rewind would change, the page's answer in time, what reached the server.
 
 The page runs as the attacker's user (root, or the unprivileged one); the browser is Debian's
 Chromium, headless, as the test's own user."""
@@ -10,9 +12,11 @@ Chromium, headless, as the test's own user."""
 import http.server
 import shutil
 import threading
+import time
 
 import pytest
 
+from gatekit import hostport, netproject, servers
 from harness import CANARY, attacker  # noqa: F401  (the fixture)
 from uikit import UI, browser, have_browser, wait_for
 
@@ -180,7 +184,6 @@ def test_a_step_cannot_reach_the_page(attacker):
 def test_a_step_with_network_cannot_reach_the_page_through_the_gate(attacker):
     """With the network on, the step's way out is the gate, which refuses the host's loopback
     (a port not named in network.allow): asked directly, through the proxy, or as a tunnel."""
-    from gatekit import netproject, servers
     a = attacker
     with servers() as (git, stub), UI(a) as ui:
         netproject(a, git, stub)
@@ -214,3 +217,101 @@ def test_a_policy_that_opens_the_pages_port_still_gives_a_step_nothing(attacker)
         codes = [line.rsplit(" ", 1)[-1] for line in r.stdout.splitlines() if line.strip()]
         assert codes == ["403"] * 5, r.stdout + r.stderr              # reached, and refused
         assert MARK not in r.stdout and "kept.txt" not in r.stdout
+
+
+# --- a diff that wedges the step page -------------------------------------------------------
+
+WRITE = ("python3 -c 'import random, sys\n"
+         "random.seed(int(sys.argv[1]))\n"
+         "open(\"big.txt\", \"w\").write(\"\".join(\"%d\\n\" % random.randrange(2500) for _ in range(230000)))\n' ")
+
+
+def test_step_page_answers_despite_a_quadratic_diff(attacker):
+    """The red team's case (round 14): a step wedged the step page with a diff that is cheap to
+    write and very expensive to show. The page (ui/stepview.py) diffed every changed text file
+    up to 1 MiB a side with difflib before its 2 MiB text budget was looked at. difflib's
+    matcher is quadratic when lines repeat often but stay under its "popular line" cut-off (1%
+    of the lines): a step writes a file of ~250k short lines drawn from ~2,500 values, and the
+    next step writes another such file. One view of the second step's page then spent minutes
+    of CPU in the server (a thread per view: a few reloads take both cores and every worker),
+    and the person never saw what the step changed. `envgit diff` shares the code
+    (commands/diff.py unified_lines). Oracle: the server's answer to GET /steps/N within a
+    bound a person would wait."""
+    a = attacker
+    a.run(WRITE + "1 && wc -c big.txt", check=True, timeout=120)
+    r = a.run(WRITE + "2 && wc -c big.txt", check=True, timeout=120)
+    size = int(r.stdout.split()[0])
+    assert size < 1 << 20                     # under the 1 MiB the page still diffs
+    with UI(a) as ui:
+        assert ui.get("/steps/1")[0] == 200   # the page works
+        t0 = time.monotonic()
+        try:
+            status, _, body = ui.get("/steps/2", timeout=45)
+        except TimeoutError:
+            status, body = None, ""
+        took = time.monotonic() - t0
+        assert status == 200 and "big.txt" in body, (
+            f"the step page did not answer in {took:.0f} s: a step's 2 files of {size} bytes "
+            "wedge the page (difflib on repeated lines)")
+
+
+# --- a new question moving the keyboard's focus ----------------------------------------------
+
+ASK_API = ("irreversible:\n  - net: {host: \"*.example.test\", method: \"*\", path: \"/api/**\"}\n"
+           "    action: ask\n    name: api-write\n")
+
+
+@pytest.fixture
+def world():
+    """The gate's servers (gatekit): the page asks about the stub's POSTs under /api/."""
+    with servers() as (git, stub):
+        yield git, stub
+
+
+@pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+@needs_browser
+def test_a_new_question_does_not_move_the_focus_to_allow(attacker, world):
+    """The red team's case (round 14): when the asks panel was redrawn while a button in it had
+    the focus, ui.js focused the FIRST button of the new panel: the first question's "Allow
+    once". A step decides when the panel is redrawn (it sends another asked-about request
+    whenever it likes). A person answering with the keyboard (the page is meant to be keyboard
+    navigable) tabs to "Deny" on question 1; the step sends request 2; the focus was then on
+    "Allow once" of question 1, and the Enter meant for "Deny" allowed the request. Oracle: the
+    server's record (the POST the person meant to deny arrived)."""
+    from selenium.webdriver.common.keys import Keys
+    git, stub = world
+    netproject(attacker, git, stub, ASK_API)
+    api = hostport(stub, "stub.example.test")
+    result = {}
+
+    def step():
+        result["r"] = attacker.run(
+            f"curl -s -o /dev/null -X POST --data-binary one https://{api}/api/one & sleep 8; "
+            f"curl -s -o /dev/null -X POST --data-binary two https://{api}/api/two & wait", timeout=120)
+    with UI(attacker) as ui, browser() as b:
+        b.get(ui.url)
+        t = threading.Thread(target=step)
+        t.start()
+        try:
+            deny = wait_for(lambda: b.find_element("css selector", 'button[data-answer="deny"]'),
+                            timeout=40, what="question 1's Deny button")
+            b.execute_script("arguments[0].focus()", deny)         # the person tabbed to Deny
+            assert b.switch_to.active_element.get_attribute("data-answer") == "deny"
+            wait_for(lambda: len(b.find_elements("css selector", "article.ask")) >= 2, timeout=40,
+                     what="the step's second question")
+            time.sleep(0.5)
+            focused = b.switch_to.active_element.get_attribute("data-answer")
+            b.switch_to.active_element.send_keys(Keys.ENTER)       # ... and presses Enter
+            wait_for(lambda: "Question" in b.find_element("id", "flash").text, timeout=20, what="the answer")
+            said = b.find_element("id", "flash").text
+            for a in b.find_elements("css selector", 'button[data-answer="deny"]'):   # the rest: no
+                try:
+                    a.click()
+                except Exception:
+                    pass
+        finally:
+            t.join(150)
+    posts = [q["path"] for q in stub.requests if q["method"] == "POST"]
+    assert "/api/one" not in posts, (
+        f"the person pressed Enter on Deny; a new question moved the focus to {focused!r} and the "
+        f"page said {said!r}: the server received {posts}")

@@ -12,7 +12,7 @@ memory snapshot keeps the thief for the next daemon to resume.
 With the same descriptor a child of the step writes EXIT frames: the daemon takes the first
 EXIT on the step's channel (channels are small counters: every one is tried) as the command's,
 and `envgit run` reports and the journal records the forged status (the default tier's promise
-"a step's child cannot turn a failure into success", test_redteam12_status.py).
+"a step's child cannot turn a failure into success", test_exit_status_forgery.py).
 
 Real QEMU (TCG here). The oracle: a later, harmless step's output within a bounded time.
 """

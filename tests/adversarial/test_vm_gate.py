@@ -3,12 +3,14 @@ the guest: the secret canaries are not there to read (the project's denied files
 into the guest, the host's home is not in it at all), and the guest's only network, the agent
 port's channel to the same gate, judges each request as the default tier's: a host not allowed
 is refused, a hidden `git push` (a POST to git-receive-pack made by hand) is refused by the
-push gate, and the servers see neither. Real QEMU (TCG here); one boot per attacker (~20 s).
+push gate, and the servers see neither; and a process a step leaves running reaches nothing
+between steps. Real QEMU (TCG here); one boot per attacker (~20 s).
 """
 
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -123,3 +125,51 @@ def test_vm_a_push_asked_about_is_said_on_the_step_terminal_and_denied_by_the_an
         assert person.seen, r.stderr
         assert "asks:" in r.stderr and "envgit approve" in r.stderr, r.stderr
         assert not any("receive-pack" in q["path"] and q["method"] == "POST" for q in git.requests)
+
+
+# --- a process left running, between steps --------------------------------------------------
+
+LATE = r'''
+import sys, time, urllib.request
+time.sleep(25)                      # step 1 has ended by now
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=60) as r:
+        res = f"{r.status}"
+except Exception as e:
+    res = repr(e)[:200]
+open("/tmp/late.txt", "w").write(res)
+'''
+
+
+def test_vm_a_process_left_running_reaches_nothing_unrecorded_between_steps(attacker, shared_image):
+    """The red team's case (round 15): a process a VM step starts keeps running after the step
+    (the tier's point). The guest's only network is its proxy port, each connection a channel
+    to the gate; the promise is that every request is judged and recorded on a step, as in the
+    default tier (whose step's processes end with it). Attack: a process left running by step 1
+    makes a request after step 1 has ended, while no step runs. The oracle: the server's
+    record, and the journal's steps. HELD when written: the gate answers 407 (step 1's
+    credentials closed with it), nothing reaches the server."""
+    with servers() as (git, stub):
+        netproject(attacker, git, stub, tail="backend: vm\nvm: { memory: 256MiB, cpus: 1 }\n")
+        attacker.env["ENVGIT_VM_CACHE"] = shared_image
+        (attacker.root / "late.py").write_text(LATE)
+        attacker.own(attacker.root / "late.py")
+        url = f"https://{hostport(stub, 'stub.example.test')}/late-between-steps"
+        r = attacker.envgit("run", "--", "sh", "-c",
+                            f"python3 late.py {url} </dev/null >/dev/null 2>&1 & echo started",
+                            timeout=400)
+        assert "started" in r.stdout, r.stdout + r.stderr
+        time.sleep(60)                  # no step runs: the process's request is made now
+        r = attacker.envgit("run", "--", "cat", "/tmp/late.txt", timeout=200)
+        reached = [q for q in stub.requests if "late-between-steps" in q["path"]]
+        recorded = []
+        for n in (1, 2):
+            s = attacker.envgit("show", str(n), "--json")
+            if s.returncode == 0:
+                recorded += [q for q in json.loads(s.stdout).get("requests") or []
+                             if "late-between-steps" in json.dumps(q)]
+        assert not reached or recorded, (
+            f"a request made between VM steps reached the server unrecorded on any step: "
+            f"guest saw {r.stdout!r}; server saw {reached}")
+        assert not reached, (f"a request made while no step ran reached the server (recorded on "
+                             f"{recorded}); guest saw {r.stdout!r}")
