@@ -1,15 +1,14 @@
 """The attacker's harness: every test here attacks from inside a step, through the real
-
-Tests import the fixture: `from harness import CANARY, attacker`.
 `envgit run` (or a real agent adapter), with a marker file or a canary as its only oracle.
 
-`attacker` runs as root (how envgit runs in most containers and CI, and the more dangerous of
+A test asks for the `attacker` fixture by name (tests/adversarial/conftest.py; nothing to
+import). It runs as root (how envgit runs in most containers and CI, and the more dangerous of
 the two); a test whose outcome can depend on the uid says so with `@pytest.mark.both_uids(why)`
-and runs again as an unprivileged user the fixture creates (bwrap without root; conftest's
-pytest_generate_tests). Both get the same layout as the
-rest of the suite: a home with canary secrets, a git project `~/proj` inside it, `envgit init`
-done. A test that cannot apply to one of the two says so with an explicit `pytest.skip` naming
-why; root-only parametrizations are skipped only where the machine cannot create a user.
+and runs again as an unprivileged user the fixture creates (bwrap without root;
+tests/conftest.py's pytest_generate_tests). Both get the same layout as the rest of the suite:
+a home with canary secrets, a git project `~/proj` inside it, `envgit init` done. A test that
+cannot apply to one of the two says so with an explicit `pytest.skip` naming why; the user's
+run is skipped only where the machine cannot create a user.
 """
 
 import contextlib
@@ -24,10 +23,8 @@ from pathlib import Path
 
 import pytest
 
-
-from conftest import CANARY, ENVGIT, Env, make_home
+from conftest import ENVGIT, Env, make_home
 from kit.users import can_make_users, test_user
-
 
 _PATH_LOCK = "/tmp/envgit-test-open-path.lock"
 _PATH_STATE = "/tmp/envgit-test-open-path.json"
@@ -110,17 +107,22 @@ class Attacker(Env):
         self.own(self.root / "envgit.yaml")
 
 
-@pytest.fixture
-def attacker(request, tmp_path):
-    if request.param == "root":
+@contextlib.contextmanager
+def attacker_in(kind, tmp_path):
+    """An Attacker with its home and project, `envgit init` done: as root (`kind` "root"), or
+    as an unprivileged user made for it ("user"; skipped where none can be made). What the
+    `attacker` fixture yields."""
+    if kind == "root":
         home = make_home(tmp_path)
         root = home / "proj"
         root.mkdir()
         subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
         a = Attacker(home, root, None)
         a.envgit("init", check=True)
-        yield a
-        a.stop()
+        try:
+            yield a
+        finally:
+            a.stop()
         return
     if not can_make_users():
         pytest.skip("creating an unprivileged test user needs root and useradd")
@@ -142,4 +144,4 @@ def attacker(request, tmp_path):
                 shutil.rmtree(base, ignore_errors=True)
 
 
-__all__ = ["CANARY", "Attacker", "attacker", "open_path_to"]
+__all__ = ["Attacker", "attacker_in", "open_path_to"]

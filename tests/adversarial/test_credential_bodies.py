@@ -22,8 +22,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from conftest import CANARY
 from gatekit import netproject, servers
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CANARY
 from gatekit import Answerer, hostport, netproject, servers
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 

@@ -12,8 +12,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from conftest import CANARY
 from gatekit import hostport, netproject, servers
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("python3") is None,
                                 reason="socat or python3 is not installed")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 ID = "-c user.name=a -c user.email=a@example.com"
 

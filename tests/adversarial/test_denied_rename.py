@@ -8,7 +8,7 @@ Oracles: the canary in a later step's output, in `envgit diff`, on the step's ui
 
 import json
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 from uikit import UI
 
 

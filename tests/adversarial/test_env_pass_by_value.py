@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
+from conftest import CANARY
 from gatekit import hostport, netproject, servers
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 

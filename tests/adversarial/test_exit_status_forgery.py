@@ -10,8 +10,6 @@ Oracle: `envgit run`'s exit code and the journal's `exit` for a command that exi
 
 import json
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
-
 # Every pipe the reporter (our parent) holds gets "0\n" padded to the 64 bytes envgit reads:
 # the reporter's own "768\n" then comes after what is read, and is never seen.
 FORGE_ZERO = r'''

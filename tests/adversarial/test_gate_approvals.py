@@ -14,7 +14,6 @@ import time
 import pytest
 
 from gatekit import Answerer, clone_into_project, hostport, netproject, refs_of, servers
-from harness import attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 

@@ -14,7 +14,6 @@ from urllib.parse import quote
 import pytest
 
 from gatekit import Answerer, clone_into_project, hostport, netproject, servers
-from harness import attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 

@@ -13,7 +13,6 @@ from urllib.parse import unquote
 import pytest
 
 from gatekit import hostport, netproject, servers
-from harness import attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 

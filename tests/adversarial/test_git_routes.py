@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 NOTICE = "WROTE AN ESCAPE ROUTE"
 ID = "-c user.name=a -c user.email=a@example.com"
 

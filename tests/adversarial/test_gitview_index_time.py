@@ -12,7 +12,7 @@ Oracle: the commands finish within a bound, and the rewind gives back the person
 
 import subprocess
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 REPOS = 20          # 20 × 16 MB × 2 sides = 640 MB: past the view's 512 MiB budget, and
                     # (at about 7 s a repository unbounded) past the 90 s bound too

@@ -31,7 +31,6 @@ from urllib.parse import parse_qs
 import pytest
 
 from gatekit import hostport, netproject, servers
-from harness import attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 

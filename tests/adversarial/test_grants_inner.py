@@ -11,7 +11,6 @@ import threading
 import pytest
 
 from gatekit import hostport, netproject, servers
-from harness import attacker  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 

@@ -4,8 +4,6 @@ The oracles: the content of the first name, and a marker a planted git config wo
 
 import json
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 
 def show(a, step):
     return json.loads(a.envgit("show", str(step), "--json", check=True).stdout)

@@ -1,7 +1,5 @@
 """The harness itself: both attackers really are who they claim, and a step really runs."""
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 
 def test_attacker_identity(attacker):
     r = attacker.run("id -u; echo made > marker")

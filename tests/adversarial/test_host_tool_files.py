@@ -8,8 +8,6 @@ import json
 
 import pytest
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 PLANT = "touch /tmp/pwned-by-host-tool"
 PROTECTED = [".npmrc", "packages/web/.npmrc", ".yarnrc.yml", ".devcontainer/devcontainer.json",
              ".devcontainer.json", ".vscode/mcp.json", ".cursor/mcp.json", ".gemini/settings.json",

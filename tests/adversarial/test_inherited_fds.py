@@ -8,8 +8,7 @@ step's own listing of /proc/self/fd."""
 import os
 import subprocess
 
-from conftest import ENVGIT
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY, ENVGIT
 
 
 def test_inherited_fds_do_not_reach_the_step(attacker, tmp_path):
@@ -55,6 +54,7 @@ def test_a_step_the_daemon_starts_gets_only_its_three_fds(proj):
     outer sandbox's extra fd reaches it."""
     import shutil
     from pathlib import Path
+
     from envgit.daemon.client import connect
     from envgit.paths import Project
     from envgit.sandbox.seccomp import program

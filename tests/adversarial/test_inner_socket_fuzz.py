@@ -16,8 +16,6 @@ import socket
 import struct
 import time
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 from envgit.daemon.client import connect
 from envgit.daemon.inner_shim import frame, reply
 from envgit.paths import Project

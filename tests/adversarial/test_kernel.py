@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 # Opens (O_WRONLY, writes nothing) every regular file under the roots it is given, not
 # following symlinks and skipping the per-process directories of /proc; lists what opened.

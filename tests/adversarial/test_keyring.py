@@ -8,7 +8,7 @@ The oracles: a canary in a key planted outside, and a key the step would plant i
 caller's user keyring, looked for outside afterwards.
 """
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 PY = "/usr/bin/python3"
 

@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 SHIM = Path(__file__).resolve().parents[2] / "src" / "envgit" / "daemon" / "inner_shim.py"
 NETWORK = "version: 1\nnetwork:\n  allow: [example.com]\n"
 FAKE = "#!/bin/sh\ntouch {marker}\nexec /usr/bin/{name} \"$@\"\n"

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 PY = "/usr/bin/python3"
 
 

@@ -12,8 +12,6 @@ import zipfile
 
 import pytest
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 NOTICE = "ESCAPE ROUTE"
 ID = "-c user.name=a -c user.email=a@example.com"
 

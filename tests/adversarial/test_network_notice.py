@@ -10,7 +10,6 @@ resolves an IP literal through DNS) gets envgit to print the exact line that all
 Oracle: the notice on stderr.
 """
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
 
 ASK = r'''
 import socket, struct, sys

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import attacker  # noqa: F401  (the fixture)
 from test_loopback import Canary
 
 pytestmark = pytest.mark.skipif(os.path.lexists("/etc/envgit/policy.yaml") or os.geteuid() != 0,
@@ -135,6 +134,7 @@ def test_policy_check_refuses_an_org_denied_address_in_its_v4_mapped_form(tmp_pa
     192.168.1.10; `[::ffff:192.168.1.10]` is the same address to a dual-stack socket (the
     merge already canonicalises 3232235786 and IPv6 spellings, not this one)."""
     import subprocess
+
     from conftest import ENVGIT
     d = tempfile.mkdtemp(prefix="envgit-org-")
     os.chmod(d, 0o755)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 pytestmark = pytest.mark.skipif(os.path.lexists("/etc/envgit/policy.yaml") or os.geteuid() != 0,
                                 reason="needs root (the org file must be root's) and no real "

@@ -14,7 +14,7 @@ import io
 import json
 import os
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 
 def _victim(a, name="precious.txt"):
@@ -101,8 +101,9 @@ def test_claude_config_merge_writes_through_no_planted_link(tmp_path):
 
 def test_claude_hook_writes_through_no_planted_link(tmp_path, monkeypatch):
     """ENVGIT_CLAUDE_CALLS stays writable to Claude's tools: the hook's `.<pid>.tmp` there."""
-    from envgit.agents import claude
     import sys
+
+    from envgit.agents import claude
     top, bin_dir, state = claude.write_scripts(sys.executable)
     calls = os.path.join(state, "calls")
     os.mkdir(calls)

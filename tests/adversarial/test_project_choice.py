@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 from conftest import CANARY, ENVGIT
-from harness import attacker  # noqa: F401  (the fixture)
 
 OPEN_POLICY = "version: 1\nfilesystem:\n  deny_read: []\n"
 
@@ -54,10 +53,11 @@ def test_an_outer_directory_made_into_a_project_does_not_capture_the_inner_one(a
 
 
 def test_the_inner_socket_refuses_a_cwd_outside_the_project(attacker, tmp_path):
-    from envgit.daemon.client import connect
-    from envgit.paths import Project
-    from envgit.daemon.inner_shim import frame, reply
     import socket
+
+    from envgit.daemon.client import connect
+    from envgit.daemon.inner_shim import frame, reply
+    from envgit.paths import Project
     attacker.run("true")
     conn = connect(Project(str(attacker.root)), start=False)
     spec = conn.request({"op": "spec", "argv": ["true"], "cwd": str(attacker.root), "env": {},
@@ -128,6 +128,7 @@ def test_an_agents_step_that_makes_a_nested_project_is_told_and_marked(attacker)
     agent's own stderr, the step is marked, and the nested project is refused later."""
     import shutil
     from pathlib import Path
+
     from envgit.daemon.client import connect
     from envgit.paths import Project
     attacker.run("true")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness import CANARY, attacker  # noqa: F401
+from conftest import CANARY
 from s3server import S3Server
 
 

@@ -14,8 +14,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from test_remote import add_remote, fill, machine  # noqa: E402
 from s3server import S3Server  # noqa: E402
+from test_remote import add_remote, fill, machine  # noqa: E402
 
 
 @pytest.fixture

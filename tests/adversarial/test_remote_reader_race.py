@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pytest  # noqa: E402
 
-from test_remote import add_remote, machine  # noqa: E402
 from s3server import S3Server  # noqa: E402
+from test_remote import add_remote, machine  # noqa: E402
 
 
 @pytest.fixture

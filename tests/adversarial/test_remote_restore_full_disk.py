@@ -11,8 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from test_remote import add_remote, fill, machine  # noqa: E402
 from s3server import S3Server  # noqa: E402
+from test_remote import add_remote, fill, machine  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
 

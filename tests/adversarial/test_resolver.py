@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 # Sent from inside the step: every kind of bad datagram, as fast as it can, then one ordinary
 # lookup, whose outcome it prints.

@@ -8,8 +8,6 @@ Oracle: the restored file's mode bits (a setuid-root binary is the marker of the
 import os
 import stat
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 
 def test_rewind_does_not_recreate_setuid_or_setgid_bits(attacker):
     a = attacker

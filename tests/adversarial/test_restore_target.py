@@ -11,8 +11,6 @@ planted symlink names) that a followed symlink would create."""
 import os
 import uuid
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 
 def place(a, name):
     """A directory outside the project, writable by the attacker's user (so that only envgit's

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 
 def show(a, step):

@@ -2,7 +2,7 @@
 the step printed. The legitimate use beside each (git still configured, npm's registry still
 set, a public certificate still readable, a harmless variable still passed) is checked too."""
 
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY
 
 GITCONFIG = f"""[user]
 \tname = Person

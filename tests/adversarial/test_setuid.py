@@ -13,8 +13,6 @@ import tarfile
 
 import pytest
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 SPECIAL = stat.S_ISUID | stat.S_ISGID
 
 

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from conftest import ENVGIT
-from harness import attacker  # noqa: F401  (the fixture)
 
 SHIM = Path(__file__).resolve().parents[2] / "src" / "envgit" / "daemon" / "inner_shim.py"
 NETWORK = "version: 1\nnetwork:\n  allow: [example.com]\n"
@@ -277,6 +276,7 @@ def test_the_mcp_repl_cannot_signal_the_mcp_server(attacker):
     the server answers the next call (with a fresh REPL)."""
     import anyio
     from mcp import Client, StdioServerParameters
+
     from mcp_fixture_server import make_corpus
     from test_mcp_server import mcp_section
     corpus = make_corpus(attacker.home.parent / "c")

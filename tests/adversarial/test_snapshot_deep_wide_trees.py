@@ -14,8 +14,7 @@ Oracles: a marker file's content after rewind, the journal's snapshot of a step.
 
 import json
 
-from conftest import ENVGIT
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
+from conftest import CANARY, ENVGIT
 
 DEEP = r'''
 import os

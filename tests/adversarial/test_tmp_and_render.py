@@ -13,8 +13,6 @@ the ask prompt, while the name is still shown, escaped.
 import os
 import time
 
-from harness import attacker  # noqa: F401  (the fixture)
-
 ESC_NAME = "evil\x1b[2J\x1b]0;owned\x07\u009b31m\u202ename"
 SHOWN = "evil\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\u202ename"
 

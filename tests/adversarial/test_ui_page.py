@@ -16,8 +16,8 @@ import time
 
 import pytest
 
+from conftest import CANARY
 from gatekit import hostport, netproject, servers
-from harness import CANARY, attacker  # noqa: F401  (the fixture)
 from uikit import UI, browser, have_browser, wait_for
 
 needs_browser = pytest.mark.skipif(not have_browser(), reason="Chromium and chromedriver are not installed")

@@ -24,8 +24,6 @@ import time
 
 import pytest
 
-from harness import attacker  # noqa: F401
-
 pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"],
                                                capture_output=True).returncode != 0,
                                 reason="QEMU is not installed (dev/run test installs it)")

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from conftest import CANARY
 from gatekit import Answerer, hostport, netproject, servers
-from harness import CANARY, attacker  # noqa: F401
 
 pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"],
                                                capture_output=True).returncode != 0,

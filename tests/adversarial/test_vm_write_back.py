@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from harness import CANARY, attacker  # noqa: F401
+from conftest import CANARY
 
 pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"],
                                                capture_output=True).returncode != 0,
