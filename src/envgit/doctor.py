@@ -78,7 +78,7 @@ def run_checks() -> list[Check]:
     if bwrap:
         ver = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
         m = re.search(r"(\d+)\.(\d+)", ver)
-        new_enough = bool(m) and (int(m.group(1)), int(m.group(2))) >= (0, 8)
+        new_enough = m is not None and (int(m.group(1)), int(m.group(2))) >= (0, 8)
         out.append(Check("bubblewrap", new_enough, f"{ver} at {bwrap}",
                          "envgit needs bubblewrap >= 0.8 (--disable-userns): " + _apt("bubblewrap")))
         r = subprocess.run([bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/", "/",

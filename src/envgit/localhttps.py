@@ -57,7 +57,7 @@ class TestCA:
     def issue(self, names, stem="server") -> tuple[Path, Path]:
         """(cert file, key file) for `names` (DNS names and IP addresses)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        alt = []
+        alt: list[x509.GeneralName] = []
         for n in names:
             try:
                 alt.append(x509.IPAddress(ipaddress.ip_address(n)))

@@ -92,7 +92,8 @@ class UnixAddress:
     """
 
     def __init__(self, path: str):
-        self.path, self.fd = path, None
+        self.path = path
+        self.fd: int | None = None
 
     def __enter__(self) -> str:
         if len(os.fsencode(self.path)) <= _UNIX_PATH_MAX:

@@ -18,7 +18,7 @@ Exit status, by the shell's convention (as `env`, `timeout` and `docker run` use
   naming the fix.
 """
 
-import _signal as signal  # the builtin: `signal` would import enum, ~3 ms per step
+import _signal as signal  # type: ignore[import-not-found]  # the builtin (no stub): `signal` would import enum, ~3 ms per step
 import os
 import sys
 import time
@@ -71,7 +71,7 @@ def step(argv: list[str], env: dict) -> int:
         trusted_binary("perl", project.root)
     except (NoProject, LaunchError) as e:
         return fail(f"envgit: {e}")
-    shown = []
+    shown: list[int] = []
     try:
         conn = connect(project)
         if sys.stderr.isatty():        # the first snapshot of a big project: show it move

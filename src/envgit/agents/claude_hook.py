@@ -33,8 +33,8 @@ def pre(event):
     if not (call and calls and isinstance(command, str)):
         return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from atomicfile import write_atomic  # copied beside this script (claude.py)
-    from claude_shim import call_key
+    from atomicfile import write_atomic  # type: ignore[import-not-found]  # copied beside this script (claude.py)
+    from claude_shim import call_key  # type: ignore[import-not-found]
     # The directory is writable by Claude's own tools: no name there is trusted (atomicfile.py).
     write_atomic(os.path.join(calls, f"{call_key(command)}.{time.time_ns()}"), call, sync=False)
 
@@ -42,7 +42,7 @@ def pre(event):
 def request(msg: dict) -> dict:
     """One frame over the inner socket (inner_shim.py's framing, no fds)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from inner_shim import frame, reply
+    from inner_shim import frame, reply  # type: ignore[import-not-found]  # beside this script
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(os.environ.get("ENVGIT_INNER_SOCKET", "/run/envgit/control.sock"))
         s.sendall(frame(msg))

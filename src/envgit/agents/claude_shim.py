@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         os.execv("/bin/sh", ["/bin/sh", "-c", composed])
     cmd, cwd_file = call
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import inner_shim
+    import inner_shim  # type: ignore[import-not-found]  # copied beside this script
     return inner_shim.exit_code(["bash", "-c", cmd], tool_call_id=take_call(cmd), cwd_file=cwd_file)
 
 

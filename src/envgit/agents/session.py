@@ -98,7 +98,7 @@ def run_on_terminal(cmd: list[str], env: dict) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _terminal_modes():
+def _terminal_modes() -> tuple[int, list] | None:
     """(fd, modes) of the controlling terminal when we are in its foreground, else None."""
     try:
         import termios

@@ -273,7 +273,9 @@ class Gather:
     def __init__(self, echoes: Echoes, encoding: str, cap: int, encode):
         _decoder(encoding)              # ValueError now for an encoding the gate cannot read
         self.echoes, self.encoding, self.cap, self.encode = echoes, encoding, cap, encode
-        self.buf, self.stream, self.names = bytearray(), None, []
+        self.buf = bytearray()
+        self.stream: Stream | None = None
+        self.names: list[str] = []
 
     def feed(self, chunk: bytes) -> bytes:
         if self.stream is not None:

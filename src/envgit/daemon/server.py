@@ -120,7 +120,7 @@ class Session:
         self._policy_key = None
         self._policy_error = None
         self._reloading = False
-        self.unrecorded = []            # (step, kind, body) a full disk held back, oldest first
+        self.unrecorded: list[tuple] = []   # (step, kind, body) a full disk held back, oldest first
         self.orphans_pending = False    # the start-up could not close orphaned steps (disk full)
         self.stopping = asyncio.Event()
         self.snapshotter = Snapshotter(project)
@@ -129,7 +129,7 @@ class Session:
         # was killed before one, the journal lost its entries): then it is not called outside.
         self.tree_unknown = bool(self.journal.lost_now) or _newest_untreed(self.journal)
         self.pending_baseline = None   # taken, not yet written on a step
-        self.outside_notices = []      # said after the next step ends (outside.py: bits stripped)
+        self.outside_notices: list[str] = []   # said after the next step ends (outside.py: bits stripped)
         # Held while the directory is compared with last_tree (outside changes) and by a
         # rewind while it writes: no step begins halfway through either.
         self.tree_lock = asyncio.Lock()

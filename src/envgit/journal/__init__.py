@@ -120,7 +120,6 @@ def utc(ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f".{ns % 1_000_000_000 // 1000:06d}Z"
 
 
-
 class Problem(str):
     """One thing `verify` found, as text. `blocks`: whether a rewind to a step whose entries
     end at seq T must refuse, which it does for `seq` <= T (<= `until` when set): a changed
@@ -434,7 +433,7 @@ class Journal:
 
     # --- verifying -------------------------------------------------------------------------
 
-    def verify(self) -> list[str]:
+    def verify(self) -> list[Problem]:
         """Every problem: a changed, dropped or reordered entry, a row that cannot be read, a
         tail lost (recorded or not yet), a head record not written by envgit."""
         return self.problems()
@@ -445,7 +444,7 @@ class Journal:
 
     def _repaired_gaps(self) -> dict[int, int]:
         """seq -> the `lost` entry (fsck --repair) that recorded it unreadable in a damaged file."""
-        out = {}
+        out: dict[int, int] = {}
         for seq, _, kind, _, text in self._rows("WHERE step = 0 AND kind = 'lost'"):
             body, _ = read_body(kind, text)
             missing = (body or {}).get("missing")
@@ -454,7 +453,8 @@ class Journal:
         return out
 
     def problems(self, upto: int | None = None) -> list[Problem]:
-        problems, prev, expect = [], GENESIS, 1
+        problems: list[Problem] = []
+        prev, expect = GENESIS, 1
         gaps = self._repaired_gaps()
         self.head.read(problems.append)
         stop = upto
@@ -602,7 +602,7 @@ class HeadRecord:
 
     def __init__(self, path: str):
         self.path = path
-        self.fd = None
+        self.fd: int | None = None
 
     def write(self, seq: int, h: str, step: int) -> None:
         """One pwrite of a fixed-size record over the old one (~5 µs; a temporary file and a

@@ -39,14 +39,14 @@ def node_path() -> str:
 
 
 class Repl:
-    def __init__(self, daemon, cwd: str, session: str, bindings: dict, cap: int):
+    def __init__(self, daemon, cwd: str, session: str | None, bindings: dict, cap: int):
         self.daemon, self.cwd, self.session = daemon, cwd, session
         self.config = json.dumps({"servers": bindings, "cap": cap})
         self.proc = None
         self.lock = anyio.Lock()          # one execution at a time
         self._exec_ids = iter(range(1, 1 << 62))
         self._on_call = None
-        self._done = None                 # (exec id, Event, box) of the running execution
+        self._done: tuple[int, anyio.Event, dict] | None = None   # (exec id, Event, box) of the running execution
         self._stderr_tail = b""
 
     async def start(self, task_group):
@@ -97,7 +97,8 @@ class Repl:
     async def run(self, code: str, on_call, timeout: float) -> Done:
         """Run `code`; `on_call(msg)` answers each upstream call: ("ok", value) or ("error", text)."""
         exec_id = next(self._exec_ids)
-        done, box = anyio.Event(), {}
+        done = anyio.Event()
+        box: dict = {}
         self._done, self._on_call = (exec_id, done, box), on_call
         await self._send({"op": "exec", "id": exec_id, "code": code})
         with anyio.move_on_after(timeout) as scope:

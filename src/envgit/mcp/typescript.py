@@ -92,7 +92,7 @@ def declarations(servers: dict[str, list[dict]]) -> str:
     """`declare namespace SERVER { function TOOL(args: …): Promise<…>; }` for every server, each
     tool's description as its doc comment. A tool's result is its structured content when it
     declares an output schema, else the text of its content."""
-    out = []
+    out: list[str | None] = []        # None: a tool without a description (left out at the end)
     for server, tools in servers.items():
         out.append(f"declare namespace {server} {{")
         for tool in tools:

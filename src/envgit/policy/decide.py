@@ -197,7 +197,7 @@ _WRAPPERS = {"env", "command", "exec", "nohup", "sudo", "time", "nice"}
 def _simple_commands(text: str):
     lex = shlex.shlex(text, posix=True, punctuation_chars=";&|()")
     lex.whitespace_split = True
-    words = []
+    words: list[str] = []
     try:
         for tok in lex:
             if tok and all(c in ";&|()" for c in tok):

@@ -144,6 +144,7 @@ def _merge(data, where, path, sha) -> Policy:
         return value if value is not None else default
 
     env_deny = env.get("deny", [])
+    presets: dict[str, str] = {}      # host -> the preset entry that brought it in
     pol = Policy(
         path=path, sha256=sha,
         deny_read=extend("filesystem.deny_read", defaults.DENY_READ, fs.get("deny_read", [])),
@@ -153,7 +154,7 @@ def _merge(data, where, path, sha) -> Policy:
         env_pass=[v for v in extend("env.pass", defaults.ENV_PASS, env.get("pass", []))
                   if not any(_env_overlap(v, d) for d in env_deny)],
         env_set=given("env.set", env.get("set"), {}),
-        network_allow=_network_allow(net.get("allow", []), where, prov, presets := {}),
+        network_allow=_network_allow(net.get("allow", []), where, prov, presets),
         l7=given("network.l7", net.get("l7"), {}),
         ask_timeout=given("network.ask_timeout", net.get("ask_timeout"), defaults.ASK_TIMEOUT_S),
         irreversible=_denied_hosts(net.get("deny", [])) +
@@ -202,7 +203,8 @@ def _denied_hosts(entries) -> list[dict]:
 def _network_allow(entries, where, prov, presets) -> list[str]:
     """network.allow with each `preset:NAME` replaced by its hosts; each host's provenance is
     the line of its entry, and `presets` says which preset brought a host in."""
-    out, seen = [], set()
+    out: list[str] = []
+    seen: set[str] = set()
     for i, entry in enumerate(entries):
         preset = entry.startswith(defaults.PRESET_PREFIX)
         hosts = defaults.NETWORK_PRESETS[entry[len(defaults.PRESET_PREFIX):]][0] if preset else (entry,)

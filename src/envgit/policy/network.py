@@ -156,7 +156,7 @@ DOWNLOAD_HOSTS = (
 # (the rule matches only if a method of the request, or an override, is not among them), paths (URL globs: `*`
 # within a segment, `**` across), not_paths, header (name, values) that must be present,
 # body (a predicate name from BODY_PREDICATES), hint.
-PRESET_RULES = [
+PRESET_RULES: list[dict] = [
     dict(name="git-push", kind="git push", methods="POST", paths=["**/git-receive-pack"],
          body="git-ref-updates",
          hint="a push cannot be taken back; push from outside envgit, or set "
@@ -473,7 +473,7 @@ def judge_host(policy, host: str, port: int) -> Decision:
                             hint="envgit does not suggest allowing it: a person who means it "
                                  "names it exactly in network.allow themselves")
         hint = (f"add '{_hostport(h, port)}' to network.allow in envgit.yaml (only a person "
-                "outside the sandbox can)") if not_suggested(h) is None else None
+                "outside the sandbox can)") if not_suggested(h) is None else ""
         return Decision("deny", "network.allow", f"{_hostport(h, port)} is not in network.allow",
                         hint=hint)
     return Decision("allow", "network.allow", f"{_hostport(h, port)} is allowed by "
@@ -532,7 +532,7 @@ class Rule:
         # A body that could not be decoded cannot be shown harmless.
         return bool(req.body_error) or BODY_PREDICATES[self.body](req)
 
-    def matches_head(self, req: Request, methods: set, paths: set) -> bool:
+    def matches_head(self, req: Request, methods: set | frozenset, paths: set | frozenset) -> bool:
         """Everything but the body matches."""
         if not self.applies_to_host(req.host, req.port):
             return False

@@ -94,7 +94,9 @@ def read_push(body: bytes) -> Push:
 
 
 def _read(body: bytes) -> Push:
-    updates, caps, end = [], frozenset(), 0
+    updates: list[RefUpdate] = []
+    caps: frozenset[str] = frozenset()
+    end = 0
     for line, after in _pkt_lines(body, 0):
         if line is None:
             end = after                 # where the push options start

@@ -112,9 +112,9 @@ class CredentialSwap:
     def __init__(self, gate, sources: Sources | None = None):
         self.gate = gate
         self.sources = sources if sources is not None else Sources()
-        self._made = None
-        self._reals_made = None
-        self._echoes_made = None
+        self._made: tuple[object, dict[str, tuple[dict, list[str]]]] | None = None
+        self._reals_made: tuple[object, int, dict[str, list[tuple[str, str]]]] | None = None
+        self._echoes_made: tuple[dict, echo.Echoes] | None = None
 
     # --- what a request carries ----------------------------------------------------------
 
@@ -513,7 +513,7 @@ class CredentialSwap:
         try:
             if encoding.strip() and not length and not streaming and not codings:
                 from mitmproxy.net.encoding import encode
-                scrub = echo.Gather(echoes, encoding, BODY_CAP, encode)
+                scrub: echo.Gather | echo.Stream = echo.Gather(echoes, encoding, BODY_CAP, encode)
             else:
                 scrub = echo.Stream(echoes, encoding, framed=bool(length))
         except ValueError:      # an encoding the gate cannot read: its bytes as they are, unchanged in length

@@ -77,7 +77,7 @@ def _push(project, remote, progress, repair=False) -> Pushed:
     # small segments to be rewritten as one)
     have = _segment_ranges(listing, P, M)
     on_chain, reached = segments.chain(have, done)
-    run = []
+    run: list[tuple[int, int]] = []
     for first, last in reversed(on_chain):
         if last - first + 1 >= segments.MAX_ENTRIES:
             break
@@ -258,7 +258,7 @@ def _journal_rows(project, since: int) -> dict:
 
 def _local_packs(packs_dir: str) -> list[str]:
     """Pack ids with both the pack and its index (a pack without an index is invisible)."""
-    out = []
+    out: list[str] = []
     try:
         subs = sorted(os.listdir(packs_dir))
     except FileNotFoundError:

@@ -15,6 +15,7 @@ The record is `.envgit/sandbox/denied-aliases`: NUL-separated `dev:ino:absolute 
 entries, only ever added to (a name once a way to a secret stays withheld in history)."""
 
 import os
+import stat
 
 from ..atomicfile import write_atomic
 
@@ -59,4 +60,4 @@ def still_there(path: str, ident: tuple[int, int]) -> bool:
         st = os.lstat(path)
     except OSError:
         return False
-    return (st.st_dev, st.st_ino) == ident and not os.path.stat.S_ISLNK(st.st_mode)
+    return (st.st_dev, st.st_ino) == ident and not stat.S_ISLNK(st.st_mode)

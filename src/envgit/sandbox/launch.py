@@ -25,7 +25,7 @@ Callers that spawn with their own process API (asyncio, anyio) use `Launch.argv`
 `Launch.pass_fds` and `start_new_session=True`; `envgit run` uses `Launch.spawn`.
 """
 
-import _signal  # the builtin module: `signal` would import enum on the hot path
+import _signal  # type: ignore[import-not-found]  # the builtin module (no stub): `signal` would import enum on the hot path
 import os
 
 from .seccomp import program
@@ -211,7 +211,8 @@ class Launch:
         # terminal's SIGINT and SIGQUIT (it would die of Ctrl-C, and take the command with it
         # before the command's own handler finished), and the reporter gives the command them
         # at their default, unless the caller of this process ignored them.
-        reset, ignored, argv = _RESET_SIGNALS, (), self.argv
+        reset, argv = _RESET_SIGNALS, self.argv
+        ignored: tuple = ()
         if self.report_r is not None:
             ignored = (_signal.SIGINT, _signal.SIGQUIT)
             reset = tuple(s for s in _RESET_SIGNALS if s not in ignored)

@@ -66,7 +66,9 @@ def wrap(argv: list[str], fwd: list[tuple[str, int]], credential: str) -> list[s
     if not fwd:
         return argv
     socat = network._socat()
-    lines, want4, want6, taken = [], [], [], set()
+    lines, taken = [], set()
+    want4: list[str] = []
+    want6: list[str] = []
     for host, port in fwd:
         target = f"[{host}]" if ":" in host else host
         for kind, bind in _listens(host):

@@ -130,7 +130,7 @@ def plant(child_pid) -> int | None:
 
 
 CAP_SYS_ADMIN = 21
-_can_enter = []
+_can_enter: list[bool] = []
 
 
 def can_enter() -> bool:
@@ -177,7 +177,7 @@ def enter_and_bind(child_pid) -> int | None:
             os.close(there)
 
 
-_quiet_fork = []
+_quiet_fork: list[int] = []
 
 
 def _quiet_fork_warning():

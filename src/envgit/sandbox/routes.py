@@ -10,6 +10,7 @@ its path. `mark` routes are only fingerprinted, never bound: tools write them le
 """
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 from ..changes import copy_to_own_inode, listed_whole
@@ -221,7 +222,7 @@ def _dedupe(paths):
 def fingerprint(paths) -> dict:
     """{path: (mode, size, mtime_ns, ctime_ns, ino) or None} for each path and, for a
     directory, every entry under it (not following symlinks)."""
-    out = {}
+    out: dict = {}
     for p in paths:
         try:
             st = os.lstat(p)
@@ -229,14 +230,14 @@ def fingerprint(paths) -> dict:
             out[p] = None
             continue
         out[p] = _stamp(st)
-        if os.path.stat.S_ISLNK(st.st_mode):
+        if stat.S_ISLNK(st.st_mode):
             # A link on a route is obeyed through: what it leads to (absent when it was made,
             # created by a later step) is the route's content too.
             try:
                 out[p] += _stamp(os.stat(p))
             except OSError:
                 pass
-        if os.path.stat.S_ISDIR(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
             n = 0
             for d, dirs, files in os.walk(p):
                 for name in dirs + files:
@@ -272,7 +273,7 @@ def unshare_links(paths) -> list[str]:
     copied, then renamed over the protected name. The other names keep the old inode, so a
     write through them no longer reaches the protected path. Returns the paths unshared; one
     that cannot be unshared (no permission to its directory) refuses the step."""
-    out = []
+    out: list[str] = []
     try:
         return _unshare_all(paths, out)
     except OSError as e:
@@ -288,7 +289,7 @@ def _unshare_all(paths, out):
             st = os.lstat(p)
         except OSError:
             continue
-        if os.path.stat.S_ISDIR(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
             n = 0
             for d, _, files in os.walk(p):
                 for name in files:
@@ -308,7 +309,7 @@ def _unshare(path, st=None) -> bool:
         st = st or os.lstat(path)
     except OSError:
         return False
-    if not os.path.stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
         return False
     try:
         copy_to_own_inode(path, st, st.st_mode & 0o7777, tag="envgit-unlink")

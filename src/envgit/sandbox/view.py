@@ -22,6 +22,7 @@ A masked path is covered by an empty file or directory with mode 000: reading it
 
 import glob as globmod
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 
@@ -95,7 +96,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         print(f"envgit: {p} had another name (a hard link); it now has an inode of its own",
               file=sys.stderr, flush=True)
     configs = {os.path.realpath(c) for c in rs.configs}
-    hits = {}                            # masked path -> the deny entry naming it by itself
+    hits: dict[str, str] = {}            # masked path -> the deny entry naming it by itself
     denied = _denied_paths(rules, rs, state_dir, hits)
     # The directories above a denied path are pinned too: renaming one (`mv secrets s2`) would
     # carry the mask away inside the sandbox and leave the person's file, on the host, at a
@@ -336,7 +337,7 @@ def _other_names(denied, writable, known):
                 continue
             ident = (st.st_dev, st.st_ino)
             if st.st_nlink > 1 + sum(1 for q, i in known.items() if i == ident and q != f) \
-                    and os.path.stat.S_ISREG(st.st_mode):
+                    and stat.S_ISREG(st.st_mode):
                 wanted[ident] = f
     if not wanted:
         return {}

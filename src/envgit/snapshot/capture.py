@@ -94,7 +94,7 @@ class Capture:
         self.objects, self.flt, self.cache, self.changes = objects, flt, cache, changes
         self.fence = time.time_ns() - RACY_SLACK_NS
         self.new_link = False       # a regular file was seen with a second name it lacked before
-        self.lent = []              # directories whose owner was lent r-x for this run (lend.py)
+        self.lent: list = []        # directories whose owner was lent r-x for this run (lend.py)
         self.stats = dict(dirs_listed=0, dirs_rechecked=0, entries_statted=0, files_hashed=0,
                           bytes_hashed=0, trees_encoded=0)
 

@@ -70,7 +70,7 @@ def read_tree(objects, tree_id: bytes) -> list[Entry]:
     data = objects.get(tree_id, TREE)
     if len(data) < _BIG_TREE:
         return decode_tree(data)
-    parts = []
+    parts: list[bytes] = []
     entries = decode_tree(data, parts)
     objects.remember_tree(tree_id, parts)
     return entries

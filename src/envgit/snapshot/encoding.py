@@ -58,7 +58,8 @@ def decode_tree(data: bytes, parts: list | None = None) -> list[Entry]:
     entry's own bytes (as encode_entry makes them) are appended to it as well."""
     if not data.startswith(TREE_MAGIC):
         raise CorruptObject("tree: bad magic")
-    entries, pos, prev = [], len(TREE_MAGIC), None
+    entries: list[Entry] = []
+    pos, prev = len(TREE_MAGIC), None
     start = pos
     try:
         while pos < len(data):

@@ -14,7 +14,7 @@ DEFAULT_MAX_FILE_SIZE = 256 << 20
 
 
 class Filter:
-    def __init__(self, exclude: list[str] = (), max_file_size: int | None = DEFAULT_MAX_FILE_SIZE):
+    def __init__(self, exclude: list[str] | tuple[str, ...] = (), max_file_size: int | None = DEFAULT_MAX_FILE_SIZE):
         self.exclude = list(exclude)
         self.max_file_size = max_file_size
         # One alternation: a single C-level regex match per path instead of one per pattern.

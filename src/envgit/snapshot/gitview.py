@@ -372,7 +372,7 @@ class _Repo:
         self.snap, self.gitdir = snap, gitdir
         self.problems: list[str] = []
         self.hash_len = 20
-        self._packs = None
+        self._packs: list | None = None
         self._cache: OrderedDict = OrderedDict()     # (pack, offset) -> (type, data)
         self._cached_bytes = 0
 

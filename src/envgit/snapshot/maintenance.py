@@ -61,7 +61,7 @@ def _check_pack(objects: ObjectStore, pack_id: str, entries: list[tuple]) -> lis
 
 
 def _check_reachable(objects: ObjectStore, root_ids: list[bytes]) -> list[str]:
-    problems = []
+    problems: list[str] = []
     try:
         mark(objects, root_ids, problems)
     except StoreError as e:
@@ -165,7 +165,8 @@ def gc(objects: ObjectStore, keep_root_ids: list[bytes], progress=None) -> int:
 def _prefer_sound_copies(objects: ObjectStore, live: set) -> None:
     """Read every live object that has more than one copy: get() moves the index to a sound
     copy when the one it names is damaged (and raises if none is: gc then deletes nothing)."""
-    seen, doubled = set(), set()
+    seen: set[bytes] = set()
+    doubled: set[bytes] = set()
     for entries in objects.pack_entries.values():
         for e in entries:
             (doubled if e[0] in seen else seen).add(e[0])

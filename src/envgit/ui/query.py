@@ -157,7 +157,8 @@ def changed_since(j: Journal, seq: int, f: Filters) -> tuple[list, int]:
                             (seq, NEW_MAX * 8)).fetchall()
     if not rows:
         return [], max(seq, head_seq(j))
-    upto, ids = seq, []
+    upto = seq
+    ids: list[int] = []
     for s, n in rows:
         if n not in ids:
             if len(ids) == NEW_MAX:

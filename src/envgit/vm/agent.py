@@ -26,7 +26,7 @@ import termios
 try:
     from . import wire  # on the host (tests, sync.py)
 except ImportError:
-    import wire  # in the guest: /envgit/wire.py beside it
+    import wire  # type: ignore[import-not-found, no-redef]  # in the guest: /envgit/wire.py beside it
 
 CHUNK = wire.CHUNK
 

@@ -7,7 +7,7 @@ SIGWINCH; without one, stdin is copied until EOF and SIGINT, SIGTERM, SIGHUP and
 to this process are passed on to the command's process group in the guest.
 """
 
-import _signal as signal
+import _signal as signal  # type: ignore[import-not-found]  # the builtin (no stub): `signal` imports enum
 import os
 import socket
 import struct
@@ -50,7 +50,7 @@ def run_step(vm: dict, conn=None) -> tuple[int, int, float]:
         stdin_open = True
         daemon = conn.sock if conn is not None else None
         while True:
-            watch = [s, wake_r] + ([0] if stdin_open else []) + ([daemon] if daemon is not None else [])
+            watch: list = [s, wake_r] + ([0] if stdin_open else []) + ([daemon] if daemon is not None else [])
             try:
                 ready, _, _ = select.select(watch, [], [])
             except InterruptedError:

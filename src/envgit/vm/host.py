@@ -50,7 +50,7 @@ class VMHost:
         """The machine running; returns what to say on the step's terminal (once: TCG, its
         cost, the boot or resume time)."""
         with self.lock:
-            notices = []
+            notices: list[str] = []
             if self.machine is not None and self.machine.alive():
                 return notices
             m = self._new_machine(pol, progress)

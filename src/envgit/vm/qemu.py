@@ -55,10 +55,10 @@ def _pdeathsig():
     os.setsid()
 
 
-def accel_choice() -> tuple[str, str]:
-    """("kvm" | "tcg", why). KVM only when /dev/kvm opens and a trial boot worked on this
-    machine (cached per host kernel: a nested /dev/kvm, kvm-pvm here, aborts or crawls);
-    ENVGIT_VM_ACCEL=tcg|kvm decides."""
+def accel_choice() -> tuple[str | None, str]:
+    """("kvm" | "tcg", why), or (None, "") while KVM is untried. KVM only when /dev/kvm opens
+    and a trial boot worked on this machine (cached per host kernel: a nested /dev/kvm, kvm-pvm
+    here, aborts or crawls); ENVGIT_VM_ACCEL=tcg|kvm decides."""
     forced = os.environ.get("ENVGIT_VM_ACCEL")
     if forced in ("tcg", "kvm"):
         return forced, "ENVGIT_VM_ACCEL"
@@ -102,8 +102,8 @@ def _ram_place(project_root, run_dir, memory_mb) -> str:
     try:
         os.mkdir(d, 0o700)
     except FileExistsError:
-        st = os.lstat(d)
-        if not os.path.isdir(d) or os.path.islink(d) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        own = os.lstat(d)
+        if not os.path.isdir(d) or os.path.islink(d) or own.st_uid != os.getuid() or own.st_mode & 0o077:
             return run_dir              # not ours: never use it
     return d
 

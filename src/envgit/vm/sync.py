@@ -169,7 +169,7 @@ def collect(link, root, view: View, manifest: dict) -> tuple[dict, dict, int]:
     was not written ({"refused": not writable by the policy, "kept": directories that still
     hold what the guest never had, "edited": host paths the person changed during the step})
     and the bytes written."""
-    left = {"refused": [], "kept": [], "edited": []}
+    left: dict[str, list[str]] = {"refused": [], "kept": [], "edited": []}
     skip = set()                    # a file's later chunks, once its first was not written
     written = [0]
 
