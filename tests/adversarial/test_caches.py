@@ -18,6 +18,12 @@ import pytest
 
 from conftest import CANARY
 
+pytestmark = pytest.mark.both_uids(
+    "the cache lives in the person's home, bound into the step's view: for a non-root user the daemon "
+    "runs with runuser's passwd HOME, the cache must be that user's own (environ.py checks its "
+    "owner), and bwrap builds the view in a user namespace where DAC does not stop the same person's "
+    "files: only the view must")
+
 
 @pytest.fixture(autouse=True)
 def cache_home(attacker):

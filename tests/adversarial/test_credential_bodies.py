@@ -8,7 +8,7 @@ in an SSE stream, base64'd as Basic credentials. The step runs real curl through
 gate; the oracle is the canary (the real token, in the person's environment only): it must
 not be in anything the step read. Where the gate rewrites, the step reads the placeholder;
 where it cannot (a large body framed by Content-Length whose placeholder is longer), the body
-is cut off and the step marked. Runs as root and as an unprivileged user."""
+is cut off and the step marked. Runs as root: the gate's judgement does not depend on the step's uid."""
 
 import base64
 import gzip

@@ -20,7 +20,7 @@ encoded. Each answer here is ordinary HTTP a client reads whole, but the gate do
 
 The step runs real curl (and python3/gzip/zstd to read the saved bytes) through the real gate;
 the oracle is the canary (the real token, in the person's environment only) in the step's
-output. Runs as root and as an unprivileged user."""
+output. Runs as root: the gate's judgement does not depend on the step's uid."""
 
 import base64
 import gzip

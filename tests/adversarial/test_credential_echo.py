@@ -4,8 +4,8 @@ step then sends it on to another host, in the path, a header or Basic credential
 padding. The gate knows every real value it has read: seen on a request the credential does
 not cover, it is denied before it leaves and the step is marked credential-misuse, and no
 record holds it (the request's record names the credential instead). The oracle is the
-canary: in the second server's record, and anywhere envgit keeps records. Runs as root and as
-an unprivileged user.
+canary: in the second server's record, and anywhere envgit keeps records. Runs as root: the
+gate's judgement does not depend on the step's uid.
 
 Below, the echoes found by the red team (rounds 13 and 13b) in ordinary, honest servers of the
 credential's own host: a header or query the gate swapped the real token into, echoed back (a

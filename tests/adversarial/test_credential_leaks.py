@@ -3,8 +3,9 @@ nowhere but the credential's hosts. The canary is the real token: it is only in 
 environment of the person's `envgit run` (the daemon reads it there). The oracle is the
 canary (anywhere a step can read, anywhere records are kept) and the stub server's record of
 what reached it: the placeholder sent to it by header, query, Basic or a rewritten git remote
-must not reach it at all, and the step must be marked credential-misuse. Every test runs as
-root and as an unprivileged user."""
+must not reach it at all, and the step must be marked credential-misuse. The gate's tests run
+as root (its judgement does not depend on the uid); the credential's source file, which DAC
+may let a non-root user read, is tried as an unprivileged user too."""
 
 import json
 import os
@@ -178,6 +179,8 @@ def token_file():
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.both_uids("the token file is readable by others (0444): a root step's view masks only what others cannot "
+                       "read, and a non-root user reads it by DAC: the view must hide it from both")
 def test_a_credentials_source_file_is_not_readable_inside(attacker, token_file):
     """The red team's case (round 13b): the daemon reads the real value from the file the
     policy names (`from: {file: ...}`); the sandbox's system view is masked only where others

@@ -3,7 +3,7 @@ may act on is among them: besides the override headers (below), Rails'
 Rack::MethodOverride, Laravel and Symfony take a POST's method from a `_method` form field (or
 query parameter). The oracle is the credential host's record: the real token must not arrive
 with a `_method` the credential does not allow, and it does arrive on an allowed POST. Runs as
-root and as an unprivileged user."""
+root: the gate's judgement does not depend on the step's uid."""
 
 import shutil
 

@@ -3,8 +3,8 @@ another host in a form the server reads back but the gate used not to: gzip'd (C
 which servers and frameworks decode), percent-encoded in a form (`%67hp_…`), JSON `\\u`
 escapes, base64 in a multipart part (Content-Transfer-Encoding: base64), and a gzip'd body
 past the 1 MiB the gate buffers. Each is denied before it leaves (or cut off mid-body) and
-the step is marked; the second server's log is the oracle. Runs as root and as an
-unprivileged user."""
+the step is marked; the second server's log is the oracle. Runs as root: the gate's
+judgement does not depend on the step's uid."""
 
 import json
 import shutil

@@ -4,7 +4,7 @@ request line inside the tunnel (raw, as no ordinary client sends it: mitmproxy's
 answers 400 before any hook, so that one is refused but not marked), a client asking for
 HTTP/2, a body sent after `Expect: 100-continue`, a cookie, a multipart form field. Each is
 denied before it leaves and the step marked; the second server's log is the oracle. Runs as
-root and as an unprivileged user."""
+root: the gate's judgement does not depend on the step's uid."""
 
 import json
 import shutil

@@ -5,7 +5,7 @@ request-level rule; it used to be tunnelled, its TLS never terminated, so a plac
 echoed real value) inside went out unseen. With any credential in the policy, every HTTPS host
 is intercepted (network.needs_interception): the placeholder sent to the second host by
 header, query or body is denied before it leaves and the step is marked. The oracle is the
-second server's own log of what it received. Runs as root and as an unprivileged user."""
+second server's own log of what it received. Runs as root: the gate's judgement does not depend on the step's uid."""
 
 import json
 import shutil

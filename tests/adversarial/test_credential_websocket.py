@@ -4,7 +4,7 @@ credential's host, a message echoes the real token the upgrade carried: the step
 the placeholder. To another host, a message carries the placeholder: it is dropped before it
 leaves and the step is marked. The server's log of messages is the oracle, with the canary.
 The client inside is Python's standard library speaking RFC 6455 through the step's proxy
-(no WebSocket client is installed here). Runs as root and as an unprivileged user.
+(no WebSocket client is installed here). Runs as root: the gate's judgement does not depend on the step's uid.
 
 The red team's second look (round 13b): a real value echoed in two messages, or in a Close
 frame's reason, reached the step (one message sent in several frames is held: mitmproxy joins

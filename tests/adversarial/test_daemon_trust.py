@@ -152,6 +152,9 @@ def test_daemon_git_is_not_taken_from_path(attacker, marker):
     assert r2.returncode == 0, r2.stderr
 
 
+@pytest.mark.both_uids("the files only the host may read are the person's own 0600 files in their HOME (runuser's "
+                       "passwd home for a non-root person), which DAC does not keep from that person's daemon: only "
+                       "its refusal to follow the include must")
 def test_repository_config_includes_are_not_read_on_the_host(attacker, marker, person_home):
     """A step points a repository config (through .git/commondir) at files only the host can
     read, by `[include] path`: the sanitised copy the daemon makes must not hold them, and a
@@ -182,6 +185,8 @@ def test_repository_config_includes_are_not_read_on_the_host(attacker, marker, p
     assert "include.path" in r.stdout, r.stdout       # the keys reach the step's git, unresolved
 
 
+@pytest.mark.both_uids("the person's global config is read from their HOME, runuser's passwd home for a non-root "
+                       "person")
 def test_the_persons_config_survives_a_repository_git_cannot_read(attacker, person_home):
     """A step redirects the repository to one whose config git cannot parse (git then refuses
     to read any config there, the person's too): the person's global config is still read,

@@ -4,7 +4,7 @@ token inside it), enters the step with the placeholder in the real value's place
 gate still swaps it on the way to the credential's hosts, and the step's record names the
 variables (a `note` of type env-withheld). The oracles: the canary is not in the step's
 output, the credential host receives the real token, the journal says what was withheld.
-Runs as root and as an unprivileged user."""
+Runs as root: what passes into the step's environment does not depend on its uid."""
 
 import json
 import shutil

@@ -10,6 +10,13 @@ Oracle: `envgit run`'s exit code and the journal's `exit` for a command that exi
 
 import json
 
+import pytest
+
+pytestmark = pytest.mark.both_uids(
+    "a step reaches its reporter's pipe through /proc/PID/fd, which the kernel allows by uid (ptrace "
+    "access): a root step is uid 0 with its capabilities dropped, a non-root user's step is in a user "
+    "namespace: the forgery must fail for both")
+
 # Every pipe the reporter (our parent) holds gets "0\n" padded to the 64 bytes envgit reads:
 # the reporter's own "768\n" then comes after what is read, and is never seen.
 FORGE_ZERO = r'''

@@ -44,6 +44,12 @@ def fsmonitor_config(marker):
     return f"[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch {marker}; false\"\n"
 
 
+READ_ONLY_GIT = ("git's files are protected by read-only binds in the step's view: as a non-root user bwrap builds "
+                 "that view in a user namespace, where DAC lets the person write their own repository: the binds "
+                 "must hold there too")
+
+
+@pytest.mark.both_uids(READ_ONLY_GIT)
 def test_commondir_redirect_is_marked(attacker):
     """`.git/commondir` (absent in a plain repository, so nothing to bind) sends git to another
     directory's config: the step that writes it is marked; the next cannot change it or the
@@ -63,6 +69,7 @@ def test_commondir_redirect_is_marked(attacker):
     assert not host_git(a, "git status", a.home / "pwned-commondir.2")
 
 
+@pytest.mark.both_uids(READ_ONLY_GIT)
 def test_nested_gitlink_with_fsmonitor(attacker):
     """A nested repository added as a gitlink: the outer `git status` looks into it and runs its
     core.fsmonitor. Made in one step, it is marked; its config cannot be changed by a later one."""
@@ -103,6 +110,7 @@ def _submodule(a):
     assert (a.root / ".git" / "modules" / "lib" / "config").exists()
 
 
+@pytest.mark.both_uids(READ_ONLY_GIT)
 def test_submodule_config_and_hooks_are_read_only(attacker):
     a = attacker
     _submodule(a)
@@ -126,6 +134,7 @@ def test_submodule_config_and_hooks_are_read_only(attacker):
     marked(a, r, ".git/modules/evil/config")
 
 
+@pytest.mark.both_uids(READ_ONLY_GIT)
 def test_dot_git_file_redirect(attacker):
     """A `.git` file sends git to any directory: the step that makes one is marked; once it
     exists, the file and the config and hooks of the directory it names are read-only."""
@@ -159,6 +168,9 @@ def _person_home(a):
     return home
 
 
+@pytest.mark.both_uids(READ_ONLY_GIT +
+                       "; and core.hooksPath comes from the person's HOME (runuser's passwd home for a non-root "
+                       "person)")
 @pytest.mark.parametrize("source", ["xdg-default", "xdg-env", "gitconfig-absolute"])
 def test_hooks_path_from_any_config_source(attacker, source):
     a = attacker
@@ -191,6 +203,7 @@ def test_hooks_path_from_any_config_source(attacker, source):
             f.unlink()
 
 
+@pytest.mark.both_uids(READ_ONLY_GIT)
 def test_husky_delegate_scripts_are_read_only(attacker):
     """husky v9: core.hooksPath is .husky/_, whose scripts run ../<hook>: both are read-only."""
     a = attacker
@@ -215,6 +228,8 @@ def test_husky_delegate_scripts_are_read_only(attacker):
     assert ok.exists()                       # the person's own hook ran: the oracle is live
 
 
+@pytest.mark.both_uids("the other side of the read-only binds: git in a non-root user's step (a user namespace) "
+                       "checks the repository's owner through the uid map and must still work")
 def test_git_still_works_inside(attacker):
     a = attacker
     r = a.run(f"echo hi > a.txt && git add a.txt && git {ID} commit -q -m a && git status --short && "
@@ -223,6 +238,7 @@ def test_git_still_works_inside(attacker):
     assert "escape-route-written" not in last_step(a)["marks"], last_step(a).get("escape_routes")
 
 
+@pytest.mark.both_uids(READ_ONLY_GIT)
 def test_a_repository_in_another_writable_place(attacker):
     """allow_write of a second repository: its hooks and config are protected there too."""
     a = attacker
@@ -238,6 +254,7 @@ def test_a_repository_in_another_writable_place(attacker):
     assert not host_git(a, f"cd {other} && git {ID} commit -q -m x && git status", m)
 
 
+@pytest.mark.both_uids(READ_ONLY_GIT)
 def test_a_missing_include_file_is_a_route(attacker):
     """The repository's config includes a file that does not exist yet: git skips it until it
     exists, so creating it is marked; once it exists it is read-only."""

@@ -4,6 +4,13 @@ The oracles: the content of the first name, and a marker a planted git config wo
 
 import json
 
+import pytest
+
+pytestmark = pytest.mark.both_uids(
+    "as a non-root user bwrap builds the view in a user namespace: the hard link must be refused "
+    "there too (and seen across its mounts), and a rewind writes the file back as the person (as root "
+    "it also sets the owner)")
+
 
 def show(a, step):
     return json.loads(a.envgit("show", str(step), "--json", check=True).stdout)

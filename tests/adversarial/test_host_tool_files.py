@@ -20,6 +20,9 @@ def last_step(a):
     return steps[-1]
 
 
+@pytest.mark.both_uids("an existing route is protected by a read-only bind in the step's view: as a non-root user "
+                       "bwrap builds it in a user namespace, where DAC lets the person write their own file: the bind "
+                       "must hold there too")
 @pytest.mark.parametrize("rel", PROTECTED)
 def test_an_existing_one_is_read_only(attacker, rel):
     a = attacker

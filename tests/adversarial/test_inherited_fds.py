@@ -8,9 +8,14 @@ step's own listing of /proc/self/fd."""
 import os
 import subprocess
 
+import pytest
+
 from conftest import CANARY, ENVGIT
 
 
+@pytest.mark.both_uids("the caller's descriptors are opened as the person (runuser for a non-root one), and bwrap "
+                       "without root takes its user-namespace path, with descriptors of its own: the step must see "
+                       "only 0-2 for both")
 def test_inherited_fds_do_not_reach_the_step(attacker, tmp_path):
     a = attacker
     secret, outside = tmp_path / "fdsecret", tmp_path / "outside"

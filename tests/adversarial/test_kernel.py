@@ -15,6 +15,11 @@ import pytest
 
 from conftest import CANARY
 
+pytestmark = pytest.mark.both_uids(
+    "kernel files under /proc and /sys check the uid, not capabilities (a root step is host uid 0 "
+    "with its capabilities dropped, a non-root user's step is in a user namespace), and the root-only "
+    "scan masks files only for root: each must hold for both")
+
 # Opens (O_WRONLY, writes nothing) every regular file under the roots it is given, not
 # following symlinks and skipping the per-process directories of /proc; lists what opened.
 PROBE = r'''

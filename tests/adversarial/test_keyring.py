@@ -8,7 +8,13 @@ The oracles: a canary in a key planted outside, and a key the step would plant i
 caller's user keyring, looked for outside afterwards.
 """
 
+import pytest
+
 from conftest import CANARY
+
+pytestmark = pytest.mark.both_uids(
+    "a key whose owner is the step's own uid (host root for a root step, the person otherwise) grants "
+    "that uid the key's permissions: the caller's keys must be out of reach for both")
 
 PY = "/usr/bin/python3"
 

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 SHIM = Path(__file__).resolve().parents[2] / "src" / "envgit" / "daemon" / "inner_shim.py"
 NETWORK = "version: 1\nnetwork:\n  allow: [example.com]\n"
 FAKE = "#!/bin/sh\ntouch {marker}\nexec /usr/bin/{name} \"$@\"\n"
@@ -55,6 +57,8 @@ def test_a_planted_socat_is_not_the_bridge(attacker):
     assert not marker.exists(), "the step's socat served the network bridge"
 
 
+@pytest.mark.both_uids("ENVGIT_BWRAP is trusted by its owner, root or the uid running envgit (launch.py _usable): a "
+                       "non-root person owns the planted file too, so only the inside-the-project refusal stops it")
 def test_envgit_bwrap_inside_the_project_is_refused(attacker):
     """ENVGIT_BWRAP names another bwrap; one inside the project (which a step can rewrite) is
     refused, with a clear message."""
@@ -105,6 +109,12 @@ def _inner(attacker, session):
     return shim, Path(bound)        # (a long path is made in a private temp dir instead)
 
 
+TIED_BY_PEER = ("the gate ties a credential to its sandbox by the peer's process (SO_PEERCRED and /proc/PID), which "
+                "the kernel shows a non-root daemon only for that uid's own processes: a credential used from "
+                "anywhere else must be refused for both")
+
+
+@pytest.mark.both_uids(TIED_BY_PEER)
 def test_an_inner_step_gets_tied_credentials_and_nobody_else_can_use_them(attacker):
     if shutil.which("curl") is None:
         import pytest
@@ -138,6 +148,7 @@ def test_an_inner_step_gets_tied_credentials_and_nobody_else_can_use_them(attack
     assert "code=" in out and "code=407" not in out, out + err         # its own: accepted
 
 
+@pytest.mark.both_uids(TIED_BY_PEER)
 def test_an_envgit_run_step_credentials_are_tied_too(attacker):
     if shutil.which("curl") is None:
         import pytest

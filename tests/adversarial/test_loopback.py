@@ -129,6 +129,8 @@ def test_the_listed_ports_forwarder_leads_nowhere_else(loopback):
     assert listed.marker.exists(), r.stdout + r.stderr          # the forwarder itself works
 
 
+@pytest.mark.both_uids("the daemon's and the gate's unix sockets are kept out by the step's view of .envgit and "
+                       "/run/envgit: as a non-root user bwrap builds that view in a user namespace")
 def test_nothing_else_of_the_host_is_reachable_from_the_loopback(loopback):
     """The daemon's and the gate's sockets are unix sockets the step cannot see; a port the
     gate or the daemon might listen on is not listed; SSH on loopback is refused outright."""

@@ -207,6 +207,9 @@ MARKED = [".github/workflows/ci.yml", ".github/actions/setup/action.yml", ".gitl
 PLANT = "touch /tmp/pwned-by-more-routes"
 
 
+@pytest.mark.both_uids("an existing route is protected by a read-only bind in the step's view: as a non-root user "
+                       "bwrap builds it in a user namespace, where DAC lets the person write their own file: the bind "
+                       "must hold there too")
 @pytest.mark.parametrize("rel", PROTECTED)
 def test_an_existing_one_is_read_only(attacker, rel):
     a = attacker

@@ -1,5 +1,5 @@
-"""Issue 16: requests through the real gate under an organisation policy, as root and as an
-unprivileged user. The stub server's request log is the oracle: what the organisation denies
+"""Issue 16: requests through the real gate under an organisation policy (as root: the gate's
+judgement does not depend on the step's uid). The stub server's request log is the oracle: what the organisation denies
 never reaches it, however the project or the step spells it; nor does the org's credential
 reach a host the org did not name."""
 

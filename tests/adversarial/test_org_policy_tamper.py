@@ -1,8 +1,9 @@
 """Issue 16: a step must not be able to change the organisation policy or make envgit ignore
-it. From inside a step (as root and as an unprivileged user) it rewrites, deletes and
-symlinks the org file's path, plants /etc/envgit/policy.yaml, sets $ENVGIT_ORG_POLICY to a
-permissive file it wrote into the project, and plants that file for the person. The oracle:
-the canary in a project file the organisation denies never shows, in this step or the next."""
+it. From inside a step (as root, and as an unprivileged user where the uid matters) it
+rewrites, deletes and symlinks the org file's path, plants /etc/envgit/policy.yaml, sets
+$ENVGIT_ORG_POLICY to a permissive file it wrote into the project, and plants that file for
+the person. The oracle: the canary in a project file the organisation denies never shows, in
+this step or the next."""
 
 import hashlib
 import os
@@ -37,6 +38,9 @@ def org(attacker):
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.both_uids("the organisation file is trusted by its owner (root or the uid running envgit, "
+                       "policy/org.py), and a root step could write /etc and the file itself but for the view, a "
+                       "non-root one only its own files: neither may rewrite, hide or replace it")
 def test_a_step_cannot_rewrite_or_hide_the_org_policy(attacker, org):
     before = hashlib.sha256(org.read_bytes()).hexdigest()
     script = f"""
@@ -68,6 +72,8 @@ def test_a_step_cannot_rewrite_or_hide_the_org_policy(attacker, org):
     assert "restarted" in r.stdout and CANARY not in r.stdout + r.stderr, r.stdout
 
 
+@pytest.mark.both_uids("envgit.yaml is kept read-only by a bind in the step's view: as a non-root user bwrap builds "
+                       "it in a user namespace, where DAC lets the person write their own file")
 def test_a_step_cannot_loosen_through_the_project_policy(attacker, org):
     """envgit.yaml is read-only inside (protected); and had the person accepted a loosening
     edit, every step is refused rather than the organisation quietly losing."""

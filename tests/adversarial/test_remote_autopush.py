@@ -52,6 +52,8 @@ def test_a_planted_envgit_package_never_runs_in_the_auto_push(attacker, s3, tmp_
     assert pushed, "the auto-push never pushed the steps"
 
 
+@pytest.mark.both_uids("the remote's key and configuration are the person's own files in their home: DAC does not "
+                       "keep them from a non-root person's step, only the view must")
 def test_a_step_cannot_read_the_remote_key_nor_redirect_the_push(attacker, s3):
     _remote(attacker, s3)
     conf = attacker.home / ".config/envgit/remotes"

@@ -132,6 +132,9 @@ def host_nameservers():
         return []
 
 
+@pytest.mark.both_uids("the resolver answers on the step's 127.0.0.1:53, a privileged port, which a non-root user's "
+                       "step has inside a user namespace's network namespace (and "
+                       "test_a_flood_from_a_step_the_daemon_runs_leaves_the_daemon_answering points at this run)")
 def test_flood_and_malformed_queries(attacker, canary):
     script = attacker.root / "attack.py"
     script.write_text(ATTACK)

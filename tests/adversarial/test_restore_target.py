@@ -11,6 +11,12 @@ planted symlink names) that a followed symlink would create."""
 import os
 import uuid
 
+import pytest
+
+pytestmark = pytest.mark.both_uids(
+    "restore writes on the host as the person: root may write anywhere (/etc) and sets owners, a "
+    "non-root user only where DAC lets it: the refusals to follow a link must hold for both")
+
 
 def place(a, name):
     """A directory outside the project, writable by the attacker's user (so that only envgit's

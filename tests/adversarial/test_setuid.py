@@ -13,6 +13,11 @@ import tarfile
 
 import pytest
 
+pytestmark = pytest.mark.both_uids(
+    "setuid and setgid: a root step is uid 0 with its capabilities dropped, a non-root user's step is "
+    "in a user namespace (where chmod is checked against the uid map); a planted setuid file must be "
+    "refused, or stripped and marked, for both")
+
 SPECIAL = stat.S_ISUID | stat.S_ISGID
 
 

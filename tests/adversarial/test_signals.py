@@ -18,7 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ENVGIT
+
+pytestmark = pytest.mark.both_uids(
+    "signals are checked by uid: `kill -1` from a root step reaches every process uid 0 may signal, "
+    "from a user's step only that user's; and the terminal's foreground goes to a step run by runuser "
+    "as the user: both must hold")
 
 SHIM = Path(__file__).resolve().parents[2] / "src" / "envgit" / "daemon" / "inner_shim.py"
 NETWORK = "version: 1\nnetwork:\n  allow: [example.com]\n"

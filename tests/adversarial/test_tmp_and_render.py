@@ -13,6 +13,8 @@ the ask prompt, while the name is still shown, escaped.
 import os
 import time
 
+import pytest
+
 ESC_NAME = "evil\x1b[2J\x1b]0;owned\x07\u009b31m\u202ename"
 SHOWN = "evil\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\u202ename"
 
@@ -22,6 +24,12 @@ def _controls(text):
             or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"]
 
 
+STEP_TMP = ("a step's /tmp is a directory on the host the daemon removes afterwards as the person: a root daemon "
+            "removes what a step locked (chmod 000) whatever its mode, a non-root one must give the modes back first")
+
+
+@pytest.mark.both_uids(STEP_TMP +
+                       "; and what a step leaves there must stay out of the next step's view for both")
 def test_a_step_does_not_see_what_the_previous_step_left_in_tmp(attacker):
     marker = attacker.root / "ran-planted-script"
     r = attacker.run(f"mkdir -p /tmp/.cache/pip && echo poisoned > /tmp/.cache/pip/wheel && "
@@ -42,6 +50,8 @@ def test_a_step_does_not_see_what_the_previous_step_left_in_tmp(attacker):
     assert not left.exists() or not any(left.iterdir()), list(left.iterdir())
 
 
+@pytest.mark.both_uids(STEP_TMP +
+                       "; and what a step leaves there must stay out of the next step's view for both")
 def test_a_step_that_locks_its_tmp_still_gets_it_removed(attacker):
     r = attacker.run("mkdir -p /tmp/a/b && touch /tmp/a/b/f && chmod 000 /tmp/a/b /tmp/a")
     assert r.returncode == 0, r.stderr

@@ -6,8 +6,8 @@ new question that moves the keyboard focus to "Allow once". The oracles: a canar
 in what came back, a marker a script injected would set, the project's file that a forged
 rewind would change, the page's answer in time, what reached the server.
 
-The page runs as the attacker's user (root, or the unprivileged one); the browser is Debian's
-Chromium, headless, as the test's own user."""
+The page runs as the attacker's user (root: what it serves does not depend on it); the browser
+is Debian's Chromium, headless, as the test's own user."""
 
 import http.server
 import shutil
