@@ -13,10 +13,9 @@ import subprocess
 import pytest
 
 from conftest import CANARY, ENVGIT, Env, make_home
-from gitserver import GitServer
-from modelserver import Call, ModelServer, agent_bin, agent_command, claude_env, clone_for_push
-
 from envgit.agents.claude_shim import model_command
+from kit.git_remote import git_remote  # noqa: F401  (the fixture `remote`)
+from modelserver import Call, ModelServer, agent_bin, agent_command, claude_env, clone_for_push
 
 MODEL_HOST = "model.example.test"
 RESOLVE = f"{MODEL_HOST}=127.0.0.1"
@@ -176,12 +175,6 @@ def test_claudes_config_in_its_state_dir_is_read_only_inside(cproj, claude_bin):
     assert not marker.exists()
     assert todo.read_text() == "[]\n", ok                              # its state dirs: writable
     assert any((state / "projects").rglob("*.jsonl"))                  # the session's transcript
-
-
-@pytest.fixture
-def remote(tmp_path):
-    with GitServer(root=tmp_path / "srv") as srv:
-        yield srv
 
 
 def test_push_behind_a_variable_is_refused_at_the_request(tmp_path, remote, claude_bin):

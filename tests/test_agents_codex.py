@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import CANARY, ENVGIT, Env, make_home
-from gitserver import GitServer
+from kit.git_remote import git_remote  # noqa: F401  (the fixture `remote`)
 from modelserver import Call, ModelServer, agent_bin, agent_command, clone_for_push, codex_config
 
 
@@ -106,12 +106,6 @@ def test_a_write_outside_the_project_is_refused(proj, codex_bin):
     assert not outside.exists()
     write, = [s for s in steps(proj) if s["argv"][:2] == ["sh", "-c"]]
     assert write["argv"][-1] == str(outside) and write["exit_code"] != 0
-
-
-@pytest.fixture
-def remote(tmp_path):
-    with GitServer(root=tmp_path / "srv") as srv:
-        yield srv
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import CANARY, ENVGIT, Env, make_home
-from gitserver import GitServer
+from kit.git_remote import git_remote  # noqa: F401  (the fixture `remote`)
 from modelserver import Call, ModelServer, agent_bin, agent_command, clone_for_push, copilot_env
 
 
@@ -81,12 +81,6 @@ def test_reading_the_ssh_key_through_the_file_tool_is_refused(proj, copilot_bin)
     assert "deny_read ~/.ssh" in view, view
     assert "No such file" in cat or "Permission denied" in cat, cat
     assert CANARY not in json.dumps([e.body for e in model.log])
-
-
-@pytest.fixture
-def remote(tmp_path):
-    with GitServer(root=tmp_path / "srv") as srv:
-        yield srv
 
 
 @pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed (the network gate needs it)")

@@ -3,6 +3,7 @@ a closed pipe ends quietly, `log` shows whole commands readably with a session c
 strict filters, step references, one --json convention whose keys docs/JSON.md documents,
 progress on a terminal only, and an install with a real pipx."""
 
+import fcntl
 import json
 import os
 import pty
@@ -14,7 +15,6 @@ import struct
 import subprocess
 import sys
 import termios
-import fcntl
 import threading
 import time
 from pathlib import Path
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ENVGIT, Env, make_home
+from kit.git_remote import git_remote  # noqa: F401  (the fixture `remote`)
 
 ROOT = Path(__file__).resolve().parent.parent
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -30,6 +31,7 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 def commands_and_subcommands():
     """Every command line `envgit --help` offers, nested ones (policy show) included."""
     import argparse
+
     from envgit import cli
     out = []
 
@@ -211,13 +213,6 @@ def _all_times(obj, path=""):
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             yield from _all_times(v, f"{path}[{i}]")
-
-
-@pytest.fixture
-def remote(tmp_path):
-    from gitserver import GitServer
-    with GitServer(root=tmp_path / "srv") as srv:
-        yield srv
 
 
 @pytest.fixture

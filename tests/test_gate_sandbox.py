@@ -11,15 +11,9 @@ import time
 import pytest
 
 from conftest import ENVGIT, Env, make_home
-from gitserver import GitServer
+from kit.git_remote import git_remote  # noqa: F401  (the fixture `remote`)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
-
-
-@pytest.fixture
-def remote(tmp_path):
-    with GitServer(root=tmp_path / "srv") as srv:
-        yield srv
 
 
 def policy(remote, action="deny", extra=""):

@@ -14,14 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANARY, ENVGIT, Env, make_home
-from s3server import S3Server
-
-
-@pytest.fixture
-def s3(tmp_path):
-    server = S3Server(tmp_path / "s3")
-    yield server
-    server.stop()
+from kit.s3 import s3_server  # noqa: F401  (the fixture `s3`)
 
 
 def machine(tmp_path, name, s3, project="proj", init=True, extra=None) -> Env:

@@ -7,19 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from kit.s3 import s3_server  # noqa: F401,E402  (the fixture `s3`)
 from test_remote import _fsck, add_remote, fill, machine  # noqa: E402
-from s3server import S3Server  # noqa: E402
-
-
-@pytest.fixture
-def s3(tmp_path):
-    server = S3Server(tmp_path / "s3")
-    yield server
-    server.stop()
 
 
 def test_push_repair_uploads_again_a_pack_damaged_before_the_record(tmp_path, s3):

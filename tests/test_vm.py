@@ -25,7 +25,7 @@ from conftest import CANARY, Env, make_home
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (dev/run test installs it)")
 
-VM_CACHE = os.environ.get("ENVGIT_VM_CACHE") or "/var/tmp/envgit-test-vm-cache"   # shared with tests/adversarial/test_vm_gate.py
+VM_CACHE = os.environ.get("ENVGIT_VM_CACHE") or "/var/tmp/envgit-test-vm-cache"   # shared with tests/adversarial/conftest.py
 
 COUNTER = r'''
 import http.server, os, random

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gatekit import Answerer, clone_into_project, hostport, netproject, refs_of, servers
+from gatekit import Answerer, clone_into_project, hostport, netproject, refs_of
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -33,14 +33,8 @@ def approves_the_first_only():
     return person, first
 
 
-@pytest.fixture
-def world():
-    with servers() as (git, stub):
-        yield git, stub
-
-
-def test_approved_push_does_not_cover_a_force_push_or_a_delete(attacker, world):
-    git, stub = world
+def test_approved_push_does_not_cover_a_force_push_or_a_delete(attacker, gate_servers):
+    git, stub = gate_servers
     netproject(attacker, git, stub, ASK_PUSH)
     clone_into_project(attacker, git)
     main_before = git.refs()["refs/heads/main"]
@@ -68,10 +62,10 @@ def test_approved_push_does_not_cover_a_force_push_or_a_delete(attacker, world):
     assert deleted and deleted[0]["refs"][0]["action"] == "delete"
 
 
-def test_the_same_push_again_is_covered_but_a_new_commit_is_not(attacker, world):
+def test_the_same_push_again_is_covered_but_a_new_commit_is_not(attacker, gate_servers):
     """Approval is for old -> new exactly: pushing more commits to the approved branch is a new
     effect and is asked again."""
-    git, stub = world
+    git, stub = gate_servers
     netproject(attacker, git, stub, ASK_PUSH)
     clone_into_project(attacker, git)
     person, first = approves_the_first_only()
@@ -91,8 +85,8 @@ def _gql(doc):
     return json.dumps({"query": doc})
 
 
-def test_approved_graphql_mutation_does_not_cover_another(attacker, world):
-    git, stub = world
+def test_approved_graphql_mutation_does_not_cover_another(attacker, gate_servers):
+    git, stub = gate_servers
     gql = hostport(stub, "gql.example.test")
     netproject(attacker, git, stub,
                "irreversible:\n  - preset: default\n"
@@ -116,8 +110,8 @@ def test_approved_graphql_mutation_does_not_cover_another(attacker, world):
     assert len(a.seen) == 2 and a.seen[1]["operations"][0]["fields"] == ["deleteRepository"]
 
 
-def test_approved_request_does_not_cover_another_path_or_query(attacker, world):
-    git, stub = world
+def test_approved_request_does_not_cover_another_path_or_query(attacker, gate_servers):
+    git, stub = gate_servers
     api = hostport(stub, "stub.example.test")
     netproject(attacker, git, stub,
                "irreversible:\n  - net: {host: \"stub.example.test\", method: POST, path: \"/api/**\"}\n"
@@ -141,7 +135,7 @@ ASK_API = ("irreversible:\n  - net: {host: \"*.example.test\", method: \"*\", pa
            "    action: ask\n    name: api-write\n")
 
 
-def test_a_question_does_not_outlive_its_step(attacker, world):
+def test_a_question_does_not_outlive_its_step(attacker, gate_servers):
     """The red team's case (round 14): a step sends a request the policy asks about and exits
     at once (curl in the background, the shell not waiting). The step ended, its snapshot was
     taken and its marks written (none: no `asked`); the question stayed in `envgit pending` and
@@ -153,7 +147,7 @@ def test_a_question_does_not_outlive_its_step(attacker, world):
     fill the page with stale questions that looked live, and the person's answer and the record
     disagreed with what happened. Oracle: the daemon's pending list after the step's end, and
     the server's record."""
-    git, stub = world
+    git, stub = gate_servers
     netproject(attacker, git, stub, ASK_API)
     api = hostport(stub, "stub.example.test")
     r = attacker.run(f"curl -s -o /dev/null -X POST --data-binary late https://{api}/api/one & sleep 2; "

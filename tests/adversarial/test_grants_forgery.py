@@ -64,12 +64,6 @@ print("FORGED " + json.dumps(replies)[:4000])
 '''
 
 
-@pytest.fixture
-def world():
-    with servers() as (git, stub):
-        yield git, stub
-
-
 def _answer(attacker, decide, stop, seen):
     answered = set()
     while not stop.is_set():
@@ -99,8 +93,8 @@ class Person:
         self.t.join(30)
 
 
-def test_a_step_cannot_answer_or_remember_its_own_question(attacker, world):
-    git, stub = world
+def test_a_step_cannot_answer_or_remember_its_own_question(attacker, gate_servers):
+    git, stub = gate_servers
     netproject(attacker, git, stub, ASK_API)
     api = hostport(stub, "stub.example.test")
     (attacker.root / "forge.py").write_text(FORGE)
@@ -119,8 +113,8 @@ def test_a_step_cannot_answer_or_remember_its_own_question(attacker, world):
     assert [a["answer"] for a in step["approvals"]] == ["deny"] and not step["approvals"][0].get("granted_by")
 
 
-def test_a_grant_does_not_stretch_to_what_it_was_not_given(attacker, world):
-    git, stub = world
+def test_a_grant_does_not_stretch_to_what_it_was_not_given(attacker, gate_servers):
+    git, stub = gate_servers
     netproject(attacker, git, stub, ASK_API)
     api = hostport(stub, "stub.example.test")
     other = hostport(stub, "gql.example.test")          # another host the same ask rule covers
@@ -159,10 +153,10 @@ def test_a_grant_does_not_stretch_to_what_it_was_not_given(attacker, world):
     assert [a["granted_by"] for a in step["approvals"] if a.get("granted_by")] == ["g1"]
 
 
-def test_an_answer_once_does_not_cover_a_form_saying_method_delete(attacker, world):
+def test_an_answer_once_does_not_cover_a_form_saying_method_delete(attacker, gate_servers):
     """The same holds for "allow once" within a step: approving one POST does not approve a
     later POST to the same path whose form says _method=DELETE (found while building grants)."""
-    git, stub = world
+    git, stub = gate_servers
     netproject(attacker, git, stub, ASK_API)
     api = hostport(stub, "stub.example.test")
     form = f"{CURL} -X POST -H 'Content-Type: application/x-www-form-urlencoded' --data-binary"

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from gatekit import hostport, netproject, servers
+from gatekit import hostport, netproject
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -58,14 +58,8 @@ print(r.stdout + r.stderr)
 '''
 
 
-@pytest.fixture
-def world():
-    with servers() as (git, stub):
-        yield git, stub
-
-
-def test_forged_answers_over_the_inner_socket_make_no_grant(attacker, world):
-    git, stub = world
+def test_forged_answers_over_the_inner_socket_make_no_grant(attacker, gate_servers):
+    git, stub = gate_servers
     netproject(attacker, git, stub,
                "irreversible:\n  - net: {host: \"*.example.test\", method: \"*\", path: \"/api/**\"}\n"
                "    action: ask\n    name: api-write\n")

@@ -9,14 +9,6 @@ import time
 import pytest
 
 from conftest import CANARY
-from s3server import S3Server
-
-
-@pytest.fixture
-def s3(tmp_path):
-    server = S3Server(tmp_path / "s3")
-    yield server
-    server.stop()
 
 
 def _remote(attacker, s3):

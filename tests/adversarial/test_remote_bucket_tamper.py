@@ -10,19 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from s3server import S3Server  # noqa: E402
 from test_remote import add_remote, fill, machine  # noqa: E402
-
-
-@pytest.fixture
-def s3(tmp_path):
-    server = S3Server(tmp_path / "s3")
-    yield server
-    server.stop()
 
 
 def _fsck(e):

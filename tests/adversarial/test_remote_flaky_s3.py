@@ -16,7 +16,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from s3server import S3Server  # noqa: E402
 from test_remote import add_remote, fill, machine  # noqa: E402
 
 
@@ -69,13 +68,6 @@ class Flaky(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *a):
         pass
-
-
-@pytest.fixture
-def s3(tmp_path):
-    server = S3Server(tmp_path / "s3")
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -11,17 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import pytest  # noqa: E402
 
-from s3server import S3Server  # noqa: E402
 from test_remote import add_remote, machine  # noqa: E402
-
-
-@pytest.fixture
-def s3(tmp_path):
-    server = S3Server(tmp_path / "s3")
-    yield server
-    server.stop()
 
 
 def test_a_push_between_a_readers_listing_and_head_is_not_reported_as_damage(tmp_path, s3, monkeypatch):

@@ -11,17 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from s3server import S3Server  # noqa: E402
 from test_remote import add_remote, fill, machine  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
-
-
-@pytest.fixture
-def s3(tmp_path):
-    server = S3Server(tmp_path / "s3")
-    yield server
-    server.stop()
 
 
 @pytest.fixture

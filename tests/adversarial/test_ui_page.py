@@ -261,16 +261,9 @@ ASK_API = ("irreversible:\n  - net: {host: \"*.example.test\", method: \"*\", pa
            "    action: ask\n    name: api-write\n")
 
 
-@pytest.fixture
-def world():
-    """The gate's servers (gatekit): the page asks about the stub's POSTs under /api/."""
-    with servers() as (git, stub):
-        yield git, stub
-
-
 @pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 @needs_browser
-def test_a_new_question_does_not_move_the_focus_to_allow(attacker, world):
+def test_a_new_question_does_not_move_the_focus_to_allow(attacker, gate_servers):
     """The red team's case (round 14): when the asks panel was redrawn while a button in it had
     the focus, ui.js focused the FIRST button of the new panel: the first question's "Allow
     once". A step decides when the panel is redrawn (it sends another asked-about request
@@ -279,7 +272,7 @@ def test_a_new_question_does_not_move_the_focus_to_allow(attacker, world):
     "Allow once" of question 1, and the Enter meant for "Deny" allowed the request. Oracle: the
     server's record (the POST the person meant to deny arrived)."""
     from selenium.webdriver.common.keys import Keys
-    git, stub = world
+    git, stub = gate_servers
     netproject(attacker, git, stub, ASK_API)
     api = hostport(stub, "stub.example.test")
     result = {}

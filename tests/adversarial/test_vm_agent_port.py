@@ -18,7 +18,6 @@ Real QEMU (TCG here). The oracle: a later, harmless step's output within a bound
 """
 
 import json
-import os
 import subprocess
 import time
 
@@ -27,8 +26,6 @@ import pytest
 pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"],
                                                capture_output=True).returncode != 0,
                                 reason="QEMU is not installed (dev/run test installs it)")
-
-SHARED_CACHE = "/var/tmp/envgit-test-vm-cache"
 
 THIEF = r'''
 import ctypes, os, time
@@ -41,22 +38,6 @@ open("/tmp/thief-fd", "w").write(str(fd))
 while True:                                 # the host's frames, eaten
     os.read(fd, 1 << 16)
 '''
-
-
-@pytest.fixture(scope="module")
-def shared_image():
-    old = os.environ.get("ENVGIT_VM_CACHE")
-    os.environ["ENVGIT_VM_CACHE"] = SHARED_CACHE
-    try:
-        from envgit.vm import image
-        image.ensure()
-    finally:
-        if old is None:
-            os.environ.pop("ENVGIT_VM_CACHE")
-        else:
-            os.environ["ENVGIT_VM_CACHE"] = old
-    subprocess.run(["chmod", "-R", "a+rX", SHARED_CACHE], check=True)
-    return SHARED_CACHE
 
 
 def test_vm_a_step_that_steals_the_agents_port_does_not_stall_every_later_step(attacker, shared_image):

@@ -8,7 +8,6 @@ between steps. Real QEMU (TCG here); one boot per attacker (~20 s).
 """
 
 import json
-import os
 import subprocess
 import time
 
@@ -20,27 +19,6 @@ from gatekit import Answerer, hostport, netproject, servers
 pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v qemu-system-x86_64"],
                                                capture_output=True).returncode != 0,
                                 reason="QEMU is not installed (dev/run test installs it)")
-
-# One guest image for every test user: built once per machine, readable by all (it holds
-# Debian's public packages and envgit's agent, nothing of anyone's).
-SHARED_CACHE = "/var/tmp/envgit-test-vm-cache"
-
-
-@pytest.fixture(scope="module")
-def shared_image():
-    old = os.environ.get("ENVGIT_VM_CACHE")
-    os.environ["ENVGIT_VM_CACHE"] = SHARED_CACHE
-    try:
-        from envgit.vm import image
-        image.ensure()
-    finally:
-        if old is None:
-            os.environ.pop("ENVGIT_VM_CACHE")
-        else:
-            os.environ["ENVGIT_VM_CACHE"] = old
-    subprocess.run(["chmod", "-R", "a+rX", SHARED_CACHE], check=True)
-    return SHARED_CACHE
-
 
 GUEST = r'''
 import json, os, sys, urllib.request, urllib.error

@@ -38,25 +38,6 @@ pytestmark = [
         "change it, kept for safety"),
 ]
 
-SHARED_CACHE = "/var/tmp/envgit-test-vm-cache"
-
-
-@pytest.fixture(scope="module")
-def shared_image():
-    old = os.environ.get("ENVGIT_VM_CACHE")
-    os.environ["ENVGIT_VM_CACHE"] = SHARED_CACHE
-    try:
-        from envgit.vm import image
-        image.ensure()
-    finally:
-        if old is None:
-            os.environ.pop("ENVGIT_VM_CACHE")
-        else:
-            os.environ["ENVGIT_VM_CACHE"] = old
-    subprocess.run(["chmod", "-R", "a+rX", SHARED_CACHE], check=True)
-    return SHARED_CACHE
-
-
 def vm_project(attacker, image):
     attacker.stop()
     attacker.write_policy("version: 1\nbackend: vm\nvm: { memory: 256MiB, cpus: 1 }\n")
