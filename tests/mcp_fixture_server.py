@@ -9,10 +9,9 @@ import re
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
 
 TEMPLATE_FILE = "src/docs.js"
 

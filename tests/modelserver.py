@@ -316,6 +316,7 @@ def agent_bin(agent: str) -> str:
     """The pinned agent's executable, installed from npm into AGENT_CACHE when absent; the
     test is skipped (saying why) only when npm cannot install it."""
     import pytest
+
     from envgit.agents.install import PINNED, InstallError, install
     try:
         return install(os.path.abspath(AGENT_CACHE), [agent])[agent]

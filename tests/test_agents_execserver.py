@@ -4,10 +4,10 @@ as the reference `codex exec-server` does, and every one of them is a step."""
 
 import base64
 import json
+import queue
 import subprocess
 import sys
 import threading
-import queue
 
 import pytest
 
@@ -86,7 +86,8 @@ def test_stdin_write_read_and_interrupt(wire, proj):
 
 
 def test_tty_and_terminate(wire, proj):
-    start(wire, proj, "p2", ["/bin/sh", "-c", "test -t 0 && test -t 1 && echo on-a-terminal; sleep 30"], tty=True, pipeStdin=False)
+    start(wire, proj, "p2", ["/bin/sh", "-c", "test -t 0 && test -t 1 && echo on-a-terminal; sleep 30"],
+          tty=True, pipeStdin=False)
     out = wire.until("process/output", "p2")["params"]
     assert out["stream"] == "pty" and base64.b64decode(out["chunk"]) == b"on-a-terminal\r\n"
     assert wire.call("process/terminate", processId="p2")["result"] == {"running": True}

@@ -126,12 +126,12 @@ def test_log_shows_the_whole_command_wrapped_on_a_terminal(proj):
     piped = proj.envgit("log", check=True).stdout
     assert len(piped.splitlines()) == 1 and " ".join(words) in piped       # piped: one whole line
     shown = _pty(proj, ["log"], cols=80)
-    lines = [l for l in shown.splitlines() if l.strip()]
-    assert 1 < len(lines) <= 4 and all(len(l) <= 80 for l in lines), shown
+    lines = [ln for ln in shown.splitlines() if ln.strip()]
+    assert 1 < len(lines) <= 4 and all(len(ln) <= 80 for ln in lines), shown
     assert "word000" in shown and "…" in shown and "word119" not in shown
     whole = _pty(proj, ["log", "--no-trunc"], cols=80)
     assert "word119" in whole and all(w in whole for w in words)
-    assert all(len(l) <= 80 for l in whole.splitlines())
+    assert all(len(ln) <= 80 for ln in whole.splitlines())
 
 
 def test_log_session_column_and_filters(proj):
@@ -277,7 +277,8 @@ def test_json_keys_are_the_documented_ones(netproj):
     emitted["step"] = shown
     emitted["step.snapshot"] = next(s["snapshot"] for s in steps if s["snapshot"] and s["snapshot"]["tree"])
     raw = _raw_snapshot_keys(p)
-    assert raw <= doc["step.snapshot"], f"the daemon records snapshot keys docs/JSON.md lacks: {raw - doc['step.snapshot']}"
+    assert raw <= doc["step.snapshot"], \
+        f"the daemon records snapshot keys docs/JSON.md lacks: {raw - doc['step.snapshot']}"
     d = j("diff", "1", "last")
     emitted["diff"] = d
     assert d["changes"], d

@@ -60,10 +60,11 @@ ALLOWED = {"envgit", "envgit.cli", "envgit.run", "envgit.paths", "envgit.daemon"
 def test_hot_path_imports_only_the_standard_library():
     r = subprocess.run([sys.executable, "-X", "importtime", "-c",
                         "import envgit.cli, envgit.run"], capture_output=True, text=True)
-    mods = {l.split("|")[-1].strip() for l in r.stderr.splitlines()[1:] if l.startswith("import time:")}
+    mods = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines()[1:] if ln.startswith("import time:")}
     ours = {m for m in mods if m.split(".")[0] == "envgit"}
     assert ours <= ALLOWED, ours - ALLOWED
-    foreign = {m.split(".")[0] for m in mods - ours} - set(sys.stdlib_module_names) - {"_distutils_hack", "__editable___envgit_0_1_0_finder", "sitecustomize"}
+    foreign = ({m.split(".")[0] for m in mods - ours} - set(sys.stdlib_module_names)
+               - {"_distutils_hack", "__editable___envgit_0_1_0_finder", "sitecustomize"})
     assert not foreign, foreign
     assert "sqlite3" not in mods and "yaml" not in mods
 

@@ -5,7 +5,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 
 import pytest
 
@@ -48,7 +47,7 @@ def test_no_network(proj):
         r = proj.envgit("run", "--", PY, "-c", code)
         assert r.returncode != 0 and "Connection refused" in r.stderr
         r = proj.run("cat /proc/net/dev")
-        ifaces = {l.split(":")[0].strip() for l in r.stdout.splitlines()[2:]}
+        ifaces = {ln.split(":")[0].strip() for ln in r.stdout.splitlines()[2:]}
         assert ifaces == {"lo"}
     finally:
         srv.close()
@@ -144,11 +143,11 @@ def test_the_rest_of_the_machine_is_absent(proj, tmp_path):
     assert "notes.txt" not in r.stdout
     for gone in ("/root", "/home", "/mnt"):
         assert f"cannot access '{gone}'" in r.stdout
-    lines = [l for l in r.stdout.splitlines() if not l.startswith("ls:")]
+    lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("ls:")]
     assert set(lines) <= {"run", "tmp"}, lines          # /var holds only run and tmp; /run is empty
 
 
 def test_no_capabilities(proj):
     r = proj.run("grep -E '^Cap(Prm|Eff|Bnd|Amb):' /proc/self/status")
-    values = {l.split(":")[0]: l.split()[1] for l in r.stdout.splitlines()}
+    values = {ln.split(":")[0]: ln.split()[1] for ln in r.stdout.splitlines()}
     assert len(values) == 4 and all(int(v, 16) == 0 for v in values.values()), values

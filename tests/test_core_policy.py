@@ -73,7 +73,8 @@ class P:
 def test_decide_path(tmp_path):
     pol = P(tmp_path, "version: 1\nfilesystem:\n  allow_read: ['~/.ssh/known_hosts', '~/.config']\n")
     home, proj = "/home/u", "/home/u/proj"
-    d = lambda p: decide_path(pol, p, proj, home)
+    def d(p):
+        return decide_path(pol, p, proj, home)
     assert d("/home/u/.ssh/id_ed25519").access == "none"
     assert d("/home/u/.ssh/known_hosts").access == "read"
     assert d("/home/u/.config/gh/hosts.yml").access == "none"       # a broader allow does not reopen

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANARY, ENVGIT, make_home
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "adversarial"))
 from harness import open_path_to  # noqa: E402
 from kit.users import test_user  # noqa: E402

@@ -347,10 +347,13 @@ def test_sources_resolve_once_a_session_and_never_say_the_value(tmp_path):
 
 
 @pytest.mark.parametrize("body, said", [
-    ("  gh:\n    from: { env: A, file: b }\n    hosts: [\"github.com\"]\n", ":4:11: each entry of credentials.gh.from needs exactly one of"),
-    ("  gh:\n    from: { env: A }\n    hosts: [\"http://x\"]\n", ":5:13: credentials.gh.hosts[0]: 'http://x' is not a host"),
+    ("  gh:\n    from: { env: A, file: b }\n    hosts: [\"github.com\"]\n",
+     ":4:11: each entry of credentials.gh.from needs exactly one of"),
+    ("  gh:\n    from: { env: A }\n    hosts: [\"http://x\"]\n",
+     ":5:13: credentials.gh.hosts[0]: 'http://x' is not a host"),
     ("  gh:\n    from: { env: A }\n", ":4:5: credentials.gh is missing 'hosts'"),
-    ("  gh:\n    from: { env: A }\n    hosts: [\"x.test\"]\nenv:\n  pass: [A]\n", ":7:1: env.pass names A, the source of credential 'gh'"),
+    ("  gh:\n    from: { env: A }\n    hosts: [\"x.test\"]\nenv:\n  pass: [A]\n",
+     ":7:1: env.pass names A, the source of credential 'gh'"),
 ])
 def test_bad_credentials_are_refused_with_file_and_line(tmp_path, body, said):
     from envgit.policy import PolicyError, load_policy

@@ -62,10 +62,10 @@ def test_presets_are_listed_by_policy_show_the_schema_and_the_template(tmp_path)
         show = env.envgit("policy", "show", check=True).stdout
         # the preset's hosts, each with the line and the preset it came from
         for host in ("pypi.org", "files.pythonhosted.org", "static.crates.io"):
-            line = next(l for l in show.splitlines() if l.strip().startswith(f"- {host} "))
+            line = next(ln for ln in show.splitlines() if ln.strip().startswith(f"- {host} "))
             assert line.rstrip().endswith("envgit.yaml:3 (preset:pypi)" if "crates" not in line
                                           else "envgit.yaml:3 (preset:crates)"), line
-        assert next(l for l in show.splitlines() if "- example.com" in l).rstrip().endswith("envgit.yaml:3")
+        assert next(ln for ln in show.splitlines() if "- example.com" in ln).rstrip().endswith("envgit.yaml:3")
         for name, (hosts, _) in NETWORK_PRESETS.items():        # every preset listed, with its hosts
             assert f"preset:{name}" in show and hosts[-1] in show
         pol = json.loads(env.envgit("policy", "show", "--json", check=True).stdout)
@@ -354,8 +354,10 @@ def test_a_loopback_host_in_network_allow_is_reached_at_its_own_address(tmp_path
             # curl (honours NO_PROXY), Python's urllib (honours it too), Node's fetch (ignores
             # the proxy variables): all reach it at the address the policy names
             r = env.run(f"curl -sS http://127.0.0.1:{dev.port}/curl && "
-                        f"{PIP} -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{dev.port}/py\").read().decode())' && "
-                        f"node -e 'fetch(\"http://127.0.0.1:{dev.port}/node\").then(r => r.text()).then(t => process.stdout.write(t))'")
+                        f"{PIP} -c 'import urllib.request as u; "
+                        f"print(u.urlopen(\"http://127.0.0.1:{dev.port}/py\").read().decode())' && "
+                        f"node -e 'fetch(\"http://127.0.0.1:{dev.port}/node\")"
+                        ".then(r => r.text()).then(t => process.stdout.write(t))'")
             assert r.returncode == 0, r.stderr
             assert r.stdout.count(f"dev server {dev.port}") == 3
             assert sorted(dev.hits) == ["/curl", "/node", "/py"]
@@ -372,7 +374,8 @@ def test_a_loopback_host_in_network_allow_is_reached_at_its_own_address(tmp_path
                                                                 ("localhost", dev.port)}, denied
             # a server a step starts inside, on another port, is still its own (NO_PROXY)
             r = env.run(f"{PIP} -m http.server 18999 --bind 127.0.0.1 >/dev/null 2>&1 & "
-                        "for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18999/ && break; sleep 0.1; done; "
+                        "for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18999/ && break; "
+                        "sleep 0.1; done; "
                         "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18999/; kill %1")
             assert r.stdout.endswith("200"), r.stdout + r.stderr
         finally:

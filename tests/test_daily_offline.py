@@ -16,8 +16,6 @@ import time
 
 import pytest
 
-from conftest import ENVGIT
-
 POLICY_FLOW = 'version: 1\nnetwork:\n  allow: []\n'              # allow: is line 3
 POLICY_BLOCK = 'version: 1\nnetwork:\n  allow:\n    - "example.test"\n'
 
@@ -89,7 +87,7 @@ def test_a_client_fails_at_once_and_the_host_is_named_once(proj, client):
     assert host in s["dns_names"] and s["dns_queries"] >= 1, s
     assert "denied-net" in s["marks"]
     shown = proj.envgit("show", "last").stdout
-    assert f"looked up" in shown and host in shown, shown
+    assert "looked up" in shown and host in shown, shown
 
 
 def test_the_fix_line_is_exact_in_a_block_list_and_allows_the_host(proj):

@@ -48,7 +48,8 @@ def test_piped_stdin_reaches_the_command(netproj):
 
 def test_piped_stdin_reaches_the_command_on_a_terminal(netproj):
     # the person's `producer | envgit run -- cmd`, typed at a terminal
-    with term(netproj, ["sh", "-c", f"printf 'one\\ntwo\\n' | {ENVGIT} run -- sh -c 'wc -l; [ -t 1 ] && echo out-is-tty'"]) as t:
+    piped = f"printf 'one\\ntwo\\n' | {ENVGIT} run -- sh -c 'wc -l; [ -t 1 ] && echo out-is-tty'"
+    with term(netproj, ["sh", "-c", piped]) as t:
         status = t.wait()
     assert exit_code(status) == 0, t.text
     assert "2\r\n" in t.text and "out-is-tty" in t.text, t.text

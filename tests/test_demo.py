@@ -4,7 +4,6 @@ is broken on purpose."""
 import json
 import os
 import subprocess
-import sys
 
 from conftest import ENVGIT
 
@@ -40,7 +39,7 @@ def test_demo_json_and_keep(tmp_path):
     keep = tmp_path / "kept"
     r = demo("--json", "--keep", str(keep), tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
-    records = [json.loads(l) for l in r.stdout.splitlines()]
+    records = [json.loads(ln) for ln in r.stdout.splitlines()]
     assert [x["step"] for x in records if "step" in x] == [1, 2, 3, 4]
     assert records[-1]["result"] == "ok"
     push = next(x for x in records if x.get("step") == 3)

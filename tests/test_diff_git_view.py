@@ -230,7 +230,7 @@ def test_a_long_history_costs_little(proj):
     stream = ("""awk 'BEGIN { for (i = 0; i < 3000; i++) {
         printf "commit refs/heads/main\\nmark :%d\\ncommitter a <a@e> %d +0000\\ndata 6\\nc%04d\\n", i + 1, 1700000000 + i, i
         if (i > 0) printf "from :%d\\n", i
-        printf "M 644 inline f\\ndata 5\\n%04d\\n\\n", i } }'""")
+        printf "M 644 inline f\\ndata 5\\n%04d\\n\\n", i } }'""")  # noqa: E501 (an awk program)
     step(proj, f"{stream} | git fast-import --quiet && git reset -q --hard main && git gc -q")
     step(proj, "git reset -q --hard HEAD~1")
     t0 = time.monotonic()

@@ -43,7 +43,7 @@ def run_on_terminal(proj, *cmd, **kw):
 
 
 def envgit_lines(text):
-    return [l for l in text.replace("\r", "").splitlines() if l.startswith("envgit:")]
+    return [ln for ln in text.replace("\r", "").splitlines() if ln.startswith("envgit:")]
 
 
 def test_the_commands_own_code_passes_unchanged(netproj):
@@ -91,7 +91,8 @@ def test_a_command_writing_into_a_closed_pipe_ends_envgit_by_sigpipe(netproj):
 
 
 def test_kill_9_of_the_command_is_137_to_the_shell(netproj):
-    status, text = on_terminal(netproj, ["sh", "-c", f"{ENVGIT} run -- sh -c 'echo started; kill -KILL $$'; echo rc=$?"])
+    status, text = on_terminal(netproj, ["sh", "-c",
+                                         f"{ENVGIT} run -- sh -c 'echo started; kill -KILL $$'; echo rc=$?"])
     assert exit_code(status) == 0 and "started" in text and "rc=137" in text, text
 
 

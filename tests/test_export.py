@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from test_cli_conventions import documented_keys
-from test_grants import CURL, Person, world  # noqa: F401  (world: the fixture)
+from test_grants import CURL, Person, grants_world  # noqa: F401  (the fixture `world`)
 
 EVIL = "<script>document.title='pwned'</script>"
 EVIL_FILE = "<img src=x onerror=alert(1)>.txt"

@@ -9,7 +9,7 @@ from importlib import resources
 
 import pytest
 
-from test_grants import CURL, Person, world  # noqa: F401  (world: the fixture)
+from test_grants import CURL, Person, grants_world  # noqa: F401  (the fixture `world`)
 
 REQUIRED = ("class_uid", "category_uid", "activity_id", "type_uid", "time", "severity_id", "metadata")
 ACTIVITIES = {1007: {1, 2}, 4002: {1, 2, 3, 4, 5, 6, 7, 8, 9, 99}, 6004: {1, 2}}
@@ -124,7 +124,7 @@ def test_ocsf_lines_have_the_base_fields_and_the_journals_values(world):
         assert launch["unmapped"]["envgit"]["policy_sha256"] == rec["policy_sha256"]
         http = [e for e in middle if e["class_uid"] == 4002]
         assert len(http) == len(rec["requests"])
-        for e, q in zip(http, rec["requests"]):
+        for e, q in zip(http, rec["requests"], strict=True):
             assert e["http_request"]["http_method"] == q["method"]
             assert e["http_request"]["url"]["hostname"] == q["host"] == e["dst_endpoint"]["hostname"]
             assert e["http_request"]["url"]["port"] == q["port"]
@@ -137,7 +137,7 @@ def test_ocsf_lines_have_the_base_fields_and_the_journals_values(world):
             assert e["unmapped"]["envgit"]["rule"] == q["rule"]
         grants = [e for e in middle if e["class_uid"] == 6004]
         assert len(grants) == len(rec["approvals"])
-        for e, a in zip(grants, rec["approvals"]):
+        for e, a in zip(grants, rec["approvals"], strict=True):
             assert e["activity_id"] == (1 if a["answer"].startswith("allow") else 2)
             assert e["actor"]["user"]["name"] == a["who"]
             assert e["time"] == ms(a["at"])

@@ -7,8 +7,7 @@ import os
 import subprocess
 import time
 
-from envgit.snapshot import Filter, StatCache, Store
-from envgit.snapshot import gitview
+from envgit.snapshot import Filter, StatCache, Store, gitview
 from envgit.snapshot.gitview import BUDGET_BYTES, BUDGET_SECONDS, Budget, git_changes
 
 

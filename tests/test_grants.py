@@ -43,8 +43,8 @@ class World:
         return json.loads(self.env.envgit("grants", "--json", *extra, check=True).stdout)
 
 
-@pytest.fixture
-def world(tmp_path):
+@pytest.fixture(name="world")
+def grants_world(tmp_path):
     with GitServer(root=tmp_path / "git") as git, \
             HTTPSServer(_ok, NAMES, root=tmp_path / "stub", ca=git.ca) as stub:
         home = make_home(tmp_path)
@@ -63,7 +63,8 @@ def world(tmp_path):
         env.write_policy(
             "version: 1\nnetwork:\n  ask_timeout: 15\n  allow: [" + ", ".join(f'"{h}"' for h in allow) + "]\n"
             "irreversible:\n  - preset: default\n  - rule: git-push\n    action: ask\n"
-            "  - net: {host: \"*.example.test\", method: \"*\", path: \"/api/**\"}\n    action: ask\n    name: api-write\n"
+            "  - net: {host: \"*.example.test\", method: \"*\", path: \"/api/**\"}\n"
+            "    action: ask\n    name: api-write\n"
             "  - net: {host: \"gql.example.test\", path: \"/graphql\"}\n    body: {graphql: mutation}\n"
             "    action: ask\n    name: gql-mutation\n"
             "credentials:\n  tok:\n    from: { env: MY_TOKEN }\n"

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import anyio
-import pytest
-
 import mcp_types as types
-from conftest import CANARY, ENVGIT
+import pytest
 from mcp import Client, StdioServerParameters
+
+from conftest import CANARY, ENVGIT
 from mcp_fixture_server import TEMPLATE_FILE, make_corpus
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture_server.py"))

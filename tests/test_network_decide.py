@@ -1,15 +1,13 @@
 """decide_request, judge_connect and needs_interception: pure, no network."""
 
-import gzip
 import json
 
 import pytest
 
+from conftest import network_policy
 from envgit.policy import PolicyError
 from envgit.policy.graphql import classify
-from conftest import network_policy
-from envgit.policy.network import (PRESET_NAMES, Request, decide_request, judge_connect,
-                                   needs_interception)
+from envgit.policy.network import PRESET_NAMES, Request, decide_request, judge_connect, needs_interception
 
 
 def pol(allow=("github.com", "api.github.com", "uploads.github.com", "registry.npmjs.org",

@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import ssl
-import subprocess
 import threading
 import zlib
 
@@ -330,7 +329,8 @@ def test_websocket_to_a_denied_host(world):
     status, _, body = read_response(s)
     assert status == 403 and b"network.allow" in body
     s = proxy_socket(world)
-    s.sendall(f"CONNECT evil.example.test:443 HTTP/1.1\r\nHost: evil.example.test:443\r\n{auth(world)}\r\n\r\n".encode())
+    s.sendall(f"CONNECT evil.example.test:443 HTTP/1.1\r\nHost: evil.example.test:443\r\n"
+              f"{auth(world)}\r\n\r\n".encode())
     assert read_response(s)[0] == 403
 
 

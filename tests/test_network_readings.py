@@ -11,9 +11,8 @@ import pytest
 
 from conftest import network_policy
 from envgit.policy import graphql, receivepack, urlpath
-from envgit.policy.network import (BODY_CAP, Decision, Request, approval_effect, decide_request)
+from envgit.policy.network import BODY_CAP, Decision, approval_effect, decide_request
 from test_network_decide import pol, req
-
 
 # --- paths ---------------------------------------------------------------------------------
 
@@ -231,7 +230,7 @@ def test_upgrades_refused_on_judged_hosts_unless_the_policy_allows_websockets():
 
 
 def test_websocket_key_in_the_schema(tmp_path):
-    from envgit.policy import load_policy, PolicyError
+    from envgit.policy import PolicyError, load_policy
     f = tmp_path / "envgit.yaml"
     f.write_text("version: 1\nnetwork:\n  allow: [ws.example.test]\n  l7:\n    ws.example.test: {websocket: allow}\n")
     assert load_policy(f).l7["ws.example.test"]["websocket"] == "allow"

@@ -77,7 +77,7 @@ def project(tmp_path, text) -> Path:
 
 def line_of(text, needle, nth=1):
     lines = text.splitlines()
-    hits = [i + 1 for i, l in enumerate(lines) if needle in l]
+    hits = [i + 1 for i, ln in enumerate(lines) if needle in ln]
     return hits[nth - 1]
 
 
@@ -322,8 +322,8 @@ def test_policy_show_says_where_each_value_came_from(proj, org):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert f"loaded under the organisation policy {org}" in out
-    lines = {l.split("#")[0].strip(" -"): l.rsplit("#", 1)[1].strip() for l in out.splitlines()
-             if "#" in l and not l.startswith("#")}
+    lines = {ln.split("#")[0].strip(" -"): ln.rsplit("#", 1)[1].strip() for ln in out.splitlines()
+             if "#" in ln and not ln.startswith("#")}
     assert lines["pypi.org"] == f"{org}:3"
     assert lines["github.com"] == f"{proj.root}/envgit.yaml:3"
     assert lines["evil.example"] == f"{org}:{line_of(ORG, 'evil.example')}"
@@ -352,6 +352,6 @@ def test_policy_check_refuses_a_loosening_in_one_line(proj, org):
     proj.write_policy("version: 1\nnetwork:\n  allow:\n    - github.com\n    - evil.example\n")
     r = _cli(proj, org, "policy", "check")
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
-    (line,) = [l for l in r.stderr.splitlines() if l.strip()]
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert line.startswith(f"envgit: {proj.root}/envgit.yaml:5:"), line
     assert f"which {org}:{line_of(ORG, 'evil.example')} denies" in line, line

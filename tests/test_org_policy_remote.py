@@ -47,7 +47,7 @@ def test_a_bucket_object_binds_the_project_and_push_refreshes_it(world):
     proj.write_policy("version: 1\n")
     show = proj.envgit("policy", "show", check=True).stdout
     assert f"loaded under the organisation policy {url}" in show
-    assert any(l.strip().startswith("- **/*.key") and l.endswith(f"# {url}:4") for l in show.splitlines()), show
+    assert any(ln.strip().startswith("- **/*.key") and ln.endswith(f"# {url}:4") for ln in show.splitlines()), show
     # an invalid object in the bucket: the push says so, the last good copy stays in force
     obj.write_text("version: 1\nfilesystem:\n  deny_reed: []\n")
     r = proj.envgit("push", "ci")

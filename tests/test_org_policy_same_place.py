@@ -7,7 +7,6 @@ attacks are tests/adversarial/test_org_policy_{loopback,gate,mcp}.py."""
 
 import os
 import shutil
-import sys
 
 import pytest
 
@@ -152,7 +151,7 @@ def test_a_project_credential_may_not_reuse_an_org_credentials_source(
 
 def test_the_orgs_mcp_rules_follow_the_same_upstream_under_another_name(org_text, tmp_path):
     py = shutil.which("python3")
-    org_text(f"""version: 1
+    org_text("""version: 1
 mcp:
   servers:
     corpus:
@@ -161,8 +160,8 @@ mcp:
     web:
       url: https://MCP.corp.example/mcp
   rules:
-    - {{server: "corp*", tool: "delete_*", action: deny}}
-    - {{server: web, action: ask}}
+    - {server: "corp*", tool: "delete_*", action: deny}
+    - {server: web, action: ask}
 """)
     pol = load_policy(project(tmp_path, f"""version: 1
 mcp:

@@ -51,8 +51,8 @@ def test_a_project_that_tries_to_pass_it_runs_nothing(org_proj):
         status = t.wait()
     text = t.text
     assert exit_code(status) == 125, (status, text)        # as every other policy error
-    (line,) = [l for l in text.replace("\r", "").splitlines() if l.startswith("envgit:")]
-    assert f"envgit.yaml:4:" in line and f"which {org}:4 denies" in line, line
+    (line,) = [ln for ln in text.replace("\r", "").splitlines() if ln.startswith("envgit:")]
+    assert "envgit.yaml:4:" in line and f"which {org}:4 denies" in line, line
     assert CANARY not in text and not (proj.root / "ran").exists()
 
 

@@ -21,7 +21,7 @@ BLOCKS = re.findall(r"```(\w+)(?: (\w+))?\n(.*?)```", README, re.S)
 
 
 def blocks(lang, tag=None):
-    return [body for l, t, body in BLOCKS if l == lang and (t or None) == tag]
+    return [body for lang_, t, body in BLOCKS if lang_ == lang and (t or None) == tag]
 
 
 def commands(body):
@@ -89,7 +89,7 @@ def test_every_promise_names_a_test_that_exists():
     """Each row of "What a step cannot do" names tests that exist in tests/adversarial/."""
     section = README.split("### What a step cannot do", 1)[1].split("\n## ", 1)[0]
     refs = re.findall(r"`(test_\w+\.py)::(test_\w+)`", section)
-    rows = [l for l in section.splitlines() if l.startswith("| ") and "::" in l]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and "::" in ln]
     assert len(rows) >= 15 and all("::" in r for r in rows)
     for path, name in refs:
         text = (ROOT / "tests" / "adversarial" / path).read_text()

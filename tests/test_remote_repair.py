@@ -4,14 +4,9 @@ what is damaged, even damage the record never saw (the record lost, or made afte
 Real S3 server (`rclone serve s3`), real CLI; the oracle is `fsck --remote`."""
 
 import json
-import sys
-from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from kit.s3 import s3_server  # noqa: F401,E402  (the fixture `s3`)
-from test_remote import _fsck, add_remote, fill, machine  # noqa: E402
+from kit.s3 import s3_server  # noqa: F401  (the fixture `s3`)
+from test_remote import _fsck, add_remote, fill, machine
 
 
 def test_push_repair_uploads_again_a_pack_damaged_before_the_record(tmp_path, s3):

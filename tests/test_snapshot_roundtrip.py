@@ -146,7 +146,7 @@ def test_one_byte_change_in_a_chunked_file_stores_about_one_chunk(store, work):
     data = bytearray(os.urandom(24 << 20))
     (work / "big").write_bytes(data)
     cache = StatCache()
-    first = store.snapshot(work, Filter(), cache)
+    store.snapshot(work, Filter(), cache)
     data[13 << 20] ^= 1
     (work / "big").write_bytes(data)
     second = store.snapshot(work, Filter(), cache)
@@ -246,7 +246,7 @@ def test_diff_statuses_and_read_file(store, work):
 def test_stat_cache_saved_and_loaded_reuses_every_kind(store, work, tmp_path):
     make_every_kind(work)
     old = os.stat(work).st_mtime_ns - 10**10
-    for dirpath, dirnames, filenames in os.walk(work):
+    for dirpath, _dirnames, filenames in os.walk(work):
         for name in filenames:
             os.utime(os.path.join(dirpath, name), ns=(old, old), follow_symlinks=False)
     cache = StatCache(tmp_path / "cache")

@@ -152,7 +152,7 @@ def test_restore_writes_a_step_elsewhere_byte_for_byte(proj, tmp_path):
 
     target = tmp_path / "restored"
     r = proj.envgit("restore", "2", "--target", str(target), check=True)
-    assert f"restored step 2" in r.stdout and str(target) in r.stdout
+    assert "restored step 2" in r.stdout and str(target) in r.stdout
     assert tree_of(target) == after_commit                            # bytes, modes, symlinks, .git
     assert tree_of(proj.root) == before                               # the project untouched
     log = subprocess.run(["git", "-C", str(target), "log", "--format=%s"], capture_output=True, text=True)

@@ -18,7 +18,7 @@ def build(root):
 def age(root):
     """Files written just now are racy (re-read until their timestamp is safely old): age them."""
     past = os.stat(root).st_mtime_ns - 10 * 10**9
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             os.utime(os.path.join(dirpath, name), ns=(past, past))
 

@@ -5,7 +5,7 @@ client recorded through the daemon's `event` op, as the MCP server (mcp/executio
 
 import json
 
-from test_grants import CURL, Person, world  # noqa: F401  (world: the fixture)
+from test_grants import CURL, Person, grants_world  # noqa: F401  (the fixture `world`)
 
 
 def _answer_as_ui(env, remember=None):

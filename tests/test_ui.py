@@ -72,8 +72,8 @@ def test_refuses_without_the_token_and_with_a_foreign_host(proj):
             assert status == 403 and "secret-looking" not in body and "envgit" not in body.lower().replace(
                 "envgit ui printed", ""), (path, body)
         assert ui.get("/?token=" + "x" * len(ui.token), token=False)[0] == 403
-        for host in ("evil.example:%d" % ui.port, "localhost:%d" % ui.port, "127.0.0.1",
-                     "127.0.0.1:%d.evil.example" % ui.port):
+        for host in (f"evil.example:{ui.port}", f"localhost:{ui.port}", "127.0.0.1",
+                     f"127.0.0.1:{ui.port}.evil.example"):
             status, _, body = ui.request("GET", "/", headers={"Host": host})
             assert status == 403 and "secret-looking" not in body, host
 
@@ -393,7 +393,8 @@ def test_the_browser_is_opened_without_the_token_on_its_command_line(proj, tmp_p
     import time
     seen = tmp_path / "argv.txt"
     fake = tmp_path / "fake-browser"
-    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {seen}\nfor a; do cat \"${{a#file://}}\" >> {seen}.page; done\n")
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {seen}\n"
+                    f"for a; do cat \"${{a#file://}}\" >> {seen}.page; done\n")
     fake.chmod(0o755)
     with UI(proj, open_browser=True, extra_env={"BROWSER": str(fake), "DISPLAY": ""}) as ui:
         wait_for(lambda: seen.exists() and seen.read_text().strip(), what="the browser's start")

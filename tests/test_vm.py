@@ -25,7 +25,8 @@ from conftest import CANARY, Env, make_home
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (dev/run test installs it)")
 
-VM_CACHE = os.environ.get("ENVGIT_VM_CACHE") or "/var/tmp/envgit-test-vm-cache"   # shared with tests/adversarial/conftest.py
+# shared with tests/adversarial/conftest.py
+VM_CACHE = os.environ.get("ENVGIT_VM_CACHE") or "/var/tmp/envgit-test-vm-cache"
 
 COUNTER = r'''
 import http.server, os, random
@@ -133,7 +134,8 @@ def test_the_guest_sees_the_project_and_its_own_root_only(vm):
     # a denied path written in the guest never lands on the host
     r = vm.run("echo planted > .env; echo x >> envgit.yaml; echo ok")
     assert (vm.root / ".env").read_text() == f"TOKEN={CANARY}\n"
-    assert "backend: vm" in (vm.root / "envgit.yaml").read_text() and "\nx\n" not in (vm.root / "envgit.yaml").read_text()
+    policy = (vm.root / "envgit.yaml").read_text()
+    assert "backend: vm" in policy and "\nx\n" not in policy
 
 
 def test_rewind_brings_back_the_process_with_its_memory_and_undo_goes_forward(vm):

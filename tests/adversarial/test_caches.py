@@ -45,8 +45,8 @@ def second_project(attacker, name="other") -> Path:
     attacker.own(root)
     r = attacker.envgit("init", cwd=root)
     assert r.returncode == 0, r.stderr
-    r = attacker.envgit("run", "--", "sh", "-c", f'mkdir -p "$PIP_CACHE_DIR" && echo {CANARY} > "$PIP_CACHE_DIR/secret"',
-                        cwd=root)
+    r = attacker.envgit("run", "--", "sh", "-c",
+                        f'mkdir -p "$PIP_CACHE_DIR" && echo {CANARY} > "$PIP_CACHE_DIR/secret"', cwd=root)
     assert r.returncode == 0, r.stderr
     attacker.envgit("daemon", "stop", cwd=root)
     return root
@@ -110,13 +110,15 @@ def test_the_cache_cannot_be_moved_out_of_place_or_used_to_write_the_host(attack
         'ln -s ~ "$XDG_CACHE_HOME/../evil" 2>/dev/null; '
         'mkdir -p "$XDG_CACHE_HOME/../sibling" 2>/dev/null; '
         # links out of it, for a later step or the host to follow
-        'ln -sfn ~/.bashrc "$XDG_CACHE_HOME/bashrc"; echo "touch {m}" >> "$XDG_CACHE_HOME/bashrc" 2>/dev/null; '
-        'ln -sfn ~ "$XDG_CACHE_HOME/home"; echo "touch {m}" > "$XDG_CACHE_HOME/home/.profile" 2>/dev/null; '
+        f'ln -sfn ~/.bashrc "$XDG_CACHE_HOME/bashrc"; '
+        f'echo "touch {marker}" >> "$XDG_CACHE_HOME/bashrc" 2>/dev/null; '
+        f'ln -sfn ~ "$XDG_CACHE_HOME/home"; '
+        f'echo "touch {marker}" > "$XDG_CACHE_HOME/home/.profile" 2>/dev/null; '
         # a hard link to a project file (a later rewind writes the project)
         'echo x > tracked && ln tracked "$XDG_CACHE_HOME/hard" 2>/dev/null; '
         # a setuid copy of a shell for the host to run
         'cp /bin/sh "$XDG_CACHE_HOME/sh" && chmod 4755 "$XDG_CACHE_HOME/sh" 2>/dev/null; '
-        'ls -A "$XDG_CACHE_HOME/.."; true'.format(m=marker))
+        'ls -A "$XDG_CACHE_HOME/.."; true')
     st = os.lstat(mine)
     assert stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode)
     assert [c.name for c in caches(attacker)] == [mine.name]            # nothing beside it
@@ -128,7 +130,7 @@ def test_the_cache_cannot_be_moved_out_of_place_or_used_to_write_the_host(attack
     # the symlinks left in the cache lead, on the host, where they say; nothing on the host
     # follows them (no host program reads ~/.cache/envgit), and inside the next step they
     # resolve in that step's read-only view
-    r = attacker.run(f'echo again > "$XDG_CACHE_HOME/bashrc"; echo again > "$XDG_CACHE_HOME/home/x"; true')
+    r = attacker.run('echo again > "$XDG_CACHE_HOME/bashrc"; echo again > "$XDG_CACHE_HOME/home/x"; true')
     assert (attacker.home / ".bashrc").read_bytes() == bashrc and not (attacker.home / "x").exists()
     assert r.returncode == 0
 

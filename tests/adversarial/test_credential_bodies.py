@@ -127,7 +127,7 @@ def echo_server(ca):
         while not stop.is_set():
             try:
                 conn, _ = lsock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=handle, args=(conn,), daemon=True).start()
 

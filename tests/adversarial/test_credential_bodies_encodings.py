@@ -24,7 +24,6 @@ output. Runs as root: the gate's judgement does not depend on the step's uid."""
 
 import base64
 import gzip
-import json
 import shutil
 import socket
 import ssl
@@ -74,7 +73,7 @@ def _answer(path: str, token: str) -> bytes:
         return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
     if path == "/u-stream":
-        body = b'{"you_sent": "' + "".join("\\u%04x" % ord(c) for c in token).encode() + b'"}\n'
+        body = b'{"you_sent": "' + "".join(f"\\u{ord(c):04x}" for c in token).encode() + b'"}\n'
         return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body))
     if path == "/reason":                      # the echo in the status line's reason phrase
@@ -114,7 +113,7 @@ SPELLINGS = {
     "/hex": lambda t: b"token(hex)=" + t.encode().hex().encode() + b"\n",
     "/base32": lambda t: b"token(b32)=" + base64.b32encode(t.encode()) + b"\n",
     "/utf16": lambda t: ("token=" + t + "\n").encode("utf-16"),
-    "/entities": lambda t: b"<p>" + "".join("&#%d;" % ord(c) for c in t).encode() + b"</p>\n",
+    "/entities": lambda t: b"<p>" + "".join(f"&#{ord(c)};" for c in t).encode() + b"</p>\n",
 }
 
 
@@ -159,7 +158,7 @@ def echo_server(ca, answer=_answer):
         while not stop.is_set():
             try:
                 conn, _ = lsock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
@@ -224,7 +223,8 @@ def test_an_echoed_real_token_in_another_spelling_does_not_reach_the_step(attack
         "/hex": "sed 's/.*=//' /tmp/b | xxd -r -p || python3 -c \"import sys; "
                 "print(bytes.fromhex(open('/tmp/b').read().split('=')[1]).decode())\"",
         "/base32": "sed 's/.*=//' /tmp/b | base32 -d",
-        "/utf16": "iconv -f UTF-16 -t UTF-8 /tmp/b || python3 -c \"print(open('/tmp/b','rb').read().decode('utf-16'))\"",
+        "/utf16": "iconv -f UTF-16 -t UTF-8 /tmp/b || "
+                  "python3 -c \"print(open('/tmp/b','rb').read().decode('utf-16'))\"",
         "/entities": "python3 -c \"import html; print(html.unescape(open('/tmp/b').read()))\"",
     }[path]
     with world(attacker) as (url, seen):

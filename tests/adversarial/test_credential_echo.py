@@ -169,7 +169,7 @@ REAL = CANARY + "/Ab+Cd="             # the person's token, as a base64-shaped k
 
 
 def _lower(v: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_.~" else "%%%02x" % ord(c) for c in v)
+    return "".join(c if c.isalnum() or c in "-_.~" else f"%{ord(c):02x}" for c in v)
 
 
 ENCODERS = {"python-quote": quote, "lowercase-hex": _lower}

@@ -31,7 +31,7 @@ def test_a_method_field_does_not_take_the_credential_past_its_methods(attacker, 
                      f"https://{api}/repos/o/r")           # a plain POST: the real value goes
         assert [q for q in stub.requests if CANARY in q["headers"].get("authorization", "")]
         stub.requests.clear()
-        attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" " + how.format(api=api))
+        attacker.run("curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" " + how.format(api=api))
         used = [q for q in stub.requests if CANARY in q["headers"].get("authorization", "")]
         assert not used, f"the real token went out on a _method=DELETE: {used}"
 

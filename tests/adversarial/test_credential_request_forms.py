@@ -22,10 +22,11 @@ pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("p
 BODIES = {
     "gzip": "import gzip,os,sys; sys.stdout.buffer.write(gzip.compress(('t='+os.environ['MY_TOKEN']).encode()))",
     "percent": "import os; t=os.environ['MY_TOKEN']; print('t=%%%02X' % ord(t[0]) + t[1:], end='')",
-    "json-u": "import os; t=os.environ['MY_TOKEN']; print('{\\\"t\\\": \\\"' + ''.join(chr(92) + 'u%04x' % ord(c) for c in t) + '\\\"}', end='')",
+    "json-u": "import os; t=os.environ['MY_TOKEN']; "
+              "print('{\\\"t\\\": \\\"' + ''.join(chr(92) + 'u%04x' % ord(c) for c in t) + '\\\"}', end='')",
     "multipart-b64": "import base64,os; t=os.environ['MY_TOKEN']; print('--B\\r\\nContent-Disposition: form-data; "
-                     "name=\"f\"\\r\\nContent-Transfer-Encoding: base64\\r\\n\\r\\n' + base64.b64encode(t.encode()).decode()"
-                     " + '\\r\\n--B--\\r\\n', end='')",
+                     "name=\"f\"\\r\\nContent-Transfer-Encoding: base64\\r\\n\\r\\n' + "
+                     "base64.b64encode(t.encode()).decode() + '\\r\\n--B--\\r\\n', end='')",
     "gzip-large": "import gzip,os,sys; sys.stdout.buffer.write(gzip.compress(os.urandom(1500000).hex().encode() + "
                   "('t='+os.environ['MY_TOKEN']).encode()))",
 }

@@ -27,7 +27,8 @@ host, port = sys.argv[1].rsplit(":", 1)
 p = urlsplit(os.environ["HTTPS_PROXY"])
 s = socket.create_connection((p.hostname, p.port), timeout=20)
 auth = base64.b64encode(f"{p.username}:{p.password}".encode()).decode()
-s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+          f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
 head = b""
 while b"\r\n\r\n" not in head:
     head += s.recv(1)

@@ -52,8 +52,8 @@ def test_every_directory_above_a_denied_path_stays_put(attacker):
               "cat k1 c2/key.txt b2/c/key.txt a2/b/c/key.txt e1 api2/.env s2/api/.env 2>/dev/null; true")
     _no_canary(a, r.stdout, r.stderr)
     assert "Device or resource busy" in r.stdout, r.stdout          # what mv and rm say: why
-    r2 = a.run("cat a/b/c/key.txt */.env */*/.env .git/objects/ab/*/.env 2>&1; find . -path ./.git -prune -o -type f -print "
-               "| grep -v '^./.git' | xargs cat 2>/dev/null; true")
+    r2 = a.run("cat a/b/c/key.txt */.env */*/.env .git/objects/ab/*/.env 2>&1; "
+               "find . -path ./.git -prune -o -type f -print | grep -v '^./.git' | xargs cat 2>/dev/null; true")
     _no_canary(a, r2.stdout, r2.stderr)
     assert (a.root / "a/b/c/key.txt").read_text().startswith(CANARY)     # the person's file, in place
     envs = [p for p in a.root.rglob(".env") if p.is_file()]

@@ -90,7 +90,7 @@ def test_approved_graphql_mutation_does_not_cover_another(attacker, gate_servers
     gql = hostport(stub, "gql.example.test")
     netproject(attacker, git, stub,
                "irreversible:\n  - preset: default\n"
-               f"  - net: {{host: \"gql.example.test\", path: \"/graphql\"}}\n"
+               "  - net: {host: \"gql.example.test\", path: \"/graphql\"}\n"
                "    body: {graphql: mutation}\n    action: ask\n    name: gql-mutation\n")
     person, first = approves_the_first_only()
 

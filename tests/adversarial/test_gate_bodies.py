@@ -3,7 +3,6 @@ buffered without a cap; WebSocket after an upgrade): attacks from inside a step 
 real gate, with the stub server's record of what reached it as the oracle (and, for memory,
 the daemon's own peak resident size)."""
 
-import gzip
 import json
 import os
 import shutil
@@ -64,11 +63,12 @@ def test_graphql_in_every_field_is_judged(attacker, world):
         "multipart": f"-F 'query={M}' {gql}",
     }
     script = "".join(f"{CURL} {a}\n" for a in attacks.values())
-    legit = f"{CURL} {F} --data-binary '{form(('query', Q))}' {gql}\n{CURL} {J} --data-binary '{json.dumps({'query': Q})}' {gql}\n"
+    legit = (f"{CURL} {F} --data-binary '{form(('query', Q))}' {gql}\n"
+             f"{CURL} {J} --data-binary '{json.dumps({'query': Q})}' {gql}\n")
     r = attacker.run(script + legit, timeout=120)
     codes = r.stdout.split()
     assert not reached(stub, MARK), [(q["path"], q["body"][:200]) for q in reached(stub, MARK)]   # the oracle
-    assert codes[:len(attacks)] == ["403"] * len(attacks), dict(zip(attacks, codes))
+    assert codes[:len(attacks)] == ["403"] * len(attacks), dict(zip(attacks, codes, strict=False))
     assert codes[len(attacks):] == ["200", "200"], r.stdout + r.stderr
     assert len(reached(stub, "viewer")) == 2
 
@@ -156,7 +156,8 @@ def test_what_a_rule_needs_past_the_cap_is_doubt(attacker, world):
     assert not reached(stub, MARK), "a judged-unreadable body reached the server"
     assert not [q for q in stub.requests if q["path"] == "/graphql"]                     # the oracle
     assert r.stdout.split() == ["403", "403", "200"], r.stdout + r.stderr
-    assert [len(q["body"]) for q in stub.requests if q["path"] == "/api/data"] == [(attacker.root / "big.json").stat().st_size]
+    sent = (attacker.root / "big.json").stat().st_size
+    assert [len(q["body"]) for q in stub.requests if q["path"] == "/api/data"] == [sent]
 
 
 def _upload(field_last: bool, size=2 * MIB, b="BOUNDARY"):

@@ -68,4 +68,5 @@ def test_an_irreversible_delete_rule_sees_a_forms_method_override(attacker, worl
     codes = r.stdout.split()
     assert codes[0] == "403", (codes, r.stderr)                 # the header form is denied
     assert [a for a in ACTED if a[0] == "DELETE"] == [] and codes[1] != "200", (
-        f"rule no-deletes denies DELETE /items/**, yet a form's _method=DELETE reached the server: {ACTED}, codes {codes}")
+        f"rule no-deletes denies DELETE /items/**, yet a form's _method=DELETE reached the server: {ACTED}, "
+        f"codes {codes}")

@@ -9,8 +9,6 @@ before the step (nothing to bind read-only), so the step that made it is marked
 """
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -196,8 +194,8 @@ def test_hooks_path_from_any_config_source(attacker, source):
         assert r.returncode != 0
         assert not host_git(a, f"echo x > f && git add f && git {ID} commit -q -m x", m)
         assert (a.root / "f").exists()          # the commit really ran
-        assert a.host("git config --get core.hooksPath").stdout.strip() == str(hooks.relative_to(a.root)
-                                                                               if source != "gitconfig-absolute" else hooks)
+        said = hooks.relative_to(a.root) if source != "gitconfig-absolute" else hooks
+        assert a.host("git config --get core.hooksPath").stdout.strip() == str(said)
     finally:
         for f in made:
             f.unlink()

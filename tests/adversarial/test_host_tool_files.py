@@ -63,7 +63,7 @@ def test_a_pth_file_is_writable_and_marked(attacker):
 def test_the_list_is_printed_from_one_place(attacker):
     from envgit.policy import defaults
     out = attacker.envgit("policy", "protected", check=True).stdout
-    for pattern, action, _ in defaults.ESCAPE_ROUTES:
+    for pattern, _action, _ in defaults.ESCAPE_ROUTES:
         assert pattern in out
     assert set(defaults.PROTECT) | set(defaults.MARK) == {p for p, _, _ in defaults.ESCAPE_ROUTES}
 

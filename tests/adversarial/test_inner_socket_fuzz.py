@@ -48,7 +48,7 @@ def _send_raw(path, data, fds=(), read=True):
         while True:
             try:
                 chunk = s.recv(65536)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 break
             if not chunk:
                 break

@@ -57,7 +57,7 @@ def _probe(attacker, *roots, report="opened.txt"):
     attacker.own(attacker.root / "probe.py")
     r = attacker.envgit("run", "--", PY, "probe.py", report, *roots)
     assert r.returncode == 0, r.stderr
-    return [l for l in (attacker.root / report).read_text().splitlines() if l]
+    return [ln for ln in (attacker.root / report).read_text().splitlines() if ln]
 
 
 def test_nothing_in_proc_outside_the_steps_processes_opens_for_writing(attacker):

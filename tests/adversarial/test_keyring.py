@@ -73,7 +73,7 @@ def test_the_callers_keys_are_out_of_reach(attacker):
         assert (attacker.root / "keyring-step-ran").exists()           # the step itself ran
         assert CANARY not in r.stdout + r.stderr
         assert "envgit-canary" not in r.stdout                          # not even its description
-        lines = dict(l.split(" ", 1) for l in r.stdout.splitlines())
+        lines = dict(ln.split(" ", 1) for ln in r.stdout.splitlines())
         assert lines["into-caller"].strip() == "-1" and lines["into-own"].strip() == "-1"
         assert attacker.host(f"{PY} keys.py planted").stdout.strip() == "-1"
     finally:

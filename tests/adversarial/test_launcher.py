@@ -12,7 +12,6 @@ credentials tied to its own sandbox, and the gate refuses a credential from anyw
 Oracles: marker files a planted binary would write; the gate's 407 (credentials refused)
 against any other answer (credentials accepted, request judged)."""
 
-import os
 import shutil
 import socket
 import subprocess

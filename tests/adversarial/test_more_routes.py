@@ -7,7 +7,6 @@ marked `escape-route-written`, with the path, and told at its end. Beside each, 
 legitimate use still works: a rebase inside a step, pip install into a venv."""
 
 import json
-import os
 import zipfile
 
 import pytest
@@ -236,8 +235,9 @@ def test_a_new_or_changed_one_is_marked_and_told(attacker, rel):
 
 
 def test_gitattributes_driver_really_runs(attacker):
-    """The person's own config (global or, here, the repository's) defines a diff driver (a stand-in for any textconv or filter they
-    use); the step's .gitattributes points the project's files at it: their `git diff` runs it."""
+    """The person's own config (global or, here, the repository's) defines a diff driver (a
+    stand-in for any textconv or filter they use); the step's .gitattributes points the
+    project's files at it: their `git diff` runs it."""
     a = attacker
     m = a.home / "pwned-attributes"
     two_commits(a)

@@ -9,9 +9,11 @@ The oracle: a canary server on the host's 127.0.0.1:PORT that touches a marker f
 anything connects. The org denies that address; no step may reach it. Either the project policy
 is refused (exit 125 naming both files) or the connection is refused: the marker must not exist."""
 
+import http.server
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -61,9 +63,6 @@ def test_a_project_cannot_reach_an_org_denied_loopback_port_by_another_spelling(
 
 
 # --- the org's l7 and irreversible rules on a loopback service, by another spelling ------------
-
-import http.server  # noqa: E402
-import threading  # noqa: E402
 
 
 class MethodLog(http.server.BaseHTTPRequestHandler):

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from mcp_fixture_server import make_corpus  # noqa: E402
-from test_mcp_server import FIXTURE, execute, session, text_of  # noqa: E402
+from mcp_fixture_server import make_corpus
+from test_mcp_server import FIXTURE, execute, session, text_of
 
 pytestmark = pytest.mark.skipif(os.path.lexists("/etc/envgit/policy.yaml") or os.geteuid() != 0,
                                 reason="needs root (the org file must be root's) and no real "

@@ -7,12 +7,11 @@ runs a command in the session's own project, refusing a cwd outside it.
 Oracles: the canary (readable only under the step's own policy) and marker files a command
 run in the wrong project would write."""
 
-import base64
 import json
 import subprocess
 import sys
 
-from conftest import CANARY, ENVGIT
+from conftest import CANARY
 
 OPEN_POLICY = "version: 1\nfilesystem:\n  deny_read: []\n"
 

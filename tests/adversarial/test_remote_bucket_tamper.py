@@ -7,19 +7,8 @@ These need no step (the attacker is on the bucket), so they are not parametrized
 harness's root/user; they run as the test's user like tests/test_remote.py."""
 
 import json
-import sys
-from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from test_remote import add_remote, fill, machine  # noqa: E402
-
-
-def _fsck(e):
-    r = e.envgit("fsck", "--remote", "ci", "--json")
-    assert r.stdout, r.stderr
-    return r.returncode, json.loads(r.stdout)["problems"]
+from test_remote import _fsck, add_remote, fill, machine
 
 
 def _auditor(tmp_path, s3, m1, name="aud"):

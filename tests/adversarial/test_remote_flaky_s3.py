@@ -8,15 +8,11 @@ import http.client
 import http.server
 import json
 import random
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from test_remote import add_remote, fill, machine  # noqa: E402
+from test_remote import add_remote, fill, machine
 
 
 class Flaky(http.server.BaseHTTPRequestHandler):

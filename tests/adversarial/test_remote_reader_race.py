@@ -6,13 +6,7 @@ damaged, and `restore --from` refused. Made deterministic by running the real pu
 process, against the real S3 server) right after the reader's listing: exactly what m1's
 auto-push does at that moment while an auditor reads on another machine."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-from test_remote import add_remote, machine  # noqa: E402
+from test_remote import add_remote, machine
 
 
 def test_a_push_between_a_readers_listing_and_head_is_not_reported_as_damage(tmp_path, s3, monkeypatch):

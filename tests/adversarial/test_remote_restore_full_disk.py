@@ -4,14 +4,10 @@ claiming to be the tree (the target it created removed, or said incomplete)."""
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from test_remote import add_remote, fill, machine  # noqa: E402
+from test_remote import add_remote, fill, machine
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
 

@@ -82,7 +82,8 @@ def test_an_inner_step_cannot_kill_the_daemon(attacker):
     shim = attacker.home / "inner_shim.py"
     shutil.copy(SHIM, shim)
     attacker.own(shim)
-    r = subprocess.run(attacker._argv([sys.executable, str(shim), "sh", "-c", "echo inner; kill -KILL 0; kill -KILL -1"]),
+    r = subprocess.run(attacker._argv([sys.executable, str(shim), "sh", "-c",
+                                       "echo inner; kill -KILL 0; kill -KILL -1"]),
                        cwd=attacker.root, env={**attacker.env, "ENVGIT_INNER_SOCKET": str(sock)},
                        capture_output=True, text=True, timeout=60, start_new_session=True)
     assert "inner" in r.stdout, r.stderr

@@ -10,7 +10,6 @@ The oracle: no ESC (or other control byte) reaches the output of show, log, diff
 the ask prompt, while the name is still shown, escaped.
 """
 
-import os
 import time
 
 import pytest

@@ -96,7 +96,8 @@ def test_cross_site_requests_cannot_rewind(attacker):
 <script>
 fetch("{target}", {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}}, body: "{{}}"}})
   .catch(() => 0).finally(() =>
-fetch("{target}", {{method: "POST", headers: {{"Content-Type": "application/json", "X-Envgit-Token": "{ui.token}"}}, body: "{{}}"}})
+fetch("{target}", {{method: "POST",
+                    headers: {{"Content-Type": "application/json", "X-Envgit-Token": "{ui.token}"}}, body: "{{}}"}})
   .catch(() => 0).finally(() => {{ document.title = "sent"; document.getElementById("f").submit(); }}));
 </script></body>"""
         srv = _hostile_site(html)

@@ -58,7 +58,7 @@ def test_vm_guest_gets_no_secret_and_the_gate_refuses_what_it_refuses_by_default
         r = attacker.envgit("run", "--", "env", f"HOST_HOME={attacker.home}", "python3", "probe.py",
                             allowed, push, timeout=400)
         assert r.returncode == 0, r.stdout + r.stderr
-        line = next(l for l in r.stdout.splitlines() if l.startswith("RESULT "))
+        line = next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))
         got = json.loads(line[len("RESULT "):])
         assert CANARY not in r.stdout + r.stderr
         assert got["allowed"][0] == 200, got                   # the gate is the way out, and works
@@ -81,7 +81,8 @@ ASKED = r'''
 import sys, urllib.request, urllib.error
 ref = ("1" * 40 + " " + "2" * 40 + " refs/heads/main\0report-status\n").encode()
 try:
-    with urllib.request.urlopen(urllib.request.Request(sys.argv[1], data=b"%04x" % (len(ref) + 4) + ref + b"0000PACK"), timeout=120) as r:
+    body = b"%04x" % (len(ref) + 4) + ref + b"0000PACK"
+    with urllib.request.urlopen(urllib.request.Request(sys.argv[1], data=body), timeout=120) as r:
         print("STATUS", r.status, r.read()[:300])
 except urllib.error.HTTPError as e:
     print("STATUS", e.code)

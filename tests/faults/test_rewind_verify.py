@@ -5,7 +5,6 @@ The fault this reproduces (issue 11, item 2): a journal row edited to name anoth
 look. Also a history edited with its hashes recomputed: the head record outside SQLite still
 names the old last hash, so the rewrite is seen (unless the head is rewritten too: THREATS.md)."""
 
-import hashlib
 import json
 import sqlite3
 
@@ -67,7 +66,7 @@ def test_an_edited_row_is_not_trusted_by_rewind(bare_proj):
 
 def test_a_recomputed_history_is_seen_by_the_head_record(bare_proj):
     proj = bare_proj
-    after = three_steps(proj)
+    three_steps(proj)
     seq2, body2 = end_row(proj, 2)
     _, body1 = end_row(proj, 1)
     edited = json.loads(body2)

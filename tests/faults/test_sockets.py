@@ -58,7 +58,7 @@ def closed_or_error(s) -> bool:
     """The daemon answered with an error frame or closed the connection (in 10 s)."""
     try:
         data = s.recv(65536)
-    except socket.timeout:
+    except TimeoutError:
         return False
     except OSError:
         return True
@@ -76,7 +76,7 @@ def test_a_frame_announcing_a_huge_list_is_refused_at_once_and_stalls_nothing(ba
     bombs = [b"[\xff\xff\xff\x7f", b"(\xff\xff\xff\x7f", b"{[\xff\xff\xff\x7f", b"<\xff\xff\xff\x7f",
              b"s\xff\xff\xff\x7f", b"{" + b"[\x01\x00\x00\x00" * 150 + b"N", b"\xdb\xff\xff\xff\x7f",
              b"c" + b"\x00" * 40, b"{z\x01a" + b"l\xff\xff\xff\x7f"]
-    for round_ in range(3):                          # bounded: 27 frames in all
+    for _round in range(3):                          # bounded: 27 frames in all
         t = time.monotonic()
         conns = []
         for b in bombs:
@@ -144,7 +144,8 @@ def test_idle_connections_past_the_fd_limit_do_not_hang_a_new_step(bare_proj):
                 break                                 # the backlog is full: that is a refusal too
         r, took = timed_run(proj)                     # said why, or run, never a hang
         assert took < 20
-        assert r.returncode == 0 or (r.stderr.startswith("envgit: ") and len(r.stderr.strip().splitlines()) == 1), r.stderr
+        one_line = r.stderr.startswith("envgit: ") and len(r.stderr.strip().splitlines()) == 1
+        assert r.returncode == 0 or one_line, r.stderr
         time.sleep(3)                                 # FIRST_FRAME_S: the silent ones are closed
         r, took = timed_run(proj)
         assert r.returncode == 0 and took < 10, r.stderr

@@ -22,7 +22,8 @@ host, port = sys.argv[1].rsplit(":", 1)
 p = urlsplit(os.environ["HTTPS_PROXY"])
 s = socket.create_connection((p.hostname, p.port), timeout=20)
 auth = base64.b64encode(f"{p.username}:{p.password}".encode()).decode()
-s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+          f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
 head = b""
 while b"\r\n\r\n" not in head:
     head += s.recv(1)
@@ -136,7 +137,7 @@ def ws_server(ca, stem="ws"):
         while not stop.is_set():
             try:
                 conn, _ = lsock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=handle, args=(conn,), daemon=True).start()
 

@@ -6,8 +6,6 @@ import os
 import sys
 from pathlib import Path
 
-from blake3 import blake3
-
 from envgit.journal import Journal
 from envgit.snapshot import Filter, Store
 
