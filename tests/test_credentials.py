@@ -326,6 +326,7 @@ def test_aws_request_is_resigned_with_the_real_key_and_refused_elsewhere(tmp_pat
 # --- sources, read on the host by the daemon ----------------------------------------------
 
 
+@pytest.mark.sandbox      # a `command:` source runs /bin/sh (in envgit's code: tiers.py does not follow it)
 def test_sources_resolve_once_a_session_and_never_say_the_value(tmp_path):
     from envgit.credentials.source import CredentialError, Sources, read
     counter = tmp_path / "ran"
