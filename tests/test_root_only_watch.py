@@ -8,6 +8,7 @@ import pytest
 from envgit.sandbox.kernel import AdminTrees
 
 
+@pytest.mark.sandbox           # without inotify the root-only set is rescanned with find(1)
 @pytest.mark.parametrize("inotify", [True, False])
 def test_the_set_follows_the_tree(tmp_path, inotify):
     top = tmp_path / "etc"

@@ -6,6 +6,8 @@ row of their kinds once (linear, in SQL); bench/bench_ui.py times both."""
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_journal import make_project  # noqa: E402
 
@@ -26,6 +28,7 @@ def _work(path, fn) -> int:
         return n[0]
 
 
+@pytest.mark.sandbox           # bench's make_project runs `envgit init`
 def test_a_page_costs_the_same_on_four_times_the_journal(tmp_path):
     small = make_project(tmp_path / "small", 2500)
     big = make_project(tmp_path / "big", 10000)

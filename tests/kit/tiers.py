@@ -106,6 +106,7 @@ class Guard:
     def _hook(self, event, args):
         if self.active and event in self.EVENTS:
             name, self.active = self.active, None
-            raise RuntimeError(f"{name} is in the quick tier but started a process ({event}): "
+            what = f"{event} {args[1] if event == 'subprocess.Popen' else ''}".strip()
+            raise RuntimeError(f"{name} is in the quick tier but started a process ({what}): "
                                "mark it @pytest.mark.sandbox (the tier analysis in "
                                "tests/kit/tiers.py did not see it)")
