@@ -136,8 +136,9 @@ from kit import tiers as _tiers  # noqa: E402
 _GUARD = _tiers.Guard()
 # Tests that share one thing that cannot be used twice at once run on one xdist worker, one
 # after another (`--dist loadgroup`): the VM tier boots one guest per module under TCG (a core
-# each) and shares its image build.
-_GROUP_OF_TIER = {"vm": "vm"}
+# each), and test_vm.py's tests follow one guest in order; the agents' tests share each
+# agent's npm install and its state in the test homes' agent directories.
+_GROUP_OF_TIER = {"vm": "vm", "agents": "agents"}
 
 
 def pytest_configure(config):
@@ -151,6 +152,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "both_uids(why): run the `attacker` test as root and as an "
                             "unprivileged user; `why` says how the uid can change the outcome")
     config.addinivalue_line("markers", "xdist_group(name): tests sharing one machine-wide thing")
+    config.addinivalue_line("markers", "machine_wide(why): changes what every step on the machine "
+                            "sees (files in /etc, /opt): dev/run runs these alone, after the rest")
+    _start_user_pool(config)
     missing = [t for t in ("bwrap", "git") if shutil.which(t) is None]
     if missing:
         raise pytest.UsageError(f"the tests need {', '.join(missing)}: run `dev/run test`, "
@@ -168,11 +172,46 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("attacker", ["root", "user"] if both else ["root"], indirect=True)
 
 
+def _start_user_pool(config):
+    """The controlling pytest (not an xdist worker) makes one unprivileged user per worker
+    before any test runs and opens the path to the venv for them (tests/kit/users.py says why);
+    pytest_unconfigure removes them."""
+    from kit import users
+    if hasattr(config, "workerinput") or users.POOL_ENV in os.environ or not users.can_make_users():
+        return
+    if (config.getoption("markexpr", "") or "").strip() == "quick":
+        return
+    n = config.getoption("numprocesses", None)
+    try:
+        n = max(1, int(n or 1))
+    except (TypeError, ValueError):     # "auto", "logical": xdist's own count
+        n = (os.cpu_count() or 1) * 4
+    names = users.make_pool(n)
+    os.environ[users.POOL_ENV] = ",".join(names)
+    opened = users.open_path_to(os.path.realpath(sys.executable), ENVGIT)
+    opened.__enter__()
+    config._envgit_pool = (names, opened)
+
+
+def pytest_unconfigure(config):
+    pool = getattr(config, "_envgit_pool", None)
+    if pool:
+        from kit import users
+        names, opened = pool
+        opened.__exit__(None, None, None)
+        users.drop_pool(names)
+        os.environ.pop(users.POOL_ENV, None)
+
+
+@pytest.hookimpl(tryfirst=True)         # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         found = _tiers.tiers_of(item)
         for tier in found:
             item.add_marker(tier)
+        mw = item.get_closest_marker("machine_wide")
+        if mw is not None and not (mw.args and str(mw.args[0]).strip()):
+            raise pytest.UsageError(f"{item.nodeid}: machine_wide needs its reason")
         for tier, group in _GROUP_OF_TIER.items():
             if tier in found and not item.get_closest_marker("xdist_group"):
                 item.add_marker(pytest.mark.xdist_group(group))

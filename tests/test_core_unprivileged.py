@@ -12,8 +12,7 @@ import pytest
 from conftest import CANARY, ENVGIT, make_home
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "adversarial"))
-from harness import open_path_to  # noqa: E402
-from kit.users import test_user  # noqa: E402
+from kit.users import open_path_to, test_user  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
                                 reason="creating a test user needs root and useradd")

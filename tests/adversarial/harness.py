@@ -12,8 +12,6 @@ run is skipped only where the machine cannot create a user.
 """
 
 import contextlib
-import fcntl
-import json
 import os
 import shutil
 import subprocess
@@ -24,47 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ENVGIT, Env, make_home
-from kit.users import can_make_users, test_user
-
-_PATH_LOCK = "/tmp/envgit-test-open-path.lock"
-_PATH_STATE = "/tmp/envgit-test-open-path.json"
-
-
-@contextlib.contextmanager
-def open_path_to(*paths):
-    """Give others search permission on the directories above `paths` that lack it (the venv's
-    Python may live under root's home) for as long as any test run on this machine needs it:
-    a count shared under a lock, so one run's teardown does not close the path under another
-    run's test user; the last one out restores the modes."""
-    with open(_PATH_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            state = json.loads(Path(_PATH_STATE).read_text())
-        except (OSError, ValueError):
-            state = {"users": 0, "changed": []}
-        for path in paths:
-            d = os.path.dirname(os.path.realpath(path))
-            while d != "/":
-                mode = os.stat(d).st_mode & 0o7777
-                if not mode & 0o001:
-                    os.chmod(d, mode | 0o001)
-                    state["changed"].append([d, mode])
-                d = os.path.dirname(d)
-        state["users"] += 1
-        Path(_PATH_STATE).write_text(json.dumps(state))
-    try:
-        yield
-    finally:
-        with open(_PATH_LOCK, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            state = json.loads(Path(_PATH_STATE).read_text())
-            state["users"] -= 1
-            if state["users"] <= 0:
-                for d, mode in reversed(state["changed"]):
-                    os.chmod(d, mode)
-                os.unlink(_PATH_STATE)
-            else:
-                Path(_PATH_STATE).write_text(json.dumps(state))
+from kit.users import can_make_users, open_path_to, test_user
 
 
 class Attacker(Env):

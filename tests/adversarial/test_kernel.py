@@ -136,6 +136,8 @@ def root_only_files():
         shutil.rmtree(secret_dir, ignore_errors=True)
 
 
+@pytest.mark.machine_wide("makes and removes root-only files in /etc: a step starting elsewhere meanwhile "
+                          "masks them and can find one gone under it")
 def test_root_only_host_files_stay_unreadable(attacker, root_only_files):
     secret, secret_dir, public, tag = root_only_files
     attacker.env["ENVGIT_ROOT_SCAN_MAX_AGE"] = "0"     # this daemon scans after the files exist

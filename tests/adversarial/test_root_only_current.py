@@ -42,6 +42,8 @@ def late_files():
                 p.unlink(missing_ok=True)
 
 
+@pytest.mark.machine_wide("makes and removes root-only files in /etc and /opt: a step starting elsewhere "
+                          "meanwhile masks them and can find one gone under it")
 def test_root_only_files_made_after_a_step_are_masked_in_the_next(attacker, late_files):
     if os.geteuid() != 0:
         pytest.skip("creating root-only files in /etc and /opt needs root")
