@@ -449,8 +449,12 @@ class AgentTerminal:
             return self.ESCAPES.sub(b"", self.raw[mark:]).decode(errors="replace")
 
     def shows(self, text: str, after=0) -> bool:
-        """`text` was printed (after `mark`), or is on the screen now (without a mark)."""
-        return text in self.shown_after(after) or (not after and text in self.screen())
+        """`text` was printed (after `mark`), or is on the screen now (without a mark). Runs of
+        white space count as one space: a program wraps a long line at the terminal's edge
+        where its text happens to fall (a longer project path moves the break)."""
+        flat = " ".join(text.split())
+        return (flat in " ".join(self.shown_after(after).split())
+                or (not after and flat in " ".join(self.screen().split())))
 
     def wait_for(self, text: str, timeout=90, after=0) -> None:
         import time
@@ -481,7 +485,7 @@ class AgentTerminal:
             self.type(keys)
             typed = time.monotonic()
             while time.monotonic() - typed < retry_after:
-                if (self.shows(until, after=mark) or until in self.screen()) if until else \
+                if (self.shows(until, after=mark) or self.shows(until)) if until else \
                         question not in self.screen():
                     return
                 time.sleep(0.2)
