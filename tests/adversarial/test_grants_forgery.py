@@ -53,7 +53,7 @@ for path in sorted(found):
             for body in (marshal.dumps(msg), json.dumps(msg).encode()):
                 try:
                     s = socket.socket(socket.AF_UNIX)
-                    s.settimeout(2)
+                    s.settimeout(0.5)   # the oracle is what reached the stub and the grants, not the reply
                     s.connect(path)
                     s.sendall(len(body).to_bytes(4, "big") + body)
                     replies.append((path, s.recv(4096)[4:200].decode("latin-1")))
