@@ -35,8 +35,10 @@ def main(argv):
         name, _, secs = st.partition("=")
         s = int(secs)
         print(f"{name:22} {s // 60:3d} min {s % 60:02d} s")
-    extra = f", {counts['xfailed']} xfailed" if counts["xfailed"] else ""
-    print(f"total: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped{extra}")
+    if counts["xfailed"]:
+        print(f"expected failures (open holes, marked xfail with why): {counts['xfailed']}")
+    # the plain closing line CI reads: nothing after the skipped count
+    print(f"total: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
     return 1 if counts["failed"] else 0
 
 
