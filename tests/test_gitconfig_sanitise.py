@@ -74,3 +74,19 @@ def test_sanitised_config_keeps_what_git_needs_and_nothing_secret(tmp_path):
     assert got["user.email"] == "a@example.com"
     r = subprocess.run(["git", "config", "--file", str(out), "--get", "core.bare"], capture_output=True, text=True)
     assert r.stdout.strip() == "false"
+
+
+def test_one_scope_is_cut_from_gits_scoped_listing():
+    """`git config --list --show-scope -z` (what the person's global config is read with: git
+    reads the XDG file and ~/.gitconfig, `--global` names only the second) cut to one scope."""
+    from envgit.sandbox.hostgit import only_scope, parse
+    out = (b"system\0file:/etc/gitconfig\0core.pager\nless\0"
+           b"global\0file:/h/.config/git/config\0core.hookspath\n.githooks\0"
+           b"global\0file:/h/.gitconfig\0user.name\nperson\0"
+           b"global\0file:/h/.gitconfig\0core.bare\0"
+           b"local\0file:.git/config\0core.fsmonitor\ntouch x\0")
+    assert parse(only_scope(out, "global", True), True) == [
+        ("file:/h/.config/git/config", "core.hookspath", ".githooks"),
+        ("file:/h/.gitconfig", "user.name", "person"), ("file:/h/.gitconfig", "core.bare", None)]
+    bare = b"global\0core.hookspath\n.githooks\0local\0core.fsmonitor\ntouch x\0"
+    assert parse(only_scope(bare, "global", False)) == [("core.hookspath", ".githooks")]

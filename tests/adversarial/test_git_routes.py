@@ -169,7 +169,7 @@ def _person_home(a):
 @pytest.mark.both_uids(READ_ONLY_GIT +
                        "; and core.hooksPath comes from the person's HOME (runuser's passwd home for a non-root "
                        "person)")
-@pytest.mark.parametrize("source", ["xdg-default", "xdg-env", "gitconfig-absolute"])
+@pytest.mark.parametrize("source", ["xdg-default", "xdg-env", "gitconfig-absolute", "xdg-beside-gitconfig"])
 def test_hooks_path_from_any_config_source(attacker, source):
     a = attacker
     home = _person_home(a)
@@ -178,6 +178,14 @@ def test_hooks_path_from_any_config_source(attacker, source):
     if source == "xdg-default":
         made.append(home / ".config" / "git" / "config")
         _hooks_path_config(a, ".githooks", made[-1])
+        hooks = a.root / ".githooks"
+    elif source == "xdg-beside-gitconfig":
+        # git reads both; `git config --global` names only ~/.gitconfig when it exists (2.39)
+        made.append(home / ".config" / "git" / "config")
+        _hooks_path_config(a, ".githooks", made[-1])
+        made.append(home / ".gitconfig")
+        made[-1].write_text("[user]\n\tname = person\n")
+        a.own(made[-1])
         hooks = a.root / ".githooks"
     elif source == "xdg-env":
         xdg = a.home / "xdg"

@@ -82,13 +82,38 @@ def config_list(args, cwd: str, env: dict) -> bytes | None:
 def person_config(scope: str, cwd: str, home: str, extra=()) -> bytes | None:
     """The person's `--system` or `--global` config, includes resolved (a step cannot write
     those files). Read from `cwd` so `includeIf "gitdir:…"` applies as there; git refuses to
-    read from a repository it does not understand (an unknown extension a step wrote), so then
-    it is read from nowhere, without the conditional includes, rather than not at all."""
-    args = [scope, "--includes", *extra]
-    out = config_list(args, cwd, person_env(home))
+    read from a repository it does not understand (an unknown extension a step wrote, an
+    include of a file that is no config), so then it is read from nowhere, without the
+    conditional includes, rather than not at all.
+
+    The global scope is every file git reads as global, asked of git by scope: `git config
+    --global` names one file only (~/.gitconfig when it exists, git 2.39), while git itself
+    reads the XDG file ($XDG_CONFIG_HOME/git/config, ~/.config/git/config) as well, first."""
+    if scope != "--global":
+        args = [scope, "--includes", *extra]
+        out = config_list(args, cwd, person_env(home))
+        if out is None:
+            out = config_list(args, "/", {**person_env(home), "GIT_DIR": os.devnull})
+        return out
+    args = ["--show-scope", "--includes", *extra]
+    env = {**person_env(home), "GIT_CONFIG_NOSYSTEM": "1"}
+    out = config_list(args, cwd, env)
     if out is None:
-        out = config_list(args, "/", {**person_env(home), "GIT_DIR": os.devnull})
-    return out
+        out = config_list(args, "/", {**env, "GIT_DIR": os.devnull})
+    return None if out is None else only_scope(out, "global", "--show-origin" in extra)
+
+
+def only_scope(out: bytes, scope: str, origins: bool) -> bytes:
+    """`--show-scope -z` output cut to one scope's entries, the scope field dropped: what the
+    same command without --show-scope prints for them. Each entry is
+    scope NUL [origin NUL] key LF value NUL."""
+    parts = out.split(b"\0")
+    width = 3 if origins else 2
+    res = []
+    for i in range(0, len(parts) - width + 1, width):
+        if parts[i].decode("utf-8", "surrogateescape") == scope:
+            res.extend(parts[i + 1:i + width])
+    return b"".join(f + b"\0" for f in res)
 
 
 def file_entries(path: str, home: str, origins: bool = False) -> list | None:
