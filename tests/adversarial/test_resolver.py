@@ -75,6 +75,10 @@ print("sent", sent)
 '''
 
 
+# The canary listens on the host's one 127.0.0.1:53: two of these tests at once (side by side)
+# would find it taken and skip, so they share one xdist worker.
+pytestmark = pytest.mark.xdist_group("host-port-53")
+
 class Canary:
     """A UDP and TCP listener on the host's 127.0.0.1:53: where a real local resolver sits.
     It records whatever reaches it."""
