@@ -14,9 +14,6 @@ import base64
 import gzip
 import json
 import shutil
-import socket
-import ssl
-import threading
 import time
 from contextlib import contextmanager
 
@@ -24,6 +21,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import netproject, servers
+from kit.rawtls import raw_tls_server
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -90,55 +88,29 @@ def echo_server(ca):
     """An HTTPS/1.1 server on 127.0.0.1 writing raw responses (chunking and pauses are its
     own); it answers with the Bearer token it was sent. `seen` holds each request's
     Authorization header, `ranges` its Range header (its log)."""
-    cert, key = ca.issue([NAME, "localhost"], stem="echo")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(16)
-    lsock.settimeout(0.2)
-    stop, seen, ranges = threading.Event(), [], []
+    seen, ranges = [], []
 
-    def handle(conn):
-        try:
-            with ctx.wrap_socket(conn, server_side=True) as s:
-                s.settimeout(10)
-                data = b""
-                while b"\r\n\r\n" not in data and len(data) < 65536:
-                    got = s.recv(4096)
-                    if not got:
-                        return
-                    data += got
-                head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-                path = head[0].split()[1]
-                hdrs = {h.split(":", 1)[0].strip().lower(): h.split(":", 1)[1].strip()
-                        for h in head[1:] if ":" in h}
-                auth = hdrs.get("authorization", "")
-                seen.append(auth)
-                ranges.append(hdrs.get("range", ""))
-                for i, piece in enumerate(_answer(path, auth.partition(" ")[2], hdrs.get("range", ""))):
-                    if i:
-                        time.sleep(0.3)
-                    s.sendall(piece)
-        except (OSError, ValueError, IndexError):
-            pass
+    def handle(s):
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 65536:
+            got = s.recv(4096)
+            if not got:
+                return
+            data += got
+        head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+        path = head[0].split()[1]
+        hdrs = {h.split(":", 1)[0].strip().lower(): h.split(":", 1)[1].strip()
+                for h in head[1:] if ":" in h}
+        auth = hdrs.get("authorization", "")
+        seen.append(auth)
+        ranges.append(hdrs.get("range", ""))
+        for i, piece in enumerate(_answer(path, auth.partition(" ")[2], hdrs.get("range", ""))):
+            if i:
+                time.sleep(0.3)
+            s.sendall(piece)
 
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = lsock.accept()
-            except (TimeoutError, OSError):
-                continue
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        yield lsock.getsockname()[1], seen, ranges
-    finally:
-        stop.set()
-        t.join(5)
-        lsock.close()
+    with raw_tls_server(ca, [NAME, "localhost"], "echo", handle) as port:
+        yield port, seen, ranges
 
 
 @contextmanager

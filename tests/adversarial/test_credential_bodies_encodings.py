@@ -25,9 +25,6 @@ output. Runs as root: the gate's judgement does not depend on the step's uid."""
 import base64
 import gzip
 import shutil
-import socket
-import ssl
-import threading
 import time
 from contextlib import contextmanager
 
@@ -35,6 +32,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import netproject, servers
+from kit.rawtls import raw_tls_server
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -121,55 +119,29 @@ SPELLINGS = {
 def echo_server(ca, answer=_answer):
     """An HTTPS/1.1 server on 127.0.0.1 writing raw responses; it answers with the Bearer token
     it was sent. `seen` holds each request's Authorization header (its log)."""
-    cert, key = ca.issue([NAME, "localhost"], stem="echo13b")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(16)
-    lsock.settimeout(0.2)
-    stop, seen = threading.Event(), []
+    seen = []
 
-    def handle(conn):
-        try:
-            with ctx.wrap_socket(conn, server_side=True) as s:
-                s.settimeout(10)
-                data = b""
-                while b"\r\n\r\n" not in data and len(data) < 65536:
-                    got = s.recv(4096)
-                    if not got:
-                        return
-                    data += got
-                head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-                path = head[0].split()[1]
-                rng = next((h.split(":", 1)[1].strip() for h in head[1:]
-                            if h.lower().startswith("range:")), "")
-                if rng:
-                    path += "?" + rng
-                auth = next((h.split(":", 1)[1].strip() for h in head[1:]
-                             if h.lower().startswith("authorization:")), "")
-                seen.append(auth)
-                s.sendall(answer(path, auth.partition(" ")[2]))
-                time.sleep(0.2)
-        except (OSError, ValueError, IndexError):
-            pass
+    def handle(s):
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 65536:
+            got = s.recv(4096)
+            if not got:
+                return
+            data += got
+        head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+        path = head[0].split()[1]
+        rng = next((h.split(":", 1)[1].strip() for h in head[1:]
+                    if h.lower().startswith("range:")), "")
+        if rng:
+            path += "?" + rng
+        auth = next((h.split(":", 1)[1].strip() for h in head[1:]
+                     if h.lower().startswith("authorization:")), "")
+        seen.append(auth)
+        s.sendall(answer(path, auth.partition(" ")[2]))
+        time.sleep(0.2)
 
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = lsock.accept()
-            except (TimeoutError, OSError):
-                continue
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        yield lsock.getsockname()[1], seen
-    finally:
-        stop.set()
-        t.join(5)
-        lsock.close()
+    with raw_tls_server(ca, [NAME, "localhost"], "echo13b", handle) as port:
+        yield port, seen
 
 
 @contextmanager

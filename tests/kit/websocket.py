@@ -4,11 +4,10 @@ on 127.0.0.1 that logs each message and answers it as a test asks (ws_server).""
 
 import base64
 import hashlib
-import socket
-import ssl
 import struct
-import threading
 from contextlib import contextmanager
+
+from kit.rawtls import raw_tls_server
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -81,71 +80,45 @@ def ws_server(ca, stem="ws"):
     answered with that Authorization, "echo-close" with a Close frame whose reason quotes it,
     "echo-frag" with it in one message of two frames, "echo-split" with it in two messages;
     anything else with "ok"."""
-    cert, key = ca.issue(["api.github.com", "stub.example.test"], stem=stem)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(8)
-    lsock.settimeout(0.2)
-    stop, seen = threading.Event(), []
+    seen = []
 
-    def handle(conn):
-        try:
-            with ctx.wrap_socket(conn, server_side=True) as s:
-                s.settimeout(10)
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    head += _recv_exact(s, 1)
-                lines = head.decode("latin-1").split("\r\n")
-                hdrs = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-                accept = base64.b64encode(hashlib.sha1(hdrs["sec-websocket-key"].encode() + GUID).digest())
-                s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                          b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
-                while True:
-                    b0, b1 = _recv_exact(s, 2)
-                    n = b1 & 0x7F
-                    if n == 126:
-                        n = struct.unpack("!H", _recv_exact(s, 2))[0]
-                    mask = _recv_exact(s, 4) if b1 & 0x80 else b"\0\0\0\0"
-                    data = bytes(b ^ mask[i % 4] for i, b in enumerate(_recv_exact(s, n)))
-                    if b0 & 0x0F == 8:
-                        return
-                    msg = data.decode("utf-8", "replace")
-                    seen.append((hdrs.get("host", ""), hdrs.get("authorization", ""), msg))
-                    auth = hdrs.get("authorization", "").encode()
-                    if msg == "echo-close":     # an error closes the socket, its reason quoting the request
-                        reason = b"bad credentials: " + auth
-                        s.sendall(bytes([0x88, 2 + len(reason)]) + struct.pack("!H", 1008) + reason)
-                        return
-                    if msg == "echo-frag":      # one message in two frames (FIN clear, then a continuation)
-                        half = len(auth) // 2
-                        s.sendall(bytes([0x01, half]) + auth[:half])
-                        s.sendall(bytes([0x80, len(auth) - half]) + auth[half:])
-                        continue
-                    if msg == "echo-split":     # a log or terminal stream: output in small messages
-                        half = len(auth) // 2
-                        s.sendall(bytes([0x81, half]) + auth[:half])
-                        s.sendall(bytes([0x81, len(auth) - half]) + auth[half:])
-                        continue
-                    out = auth if msg == "echo-auth" else b"ok"
-                    s.sendall(bytes([0x81, len(out)]) + out)
-        except (OSError, ValueError, KeyError):
-            pass
-
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = lsock.accept()
-            except (TimeoutError, OSError):
+    def handle(s):
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += _recv_exact(s, 1)
+        lines = head.decode("latin-1").split("\r\n")
+        hdrs = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+        accept = base64.b64encode(hashlib.sha1(hdrs["sec-websocket-key"].encode() + GUID).digest())
+        s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        while True:
+            b0, b1 = _recv_exact(s, 2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack("!H", _recv_exact(s, 2))[0]
+            mask = _recv_exact(s, 4) if b1 & 0x80 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(_recv_exact(s, n)))
+            if b0 & 0x0F == 8:
+                return
+            msg = data.decode("utf-8", "replace")
+            seen.append((hdrs.get("host", ""), hdrs.get("authorization", ""), msg))
+            auth = hdrs.get("authorization", "").encode()
+            if msg == "echo-close":     # an error closes the socket, its reason quoting the request
+                reason = b"bad credentials: " + auth
+                s.sendall(bytes([0x88, 2 + len(reason)]) + struct.pack("!H", 1008) + reason)
+                return
+            if msg == "echo-frag":      # one message in two frames (FIN clear, then a continuation)
+                half = len(auth) // 2
+                s.sendall(bytes([0x01, half]) + auth[:half])
+                s.sendall(bytes([0x80, len(auth) - half]) + auth[half:])
                 continue
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+            if msg == "echo-split":     # a log or terminal stream: output in small messages
+                half = len(auth) // 2
+                s.sendall(bytes([0x81, half]) + auth[:half])
+                s.sendall(bytes([0x81, len(auth) - half]) + auth[half:])
+                continue
+            out = auth if msg == "echo-auth" else b"ok"
+            s.sendall(bytes([0x81, len(out)]) + out)
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        yield lsock.getsockname()[1], seen
-    finally:
-        stop.set()
-        t.join(5)
-        lsock.close()
+    with raw_tls_server(ca, ["api.github.com", "stub.example.test"], stem, handle, backlog=8) as port:
+        yield port, seen
