@@ -161,14 +161,19 @@ def pytest_configure(config):
                                 "which installs them")
 
 
+def _with_reason(node, name):
+    """The node's `name` marker, which must say why (its first argument); None if absent."""
+    mark = node.get_closest_marker(name)
+    if mark is not None and not (mark.args and str(mark.args[0]).strip()):
+        raise pytest.UsageError(f"{node.nodeid}: {name} needs its reason: @pytest.mark.{name}(\"why\")")
+    return mark
+
+
 def pytest_generate_tests(metafunc):
     """`attacker` runs as root, the more dangerous of the two; as an unprivileged user too only
     where the uid can change the outcome, which the test says with `both_uids(why)`."""
     if "attacker" in metafunc.fixturenames:
-        both = metafunc.definition.get_closest_marker("both_uids")
-        if both is not None and not (both.args and str(both.args[0]).strip()):
-            raise pytest.UsageError(f"{metafunc.definition.nodeid}: both_uids needs its reason: "
-                                    "@pytest.mark.both_uids(\"why the uid matters\")")
+        both = _with_reason(metafunc.definition, "both_uids")
         metafunc.parametrize("attacker", ["root", "user"] if both else ["root"], indirect=True)
 
 
@@ -209,9 +214,7 @@ def pytest_collection_modifyitems(config, items):
         found = _tiers.tiers_of(item)
         for tier in found:
             item.add_marker(tier)
-        mw = item.get_closest_marker("machine_wide")
-        if mw is not None and not (mw.args and str(mw.args[0]).strip()):
-            raise pytest.UsageError(f"{item.nodeid}: machine_wide needs its reason")
+        _with_reason(item, "machine_wide")
         for tier, group in _GROUP_OF_TIER.items():
             if tier in found and not item.get_closest_marker("xdist_group"):
                 item.add_marker(pytest.mark.xdist_group(group))

@@ -25,17 +25,15 @@ class Term:
         self.out = b""
         self.status = None
         self.pid, self.fd = pty.fork()
-        size = struct.pack("HHHH", rows, cols, 0, 0)
         if self.pid == 0:
             try:
-                # the size set here, before the command runs: set from the parent only, a fast
-                # child could read 0x0 first (`stty -a` differed before and after the step)
-                fcntl.ioctl(0, termios.TIOCSWINSZ, size)
+                # the size set here, before the command runs: set from the parent, a fast child
+                # could read 0x0 first (`stty -a` differed before and after the step)
+                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
                 os.chdir(cwd)
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)
-        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, size)
 
     @property
     def text(self) -> str:

@@ -89,18 +89,18 @@ def person_config(scope: str, cwd: str, home: str, extra=()) -> bytes | None:
     The global scope is every file git reads as global, asked of git by scope: `git config
     --global` names one file only (~/.gitconfig when it exists, git 2.39), while git itself
     reads the XDG file ($XDG_CONFIG_HOME/git/config, ~/.config/git/config) as well, first."""
-    if scope != "--global":
+    env = person_env(home)
+    if scope == "--global":
+        args = ["--show-scope", "--includes", *extra]
+        env["GIT_CONFIG_NOSYSTEM"] = "1"
+    else:
         args = [scope, "--includes", *extra]
-        out = config_list(args, cwd, person_env(home))
-        if out is None:
-            out = config_list(args, "/", {**person_env(home), "GIT_DIR": os.devnull})
-        return out
-    args = ["--show-scope", "--includes", *extra]
-    env = {**person_env(home), "GIT_CONFIG_NOSYSTEM": "1"}
     out = config_list(args, cwd, env)
     if out is None:
         out = config_list(args, "/", {**env, "GIT_DIR": os.devnull})
-    return None if out is None else only_scope(out, "global", "--show-origin" in extra)
+    if out is None or scope != "--global":
+        return out
+    return only_scope(out, "global", "--show-origin" in extra)
 
 
 def only_scope(out: bytes, scope: str, origins: bool) -> bytes:
