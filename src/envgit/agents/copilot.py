@@ -6,7 +6,8 @@ Copilot has no seam that hands its tools to another program, so
                 it runs in the sandbox as a step, under the network gate
   view, create, edit, glob, grep
                 run inside Copilot's own process, unsandboxed; preToolUse refuses a path the
-                policy closes (a read deny, a write outside the project), and postToolUse
+                policy closes (a read deny, a write outside the project), judged as the host
+                opens it (symlinks followed; the host's /tmp is not a step's), and postToolUse
                 records each create/edit as a record-only step (a snapshot follows it)
   anything else (MCP servers, web fetches of Copilot's own) is neither routed nor recorded.
 
