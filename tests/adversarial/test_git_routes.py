@@ -32,6 +32,22 @@ def marked(a, r, *paths):
         assert p in r.stderr and NOTICE in r.stderr, r.stderr
 
 
+def taken_back(a, r, *paths):
+    """The step `r` ran wrote `paths`, and envgit took them back at its end: said on its
+    terminal, listed on the step, done by the step `envgit take-back N` after it, and gone (or
+    as they were) in the directory."""
+    steps = json.loads(a.envgit("log", "--json", check=True).stdout)
+    steps = steps.get("steps", steps) if isinstance(steps, dict) else steps
+    s = [x for x in steps if x["argv"][:2] != ["envgit", "take-back"]][-1]
+    assert "escape-route-written" in s["marks"], (s, r.stderr)
+    for p in paths:
+        assert p in s["taken_back"], (p, s["taken_back"])
+        assert p in r.stderr and "took back" in r.stderr, r.stderr
+    back = [x for x in steps if x["argv"] == ["envgit", "take-back", str(s["id"])]]
+    assert back and "escape-route-taken-back" in back[0]["marks"], steps[-1]
+    return s
+
+
 def host_git(a, script, marker):
     """Run real git outside the sandbox, as the person would later; True if the plant ran."""
     a.host(script)
@@ -48,23 +64,23 @@ READ_ONLY_GIT = ("git's files are protected by read-only binds in the step's vie
 
 
 @pytest.mark.both_uids(READ_ONLY_GIT)
-def test_commondir_redirect_is_marked(attacker):
+def test_commondir_redirect_is_taken_back(attacker):
     """`.git/commondir` (absent in a plain repository, so nothing to bind) sends git to another
-    directory's config: the step that writes it is marked; the next cannot change it or the
-    config it names."""
+    directory's config: the step that writes it has it taken back at its end; its version is
+    in its snapshot, and a rewind to it does not bring it back."""
     a = attacker
     m = a.home / "pwned-commondir"
     r = a.run(f"cp -r .git evil && git --git-dir=evil config core.fsmonitor 'touch {m}; false' && "
               "echo ../evil > .git/commondir")
     assert r.returncode == 0, r.stderr
-    marked(a, r, ".git/commondir")
-    assert host_git(a, "git status", m)          # the oracle is live: that is why it is said
-    m.unlink()
-    r = a.run("echo ../other > .git/commondir")
-    assert r.returncode != 0 and (a.root / ".git" / "commondir").read_text() == "../evil\n"
-    r = a.run(f"git --git-dir=evil config core.fsmonitor 'touch {m}.2; false'")
-    assert r.returncode != 0
-    assert not host_git(a, "git status", a.home / "pwned-commondir.2")
+    s = taken_back(a, r, ".git/commondir")
+    assert not (a.root / ".git" / "commondir").exists()
+    assert not host_git(a, "git status", m)
+    assert ".git/commondir" in a.envgit("diff", str(s["id"])).stdout    # kept for review
+    a.envgit("rewind", "-y", str(s["id"]))
+    assert not (a.root / ".git" / "commondir").exists()
+    person(a, "echo ../evil > .git/commondir")      # the oracle is live: the plant would run
+    assert host_git(a, "git status", m)
 
 
 @pytest.mark.both_uids(READ_ONLY_GIT)
@@ -86,13 +102,22 @@ def test_nested_gitlink_with_fsmonitor(attacker):
     assert r.returncode == 0 and " f" in r.stdout, r.stderr
 
 
-def test_nested_repository_made_with_fsmonitor_in_one_step_is_marked(attacker):
+@pytest.mark.both_uids(READ_ONLY_GIT)
+def test_nested_repository_made_with_fsmonitor_in_one_step_is_taken_back(attacker):
+    """A repository made inside a step keeps what `git init` writes; a config that names a
+    program is taken back, the rest of the repository stays."""
     a = attacker
     m = a.home / "pwned-nested"
     r = a.run(f"git init -q sub && git -C sub config core.fsmonitor 'touch {m}; false' && "
               f"git -C sub {ID} commit -q --allow-empty -m x && git add sub")
     assert r.returncode == 0, r.stderr
-    marked(a, r, "sub/.git/config")
+    taken_back(a, r, "sub/.git/config")
+    assert not host_git(a, "git status; git -C sub status", m)
+    assert (a.root / "sub" / ".git" / "HEAD").exists()      # only the config was taken back
+    r = a.run("git init -q plain && git clone -q plain cloned && git -C cloned remote -v")
+    assert r.returncode == 0 and "origin" in r.stdout, r.stderr
+    s = last_step(a)
+    assert s["taken_back"] == [] and (a.root / "cloned" / ".git" / "config").exists(), s
 
 
 def person(a, script):
@@ -126,28 +151,28 @@ def test_submodule_config_and_hooks_are_read_only(attacker):
     r = a.run(f"git status --short && echo x > lib/new && git -C lib add new && git -C lib {ID} commit -q -m n "
               "&& git -C lib log --oneline | wc -l")
     assert r.returncode == 0 and r.stdout.strip().endswith("2"), r.stdout + r.stderr
-    # a submodule gitdir made from nothing is marked
+    # a submodule gitdir made from nothing has its config taken back
     r = a.run(f"mkdir -p .git/modules/evil && printf '{fsmonitor_config(m)}' > .git/modules/evil/config")
     assert r.returncode == 0, r.stderr
-    marked(a, r, ".git/modules/evil/config")
+    taken_back(a, r, ".git/modules/evil/config")
+    assert not (a.root / ".git" / "modules" / "evil" / "config").exists()
 
 
 @pytest.mark.both_uids(READ_ONLY_GIT)
 def test_dot_git_file_redirect(attacker):
-    """A `.git` file sends git to any directory: the step that makes one is marked; once it
-    exists, the file and the config and hooks of the directory it names are read-only."""
+    """A `.git` file sends git to any directory: one a step makes that names no worktree or
+    submodule of the project is taken back; one `git worktree add` makes stays."""
     a = attacker
     m = a.home / "pwned-gitfile"
-    r = a.run("git init -q src && mv src/.git egd && mkdir -p wt && echo 'gitdir: ../egd' > wt/.git")
+    r = a.run(f"git init -q src && mv src/.git egd && git --git-dir=egd config core.fsmonitor 'touch {m}; false' "
+              "&& mkdir -p wt && echo 'gitdir: ../egd' > wt/.git")
     assert r.returncode == 0, r.stderr
-    marked(a, r, "wt/.git")
-    r = a.run(f"git --git-dir=egd config core.fsmonitor 'touch {m}; false'")
-    assert r.returncode != 0
-    r = a.run("echo 'gitdir: /tmp' > wt/.git")
-    assert r.returncode != 0
+    taken_back(a, r, "wt/.git")
+    assert not (a.root / "wt" / ".git").exists()
     assert not host_git(a, "cd wt && git status", m)
-    assert a.host("cd wt && git status").returncode == 0       # the oracle is live
-    assert (a.root / "wt" / ".git").read_text() == "gitdir: ../egd\n"
+    r = a.run(f"git {ID} commit -q --allow-empty -m base && git worktree add -q inner && git -C inner status")
+    assert r.returncode == 0, r.stderr
+    assert last_step(a)["taken_back"] == [] and (a.root / "inner" / ".git").is_file()
 
 
 def _hooks_path_config(a, path, where):
@@ -263,13 +288,15 @@ def test_a_repository_in_another_writable_place(attacker):
 @pytest.mark.both_uids(READ_ONLY_GIT)
 def test_a_missing_include_file_is_a_route(attacker):
     """The repository's config includes a file that does not exist yet: git skips it until it
-    exists, so creating it is marked; once it exists it is read-only."""
+    exists, so one a step creates is taken back; once the person made it, it is read-only."""
     a = attacker
     m = a.home / "pwned-include"
     person(a, "git config include.path ../team.gitconfig")
     r = a.run(f"printf '[core]\\n\\tfsmonitor = \"touch {m}; false\"\\n' > team.gitconfig")
     assert r.returncode == 0, r.stderr
-    marked(a, r, "team.gitconfig")
+    taken_back(a, r, "team.gitconfig")
+    assert not host_git(a, "git status", m)
+    person(a, "echo '[user]' > team.gitconfig")
     r = a.run("echo '[core]' > team.gitconfig")
     assert r.returncode != 0
 

@@ -146,9 +146,14 @@ def say_escape_routes(project, session: str):
     except Exception:           # the agent's work is done; this is only a reminder
         return
     for s in steps:
-        if "escape-route-written" in s.marks:
+        kept = [p for p in s.escape_routes if p not in s.taken_back]
+        if s.taken_back:
+            print(f"envgit: step {s.id} of this session wrote escape routes, files a program outside "
+                  f"the sandbox obeys; envgit took them back: {', '.join(inert(p) for p in s.taken_back)}"
+                  f" (the step's version: envgit diff {s.id})", file=sys.stderr)
+        if "escape-route-written" in s.marks and kept:
             print(f"envgit: step {s.id} of this session WROTE AN ESCAPE ROUTE, a file a program "
-                  f"outside the sandbox obeys: {', '.join(inert(p) for p in s.escape_routes)}; review "
+                  f"outside the sandbox obeys: {', '.join(inert(p) for p in kept)}; review "
                   f"before running anything here: envgit diff {s.id}; undo: envgit rewind {s.id}",
                   file=sys.stderr)
 

@@ -40,8 +40,22 @@ def target_tree(journal, n: int) -> str:
         raise RewindError(f"the snapshot of step {n} was dropped by `envgit gc`; pick a later step")
     if not step.snapshot or not step.snapshot.get("tree"):
         raise RewindError(f"step {n} has no snapshot ({step.status}); pick another step")
+    back = taken_back(journal, n)
+    if back is not None:                # what step n left standing, not the routes taken back
+        step = back
     trust_history(journal, step.last_seq, f"step {n}")
     return step.snapshot["tree"]
+
+
+TAKE_BACK_WITHIN = 64       # steps begun (in parallel sessions) between a step's end and its take-back
+
+
+def taken_back(journal, n: int):
+    """The `envgit take-back N` step (daemon/takeback.py) of step n, with a snapshot, or None."""
+    for s in journal.steps_between(n + 1, n + TAKE_BACK_WITHIN):
+        if s.argv == ["envgit", "take-back", str(n)] and s.snapshot and s.snapshot.get("tree"):
+            return s
+    return None
 
 
 def trust_history(journal, seq: int, what: str) -> None:

@@ -90,7 +90,7 @@ from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from ..sandbox.tracked import tracked_denied, warning
 from ..snapshot import CorruptObject, StoreError
-from . import frames, netadvice, rewind, special_bits
+from . import frames, netadvice, rewind, special_bits, takeback
 from . import outside as outside_changes
 from .client import decode, encode
 from .grants import DEFAULT_FOR_S, GrantError, Grants
@@ -256,7 +256,8 @@ class Session:
         if msg.get("record_only"):
             step = self.journal.begin_step({**head, "marks": list(msg.get("marks") or [])})
             self.live[step] = {"masked": [], "argv": argv, "home": "", "policy": pol, "conn": conn,
-                               "requests": [], "routes": routes.before_step(self.scan)}
+                               "requests": [], "routes": routes.before_step(self.scan),
+                           "tree_before": self.last_tree}
             return {"step": step}
         step = self.journal.begin_step(head)
         self.starting += 1              # begun, not yet live: a rewind waits for it too
@@ -283,7 +284,8 @@ class Session:
             return await self.vm_begin(step, pol, spec, argv, cwd, own_tmp, conn, net)
         self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
                            "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
-                           "requests": [], "tmp": own_tmp, "routes": routes.before_step(self.scan)}
+                           "requests": [], "tmp": own_tmp, "routes": routes.before_step(self.scan),
+                           "tree_before": self.last_tree}
         return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
 
     async def vm_begin(self, step, pol, spec, argv, cwd, own_tmp, conn, net):
@@ -314,7 +316,8 @@ class Session:
                              "and the guest image)", "exit": 125}
         self.live[step] = {"masked": masked, "argv": argv, "home": spec.env.get("HOME", ""),
                            "policy": pol, "conn": conn, "requests": [], "tmp": own_tmp,
-                           "routes": routes.before_step(self.scan), "vm": True,
+                           "routes": routes.before_step(self.scan),
+                           "tree_before": self.last_tree, "vm": True,
                            "protected": spec.protected}
         return {"step": step, "vm": vm, "notices": [inert(n) for n in notices]}
 
@@ -401,10 +404,18 @@ class Session:
         if unreached and "denied-net" not in marks:
             marks.append("denied-net")
         notices += unreached
+        back = takeback.to_take_back(info["policy"], self.project.root, escapes, self.scan) if escapes else []
+        kept = [e for e in escapes if e not in back]
         if escapes:
             marks.append("escape-route-written")
+        if back:
+            notices.append("took back what it wrote to escape routes, files a program outside the "
+                           "sandbox obeys (git, direnv, npm, an editor or agent): " + ", ".join(back)
+                           + f"; the step's version is in its snapshot (envgit diff {step}); to let "
+                           "steps write one, name it in envgit.yaml's escape_routes.allow")
+        if kept:
             notices.append("WROTE AN ESCAPE ROUTE, a file a program outside the sandbox obeys "
-                           "(git, direnv, npm, an editor or agent): " + ", ".join(escapes)
+                           "(git, direnv, npm, an editor or agent): " + ", ".join(kept)
                            + f"; review before running anything here: envgit diff {step}; "
                            f"undo: envgit rewind {step}")
         if "error" in summary:          # said on the step's terminal, not only in the journal
@@ -442,6 +453,7 @@ class Session:
             "exit_code": _typed(msg.get("exit_code"), int), "signal": _typed(msg.get("signal"), str),
             "duration_ms": _typed(msg.get("duration_ms"), (int, float)), "marks": marks, "denied_paths": denied,
             "snapshot": summary, **({"escape_routes": escapes} if escapes else {}),
+            **({"taken_back": back} if back else {}),
             **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
             **({"dns_names": dns["names"], "dns_queries": dns["queries"]} if dns else {}),
             **({"policy_files": policy_files} if policy_files else {}),
@@ -451,6 +463,9 @@ class Session:
         except JournalError as e:       # e.g. an `extra` that is not plain JSON: end without it
             end.pop("extra", None)
             recorded = self.record(step, "end", {**end, "error": f"the step's extra data was not kept: {e}"})
+        if back:                        # after the step's end: a step of its own (takeback.py)
+            _, said = await takeback.take_back(self, step, info, back)
+            notices += said
         if recorded:
             self.autopush.step_ended()  # in the background (remote/auto.py): never slows a step
         if not recorded:                # said once, with what was and was not recorded

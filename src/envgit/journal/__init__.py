@@ -92,6 +92,7 @@ class Step:
     marks: list = field(default_factory=list)
     denied_paths: list = field(default_factory=list)
     escape_routes: list = field(default_factory=list)   # protected paths the step created
+    taken_back: list = field(default_factory=list)      # of those, brought back (daemon/takeback.py)
     dns_names: list = field(default_factory=list)   # names it looked up (all "do not exist")
     dns_queries: int | None = None                  # how many lookups, names past 100 included
     tool_call_id: str | None = None
@@ -563,6 +564,7 @@ def _fold(out, seq, step, kind, at, text):
         s.exit_code, s.signal = body.get("exit_code"), body.get("signal")
         s.denied_paths = body.get("denied_paths", [])
         s.escape_routes = body.get("escape_routes", [])
+        s.taken_back = body.get("taken_back", [])
         s.dns_names, s.dns_queries = body.get("dns_names", []), body.get("dns_queries")
         s.snapshot = body.get("snapshot", s.snapshot)
         s.extra = body.get("extra", s.extra)

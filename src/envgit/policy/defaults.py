@@ -159,17 +159,19 @@ ESCAPE_ROUTES = [
                            "activated"),
     ("<venv>/pip.conf", "mark", "the index a virtualenv's pip installs from (and sends "
                                 "credentials to)"),
-    (".pre-commit-config.yaml", "mark", "local hooks pre-commit runs on commit"),
-    ("lefthook.yml", "mark", "commands lefthook runs on commit"),
-    (".lefthook.yml", "mark", "commands lefthook runs on commit"),
+    (".pre-commit-config.yaml", "protect", "local hooks pre-commit runs on commit"),
+    ("lefthook.yml", "protect", "commands lefthook runs on commit"),
+    (".lefthook.yml", "protect", "commands lefthook runs on commit"),
     (".lfsconfig", "mark", "where git-lfs sends objects and credentials"),
     (".env", "mark", "direnv's load_dotenv and dotenv tools load it into the person's shell"),
-    ("mise.toml", "mark", "mise's env, hooks and tasks (once trusted)"),
-    (".mise.toml", "mark", "mise's env, hooks and tasks (once trusted)"),
-    (".config/mise.toml", "mark", "mise's env, hooks and tasks (once trusted)"),
-    (".vscode/settings.json", "mark", "interpreter paths and terminal settings VS Code uses"),
+    ("mise.toml", "protect", "mise's env, hooks and tasks (trusted by path, not content)"),
+    (".mise.toml", "protect", "mise's env, hooks and tasks (trusted by path, not content)"),
+    (".config/mise.toml", "protect", "mise's env, hooks and tasks (trusted by path, not "
+                                                 "content)"),
+    (".vscode/settings.json", "protect", "interpreter paths and terminal settings VS Code uses "
+                                       "on open"),
     (".vscode/launch.json", "mark", "what VS Code runs on debug"),
-    ("*.code-workspace", "mark", "VS Code workspace: its tasks (run on open), settings and "
+    ("*.code-workspace", "protect", "VS Code workspace: its tasks (run on open), settings and "
                                  "launch configs"),
     # CI: runs with the repository's secrets once the person pushes
     (".github/workflows", "mark", "GitHub Actions runs them with the repository's secrets"),

@@ -42,6 +42,7 @@ class Policy:
     # where the daemon reads each real value, never the value (credentials/)
     credentials: dict = field(default_factory=dict)
     network_deny: list[str] = field(default_factory=list)   # also in irreversible, as rules
+    escape_routes_allow: list[str] = field(default_factory=list)   # routes a step may create
     env_deny: list[str] = field(default_factory=list)
     # the organisation policy this one was loaded under (policy/org.py), or ""
     org_path: str = ""
@@ -162,6 +163,7 @@ def _merge(data, where, path, sha) -> Policy:
         shell=given("shell", data.get("shell"), []),
         max_file_size=given("snapshot.max_file_size", snap.get("max_file_size"), defaults.MAX_FILE_SIZE),
         snapshot_exclude=extend("snapshot.exclude", [], snap.get("exclude", [])),
+        escape_routes_allow=extend("escape_routes.allow", [], data.get("escape_routes", {}).get("allow", [])),
         mcp=given("mcp", {**MCP_DEFAULTS, **data["mcp"]} if "mcp" in data else None, dict(MCP_DEFAULTS)),
     )
     pol.network_deny = extend("network.deny", [], net.get("deny", []))
@@ -229,7 +231,7 @@ def render(pol: Policy) -> str:
                       ("filesystem.allow_write", "allow_write"), ("filesystem.protect", "protect"),
                       ("env.pass", "env_pass"), ("env.deny", "env_deny"),
                       ("network.allow", "network_allow"), ("network.deny", "network_deny"),
-                      ("snapshot.exclude", "snapshot_exclude")]:
+                      ("snapshot.exclude", "snapshot_exclude"), ("escape_routes.allow", "escape_routes_allow")]:
         lines.append(f"{key}:")
         for i, v in enumerate(getattr(pol, attr)):
             via = f" ({pol.allow_presets[v]})" if attr == "network_allow" and v in pol.allow_presets else ""

@@ -191,6 +191,7 @@ class _Combiner:
     def filesystem(self):
         for k in ("deny_read", "allow_read", "allow_write", "protect"):
             self.concat(f"filesystem.{k}")
+        self.concat("escape_routes.allow")
         denies = [(d, self.ow[f"filesystem.deny_read[{i}]"])
                   for i, d in enumerate(self.get("o", "filesystem.deny_read", []))]
         for i, a in enumerate(self.get("p", "filesystem.allow_read", [])):

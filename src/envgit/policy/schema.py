@@ -296,6 +296,12 @@ SCHEMA = Map({
     }, required=("from", "hosts")), doc=(
         "credentials kept outside the sandbox: a step sees a placeholder, the gate swaps in the "
         "real value only on allowed requests to the credential's hosts")),
+    "escape_routes": Map({
+        "allow": List(Str(check=check_path_glob), doc=(
+            "project globs of escape routes (`envgit policy protected`) a step may create: "
+            "marked and told, left in place; any other a step creates is taken back at its "
+            "end")),
+    }, doc="files a program outside the sandbox obeys"),
     "backend": Str("where steps run: 'sandbox' (bubblewrap, the default) or 'vm' (a microVM "
                    "whose memory is snapshotted with each step, so a rewind brings back running "
                    "processes)", enum=("sandbox", "vm")),

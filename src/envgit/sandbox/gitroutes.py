@@ -11,6 +11,7 @@ repository's files one by one, their includes followed here for core.hooksPath a
 """
 
 import os
+import re
 
 from . import hostgit
 from .hostgit import person_env
@@ -109,28 +110,35 @@ MAX_INCLUDE_DEPTH = 10      # git's own limit
 
 
 def _hooks_path(top, home):
-    """core.hooksPath as git would resolve it in `top`, last one wins, in git's order:
-    system and global (the person's, includes resolved by git: a step cannot write them),
-    then the repository's files, each read alone by `git config --file --no-includes`
-    (hostgit.py: nothing in them can run) with their includes followed here, for that one
-    key: a step may point them anywhere, and nothing else of what they hold is used. Every
-    file read, and every include named, present or not, is an origin (a route)."""
+    """(core.hooksPath as git would resolve it in `top`, the routes git's configuration
+    names). Last one wins, in git's order: system and global (the person's, includes resolved
+    by git: a step cannot write them), then the repository's files, each read alone by `git
+    config --file --no-includes` (hostgit.py: nothing in them can run) with their includes
+    followed here, then the command scope (GIT_CONFIG_COUNT/…, GIT_CONFIG_PARAMETERS of the
+    `envgit run` that started the daemon). Every file read and every include named, present
+    or not, is a route; so is every path a key that runs a program names (program_paths): a
+    fsmonitor script, a filter, a pager, a credential helper the config points into the
+    project is what the person's next git runs."""
     hooks, origins = None, []
     found = find_gitdir(top)
-    for scope in ("--system", "--global"):
-        out = hostgit.person_config(scope, top, home, ["--show-origin"])
-        for origin, key, value in hostgit.parse(out or b"", True):
-            path = _origin_path(origin, top)
-            if path and path not in origins:
-                origins.append(path)
-            if key.lower() == "core.hookspath" and value:
-                hooks = _expand(value, home)
     worktree = found[0] if found else top
+    person = person_entries(top, home)
+    for scope, origin, key, value in person:
+        if scope == "command":
+            continue
+        _note(origin, key, value, top, home, origins, worktree)
+        if key.lower() == "core.hookspath" and value:
+            hooks = _expand(value, home)
     if found:
         for cfg in repo_config_files(found[1]):
-            h, wt = _repo_file(cfg, home, origins, 0)
+            h, wt = _repo_file(cfg, home, origins, 0, worktree)
             hooks = h or hooks
             worktree = wt or worktree
+    for scope, origin, key, value in person:
+        if scope == "command":
+            _note(origin, key, value, top, home, origins, worktree)
+            if key.lower() == "core.hookspath" and value:
+                hooks = _expand(value, home)
     if hooks:
         if not os.path.isabs(hooks):        # relative to the top of the worktree it runs in
             hooks = os.path.join(worktree, hooks)
@@ -138,26 +146,116 @@ def _hooks_path(top, home):
     return hooks or None, origins
 
 
-def _repo_file(path, home, origins, depth):
+def person_entries(top, home) -> list:
+    """[(scope, origin, key, value)] of the person's configuration as git reads it: system,
+    global (~/.gitconfig, the XDG file, $GIT_CONFIG_GLOBAL), command, each with what it
+    includes. Asked of git itself with the person's HOME and environment (hostgit.person_env),
+    from nowhere (GIT_DIR=/dev/null): the repository's own files are read one by one below,
+    never with their includes resolved on the host. `includeIf` conditions then fail (no
+    repository), so the files they name are read here, unconditionally, as the repository's
+    are: a route that may apply is protected."""
+    env = {**hostgit.person_env(home), "GIT_DIR": os.devnull}
+    out = hostgit.config_list(["--show-scope", "--show-origin", "--includes"], "/", env)
+    res = []
+    for scope, origin, key, value in hostgit.parse_scoped(out or b""):
+        res.append((scope, origin, key, value))
+        k = key.lower()
+        if value and k.startswith("includeif.") and k.endswith(".path"):
+            base = os.path.dirname(_origin_path(origin, top) or "/")
+            inc = os.path.normpath(os.path.join(base, _expand(value, home)))
+            for key2, value2 in _conditional(inc, home, 0):
+                res.append((scope, "file:" + inc, key2, value2))
+    return res
+
+
+def _conditional(path, home, depth) -> list:
+    """A file an includeIf names: its entries and those of what it includes, read alone."""
+    if depth > MAX_INCLUDE_DEPTH or not os.path.isfile(path):
+        return []
+    out = []
+    for key, value in hostgit.file_entries(path, home) or []:
+        out.append((key, value))
+        k = key.lower()
+        if value and (k == "include.path" or k.startswith("includeif.") and k.endswith(".path")):
+            inc = os.path.normpath(os.path.join(os.path.dirname(path), _expand(value, home)))
+            out += _conditional(inc, home, depth + 1)
+    return out
+
+
+def _note(origin, key, value, top, home, origins, worktree):
+    """Record the origin file of one person's entry and the routes its value names."""
+    path = _origin_path(origin, top)
+    if path and path not in origins:
+        origins.append(path)
+    base = os.path.dirname(path) if path else top
+    for p in program_paths(key, value, home, worktree, base):
+        if p not in origins:
+            origins.append(p)
+
+
+# Keys whose value is a program git runs (or a file naming one: the attributes and excludes
+# files, an include), beyond core.hooksPath. A path such a value names inside a writable place
+# is a route: git runs it for the person later. Broad on purpose: protecting a file the
+# person's config merely names costs nothing.
+_PROGRAM_KEY = re.compile(r"""(
+      core\.(fsmonitor|pager|editor|sshcommand|askpass|gitproxy|attributesfile|excludesfile)
+    | sequence\.editor | diff\.external | diff\..+\.(command|textconv) | .+\.textconv
+    | (difftool|mergetool|browser|man)\..+\.(cmd|path) | merge\..+\.driver
+    | filter\..+\.(clean|smudge|process) | credential\.(.+\.)?helper | gpg\.(.+\.)?program
+    | pager\..+ | alias\..+ | interactive\.difffilter | uploadpack\.packobjectshook
+    | remote\..+\.(uploadpack|receivepack|proxy) | web\.browser | guitool\..+\.cmd
+    | sendemail\.(.+\.)?(smtpserver|sendmailcmd|tocmd|cccmd|headercmd)
+    | include\.path | includeif\..+\.path
+)\Z""", re.X | re.I)
+
+
+def program_paths(key, value, home, worktree, config_dir) -> list[str]:
+    """The paths a program-running key's value names: every word that reads as a path
+    ('/…', './…', '~/…', 'a/b'), relative ones from the worktree's top (where git runs
+    them; an include from the file's own directory). A bare name is found on PATH: not a
+    path a step writes unless the person's PATH runs through the project (THREATS.md)."""
+    if not value or not _PROGRAM_KEY.match(key):
+        return []
+    import shlex
+    try:
+        words = shlex.split(value.lstrip("!"))
+    except ValueError:
+        words = value.lstrip("!").split()
+    k = key.lower()
+    base = config_dir if k == "include.path" or k.startswith("includeif.") else worktree
+    out = []
+    for w in words:
+        w = w.split("=", 1)[1] if w.startswith("--") and "=" in w else w
+        if not (w.startswith(("/", "./", "../", "~/")) or "/" in w) or "://" in w:
+            continue
+        w = _expand(w, home)
+        out.append(os.path.normpath(w if os.path.isabs(w) else os.path.join(base, w)))
+    return out
+
+
+def _repo_file(path, home, origins, depth, worktree):
     """(core.hooksPath, core.worktree) set by the repository config file `path` or what it
-    includes (the last of each), recording origins."""
+    includes (the last of each), recording origins and the routes its values name."""
     if path not in origins:
         origins.append(path)
     if depth > MAX_INCLUDE_DEPTH or not os.path.isfile(path):
         return None, None
-    hooks = worktree = None
+    hooks = wt = None
     for key, value in hostgit.file_entries(path, home) or []:
         k = key.lower()
+        for p in program_paths(key, value, home, worktree, os.path.dirname(path)):
+            if p not in origins and not (k == "include.path" or k.startswith("includeif.")):
+                origins.append(p)
         if k == "core.hookspath" and value:
             hooks = _expand(value, home)
         elif k == "core.worktree" and value:
-            worktree = os.path.normpath(os.path.join(os.path.dirname(path), _expand(value, home)))
+            wt = os.path.normpath(os.path.join(os.path.dirname(path), _expand(value, home)))
         elif value and (k == "include.path" or k.startswith("includeif.") and k.endswith(".path")):
             # conditions are not evaluated: a hooks directory that may apply is protected
             inc = os.path.normpath(os.path.join(os.path.dirname(path), _expand(value, home)))
-            h, w = _repo_file(inc, home, origins, depth + 1)
-            hooks, worktree = h or hooks, w or worktree
-    return hooks, worktree
+            h, w = _repo_file(inc, home, origins, depth + 1, worktree)
+            hooks, wt = h or hooks, w or wt
+    return hooks, wt
 
 
 def _expand(value, home):

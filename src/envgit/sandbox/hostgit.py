@@ -49,9 +49,11 @@ def person_env(home: str) -> dict:
     """For the person's own config (system, global): their home, and the daemon's XDG and
     GIT_CONFIG_* settings (inherited from the person's `envgit run` that started it)."""
     env = base_env(home)
-    for k in ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM"):
-        if k in os.environ:
-            env[k] = os.environ[k]
+    for k, v in os.environ.items():
+        if k in ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM",
+                 "GIT_CONFIG_COUNT", "GIT_CONFIG_PARAMETERS") or \
+                k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")):
+            env[k] = v
     return env
 
 
@@ -122,6 +124,17 @@ def file_entries(path: str, home: str, origins: bool = False) -> list | None:
     out = config_list(["--file", path, "--no-includes", *(["--show-origin"] if origins else [])],
                       "/", file_env(home))
     return None if out is None else parse(out, origins)
+
+
+def parse_scoped(out: bytes) -> list:
+    """`--show-scope --show-origin -z` output: [(scope, origin, key, value or None)]."""
+    parts = out.split(b"\0")
+    res = []
+    for i in range(0, len(parts) - 2, 3):
+        key, nl, value = parts[i + 2].partition(b"\n")
+        res.append((parts[i].decode("utf-8", "surrogateescape"), parts[i + 1].decode("utf-8", "surrogateescape"),
+                    key.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape") if nl else None))
+    return res
 
 
 def parse(out: bytes, origins: bool = False) -> list:

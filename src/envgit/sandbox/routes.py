@@ -140,6 +140,7 @@ class Routes:
                 protect += gitdir_routes(cd)
                 rs.configs.add(os.path.join(cd, "config"))
                 watch += _gitdir_marks(cd)
+        writable = [project] + [w for w, _ in rules.write_abs]
         if project not in tops:
             tops.append(project)                # the project may sit inside a repository
         for top in tops:
@@ -149,7 +150,9 @@ class Routes:
                 rs.hook_dirs.add(os.path.normpath(hooks))
                 if os.path.basename(hooks) == "_":
                     protect.append(os.path.dirname(hooks))   # husky: `_/h` runs ../<hook>
-            protect += [o for o in origins if _inside(o, project)]
+            # the config files read, what they include and the programs they name, in any
+            # writable place (present or not: one a step creates is taken back at its end)
+            protect += [o for o in origins if any(_inside(o, w) for w in writable)]
         rs.protect = _dedupe(protect)
         rs.watch = _dedupe(rs.protect + watch)
         return rs
