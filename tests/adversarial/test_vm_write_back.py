@@ -20,6 +20,7 @@ Real QEMU (TCG here): one boot per test and attacker. The oracle: files on the h
 """
 
 import os
+import re
 import select
 import subprocess
 import time
@@ -132,3 +133,61 @@ def test_vm_write_back_keeps_what_git_reads_read_only_as_the_default_tier_does(a
                   "commit -q --allow-empty -m person >/dev/null 2>&1")
     ran = [str(m) for m in (hook_marker, cfg_marker) if m.exists()]
     assert not ran, f"a VM step's write-back planted code git ran on the host: {ran}"
+
+
+SPARSE_STEP = r'''
+import os
+st = os.stat("in.bin")
+with open("in.bin", "rb") as f:
+    head = f.read(5)
+    f.seek(80 << 20)
+    mid = f.read(6)
+print("IN", st.st_size, st.st_blocks * 512, head, mid, flush=True)
+with open("out.bin", "wb") as f:         # 2 GiB with 14 bytes of data: the rest is holes
+    f.write(b"START")
+    f.seek(1 << 30)
+    f.write(b"MIDDLE")
+    f.seek((2 << 30) - 3)
+    f.write(b"END")
+print("OUT", os.stat("out.bin").st_blocks * 512, flush=True)
+'''
+
+
+def test_vm_a_sparse_file_keeps_its_holes_both_ways(attacker, shared_image):
+    """A 2 GiB file of 14 data bytes made in the guest (`truncate -s 2G`, `dd seek=`) was
+    written back byte for byte, 2 GiB of real host disk; a sparse host file was pushed into the
+    guest's RAM-backed copy the same way (a 96 MiB hole took 96 MiB of a 256 MiB guest's RAM; a
+    larger one filled the guest). Holes stay holes: only data extents cross the agent's port, at
+    their offsets."""
+    vm_project(attacker, shared_image)
+    root = attacker.root
+    with open(root / "in.bin", "wb") as f:
+        f.write(b"HELLO")
+        f.seek(80 << 20)
+        f.write(b"INSIDE")
+        f.truncate(96 << 20)
+    attacker.own(root / "in.bin")
+    r = attacker.envgit("run", "--", "python3", "-c", SPARSE_STEP, timeout=900)
+    wrong = []
+    got = re.search(r"IN (\d+) (\d+) (b'.*?') (b'.*?')", r.stdout)
+    if not got or got.groups() != (str(96 << 20), got.group(2), "b'HELLO'", "b'INSIDE'") \
+            or int(got.group(2)) > 16 << 20:
+        wrong.append(f"pushed into the guest: {got and got.groups()} (size, allocated, head, middle)")
+    out = root / "out.bin"
+    if not out.exists():
+        wrong.append("out.bin was not written back")
+    else:
+        st = out.stat()
+        with open(out, "rb") as f:
+            parts = [f.read(5)]
+            f.seek(1 << 30)
+            parts.append(f.read(6))
+            f.seek((2 << 30) - 3)
+            parts.append(f.read())
+            f.seek(4096)
+            parts.append(f.read(4096).strip(b"\0"))     # a hole reads as zeros
+        if st.st_size != 2 << 30 or parts != [b"START", b"MIDDLE", b"END", b""]:
+            wrong.append(f"written back wrong: size {st.st_size}, {parts}")
+        if st.st_blocks * 512 > 16 << 20:
+            wrong.append(f"written back dense: {st.st_blocks * 512} bytes allocated on the host")
+    assert not wrong, f"{wrong}\n{r.stdout}\n{r.stderr[-2000:]}"

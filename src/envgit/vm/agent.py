@@ -28,8 +28,6 @@ try:
 except ImportError:
     import wire  # type: ignore[import-not-found, no-redef]  # in the guest: /envgit/wire.py beside it
 
-CHUNK = wire.CHUNK
-
 
 class Step:
     def __init__(self, channel):
@@ -371,9 +369,8 @@ class Agent:
                 fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             else:
                 fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
-                os.lseek(fd, h["offset"], os.SEEK_SET)
-            try:
-                wire.write_all(fd, data)
+            try:                        # at its offset: a gap stays a hole in the guest's RAM
+                wire.write_piece(fd, h.get("offset", 0), data, h.get("size") if h.get("last", True) else None)
             finally:
                 os.close(fd)
             os.chmod(p, h["mode"])
@@ -403,15 +400,9 @@ class Agent:
                 except OSError:
                     continue
                 try:
-                    off = 0
-                    while True:
-                        data = os.read(fd, CHUNK)
-                        last = len(data) < CHUNK
-                        self.send(wire.CHANGE, json.dumps({**h, "op": "file", "offset": off, "last": last}).encode()
-                                  + b"\n" + data, channel)
-                        off += len(data)
-                        if last:
-                            break
+                    for off, data, last, size in wire.file_pieces(fd):      # sparse: data only
+                        self.send(wire.CHANGE, json.dumps({**h, "op": "file", "offset": off, "last": last,
+                                                           "size": size}).encode() + b"\n" + data, channel)
                 finally:
                     os.close(fd)
         self.manifest = now

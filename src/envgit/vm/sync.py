@@ -30,7 +30,6 @@ import stat
 
 from ..policy.decide import decide_resolved, resolve
 from . import wire
-from .wire import CHUNK
 
 SKIP_NAMES = {".envgit", ".git"}
 
@@ -146,16 +145,10 @@ def push(link, root, view: View, manifest: dict) -> tuple[dict, int]:
                     now.pop(rel, None)
                     continue
                 try:
-                    off = 0
-                    while True:
-                        data = os.read(fd, CHUNK)
-                        last = len(data) < CHUNK
-                        link.send(wire.PUT, json.dumps({**h, "op": "file", "offset": off, "last": last}).encode()
-                                  + b"\n" + data, ch)
-                        off += len(data)
+                    for off, data, last, size in wire.file_pieces(fd):      # sparse: data only
+                        link.send(wire.PUT, json.dumps({**h, "op": "file", "offset": off, "last": last,
+                                                        "size": size}).encode() + b"\n" + data, ch)
                         sent += len(data)
-                        if last:
-                            break
                 finally:
                     os.close(fd)
     finally:
@@ -225,9 +218,9 @@ def collect(link, root, view: View, manifest: dict) -> tuple[dict, dict, int]:
                 fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             else:
                 fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
-                os.lseek(fd, h["offset"], os.SEEK_SET)
             try:
-                wire.write_all(fd, data)
+                # at its offset: what the guest sent no data for stays a hole on the host
+                wire.write_piece(fd, h.get("offset", 0), data, h.get("size") if h.get("last", True) else None)
                 written[0] += len(data)
             finally:
                 os.close(fd)

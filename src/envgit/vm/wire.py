@@ -7,8 +7,13 @@ Python 3.11 both import it (it is copied into the guest's root as is).
 A frame: kind (1 byte), channel (u32: which step on the agent port, 0 on a step socket),
 length (u32), payload. Control payloads (RUN, EXIT, PUT headers) are UTF-8 JSON on the agent
 port, read by the daemon and the agent only; the hot path never parses JSON.
+
+A file (PUT host -> guest, CHANGE guest -> host) is sent sparse, by `file_pieces`: only its
+data, at their offsets. Without it a 2 GiB file of a few bytes (`truncate -s 2G`) crossed as
+2 GiB of zeros and landed as 2 GiB of real disk on the host, or filled the guest's RAM.
 """
 
+import errno
 import os
 import struct
 
@@ -63,6 +68,63 @@ class Reader:
             payload = bytes(self.buf[HEAD.size:HEAD.size + n])
             del self.buf[:HEAD.size + n]
             yield kind, channel, payload
+
+
+def file_pieces(fd: int):
+    """(offset, data, last, size) to send for the regular file open at `fd`, as frames of at
+    most CHUNK bytes: its data extents (SEEK_DATA/SEEK_HOLE) minus blocks that are all zeros,
+    so holes stay holes. The first piece is always at offset 0 (it may be empty): a receiver
+    takes offset 0 as "a new file, truncate it". The last always ends at `size`, with one
+    zero byte when the file ends in a hole: a receiver writes each piece at its offset and a
+    gap reads as zeros, so even an agent older than `size` (one resumed from a memory snapshot
+    taken before an upgrade) ends with the right length; a newer one truncates to `size`."""
+    size = os.fstat(fd).st_size
+    pieces = _data(fd, size)
+    prev = next(pieces, None)
+    if prev is None or prev[0] != 0:
+        if prev is not None:
+            yield 0, b"", False, size
+        else:
+            prev = (0, b"")
+    for piece in pieces:
+        yield prev[0], prev[1], False, size
+        prev = piece
+    off, data = prev
+    if size and off + len(data) < size:
+        yield off, data, False, size
+        off, data = size - 1, b"\0"
+    yield off, data, True, size
+
+
+def _data(fd, size):
+    """(offset, bytes) of the file's non-zero blocks, in order."""
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        except OSError as e:
+            if e.errno == errno.ENXIO:          # no data after `pos`: a hole to the end
+                return
+            start, end = pos, size              # no SEEK_DATA here: all data, zeros still skipped
+        off = start
+        while off < end:
+            data = os.pread(fd, min(CHUNK, end - off), off)
+            if not data:                        # shrunk while read
+                return
+            if data.count(0) != len(data):
+                yield off, data
+            off += len(data)
+        pos = max(end, pos + 1)
+
+
+def write_piece(fd: int, offset: int, data: bytes, size: int | None):
+    """A piece from `file_pieces` into the file open at `fd` (a gap before it stays a hole);
+    `size`: the last piece's, the file's length."""
+    os.lseek(fd, offset, os.SEEK_SET)
+    write_all(fd, data)
+    if size is not None:
+        os.ftruncate(fd, size)
 
 
 def write_all(fd: int, data: bytes):
