@@ -326,25 +326,73 @@ def test_aws_request_is_resigned_with_the_real_key_and_refused_elsewhere(tmp_pat
 # --- sources, read on the host by the daemon ----------------------------------------------
 
 
+def _command_policy(tmp_path, cmd):
+    """A project whose credential `c` is read by `cmd`, loaded as the daemon loads it."""
+    from envgit.policy import load_policy
+    root = tmp_path / "proj"
+    root.mkdir(exist_ok=True)
+    (root / "envgit.yaml").write_text("version: 1\ncredentials:\n  c:\n"
+                                      f"    from: {{ command: {json.dumps(cmd)} }}\n"
+                                      "    hosts: [api.example.test]\n")
+    return load_policy(root / "envgit.yaml")
+
+
 @pytest.mark.sandbox      # a `command:` source runs /bin/sh (in envgit's code: tiers.py does not follow it)
 def test_sources_resolve_once_a_session_and_never_say_the_value(tmp_path):
     from envgit.credentials.source import CredentialError, Sources, read
+    from envgit.hostcmd import trust
     counter = tmp_path / "ran"
     cmd = f"echo x >> {counter}; printf '%s\\n' {REAL}"
-    s = Sources({"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
-    assert s.value("c", {"command": cmd}) == {"token": REAL}
-    assert s.value("c", {"command": cmd}) == {"token": REAL}
+    environ = {"HOME": str(tmp_path), "PATH": os.environ["PATH"]}
+    pol = _command_policy(tmp_path, cmd)
+    s = Sources(environ)
+    with pytest.raises(CredentialError) as e:           # not trusted yet: not run
+        s.value("c", {"command": cmd}, pol)
+    assert "envgit trust" in str(e.value) and "envgit.yaml:4" in str(e.value)
+    assert not counter.exists()
+    trust.approve(pol, environ)                         # what `envgit trust --yes` does
+    assert s.value("c", {"command": cmd}, pol) == {"token": REAL}
+    assert s.value("c", {"command": cmd}, pol) == {"token": REAL}
     assert counter.read_text() == "x\n"               # run once, cached for the session
     assert REAL not in repr(s)
     (tmp_path / "tok").write_text(REAL + "\n")
     assert read("f", {"file": "~/tok"}, {"HOME": str(tmp_path)}) == {"token": REAL}
+    failing = _command_policy(tmp_path, "cat ~/tok; exit 3")
+    trust.approve(failing, environ)
     for source, words in (({"command": "cat ~/tok; exit 3"}, "exited 3"),     # its output unsaid
                           ({"file": "~/missing"}, "cannot read"),
                           ({"env": "NOPE"}, "NOPE is not set"),
                           ({"profile": "nope"}, "no profile [nope]")):
         with pytest.raises(CredentialError) as e:
-            read("c", source, {"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+            read("c", source, environ, failing)
         assert words in str(e.value) and REAL not in str(e.value)
+
+
+@pytest.mark.sandbox
+def test_a_credential_command_runs_from_outside_the_project(tmp_path):
+    """cwd /, no project directory on PATH, no loader variables, Python's safe path, and
+    none of the caller's other variables: what the command sees is written to a file."""
+    from envgit.credentials.source import Sources
+    from envgit.hostcmd import trust
+    seen = tmp_path / "seen"
+    cmd = f"pwd > {seen}; env >> {seen}; printf %s {REAL}"
+    pol = _command_policy(tmp_path, cmd)
+    project_bin = tmp_path / "proj" / "node_modules" / ".bin"
+    project_bin.mkdir(parents=True)
+    environ = {"HOME": str(tmp_path), "PATH": f"{project_bin}:.:{os.environ['PATH']}",
+               "PYTHONPATH": str(tmp_path / "proj"), "NODE_OPTIONS": "--require ./x.js",
+               "NODE_PATH": "node_modules", "LD_PRELOAD": "/proj/x.so", "PYTHONSTARTUP": "x.py",
+               "MY_OTHER_TOKEN": "sekret", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    trust.approve(pol, environ)
+    assert Sources(environ).value("c", {"command": cmd}, pol) == {"token": REAL}
+    cwd, *env = seen.read_text().splitlines()
+    got = dict(line.split("=", 1) for line in env if "=" in line)
+    assert cwd == "/"
+    for name in ("PYTHONPATH", "NODE_OPTIONS", "NODE_PATH", "LD_PRELOAD", "PYTHONSTARTUP",
+                 "MY_OTHER_TOKEN"):
+        assert name not in got, name
+    assert got["PYTHONSAFEPATH"] == "1" and got["HOME"] == str(tmp_path) and got["LC_ALL"] == "C.UTF-8"
+    assert str(project_bin) not in got["PATH"].split(":") and "." not in got["PATH"].split(":")
 
 
 @pytest.mark.parametrize("body, said", [

@@ -38,6 +38,7 @@ def mproj(proj):
     proj.corpus = make_corpus(proj.home.parent)
     with open(proj.root / "envgit.yaml", "a") as f:
         f.write(mcp_section(proj.corpus))
+    proj.envgit("trust", "--yes", check=True)     # the upstream is a host command: approved first
     return proj
 
 
@@ -161,6 +162,7 @@ def test_a_return_over_the_cap_is_cut_and_says_so(proj):
     proj.corpus = make_corpus(proj.home.parent)
     with open(proj.root / "envgit.yaml", "a") as f:
         f.write(mcp_section(proj.corpus, "  max_return_bytes: 1KiB\n"))
+    proj.envgit("trust", "--yes", check=True)
 
     async def fn(client):
         return (await execute(client, "'x'.repeat(5000)"),

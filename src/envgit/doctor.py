@@ -169,7 +169,7 @@ def credential_checks() -> list[Check]:
     for name, cred in pol.credentials.items():
         (kind, where), = cred["from"].items()
         try:
-            read(name, cred["from"])
+            read(name, cred["from"], policy=pol)
             if kind == "profile":
                 require_botocore()
             out.append(Check(f"credential {name}", True, f"{kind} {where!r} resolves (value not "

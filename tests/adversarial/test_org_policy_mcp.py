@@ -64,6 +64,7 @@ mcp:
       command: {sys.executable}
       args: [{FIXTURE}, {proj.corpus}]
 """)
+    proj.envgit("trust", "--yes", check=True)     # the project's server is a host command
     proj.stop()
 
     async def via_alias(client):

@@ -291,6 +291,10 @@ def test_the_mcp_repl_cannot_signal_the_mcp_server(attacker):
     with open(attacker.root / "envgit.yaml", "a") as f:
         f.write(mcp_section(corpus))
     attacker.own(attacker.root / "envgit.yaml", corpus)
+    # the upstream is a host command, approved first (in the test home: runuser gives the
+    # test user its passwd home, which does not exist)
+    attacker.env["XDG_STATE_HOME"] = str(attacker.home / ".local" / "state")
+    attacker.envgit("trust", "--yes", check=True)
     argv = attacker._argv([ENVGIT, "mcp", "--project", str(attacker.root)])
     params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(attacker.home), env=attacker.env)
 

@@ -39,7 +39,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_DAEMON, EXIT_STORE, EXIT_JOURNAL = 1, 2, 3, 4, 5
 
 # The command modules, in the order `envgit --help` lists them.
 MODULES = ("setup", "timeline", "diff", "snapshot", "rewind", "gc", "asks", "grants", "stats", "export", "ui", "fsck",
-           "remote")
+           "remote", "trust")
 
 
 # --- parsers ----------------------------------------------------------------------------

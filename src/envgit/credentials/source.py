@@ -1,7 +1,8 @@
 """Reading a credential's real value on the host, in the daemon, when a request needs it.
 
 Sources: `env` (the daemon's environment: the person's `envgit run` that started it),
-`command` (run on the host, outside any sandbox; its output cached for the session), `file`
+`command` (run on the host, outside any sandbox, once trusted and from outside the project:
+hostcmd/run.py; its output cached for the session), `file`
 ('~/' allowed), `profile` (an AWS profile of ~/.aws/credentials). Values are cached for the
 session and never logged: errors name the source, never its output.
 """
@@ -21,8 +22,10 @@ def _home(environ) -> str:
     return environ.get("HOME") or os.path.expanduser("~")
 
 
-def read(name: str, source: dict, environ=os.environ) -> dict[str, str]:
-    """The real value(s): {"token": …}, or for a profile {"key_id", "secret", "session"?}."""
+def read(name: str, source: dict, environ=os.environ, policy=None) -> dict[str, str]:
+    """The real value(s): {"token": …}, or for a profile {"key_id", "secret", "session"?}.
+    A `command` source needs the `policy` that names it: it runs only as that policy's
+    trusted host command (hostcmd/)."""
     (kind, where), = source.items()
     if kind == "env":
         value = environ.get(where, "")
@@ -43,10 +46,15 @@ def read(name: str, source: dict, environ=os.environ) -> dict[str, str]:
             raise CredentialError(f"credential {name}: {path} is empty")
         return {"token": value}
     if kind == "command":
+        from ..hostcmd.run import HostCommandError, run_credential
+        from ..hostcmd.trust import Untrusted
+        if policy is None:
+            raise CredentialError(f"credential {name}: a command source is run only under the "
+                                  "policy that names it")
         try:
-            r = subprocess.run(["/bin/sh", "-c", where], capture_output=True, text=True,
-                               timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL,
-                               env=dict(environ))
+            r = run_credential(policy, name, where, environ, COMMAND_TIMEOUT)
+        except (Untrusted, HostCommandError) as e:
+            raise CredentialError(str(e)) from None
         except (OSError, subprocess.TimeoutExpired) as e:
             raise CredentialError(f"credential {name}: the command {where!r} did not run "
                                   f"({type(e).__name__})") from None
@@ -91,11 +99,35 @@ class Sources:
         self.environ = dict(os.environ if environ is None else environ)
         self._cache: dict[tuple, dict[str, str]] = {}
 
-    def value(self, name: str, source: dict) -> dict[str, str]:
+    def value(self, name: str, source: dict, policy=None) -> dict[str, str]:
         key = (name, tuple(sorted(source.items())))
         if key not in self._cache:
-            self._cache[key] = read(name, source, self.environ)
+            got = read(name, source, self.environ, policy)
+            if "command" in source and policy is not None and \
+                    name not in getattr(policy, "org_credentials", ()):
+                self._not_the_orgs(name, got, policy)
+            self._cache[key] = got
         return self._cache[key]
+
+    def _not_the_orgs(self, name: str, got: dict[str, str], policy) -> None:
+        """A project's command source may not hand over an organisation credential's value
+        (however the command came by it) unless the organisation sends that value to every
+        host this credential goes to: it would reach hosts the organisation never allowed."""
+        hosts = set(policy.credentials[name]["hosts"])
+        for oname in getattr(policy, "org_credentials", ()):
+            ocred = policy.credentials.get(oname)
+            if ocred is None or hosts <= set(ocred["hosts"]):
+                continue
+            try:
+                theirs = self.value(oname, ocred["from"], policy)
+            except CredentialError:
+                continue                # unreadable here: nothing to compare, nothing to leak
+            for real in theirs.values():
+                if len(real) >= 8 and any(real in v for v in got.values()):
+                    raise CredentialError(
+                        f"credential {name}: its command printed the value of the "
+                        f"organisation's credential {oname}, which is sent only to "
+                        f"{', '.join(ocred['hosts'])}; refused (the value is not used or shown)")
 
     def resolved(self, name: str, source: dict) -> dict[str, str] | None:
         """The real value(s) if read already, else None (never reads: the gate looks for a

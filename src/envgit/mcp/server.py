@@ -173,7 +173,7 @@ execution is recorded as a step of the project (envgit log / envgit show)."""
 
 async def serve(project, policy, transport: str, host: str, port: int) -> int:
     from mcp.server.mcpserver import Context, MCPServer
-    async with Upstreams(policy.mcp["servers"], project.root) as upstreams, \
+    async with Upstreams(policy) as upstreams, \
             anyio.create_task_group() as group:
         mode = CodeMode(project, policy, upstreams, group)
         app = MCPServer("envgit", instructions="Code mode: one `execute` tool; see its description.")

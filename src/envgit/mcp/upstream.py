@@ -2,7 +2,10 @@
 their tools listed for the declarations, their tools called on the code's behalf.
 
 They run outside the sandbox, as an agent would run them (they hold their own tokens);
-what the sandbox gets from them is only what a call returns, and every call is recorded."""
+what the sandbox gets from them is only what a call returns, and every call is recorded. A
+stdio server is a host command the policy names: it starts only once trusted (`envgit trust`),
+from `/`, with the environment hostcmd/run.py builds (never the project's node_modules, modules
+or PATH entries, whatever a step planted there)."""
 
 import json
 import os
@@ -11,6 +14,8 @@ import sys
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
+from ..hostcmd.run import HostCommandError
+from ..hostcmd.trust import Untrusted
 from .typescript import binding
 
 CALL_TIMEOUT_S = 120       # any one request to an upstream server, the handshake included
@@ -36,20 +41,21 @@ def expand(value: str) -> str:
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ.get(m.group(1), ""), value)
 
 
-def _target(spec: dict, cwd: str):
+def _target(policy, name: str, spec: dict):
     from mcp import StdioServerParameters
+
+    from ..hostcmd.run import stdio_server
     if spec.get("url"):
         return expand(spec["url"])
     if not spec.get("command"):
         raise ValueError("needs `command` (a stdio server) or `url` (streamable HTTP)")
-    env = {**os.environ, **{k: expand(v) for k, v in (spec.get("env") or {}).items()}}
-    return StdioServerParameters(command=expand(spec["command"]),
-                                 args=[expand(a) for a in spec.get("args") or []], env=env, cwd=cwd)
+    prog, args, env = stdio_server(policy, name, spec, os.environ)
+    return StdioServerParameters(command=prog, args=args, env=env, cwd="/")
 
 
 class Upstreams:
-    def __init__(self, servers: dict[str, dict], cwd: str):
-        self.specs, self.cwd = servers, cwd
+    def __init__(self, policy):
+        self.policy, self.specs = policy, policy.mcp["servers"]
         self.servers: dict[str, Upstream] = {}
         self._stack = AsyncExitStack()
 
@@ -59,8 +65,15 @@ class Upstreams:
         for name, spec in self.specs.items():
             up = self.servers[name] = Upstream(name)
             try:
+                target = _target(self.policy, name, spec)
+            except (Untrusted, HostCommandError) as e:     # said as it is: one line, the fix
+                up.error = str(e)
+                print(f"envgit mcp: upstream server {name!r} is not started: {e}",
+                      file=sys.stderr, flush=True)
+                continue
+            try:
                 client = await self._stack.enter_async_context(
-                    Client(_target(spec, self.cwd), read_timeout_seconds=CALL_TIMEOUT_S))
+                    Client(target, read_timeout_seconds=CALL_TIMEOUT_S))
                 up.tools = await _list_tools(client)
                 up.client = client
             except Exception as e:       # one broken server must not take the others down

@@ -296,6 +296,11 @@ SCHEMA = Map({
     }, required=("from", "hosts")), doc=(
         "credentials kept outside the sandbox: a step sees a placeholder, the gate swaps in the "
         "real value only on allowed requests to the credential's hosts")),
+    "project_host_commands": Str(
+        "organisation policy only: 'deny' refuses every project policy that names a host command "
+        "(a credential's `from: command`, an MCP server's `command`); 'trust' (the default) runs "
+        "a project's once the person approved its exact text with `envgit trust`",
+        enum=("trust", "deny")),
     "escape_routes": Map({
         "allow": List(Str(check=check_path_glob), doc=(
             "project globs of escape routes (`envgit policy protected`) a step may create: "

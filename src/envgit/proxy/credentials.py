@@ -223,7 +223,7 @@ class CredentialSwap:
             real = self.sources.resolved(name, cred["from"])
             if real is None and next(iter(cred["from"])) in EAGER:
                 try:
-                    real = self.sources.value(name, cred["from"])
+                    real = self.sources.value(name, cred["from"], policy)
                 except CredentialError:
                     real = None             # said by `envgit doctor` and on the request needing it
             if real:
@@ -363,7 +363,7 @@ class CredentialSwap:
             if cred is None:                # dropped from the policy while this request was judged
                 continue
             try:
-                real = self.sources.value(name, cred["from"])
+                real = self.sources.value(name, cred["from"], policy)
                 if kind_of(name, cred) == "aws":
                     require_botocore()
             except CredentialError as e:
