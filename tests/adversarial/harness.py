@@ -12,6 +12,7 @@ run is skipped only where the machine cannot create a user.
 """
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -103,3 +104,23 @@ def attacker_in(kind, tmp_path):
 
 
 __all__ = ["Attacker", "attacker_in", "open_path_to"]
+
+
+def steps_of(a) -> list[dict]:
+    steps = json.loads(a.envgit("log", "--json", check=True).stdout)
+    return steps.get("steps", steps) if isinstance(steps, dict) else steps
+
+
+def taken_back(a, r, *paths) -> dict:
+    """The step `r` ran wrote `paths` (escape routes), and envgit took them back at its end:
+    said on its terminal, listed on the step, done by the step `envgit take-back N` right after
+    it, and gone from the directory (or as they were). Returns the step."""
+    steps = steps_of(a)
+    s = [x for x in steps if x["argv"][:2] != ["envgit", "take-back"]][-1]
+    assert "escape-route-written" in s["marks"], (s, r.stderr)
+    for p in paths:
+        assert p in s["taken_back"], (p, s["taken_back"])
+        assert p in r.stderr and "took back" in r.stderr, r.stderr
+    back = [x for x in steps if x["argv"] == ["envgit", "take-back", str(s["id"])]]
+    assert back and "escape-route-taken-back" in back[0]["marks"], steps[-1]
+    return s

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import taken_back
+
 NOTICE = "WROTE AN ESCAPE ROUTE"
 ID = "-c user.name=a -c user.email=a@example.com"
 
@@ -30,22 +32,6 @@ def marked(a, r, *paths):
     for p in paths:
         assert p in s["escape_routes"], (p, s["escape_routes"])
         assert p in r.stderr and NOTICE in r.stderr, r.stderr
-
-
-def taken_back(a, r, *paths):
-    """The step `r` ran wrote `paths`, and envgit took them back at its end: said on its
-    terminal, listed on the step, done by the step `envgit take-back N` after it, and gone (or
-    as they were) in the directory."""
-    steps = json.loads(a.envgit("log", "--json", check=True).stdout)
-    steps = steps.get("steps", steps) if isinstance(steps, dict) else steps
-    s = [x for x in steps if x["argv"][:2] != ["envgit", "take-back"]][-1]
-    assert "escape-route-written" in s["marks"], (s, r.stderr)
-    for p in paths:
-        assert p in s["taken_back"], (p, s["taken_back"])
-        assert p in r.stderr and "took back" in r.stderr, r.stderr
-    back = [x for x in steps if x["argv"] == ["envgit", "take-back", str(s["id"])]]
-    assert back and "escape-route-taken-back" in back[0]["marks"], steps[-1]
-    return s
 
 
 def host_git(a, script, marker):

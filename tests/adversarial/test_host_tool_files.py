@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from harness import taken_back
+
 PLANT = "touch /tmp/pwned-by-host-tool"
 PROTECTED = [".npmrc", "packages/web/.npmrc", ".yarnrc.yml", ".devcontainer/devcontainer.json",
              ".devcontainer.json", ".vscode/mcp.json", ".cursor/mcp.json", ".gemini/settings.json",
@@ -37,14 +39,32 @@ def test_an_existing_one_is_read_only(attacker, rel):
     assert a.run("echo ok > notes.txt && rm notes.txt").returncode == 0
 
 
+@pytest.mark.both_uids("the take-back restores as the daemon, through directory fds: a non-root person's step "
+                       "files are theirs")
 @pytest.mark.parametrize("rel", PROTECTED)
-def test_a_new_one_is_marked_and_told(attacker, rel):
+def test_a_new_one_is_taken_back_and_told(attacker, rel):
+    """Nothing to bind read-only before it exists: the step may create it, and at its end it is
+    taken back (the host tool never reads it), its version kept in the step's snapshot."""
     a = attacker
     r = a.run(f"mkdir -p $(dirname {rel}) && echo '{PLANT}' > {rel}")
     assert r.returncode == 0, r.stderr
-    s = last_step(a)
-    assert "escape-route-written" in s["marks"] and rel in s["escape_routes"], s
-    assert "ESCAPE ROUTE" in r.stderr and rel in r.stderr, r.stderr
+    s = taken_back(a, r, rel)
+    assert not (a.root / rel).exists()
+    assert rel in a.envgit("diff", str(s["id"])).stdout
+
+
+def test_escape_routes_allow_keeps_one_a_step_creates(attacker):
+    """`escape_routes.allow` is the way back to marking only, for the globs it names."""
+    a = attacker
+    a.write_policy('version: 1\nescape_routes:\n  allow: [".husky/**", "**/.npmrc"]\n')
+    r = a.run(f"mkdir -p .husky web && echo '{PLANT}' > .husky/pre-commit && echo x=1 > web/.npmrc && "
+              f"echo '{PLANT}' > .envrc")
+    assert r.returncode == 0, r.stderr
+    s = taken_back(a, r, ".envrc")
+    assert (a.root / ".husky" / "pre-commit").exists() and (a.root / "web" / ".npmrc").exists()
+    assert not (a.root / ".envrc").exists()
+    assert {".husky/pre-commit", "web/.npmrc"} <= set(s["escape_routes"]) - set(s["taken_back"]), s
+    assert "ESCAPE ROUTE" in r.stderr
 
 
 def test_a_pth_file_is_writable_and_marked(attacker):

@@ -11,6 +11,8 @@ import zipfile
 
 import pytest
 
+from harness import taken_back
+
 NOTICE = "ESCAPE ROUTE"
 ID = "-c user.name=a -c user.email=a@example.com"
 
@@ -199,10 +201,11 @@ def test_node_modules_bin_is_not_a_route(attacker):
 
 PROTECTED = [".pnpmfile.cjs", ".pnpmfile.mjs", "bunfig.toml", "packages/app/bunfig.toml",
              ".cargo/config.toml", ".cargo/config", "crates/core/.cargo/config.toml",
-             ".yarn/plugins/plugin-evil.cjs", ".yarn/releases/yarn-4.0.0.cjs"]
+             ".yarn/plugins/plugin-evil.cjs", ".yarn/releases/yarn-4.0.0.cjs", "team.code-workspace",
+             ".pre-commit-config.yaml", "lefthook.yml", "mise.toml", ".vscode/settings.json"]
 MARKED = [".github/workflows/ci.yml", ".github/actions/setup/action.yml", ".gitlab-ci.yml",
           ".circleci/config.yml", ".gitattributes", "src/.gitattributes", "pnpm-workspace.yaml",
-          "rust-toolchain.toml", "rust-toolchain", ".tool-versions", "team.code-workspace"]
+          "rust-toolchain.toml", "rust-toolchain", ".tool-versions"]
 PLANT = "touch /tmp/pwned-by-more-routes"
 
 
@@ -223,15 +226,18 @@ def test_an_existing_one_is_read_only(attacker, rel):
 
 
 @pytest.mark.parametrize("rel", PROTECTED + MARKED)
-def test_a_new_or_changed_one_is_marked_and_told(attacker, rel):
+def test_a_new_one_is_taken_back_or_marked_and_told(attacker, rel):
     a = attacker
     r = a.run(f"mkdir -p $(dirname {rel}) && echo '{PLANT}' > {rel}")
     assert r.returncode == 0, r.stderr
+    if rel in PROTECTED:                    # nothing to bind before it exists: taken back
+        taken_back(a, r, rel)
+        assert not (a.root / rel).exists()
+        return
     marked(a, r, rel)
-    if rel in MARKED:                       # writable: tools edit them, every change is told
-        r = a.run(f"echo '# more' >> {rel}")
-        assert r.returncode == 0, r.stderr
-        marked(a, r, rel)
+    r = a.run(f"echo '# more' >> {rel}")    # writable: tools edit them, every change is told
+    assert r.returncode == 0, r.stderr
+    marked(a, r, rel)
 
 
 def test_gitattributes_driver_really_runs(attacker):

@@ -6,6 +6,7 @@ steps start, and a link to an absent file in the project is a route too: the ste
 what it leads to is marked. Oracle: later steps' output and exit code, and the marks."""
 
 import json
+import os
 
 import pytest
 
@@ -66,12 +67,16 @@ def test_a_dangling_symlink_on_a_protected_route_does_not_stop_later_steps(attac
 
 
 def test_filling_what_a_route_link_leads_to_is_marked(attacker):
-    """`.envrc -> sub/x`, absent: nothing to bind read-only; the step that then writes sub/x
-    (what direnv would run) is marked for .envrc like any change to it."""
+    """`.envrc -> sub/x`, absent: nothing to bind read-only. The link a step makes is taken
+    back; where the policy lets steps make it (escape_routes.allow), the step that then writes
+    sub/x (what direnv would run) is marked for .envrc like any change to it."""
     a = attacker
-    assert a.run("ln -s sub/x .envrc").returncode == 0                   # step 1
-    r = a.run("mkdir -p sub && echo 'touch $HOME/pwned' > sub/x")       # step 2
+    r = a.run("ln -s sub/x .envrc")                                      # step 1, taken back (2)
+    assert r.returncode == 0 and not os.path.lexists(a.root / ".envrc"), r.stderr
+    a.write_policy('version: 1\nescape_routes:\n  allow: [".envrc"]\n')
+    assert a.run("ln -s sub/x .envrc").returncode == 0                   # step 3
+    r = a.run("mkdir -p sub && echo 'touch $HOME/pwned' > sub/x")       # step 4
     assert r.returncode == 0, r.stderr
-    s = show(a, 2)
+    s = show(a, 4)
     assert "escape-route-written" in s["marks"] and ".envrc" in s["escape_routes"], s
     assert a.run("echo alive").stdout == "alive\n"
