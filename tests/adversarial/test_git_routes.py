@@ -298,3 +298,89 @@ def test_a_route_behind_many_changes_or_an_exclude_is_still_marked(attacker):
     r = a.run("mkdir -p vendor && git init -q vendor/dep")
     assert r.returncode == 0, r.stderr
     marked(a, r, "vendor/dep/.git/config")
+
+
+# --- every source of git's configuration, and every program it names -------------------------
+
+def _person_config(a, where, text):
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text(text)
+    a.own(where.parent)
+    a.stop()                       # a daemon started later reads the person's configuration
+
+
+FSMONITOR = '[core]\\n\\tfsmonitor = "touch {m}; false"\\n'
+
+
+@pytest.mark.both_uids(READ_ONLY_GIT + "; and the person's configuration comes from their HOME")
+@pytest.mark.parametrize("source", ["xdg-include", "xdg-include-absent", "global-includeif-absent",
+                                    "command-scope-include"])
+def test_a_project_file_the_persons_config_includes(attacker, source):
+    """The person's own config (XDG beside ~/.gitconfig, ~/.gitconfig's includeIf, the command
+    scope of GIT_CONFIG_COUNT) includes a project file: one that exists is read-only, one a
+    step creates is taken back; the person's `git status` never runs what a step put there."""
+    a = attacker
+    home = _person_home(a)
+    m = a.home / f"pwned-{source}"
+    inc = a.root / "team.gitconfig"
+    made = [home / ".gitconfig"]
+    made[0].write_text("[user]\n\tname = person\n")
+    a.own(made[0])
+    if source.startswith("xdg-include"):
+        made.append(home / ".config" / "git" / "config")
+        _person_config(a, made[-1], f"[include]\n\tpath = {inc}\n")
+    elif source == "global-includeif-absent":
+        made[0].write_text(f"[user]\n\tname = person\n[includeIf \"gitdir:{a.root}/\"]\n\tpath = {inc}\n")
+        a.stop()
+    else:
+        a.env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="include.path", GIT_CONFIG_VALUE_0=str(inc))
+        a.stop()
+    plant = FSMONITOR.format(m=m)
+    try:
+        if not source.endswith("absent") and source != "command-scope-include":
+            inc.write_text("[user]\n\temail = person@example.com\n")
+            a.own(inc)
+            r = a.run(f"printf '{plant}' >> team.gitconfig")
+            assert r.returncode != 0
+            assert "fsmonitor" not in inc.read_text()
+        else:
+            r = a.run(f"printf '{plant}' > team.gitconfig")
+            assert r.returncode == 0, r.stderr
+            taken_back(a, r, "team.gitconfig")
+        assert not host_git(a, "git status", m)
+        person(a, f"printf '{plant}' > team.gitconfig")        # the oracle is live
+        assert host_git(a, "git status", m)
+    finally:
+        for f in made:
+            f.unlink(missing_ok=True)
+
+
+@pytest.mark.both_uids(READ_ONLY_GIT)
+@pytest.mark.parametrize("key,value,trigger", [
+    ("filter.tidy.clean", "./tools/clean.sh", "echo x > f.txt && git add f.txt"),
+    ("alias.st2", "!./tools/st.sh", "git st2"),
+    ("core.fsmonitor", "./tools/fsmon.sh", "git status"),
+])
+def test_a_program_the_repository_config_names_in_the_project(attacker, key, value, trigger):
+    """The person's repository config runs a program that lives in the project (a filter, an
+    alias, an fsmonitor hook): that program is protected like a hook, present or not."""
+    a = attacker
+    m = a.home / "pwned-program"
+    ok = a.home / "program-ran"
+    prog = a.root / value.lstrip("!")
+    person(a, f"git config {key} '{value}' && printf '* filter=tidy\\n' > .gitattributes")
+    prog.parent.mkdir(parents=True, exist_ok=True)
+    prog.write_text(f"#!/bin/sh\ntouch {ok}\ncat\n")
+    prog.chmod(0o755)
+    a.own(prog.parent)
+    r = a.run(f"printf '#!/bin/sh\\ntouch {m}\\ncat\\n' > {prog.relative_to(a.root)}")
+    assert r.returncode != 0
+    a.host(trigger)
+    assert ok.exists() and not m.exists()                     # the person's own ran, nothing else
+    prog.unlink()                                             # absent: one a step makes is taken back
+    r = a.run(f"printf '#!/bin/sh\\ntouch {m}\\ncat\\n' > {prog.relative_to(a.root)} && "
+              f"chmod +x {prog.relative_to(a.root)}")
+    assert r.returncode == 0, r.stderr
+    taken_back(a, r, str(prog.relative_to(a.root)))
+    a.host(trigger)
+    assert not m.exists()
