@@ -28,6 +28,13 @@ import re
 import zlib
 from urllib.parse import quote, quote_plus
 
+from . import wrapped
+
+
+class Unreadable(Exception):
+    """A body a strict Stream or Gather could not decode whole (cut short, data after its
+    end): on a credential's host it is withheld, since the step's client may read more."""
+
 
 class Echo(Exception):
     """A real value in a body that cannot be rewritten here: `name` is its credential."""
@@ -130,6 +137,9 @@ class Echoes:
         self.b32 = [(c, name) for name, real, _ in pairs for c in b32_cores(real.encode("utf-8", "surrogateescape"))]
         self.needles = [(r, n) for r, _, n in self.swaps] + [(c, n) for c, _, _, n in self.cores] + self.b32
         self.longest = max((len(n) for n, _ in self.needles), default=0)
+        # base64 and base32 cores, looked for also with line breaks taken out (wrapped.py)
+        self.broken = [(c, n) for c, _, _, n in self.cores] + self.b32
+        self._broken_needles = [c for c, _ in self.broken]
         firsts = {}
         for needle, _ in self.needles:
             firsts.setdefault(needle[:1], []).append(needle)
@@ -149,6 +159,15 @@ class Echoes:
                 for needle, name in self.needles:
                     if needle in plain:
                         return name
+        return self.found_broken(data)
+
+    def found_broken(self, data: bytes) -> str | None:
+        """The credential of a base64 or base32 core `data` holds across line breaks."""
+        flat = wrapped.joined(data)
+        if flat != data:
+            for needle, name in self.broken:
+                if needle in flat:
+                    return name
         return None
 
     def held(self, data: bytes) -> int:
@@ -164,7 +183,7 @@ class Echoes:
                     best = len(rest)
                     break
                 i = tail.find(first, i + 1)
-        return best
+        return max(best, wrapped.held(data, self._broken_needles, self.longest))
 
     # --- a buffered body ---------------------------------------------------------------------
 
@@ -176,6 +195,8 @@ class Echoes:
             if r in body:
                 body = body.replace(r, p)
                 names.append(name)
+        if self.found_broken(body) is not None:    # base64 broken into lines: decoded whole
+            body = wrapped.rewrite(body, self.cores, names)
         if any(c in body for c, _, _, _ in self.cores):
             body = _B64_RUN.sub(lambda m: self._b64_run(m[0], names), body)
         return body, sorted(set(names)), self.found(body)
@@ -207,9 +228,10 @@ class Stream:
     it. Watched, `feed` raises Echo once a form of a value is complete in the decoded bytes."""
 
     def __init__(self, echoes: Echoes, encoding: str = "", framed: bool = False,
-                 rewrite: bool = True):
-        self.echoes, self.framed = echoes, framed
+                 rewrite: bool = True, strict: bool = False):
+        self.echoes, self.framed, self.strict = echoes, framed, strict
         self.decoder = _decoder(encoding)
+        self.fed = False                  # strict: an empty body is whole under any coding
         if self.decoder is None and not rewrite:    # watched only (a request's body), as it is
             self.decoder = lambda chunk: [chunk]
         self.names: list[str] = []       # the credentials whose values were rewritten
@@ -218,6 +240,7 @@ class Stream:
         self._waiting: list[bytes] = []   # compressed: chunks held while their end may begin one
 
     def feed(self, chunk: bytes) -> bytes:
+        self.fed = self.fed or bool(chunk)
         if self.decoder is None:
             return self._rewrite(self._held + chunk)
         return self._watch(chunk)
@@ -226,6 +249,8 @@ class Stream:
         if self.decoder is None:
             out, self._held = self._held, b""
             return out
+        if self.strict and self.fed and isinstance(self.decoder, _Run) and not self.decoder.done():
+            raise Unreadable("the compressed body ends early, or has data after its end")
         out = b"".join(self._waiting)
         self._waiting = []
         return out
@@ -244,6 +269,9 @@ class Stream:
         for c, name in e.b32:
             if c in data:
                 raise Echo(name)
+        name = e.found_broken(data)
+        if name is not None:
+            raise Echo(name)        # base64 broken into lines: not rewritten in a stream
         keep = e.held(data)
         self._held = data[len(data) - keep:] if keep else b""
         return data[:len(data) - keep] if keep else data
@@ -255,7 +283,8 @@ class Stream:
             name = e.found(seen)
             if name is not None:
                 raise Echo(name)
-            self._tail = seen[-(e.longest - 1):] if e.longest > 1 else b""
+            keep = max(e.longest - 1, e.held(seen))     # a core may run on across line breaks
+            self._tail = seen[-keep:] if keep > 0 else b""
         self._waiting.append(chunk)
         if e.held(self._tail):
             return b""                  # the decoded end may begin a real value: wait
@@ -270,9 +299,10 @@ class Gather:
     (the client gets the encoding it was sent, in another length: chunked allows it); past
     `cap`, or decoding past it, watched as a Stream from there on (cut where a value is)."""
 
-    def __init__(self, echoes: Echoes, encoding: str, cap: int, encode):
+    def __init__(self, echoes: Echoes, encoding: str, cap: int, encode, strict: bool = False):
         _decoder(encoding)              # ValueError now for an encoding the gate cannot read
         self.echoes, self.encoding, self.cap, self.encode = echoes, encoding, cap, encode
+        self.strict = strict
         self.buf = bytearray()
         self.stream: Stream | None = None
         self.names: list[str] = []
@@ -290,6 +320,8 @@ class Gather:
             return self.stream.end()
         data, self.buf = bytes(self.buf), bytearray()
         body = decoded(data, self.encoding, self.cap + 1)
+        if self.strict and data and (body is None or not whole(data, self.encoding)):
+            raise Unreadable("the compressed body does not decode whole")
         if body is None:                # it does not decode (nor can the client): as it is
             name = self.echoes.found(data)
             if name is not None:
@@ -311,7 +343,7 @@ class Gather:
 
     def _watched(self, data: bytes) -> bytes:
         self.buf = bytearray()
-        self.stream = Stream(self.echoes, self.encoding)
+        self.stream = Stream(self.echoes, self.encoding, strict=self.strict)
         return self.stream.feed(data)
 
 
@@ -326,18 +358,42 @@ def _decoder(encoding: str):
     names = [e for e in names if e != "identity"]
     if not names:
         return None
-    steps = [_one(n) for n in reversed(names)]      # the last applied is undone first
+    return _Run([_one(n) for n in reversed(names)])     # the last applied is undone first
 
-    def chain(pieces, step):
+
+class _Run:
+    """A stack of decoders: called with a chunk, its decoded pieces; `done()`: has every
+    decoder reached its data's clean end (nothing cut short, nothing after it)?"""
+
+    def __init__(self, steps):
+        self.steps = steps              # (step, done) pairs
+
+    def __call__(self, chunk: bytes):
+        pieces = iter([chunk])
+        for step, _ in self.steps:
+            pieces = self._chain(pieces, step)
+        return pieces
+
+    @staticmethod
+    def _chain(pieces, step):
         for p in pieces:
             yield from step(p)
 
-    def run(chunk: bytes):
-        pieces = iter([chunk])
-        for step in steps:
-            pieces = chain(pieces, step)
-        return pieces
-    return run
+    def done(self) -> bool:
+        return all(done() for _, done in self.steps)
+
+
+def whole(raw: bytes, encoding: str) -> bool:
+    """Does `raw` decode as `encoding` to its clean end (decoded piece by piece, held never)?"""
+    try:
+        run = _decoder(encoding)
+        if run is None:
+            return True
+        for _ in run(raw):
+            pass
+        return run.done()
+    except Exception:                   # zlib.error, brotli.error, zstd errors, unknown encodings
+        return False
 
 
 def _inflate(d, data: bytes):
@@ -357,6 +413,10 @@ class _Gunzip:
 
     def __init__(self):
         self.pending, self.d, self.trailer = b"", None, 0
+
+    def done(self) -> bool:
+        """Every member whole, nothing after the last."""
+        return self.d is None and self.trailer == 0 and not self.pending
 
     def step(self, data: bytes):
         data = self.pending + data
@@ -414,9 +474,10 @@ def _one(name: str):
                 wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
                 state["d"] = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
             yield from _inflate(state["d"], data)
-        return step
+        return step, lambda: state["d"] is not None and state["d"].eof and not state["d"].unused_data
     if name in ("gzip", "x-gzip"):
-        return _Gunzip().step
+        g = _Gunzip()
+        return g.step, g.done
     if name == "br":
         import brotli
         d = brotli.Decompressor()
@@ -428,21 +489,22 @@ def _one(name: str):
                 if not piece:
                     return
                 yield piece
-        return step
+        return step, d.is_finished
     if name == "zstd":
         import zstandard
-        state = {"d": zstandard.ZstdDecompressor().decompressobj()}
+        zs: dict = {"d": zstandard.ZstdDecompressor().decompressobj(), "fresh": True}
 
         def step(data: bytes):
             i = 0
             while i < len(data):
-                d = state["d"]
+                d = zs["d"]
                 piece, i = data[i:i + ZSTD_SLICE], i + ZSTD_SLICE
+                zs["fresh"] = False
                 yield d.decompress(piece)
                 if d.eof:                   # another frame: zstd(1) and curl read every one
-                    state["d"] = zstandard.ZstdDecompressor().decompressobj()
+                    zs["d"], zs["fresh"] = zstandard.ZstdDecompressor().decompressobj(), True
                     rest = d.unused_data
                     if rest:
                         data, i = rest + data[i:], 0
-        return step
+        return step, lambda: zs["fresh"]
     raise ValueError(f"the gate does not decode Content-Encoding {name!r}")

@@ -35,7 +35,7 @@ from mitmproxy import http
 
 from ..daemon.grants import query_digest
 from ..policy import acts, network
-from . import bodies, gitproto
+from . import bodies, gitproto, upgrade
 
 log = logging.getLogger("envgit.proxy")
 
@@ -326,6 +326,8 @@ class EnvgitAddon:
 
     def responseheaders(self, flow: http.HTTPFlow):
         rec = flow.metadata.get("envgit.record")
+        if flow.response is not None and flow.response.status_code == 101:
+            self._refuse_bad_101(flow, rec)
         if rec is None or flow.metadata.get("envgit.answered"):
             return
 
@@ -333,6 +335,23 @@ class EnvgitAddon:
             rec["bytes_down"] += len(chunk)
             return chunk
         flow.response.stream = count
+
+    @staticmethod
+    def _refuse_bad_101(flow, rec) -> None:
+        """Every host: a 101 that is not the WebSocket handshake asked for (proxy/upgrade.py)
+        becomes a 502; the connection closes after it, nothing is relayed."""
+        why = upgrade.invalid(flow.request, flow.response)
+        if why is None:
+            return
+        d = network.Decision("deny", "builtin:upgrade", f"a 101 from {flow.request.pretty_host} was "
+                             f"refused: {why}; nothing after it is passed on",
+                             hint="an upgrade goes through only as a WebSocket handshake the "
+                                  "policy allowed (network.l7[host].websocket)")
+        flow.response = http.Response.make(502, _denial_text(flow, d), {
+            "Content-Type": "text/plain; charset=utf-8", "X-Envgit-Rule": d.rule, "Connection": "close"})
+        flow.metadata["envgit.answered"] = True
+        if rec is not None:
+            rec.update(decision="deny", rule=d.rule, reason=d.reason, kind="upgrade")
 
     def response(self, flow: http.HTTPFlow):
         on_body = flow.metadata.pop(bodies.ON_BODY, None)

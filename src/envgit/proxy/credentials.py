@@ -13,11 +13,9 @@
   a server may store or echo back), and the record says `credential: NAME`. A request the
   policy denied keeps its placeholder (and is not sent anyway).
 
-- `responseheaders` / the body (bodies.ON_BODY or the response's stream) / `response`'s
-  trailers: every real value the gate knows, in any form a header or body holds it
-  (credentials/echo.py), goes back to the step as its placeholder, from any host; what cannot
-  be rewritten is withheld (a buffered body: a 502; a streamed one: cut off), recorded with
-  rule `credential-misuse`, kind `credential-echo`.
+- `responseheaders` / the body / `response`'s trailers: proxy/answers.py (mixed in): real
+  values go back to the step as placeholders; what cannot be rewritten, or (on a credential's
+  host) read whole, is withheld.
 - `websocket_message`: a message is judged like a body, both ways.
 
 With any credential in the policy every HTTPS host is intercepted (network.needs_interception):
@@ -43,9 +41,8 @@ from ..policy import acts, network, urlpath
 from ..policy.network import BODY_CAP, url_glob
 from . import bodies
 from .addon import EnvgitAddon, _denial_text, as_request, deny_response
+from .answers import ECHO, RULE, Answers
 
-RULE = "credential-misuse"
-ECHO = "credential-echo"    # the kind of a response withheld for a real value it carried
 MIN_REAL = 8            # a real value shorter than this is not looked for (it would be everywhere)
 EAGER = ("env", "file", "profile")  # sources read as soon as a response may carry their value
 RANGE_HEADERS = ("range", "if-range")   # dropped on a token credential's hosts (_whole_answers)
@@ -105,7 +102,7 @@ def _path_glob(pattern: str) -> re.Pattern:
     return re.compile(url_glob(pattern).pattern)
 
 
-class CredentialSwap:
+class CredentialSwap(Answers):
     """One gate's credentials: placeholders watched on every intercepted request, real values
     swapped in on allowed requests to a credential's hosts."""
 
@@ -443,154 +440,6 @@ class CredentialSwap:
                        credential=name, irreversible=False)
             self._scrub(rec)
         return _denial_text(flow, d)
-
-    def responseheaders(self, flow: http.HTTPFlow):
-        """A server may echo what it was sent in its answer (a redirect's Location keeps the
-        query, request-id middleware echoes X-Request-Id, CORS echoes Origin, a debug endpoint
-        prints the request, a secrets API returns the token): every real value the gate knows
-        goes back into the step as its placeholder, in the headers here and in the body
-        (_body_watch), from any host."""
-        policy = self.gate.policy()
-        if flow.response is None or not getattr(policy, "credentials", None):
-            return
-        echoes = self._echoes(policy)
-        if not echoes:
-            return
-        flow.response.headers.fields = self._scrub_fields(flow, flow.response.headers.fields, echoes)
-        reason, found, left = echoes.scrub(flow.response.data.reason or b"")
-        if found or left is not None:       # an error's text may quote the token it was sent
-            flow.response.data.reason = b"" if left is not None else reason
-            self._echoed(flow, found or [left])
-        if not flow.metadata.get("envgit.answered"):
-            self._body_watch(flow, echoes)
-
-    def _scrub_fields(self, flow, fields, echoes) -> tuple:
-        """Header (or trailer) fields with every real value put back as its placeholder, in
-        every form a body may hold it (a redirect's Location percent-encodes, a debug header
-        may carry Basic credentials); a field holding one that cannot be is dropped."""
-        out, names = [], []
-        for k, v in fields:
-            name, found_k, left_k = echoes.scrub(k)
-            clean, found, left = echoes.scrub(v)
-            names += found_k + found
-            if left is None and left_k is None:
-                out.append((name, clean))
-        if names:
-            self._echoed(flow, names)
-        return tuple(out)
-
-    def response(self, flow: http.HTTPFlow):
-        """The response's trailers (HTTP/2 only: mitmproxy drops HTTP/1 ones), before they
-        are sent on."""
-        if flow.response is not None and flow.response.trailers and \
-                getattr(self.gate.policy(), "credentials", None):
-            echoes = self._echoes(self.gate.policy())
-            if echoes:
-                flow.response.trailers.fields = self._scrub_fields(flow, flow.response.trailers.fields, echoes)
-
-    def _body_watch(self, flow, echoes) -> None:
-        """The response body: one declared (Content-Length) within BODY_CAP and not an event
-        stream is buffered whole and rewritten (`on_body`, called before the request is
-        recorded: bodies.ON_BODY); a compressed one without a declared length, not an event
-        stream, is gathered up to BODY_CAP and rewritten whole at its end (echo.Gather); any
-        other is rewritten as it streams (echo.Stream), or cut off where it cannot be
-        (compressed, base64, a length change under Content-Length)."""
-        r = flow.response
-        if flow.request.method == "HEAD" or r.status_code in (101, 204, 304):
-            return              # no body (a WebSocket's messages: websocket_message)
-        length = r.headers.get("content-length", "").strip()
-        streaming = "text/event-stream" in r.headers.get("content-type", "").lower()
-        if length.isdigit() and int(length) <= BODY_CAP and not streaming:
-            r.stream = False
-            flow.metadata[bodies.ON_BODY] = lambda flow: self._on_body(flow, echoes)
-            return
-        # A transfer coding other than chunked (`Transfer-Encoding: gzip, chunked`): the client
-        # undoes it before the content coding, so it is read as the last content coding
-        # applied (watched, never re-encoded: Gather is for content codings alone).
-        codings = [c.strip() for c in r.headers.get("transfer-encoding", "").split(",")
-                   if c.strip() and c.strip().lower() != "chunked"]
-        encoding = ", ".join(filter(None, [r.headers.get("content-encoding", ""), *codings]))
-        try:
-            if encoding.strip() and not length and not streaming and not codings:
-                from mitmproxy.net.encoding import encode
-                scrub: echo.Gather | echo.Stream = echo.Gather(echoes, encoding, BODY_CAP, encode)
-            else:
-                scrub = echo.Stream(echoes, encoding, framed=bool(length))
-        except ValueError:      # an encoding the gate cannot read: its bytes as they are, unchanged in length
-            scrub = echo.Stream(echoes, "", framed=True)
-        before = r.stream
-
-        def stream(chunk: bytes):
-            try:
-                out = scrub.feed(chunk) if chunk else scrub.end()
-            except (echo.Echo, Exception) as e:     # a stream that will not decode is cut too
-                name = e.name if isinstance(e, echo.Echo) else None
-                raise bodies.Cut(self._withheld(flow, name, f"{type(e).__name__}")) from e
-            if scrub.names:
-                self._echoed(flow, scrub.names)
-            if callable(before):
-                out = before(out)
-            return out if out or not chunk else []    # an empty chunk would end a chunked body
-        r.stream = stream
-
-    def _on_body(self, flow, echoes) -> None:
-        """A buffered response body, before its request is recorded: decoded (a bounded
-        Content-Encoding), every real value in it put back as its placeholder, encoded again
-        (mitmproxy fixes Content-Length); withheld whole if one is left that cannot be."""
-        r = flow.response
-        raw = r.raw_content
-        if not raw:
-            return
-        encoding = r.headers.get("content-encoding", "")
-        body, whole, err = bodies.decode(raw, encoding, True)
-        if err or not whole:            # not readable within the bound: decoded piece by piece
-            try:
-                echo.Stream(echoes, encoding).feed(raw)
-                left = None
-            except echo.Echo as e:
-                left = e.name
-            except Exception:           # it does not decode (nor can the step's client): as it is
-                left = echoes.found(raw)
-            if left is not None:
-                self._withhold(flow, left)
-            return
-        clean, names, left = echoes.scrub(body)
-        if left is not None:
-            self._withhold(flow, left)
-            return
-        if names:
-            r.content = clean           # mitmproxy encodes it again and fixes Content-Length
-            self._echoed(flow, names)
-
-    def _echoed(self, flow, names) -> None:
-        rec = flow.metadata.get("envgit.record")
-        if rec is not None:
-            rec["credential_echo"] = ",".join(sorted(set(names)))
-
-    def _withheld(self, flow, name, why="") -> str:
-        """Record a response withheld (cut off) for the real value of credential `name` it
-        carried; the text the step's client is given."""
-        conn = self.gate.addon.conns.get(flow.client_conn.id)
-        host, port = self._target(flow, conn)
-        what = f"the real value of credential '{name}'" if name else \
-            f"a body the gate could not read ({why})"
-        d = network.Decision(
-            "deny", RULE, f"the response from {network.norm_host(host)}:{port} carried {what}; "
-            "it was withheld from the step (cut off), never passed on", kind=ECHO,
-            hint="the server printed the credential it was sent; the step gets placeholders only")
-        rec = flow.metadata.get("envgit.record")
-        if rec is not None:
-            rec.update(decision="deny", rule=RULE, reason=d.reason, kind=ECHO,
-                       irreversible=False, **({"credential": name} if name else {}))
-            self._scrub(rec)
-        return _denial_text(flow, d)
-
-    def _withhold(self, flow, name) -> None:
-        """A buffered response that carries a real value the gate cannot rewrite: replaced
-        whole by a 502 saying so."""
-        text = self._withheld(flow, name)
-        flow.response = http.Response.make(502, text, {"Content-Type": "text/plain; charset=utf-8",
-                                                       "X-Envgit-Rule": RULE})
 
     def websocket_message(self, flow: http.HTTPFlow):
         """A WebSocket (where network.l7 says `websocket: allow`): each whole message, before
