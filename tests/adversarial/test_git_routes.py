@@ -384,3 +384,33 @@ def test_a_program_the_repository_config_names_in_the_project(attacker, key, val
     taken_back(a, r, str(prog.relative_to(a.root)))
     a.host(trigger)
     assert not m.exists()
+
+
+@pytest.mark.both_uids(READ_ONLY_GIT)
+@pytest.mark.parametrize("where", ["src", "."])
+def test_a_directory_shaped_like_a_repository(attacker, where):
+    """git takes any directory with HEAD beside refs/objects for a repository when no `.git` is
+    in the way (or the `.git`'s HEAD does not parse), and obeys the `config` there: the HEAD a
+    step makes is taken back, so the person's git under it is the project's again; a bare
+    repository `git clone --bare` makes runs nothing and stays."""
+    a = attacker
+    m = a.home / "pwned-bare"
+    person(a, f"mkdir -p src/lib && echo 'print(1)' > src/lib/a.py && git add -A && git {ID} commit -qm init")
+    worktree = ".." if where == "src" else "."
+    plant = (f"git clone -q --bare . /tmp/b && cp -r /tmp/b/objects /tmp/b/refs /tmp/b/packed-refs {where}/ && "
+             f"cp .git/HEAD {where}/HEAD && printf '[core]\\n\\trepositoryformatversion = 0\\n"
+             f"\\tbare = false\\n\\tworktree = {worktree}\\n\\tfsmonitor = \"touch {m}; false\"\\n' > {where}/config")
+    if where == ".":
+        plant += " && cp .git/index index && echo garbage > .git/HEAD"
+    r = a.run(plant)
+    assert r.returncode == 0, r.stderr
+    taken_back(a, r, "HEAD" if where == "." else f"{where}/HEAD")
+    at = "cd src/lib" if where == "src" else "true"
+    assert not host_git(a, f"{at} && git status", m)
+    person(a, f"cp {where}/packed-refs /dev/null && printf 'ref: refs/heads/master\\n' > {where}/HEAD")
+    assert host_git(a, f"{at} && git status", m)               # the oracle is live
+    if where == ".":
+        return
+    r = a.run("git clone -q --bare . fixtures/repo.git && git -C fixtures/repo.git log --oneline")
+    assert r.returncode == 0, r.stderr
+    assert last_step(a)["taken_back"] == [] and (a.root / "fixtures" / "repo.git" / "HEAD").exists()

@@ -27,6 +27,7 @@ import re
 
 from ..policy.globs import has_magic
 from ..sandbox import hostgit
+from ..sandbox.gitroutes import looks_like_gitdir
 from ..sandbox.routes import _alt, _inside
 
 # What git writes into a new repository's config (init, clone, worktree add, submodule add,
@@ -66,7 +67,8 @@ def to_take_back(pol, project: str, escapes: list[str], scan) -> list[str]:
         path = os.path.join(project, rel)
         protected = any(p == e or p.startswith(e + "/") for e in lit for p in (rel,)) \
             or (rx and any(rx(p) for p in prefixes)) or (exact and exact(rel)) \
-            or any(_inside(path, f) for f in found)
+            or any(_inside(path, f) for f in found) \
+            or (os.path.basename(rel) == "HEAD" and looks_like_gitdir(os.path.dirname(path)))
         if protected and not harmless(project, rel):
             out.append(rel)
     return out
@@ -89,8 +91,16 @@ def harmless(project: str, rel: str) -> bool:
             return not os.listdir(path)
         except OSError:
             return False
-    if base in ("config", "config.worktree") and ("/.git/" in "/" + rel):
+    if base in ("config", "config.worktree") and ("/.git/" in "/" + rel or looks_like_gitdir(os.path.dirname(path))):
         return _safe_config(path, project)
+    if base == "HEAD":      # a directory made a repository (a bare clone): kept if it runs nothing
+        d = os.path.dirname(path)
+        if os.path.lexists(os.path.join(d, "commondir")):
+            return False
+        cfg = os.path.join(d, "config")
+        hooks = os.path.join(os.path.dirname(rel), "hooks")
+        return (not os.path.lexists(cfg) or _safe_config(cfg, project)) and \
+            (not os.path.isdir(os.path.join(d, "hooks")) or harmless(project, hooks))
     if base == "commondir" and parent and os.path.basename(os.path.dirname(os.path.dirname(rel))) == "worktrees":
         return _target(path, os.path.dirname(path), b"") == os.path.dirname(os.path.dirname(os.path.dirname(path)))
     if base == ".git" and os.path.isfile(path) and not os.path.islink(path):

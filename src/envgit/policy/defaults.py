@@ -141,6 +141,8 @@ ESCAPE_ROUTES = [
                                     "registries, the pnpmfile"),
     ("**/bunfig.toml", "protect", "bun's preload scripts run on bun run/test; install "
                                   "registries route the token"),
+    ("uv.toml", "protect", "uv's index URLs (and the credentials it sends there), its python "
+                           "downloads and build settings"),
     ("**/.cargo/config.toml", "protect", "cargo: registry replacement, credential providers, "
                                          "rustc wrappers and runners run programs"),
     ("**/.cargo/config", "protect", "cargo: registry replacement, credential providers, "

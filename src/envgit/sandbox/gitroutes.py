@@ -36,6 +36,18 @@ def gitdir_of(dotgit: str) -> str | None:
     return None
 
 
+def looks_like_gitdir(d: str) -> bool:
+    """Whether git would take directory `d` for a repository of its own when run in or below
+    it with no `.git` in the way (or a `.git` whose HEAD does not parse): a HEAD file beside
+    `objects`/`refs` (or a `commondir`), git's own test (setup.c is_git_directory), loosely.
+    A step can make one anywhere (`src/HEAD`, `src/refs`, `src/config`), and then the person's
+    `git status` under it obeys that `config`."""
+    if not os.path.isfile(os.path.join(d, "HEAD")) or os.path.islink(os.path.join(d, "HEAD")):
+        return False
+    return os.path.isdir(os.path.join(d, "refs")) or os.path.isdir(os.path.join(d, "objects")) \
+        or os.path.isfile(os.path.join(d, "commondir"))
+
+
 def commondir_of(gitdir: str) -> str | None:
     try:
         with open(os.path.join(gitdir, "commondir"), "rb") as f:

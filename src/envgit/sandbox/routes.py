@@ -17,7 +17,7 @@ from ..changes import copy_to_own_inode, listed_whole
 from ..policy import defaults
 from ..policy.decide import _rx
 from ..policy.globs import has_magic
-from .gitroutes import HooksPaths, commondir_of, gitdir_of, gitdir_routes
+from .gitroutes import HooksPaths, commondir_of, gitdir_of, gitdir_routes, looks_like_gitdir
 
 MAX_WALK = 5000          # entries fingerprinted under one protected directory
 _GIT_CONFIG_SUFFIXES = ("/.git/config", "/.git/config.worktree")
@@ -67,6 +67,7 @@ class Routes:
         find = [_rel_glob(rules.project, e) for e, _ in rules.protect_abs]
         find += [m for m in defaults.MARK_IN_PROJECT if has_magic(m)]
         find += list(defaults.DENY_READ_IF_CONTAINS)
+        find.append("**/HEAD")          # a directory shaped like a repository (gitroutes.looks_like_gitdir)
         return stop, tuple(sorted({f for f in find if f}))
 
     def find(self, rules, scan) -> RouteSet:
@@ -113,6 +114,8 @@ class Routes:
                     gitdirs.append(gd)          # a .git file's target, anywhere
                 elif gd:
                     repos.append(gd)
+            elif base == "HEAD" and "/.git/" not in "/" + h and looks_like_gitdir(os.path.dirname(p)):
+                gitdirs.append(os.path.dirname(p))      # git takes it for a repository: its config runs
             elif base == "commondir":
                 cd = commondir_of(os.path.dirname(p))
                 if cd:
@@ -376,6 +379,10 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
         path = c.get("path", "")
         if _a_packages_copy(path) or not os.path.lexists(os.path.join(project, path)):
             continue            # a package's own copy; a route removed runs nothing
+        if os.path.basename(path) == "HEAD" and "/.git/" not in "/" + path and \
+                looks_like_gitdir(os.path.dirname(os.path.join(project, path))):
+            out.add(os.path.join(project, path))    # a directory the step made a repository
+            continue
         if any(path == e or path.startswith(e + "/") for e in lit) or (exact and exact(path)) or \
                 (rx and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))) \
                 or in_venv(path):
