@@ -14,25 +14,14 @@ import pytest
 
 from conftest import CANARY
 from gatekit import hostport, netproject, servers
+from kit.tunnel import TUNNEL
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("python3") is None,
                                 reason="socat or python3 is not installed")
 
 # A raw request line through $HTTPS_PROXY's tunnel: argv[1] host:port, argv[2] the request
 # line's target ("PH": the placeholder).
-RAW = r'''
-import base64, os, socket, ssl, sys
-from urllib.parse import urlsplit
-host, port = sys.argv[1].rsplit(":", 1)
-p = urlsplit(os.environ["HTTPS_PROXY"])
-s = socket.create_connection((p.hostname, p.port), timeout=20)
-auth = base64.b64encode(f"{p.username}:{p.password}".encode()).decode()
-s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-          f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
-head = b""
-while b"\r\n\r\n" not in head:
-    head += s.recv(1)
-t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(s, server_hostname=host)
+RAW = TUNNEL + r'''
 target = sys.argv[2].replace("PH", os.environ["MY_TOKEN"])
 t.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
 out = b""

@@ -34,6 +34,7 @@ import pytest
 from conftest import CANARY
 from gatekit import netproject, servers
 from kit.rawtls import raw_tls_server
+from kit.tunnel import TUNNEL
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("python3") is None,
                                 reason="socat or python3 is not installed")
@@ -235,19 +236,7 @@ def test_a_body_the_gate_cannot_decode_elsewhere_passes_as_before(attacker):
 
 # The step's client: CONNECT through $HTTPS_PROXY, TLS, one GET with the headers argv[3]
 # names, then one masked text message "hello websocket"; prints all it reads until the end.
-WS_CLIENT = r'''
-import base64, os, socket, ssl, sys
-from urllib.parse import urlsplit
-host, port = sys.argv[1].rsplit(":", 1)
-p = urlsplit(os.environ["HTTPS_PROXY"])
-s = socket.create_connection((p.hostname, p.port), timeout=20)
-auth = base64.b64encode(f"{p.username}:{p.password}".encode()).decode()
-s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-          f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
-head = b""
-while b"\r\n\r\n" not in head:
-    head += s.recv(1)
-t = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(s, server_hostname=host)
+WS_CLIENT = TUNNEL + r'''
 extra = {"plain": "Sec-WebSocket-Version: 13\r\n",
          "upgrade": "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
                     "Sec-WebSocket-Key: " + base64.b64encode(os.urandom(16)).decode() + "\r\n"}[sys.argv[3]]

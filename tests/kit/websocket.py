@@ -8,27 +8,14 @@ import struct
 from contextlib import contextmanager
 
 from kit.rawtls import raw_tls_server
+from kit.tunnel import TUNNEL
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 # The step's client: CONNECT through $HTTPS_PROXY, TLS, upgrade (with the placeholder as its
 # Bearer token if argv[3] is "auth"), send argv[2] as one text message ("PH": the
 # placeholder), print the answer, and argv[4] further messages if given.
-CLIENT = r'''
-import base64, os, socket, ssl, struct, sys
-from urllib.parse import urlsplit
-host, port = sys.argv[1].rsplit(":", 1)
-p = urlsplit(os.environ["HTTPS_PROXY"])
-s = socket.create_connection((p.hostname, p.port), timeout=20)
-auth = base64.b64encode(f"{p.username}:{p.password}".encode()).decode()
-s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-          f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
-head = b""
-while b"\r\n\r\n" not in head:
-    head += s.recv(1)
-assert b" 200" in head.split(b"\r\n")[0], head
-ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
-t = ctx.wrap_socket(s, server_hostname=host)
+CLIENT = TUNNEL + r'''
 key = base64.b64encode(os.urandom(16)).decode()
 t.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n" +
