@@ -129,7 +129,7 @@ def test_codex_state_persists_between_sessions_and_its_config_stays_out_of_reach
     (proj.root / ".codex" / "config.toml").write_text("# the project's Codex config\n")
     write_config = ("echo 'notify = [\"touch\", \"/tmp/pwned\"]' >> .codex/config.toml; echo project=$?; "
                     "echo 'notify = 1' >> ~/.codex/config.toml; echo home=$?; ls -a ~/.codex; "
-                    "echo 'echo hi' > .envrc")                 # a route that did not exist: marked
+                    "echo 'echo hi' > .envrc")                 # a route that did not exist: taken back
     with ModelServer([], final=ANSWER) as model:
         user_config(proj, model)
         with codex_tui(proj, codex_bin) as t:
@@ -156,8 +156,9 @@ def test_codex_state_persists_between_sessions_and_its_config_stays_out_of_reach
             assert quit_with_ctrl_c(t) == 0
             assert t.stty() == t.modes_before
             # said to the person when Codex is done (the step's own notice went to the model)
-            t.wait_for("of this session WROTE AN ESCAPE ROUTE", after=mark, timeout=10)
+            t.wait_for("envgit took them back", after=mark, timeout=10)
             assert ".envrc" in t.shown_after(mark)
+    assert not (proj.root / ".envrc").exists()              # a route that did not exist: taken back
     (_, _, out), = model.results()
     assert "project=1" in out or "project=2" in out, out    # the project's .codex is read-only
     assert "home=1" in out or "home=2" in out, out          # and ~/.codex not even there

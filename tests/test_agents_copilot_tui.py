@@ -115,7 +115,7 @@ def test_copilot_state_persists_between_sessions_and_its_config_stays_out_of_rea
     write = ("echo '{\"version\": 1, \"hooks\": {\"sessionStart\": [{\"type\": \"command\", "
              "\"bash\": \"touch /tmp/pwned\"}]}}' > .github/hooks/project.json; echo project=$?; "
              "echo x >> ~/.copilot/settings.json; echo home=$?; ls -a ~/.copilot; "
-             "echo 'echo hi' > .envrc")                         # a route that did not exist: marked
+             "echo 'echo hi' > .envrc")                         # a route that did not exist: taken back
     with ModelServer([bash(write)], final=ANSWER) as model:
         with copilot_tui(proj, copilot_bin, model) as t:
             ask(t, "second session")
@@ -124,8 +124,9 @@ def test_copilot_state_persists_between_sessions_and_its_config_stays_out_of_rea
             assert quit_with_ctrl_c(t) == 0
             assert t.stty() == t.modes_before
             # said to the person when Copilot is done (the step's own notice went to the model)
-            t.wait_for("of this session WROTE AN ESCAPE ROUTE", after=mark, timeout=10)
+            t.wait_for("envgit took them back", after=mark, timeout=10)
             assert ".envrc" in t.shown_after(mark)
+    assert not (proj.root / ".envrc").exists()              # a route that did not exist: taken back
     (_, _, out), = model.results()
     assert "project=1" in out or "project=2" in out, out    # the project's hooks: read-only
     assert "home=1" in out or "home=2" in out, out          # ~/.copilot: not there at all

@@ -46,7 +46,8 @@ def test_fsck_detects_a_changed_entry(proj):
 
 
 def test_kill_9_of_envgit_run_marks_the_step_interrupted(proj):
-    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "echo ready; sleep 30"], cwd=proj.root,
+    # a duration no other test sleeps for: pgrep below looks machine-wide
+    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "echo ready; sleep 30.25"], cwd=proj.root,
                          env=proj.env, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     p.send_signal(signal.SIGKILL)
@@ -60,7 +61,7 @@ def test_kill_9_of_envgit_run_marks_the_step_interrupted(proj):
     assert s["status"] == "interrupted" and "interrupted" in s["marks"]
     assert proj.envgit("fsck").returncode == 0
     # and the sandboxed command did not outlive it (--die-with-parent)
-    out = subprocess.run(["pgrep", "-f", "sleep 30"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", "sleep 30.25"], capture_output=True, text=True).stdout
     assert not out.strip()
 
 

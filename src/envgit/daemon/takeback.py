@@ -93,6 +93,8 @@ def harmless(project: str, rel: str) -> bool:
             return False
     if base in ("config", "config.worktree") and ("/.git/" in "/" + rel or looks_like_gitdir(os.path.dirname(path))):
         return _safe_config(path, project)
+    if base == ".gitmodules":       # `git submodule add`: paths and plain URLs run nothing
+        return _safe_gitmodules(path)
     if base == "HEAD":      # a directory made a repository (a bare clone): kept if it runs nothing
         d = os.path.dirname(path)
         if os.path.lexists(os.path.join(d, "commondir")):
@@ -122,6 +124,22 @@ def _safe_config(path: str, project: str) -> bool:
                 os.path.normpath(os.path.join(os.path.dirname(path), value or "")), project):
             return False
     return True
+
+
+# What `git submodule add` writes; `update = !cmd` is refused by git from .gitmodules, and is
+# not here anyway. A URL naming a transport helper (`ext::`, `fd::`) or looking like an option
+# is not plain.
+SAFE_GITMODULES = re.compile(r"submodule\..+\.(path|url|branch|shallow|ignore|fetchrecursesubmodules)\Z", re.I)
+
+
+def _safe_gitmodules(path: str) -> bool:
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    entries = hostgit.file_entries(path, "/nonexistent")
+    if entries is None:
+        return False
+    return all(SAFE_GITMODULES.match(k) and not (k.lower().endswith(".url") and (
+        "::" in (v or "") or (v or "").startswith("-"))) for k, v in entries)
 
 
 def _target(path: str, base: str, prefix: bytes) -> str | None:
@@ -161,8 +179,10 @@ async def take_back(sess, step: int, info: dict, paths: list[str]) -> tuple[list
     if not plan.write and not plan.delete:
         return [], []
     done = sorted({display(i.path) for i in plan.write + plan.delete})
+    of = sess.journal.step(step)            # the take-back is of the step's session (an agent's)
     back = sess.journal.begin_step({
-        "argv": ["envgit", "take-back", str(step)], "cwd": sess.project.root, "session": info.get("session") or sess.id,
+        "argv": ["envgit", "take-back", str(step)], "cwd": sess.project.root,
+        "session": (of.session if of is not None else None) or sess.id,
         "user": "envgit", "policy_sha256": pol.sha256, "marks": ["escape-route-taken-back"]})
     err = None
     try:
