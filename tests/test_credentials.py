@@ -82,6 +82,7 @@ def world(tmp_path):
             "irreversible:\n  - preset: default\n"
             "credentials:\n  github:\n    from: { env: MY_GH_TOKEN }\n"
             f"    hosts: [\"{hostport(git)}\"]\n")
+        env.envgit("trust", "--yes", check=True)    # the person approves the credential
         try:
             yield env, git, stub
         finally:
@@ -233,6 +234,7 @@ def test_npm_install_from_a_token_requiring_registry(tmp_path):
         hp = hostport(srv)
         env.write_policy(f"version: 1\nnetwork:\n  allow: [\"{hp}\"]\n"
                          f"credentials:\n  npm:\n    from: {{ env: NPM_TOKEN }}\n    hosts: [\"{hp}\"]\n")
+        env.envgit("trust", "--yes", check=True)
         (root / "package.json").write_text('{"name": "app", "version": "0.0.0", "private": true}\n')
         try:
             r = env.run(f"npm install --no-audit --no-fund --no-update-notifier --registry https://{hp}/ "
@@ -305,6 +307,7 @@ def test_aws_request_is_resigned_with_the_real_key_and_refused_elsewhere(tmp_pat
         env.write_policy(f"version: 1\nnetwork:\n  allow: [\"{hostport(s3)}\", \"{hostport(stub)}\"]\n"
                          f"credentials:\n  aws:\n    from: {{ profile: envgit-test }}\n"
                          f"    hosts: [\"{hostport(s3)}\"]\n")
+        env.envgit("trust", "--yes", check=True)
         get = ("curl -s -w ' %{{http_code}}' --aws-sigv4 aws:amz:us-east-1:s3 "
                "--user \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" {url}/bucket/key")
         try:

@@ -69,6 +69,7 @@ def grants_world(tmp_path):
             "    action: ask\n    name: gql-mutation\n"
             "credentials:\n  tok:\n    from: { env: MY_TOKEN }\n"
             f"    hosts: [\"cred.example.test:{stub.port}\"]\n")
+        env.envgit("trust", "--yes", check=True)    # the person approves the credential
         try:
             yield World(env, git, stub)
         finally:

@@ -384,6 +384,7 @@ def test_streamable_http_with_an_http_upstream(proj):
         wait_port(up_port, upstream)
         with open(proj.root / "envgit.yaml", "a") as f:
             f.write(f"\nmcp:\n  servers:\n    corpus: {{url: 'http://127.0.0.1:{up_port}/mcp'}}\n")
+        proj.envgit("trust", "--yes", check=True)     # the url server is approved first
         ours = subprocess.Popen([ENVGIT, "mcp", "--http", f"127.0.0.1:{our_port}"],
                                 cwd=proj.root, env=proj.env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -48,17 +48,28 @@ def hostport(srv, name=None):
     return f"{name or srv.names[0]}:{srv.port}"
 
 
-def netproject(attacker, git, stub, tail="", allow=()):
+def netproject(attacker, git, stub, tail="", allow=(), trust=True):
     """The attacker's project with the network on: both servers allowed, `tail` appended to
     the policy (its own `irreversible:` list etc.), the daemon started afresh with the names
-    mapped to 127.0.0.1 and the servers' CA trusted upstream."""
+    mapped to 127.0.0.1 and the servers' CA trusted upstream. A credential or MCP server in
+    `tail` is approved as the person would (`envgit trust --yes`) unless `trust` is False."""
     attacker.stop()
     attacker.env["ENVGIT_RESOLVE"] = ",".join(f"{n}=127.0.0.1" for n in git.names + stub.names)
     attacker.env["ENVGIT_UPSTREAM_CA"] = str(git.ca.cert_path)
     hosts = [hostport(git)] + [hostport(stub, n) for n in stub.names] + list(allow)
     attacker.write_policy("version: 1\nnetwork:\n  ask_timeout: 20\n  allow: [" +
                           ", ".join(f'"{h}"' for h in hosts) + "]\n" + tail)
+    if trust and ("credentials:" in tail or "mcp:" in tail):
+        trust_policy(attacker)
     return attacker
+
+
+def trust_policy(attacker):
+    """`envgit trust --yes`, as the person approves what the project's envgit.yaml reads and
+    sends. runuser gives the test user its passwd home, which does not exist: the approvals go
+    in the test home instead, as a person with such a home would say (XDG_STATE_HOME)."""
+    attacker.env.setdefault("XDG_STATE_HOME", str(attacker.home / ".local" / "state"))
+    attacker.envgit("trust", "--yes", check=True)
 
 
 def clone_into_project(attacker, git):

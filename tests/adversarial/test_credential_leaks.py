@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANARY
-from gatekit import Answerer, hostport, netproject, servers
+from gatekit import Answerer, hostport, netproject, servers, trust_policy
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -133,6 +133,7 @@ def test_outside_the_credential_paths_is_misuse(attacker, path):
         setup(attacker, git, stub)
         text = (attacker.root / "envgit.yaml").read_text() + "    paths: [\"/repo.git/**\"]\n"
         attacker.write_policy(text)
+        trust_policy(attacker)                  # the narrowed credential, approved again
         attacker.run(f"curl -s --path-as-is -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
                      f"{git.url_for()}{path}")
         assert not leaked(git, CANARY)

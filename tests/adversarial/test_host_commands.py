@@ -1,5 +1,5 @@
 """Red team: host commands a policy names run on the host, outside every sandbox, chosen by a
-file that comes with a cloned repository (hostcmd/, policy/hostcmds.py).
+file that comes with a cloned repository (hostcmd/, policy/hostentries.py).
 
 - a project credential's `from: command` ran at the first request that needed it, unasked:
   now only once the person approved its exact text (`envgit trust`), and again when it changes;
@@ -55,7 +55,7 @@ def test_a_project_credential_command_runs_only_once_trusted(attacker):
     # in the test home instead, as a person with such a home would say
     attacker.env["XDG_STATE_HOME"] = str(attacker.home / ".local" / "state")
     with servers() as (git, stub):
-        netproject(attacker, git, stub, _credential(stub, cmd))
+        netproject(attacker, git, stub, _credential(stub, cmd), trust=False)
         r = _send(attacker, stub)
         assert not marker.exists(), "the project's credential command ran without being trusted"
         assert not _got(stub, TOKEN)
@@ -70,14 +70,14 @@ def test_a_project_credential_command_runs_only_once_trusted(attacker):
 
         marker.unlink()
         stub.requests.clear()
-        netproject(attacker, git, stub, _credential(stub, cmd + "; true"))   # the text changed
+        netproject(attacker, git, stub, _credential(stub, cmd + "; true"), trust=False)  # changed
         r = _send(attacker, stub)
         assert not marker.exists(), "a changed credential command ran on the old approval"
         assert not _got(stub, TOKEN)
         assert "envgit trust" in r.stdout and "not trusted" in r.stdout, r.stdout
 
         attacker.envgit("trust", "--revoke", check=True)
-        assert "no host commands approved" in attacker.envgit("trust", "--list", check=True).stdout
+        assert "nothing approved" in attacker.envgit("trust", "--list", check=True).stdout
 
 
 def _org(text) -> str:

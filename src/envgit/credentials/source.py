@@ -1,10 +1,13 @@
 """Reading a credential's real value on the host, in the daemon, when a request needs it.
 
 Sources: `env` (the daemon's environment: the person's `envgit run` that started it),
-`command` (run on the host, outside any sandbox, once trusted and from outside the project:
-hostcmd/run.py; its output cached for the session), `file`
-('~/' allowed), `profile` (an AWS profile of ~/.aws/credentials). Values are cached for the
-session and never logged: errors name the source, never its output.
+`command` (run on the host, outside any sandbox, from outside the project: hostcmd/run.py; its
+output cached for the session), `file` ('~/' allowed), `profile` (an AWS profile of
+~/.aws/credentials). A project's credential, of any kind, is read under its policy only once
+the person approved it with the hosts it is sent to (`envgit trust`, hostcmd/trust.py): its
+envgit.yaml came with a cloned repository, and would otherwise send the person's variable or
+file where it says. Values are cached for the session and never logged: errors name the
+source, never its output.
 """
 
 import configparser
@@ -22,11 +25,31 @@ def _home(environ) -> str:
     return environ.get("HOME") or os.path.expanduser("~")
 
 
+def trusted(name: str, source: dict, policy, environ) -> None:
+    """CredentialError unless credential `name` of `policy` is `source` and, a project's,
+    approved as it stands (source, hosts, methods, paths): the one-line error names
+    envgit.yaml:LINE and `envgit trust`."""
+    from ..hostcmd.trust import Untrusted, require
+    from ..policy.hostentries import credential_approves
+    cred = (getattr(policy, "credentials", None) or {}).get(name)
+    try:
+        if cred is None or cred.get("from") != source:
+            raise Untrusted(f"{policy.path}: credential {name}: not as the loaded policy names "
+                            "it; review it with `envgit trust`")
+        require(policy, "credential", name, credential_approves(cred), environ)
+    except Untrusted as e:
+        raise CredentialError(str(e)) from None
+
+
 def read(name: str, source: dict, environ=os.environ, policy=None) -> dict[str, str]:
     """The real value(s): {"token": …}, or for a profile {"key_id", "secret", "session"?}.
-    A `command` source needs the `policy` that names it: it runs only as that policy's
-    trusted host command (hostcmd/)."""
+    With the `policy` that names it, only once trusted (`trusted`); every value that is sent
+    anywhere is read so (the gate's Sources, `envgit doctor`). Without one, a `command` is
+    refused, and the others are read to compare only (sandbox/environ.py puts placeholders in
+    place of real values a step's environment would hold: nothing is sent)."""
     (kind, where), = source.items()
+    if policy is not None and kind != "command":        # a command's runner checks it itself
+        trusted(name, source, policy, environ)
     if kind == "env":
         value = environ.get(where, "")
         if not value:
@@ -100,7 +123,11 @@ class Sources:
         self._cache: dict[tuple, dict[str, str]] = {}
 
     def value(self, name: str, source: dict, policy=None) -> dict[str, str]:
+        """The real value(s); under `policy` (the gate's every use) only while it is trusted
+        as the policy now stands: a cached value too (a changed `hosts:` is asked again)."""
         key = (name, tuple(sorted(source.items())))
+        if policy is not None:
+            trusted(name, source, policy, self.environ)
         if key not in self._cache:
             got = read(name, source, self.environ, policy)
             if "command" in source and policy is not None and \

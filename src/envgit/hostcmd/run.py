@@ -1,5 +1,6 @@
 """Running a host command a policy names, the one way: a credential's `from: command`
-(credentials/source.py) and an MCP stdio server (mcp/upstream.py).
+(credentials/source.py) and an MCP stdio server (mcp/upstream.py); and an MCP url server's
+URL, whose `${VAR}`s are expanded as a stdio server's are (url_server).
 
 Each runs only once trusted (trust.py), and from outside the project, so that nothing a step
 wrote decides what runs:
@@ -103,9 +104,17 @@ def _covered(name: str, patterns: list[str]) -> bool:
     return any(env_overlap(name, p) for p in patterns)
 
 
+def url_server(policy, name: str, spec: dict, environ) -> str:
+    """The URL of MCP url server `name`, trusted, its `${NAME}`s expanded (none that env.deny
+    names or an organisation credential reads, for a project's)."""
+    from ..policy.hostentries import mcp_approves
+    entry = trust.require(policy, "mcp", name, mcp_approves(spec), environ)
+    return expand(spec["url"], entry, policy, environ)
+
+
 def expand(value: str, entry: dict, policy, environ) -> str:
     """'${NAME}' from the caller's environment (empty when unset); a project entry naming a
-    variable the organisation withholds is refused."""
+    variable env.deny names or the organisation's credential reads is refused."""
     withheld = [] if entry["org"] else _withheld(policy)
 
     def one(m):
@@ -135,19 +144,16 @@ def environment(policy, entry: dict, extra: dict[str, str], environ) -> dict[str
     return env
 
 
-def _entry(policy, kind: str, name: str, same, environ) -> dict:
-    entry = trust.find(policy, kind, name)
-    if entry is None or not same(entry["approves"]):
-        raise trust.Untrusted(f"{policy.path}: {kind} {name}: not a host command of the loaded "
-                              "policy; review it with `envgit trust`")
-    trust.check(policy, entry, environ)
-    return entry
-
-
 def run_credential(policy, name: str, command: str, environ, timeout: float):
-    """Run credential `name`'s `from: command` (trusted, from /, its environment built);
-    the CompletedProcess (text). Raises Untrusted, HostCommandError, OSError, TimeoutExpired."""
-    entry = _entry(policy, "credential", name, lambda a: a["command"] == command, environ)
+    """Run credential `name`'s `from: command` (trusted with its hosts, from /, its environment
+    built); the CompletedProcess (text). Raises Untrusted, HostCommandError, OSError,
+    TimeoutExpired."""
+    from ..policy.hostentries import credential_approves
+    cred = policy.credentials.get(name) or {}
+    if cred.get("from") != {"command": command}:
+        raise trust.Untrusted(f"{policy.path}: credential {name}: not as the loaded policy "
+                              "names it; review it with `envgit trust`")
+    entry = trust.require(policy, "credential", name, credential_approves(cred), environ)
     env = environment(policy, entry, {}, environ)
     return subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL, env=env, cwd="/")
@@ -155,9 +161,8 @@ def run_credential(policy, name: str, command: str, environ, timeout: float):
 
 def stdio_server(policy, name: str, spec: dict, environ) -> tuple[str, list[str], dict[str, str]]:
     """(program, args, environment) of MCP server `name`, trusted, to start from `/`."""
-    entry = _entry(policy, "mcp", name, lambda a: a["command"] == spec["command"] and
-                   a["args"] == list(spec.get("args") or []) and
-                   a["env"] == dict(sorted((spec.get("env") or {}).items())), environ)
+    from ..policy.hostentries import mcp_approves
+    entry = trust.require(policy, "mcp", name, mcp_approves(spec), environ)
     env = environment(policy, entry, {k: expand(v, entry, policy, environ)
                                       for k, v in (spec.get("env") or {}).items()}, environ)
     cmd = expand(spec["command"], entry, policy, environ)

@@ -1,7 +1,8 @@
-"""The person's approvals of the host commands a project's policy names, like direnv's
-`allow`: a project command runs only when the hash of its exact text (policy/hostcmds.py
-`digest`: what runs, and for a credential the hosts its output goes to) is recorded here for
-that project. A changed text is another hash, so it is asked about again.
+"""The person's approvals of what a project's policy makes the host read, run or connect to
+(policy/hostentries.py: every credential, with the hosts its value is sent to; every MCP
+server, a command or a url), like direnv's `allow`: a project entry is used only when the
+hash of its exact text (`digest`) is recorded here for that project. A changed text is
+another hash, so it is asked about again.
 
 Where: $XDG_STATE_HOME/envgit/trust/<sha256 of the project's real path>.json (default
 ~/.local/state/envgit/…), the person's own state: outside every project, and outside what a
@@ -11,7 +12,7 @@ is refused here rather than trusted: a step could write its own approvals. The f
 a 0700 directory, written whole or not at all (atomicfile); one that is not the person's, or
 that others can write, approves nothing.
 
-The organisation's host commands are the organisation's (its file is root's): never asked
+The organisation's entries are the organisation's (its file is root's): never asked
 about. Everything here runs in the daemon, `envgit mcp`, `envgit doctor` and `envgit trust`,
 never on `envgit run`'s hot path.
 """
@@ -23,11 +24,11 @@ import stat
 import time
 
 from ..atomicfile import write_atomic
-from ..policy.hostcmds import label
+from ..policy.hostentries import describe, label
 
 
 class Untrusted(Exception):
-    """A project host command the person has not approved (or cannot safely approve here);
+    """A project entry (credential, MCP server) the person has not approved (or cannot safely approve here);
     str() is one line naming envgit.yaml, its line and the fix."""
 
 
@@ -55,7 +56,7 @@ def check_place(policy, environ=None) -> str:
     from .run import step_writable
     path = store_path(project_root(policy), environ)
     if step_writable(policy, path, environ or os.environ):
-        raise Untrusted(f"{policy.path}: host commands cannot be trusted: the approvals "
+        raise Untrusted(f"{policy.path}: credentials and MCP servers cannot be trusted: the approvals "
                             f"file {path} is writable by steps of this project (inside it, or "
                             "under filesystem.allow_write); set XDG_STATE_HOME to a place "
                             "outside, or remove that allow_write")
@@ -88,25 +89,25 @@ def approvals(root: str, environ=None) -> dict[str, dict]:
     return got if isinstance(got, dict) else {}
 
 
-def project_commands(policy) -> list[dict]:
-    return [e for e in policy.host_commands if not e["org"]]
+def project_entries(policy) -> list[dict]:
+    return [e for e in policy.host_entries if not e["org"]]
 
 
 def untrusted(policy, environ=None) -> list[dict]:
     have = approvals(project_root(policy), environ)
-    return [e for e in project_commands(policy) if e["digest"] not in have]
+    return [e for e in project_entries(policy) if e["digest"] not in have]
 
 
 def approve(policy, environ=None) -> list[dict]:
-    """Record every host command the project's policy names now as approved (and only those:
+    """Record every entry the project's policy names now as approved (and only those:
     an approval of a text the policy no longer holds is dropped). Returns them."""
     path = check_place(policy, environ)
     root = project_root(policy)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    entries = project_commands(policy)
-    doc = {"root": root, "approved": {e["digest"]: {
-        "what": label(e), "where": e["where"], "text": e["text"], "approves": e["approves"],
-        "approved_at": now} for e in entries}}
+    entries = project_entries(policy)
+    doc = {"root": root, "version": 2, "approved": {e["digest"]: {
+        "what": label(e), "where": e["where"], "text": e["text"], "does": describe(e),
+        "approves": e["approves"], "approved_at": now} for e in entries}}
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     write_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n", 0o600, chmod=0o600)
     return entries
@@ -123,12 +124,12 @@ def revoke(root: str, environ=None) -> int:
 
 
 def message(entry: dict) -> str:
-    return (f"{entry['where']}: {label(entry)} runs `{entry['text']}` on the host, which you have "
-            "not trusted (new, or changed since you did); review it with `envgit trust`")
+    return (f"{entry['where']}: {label(entry)} {describe(entry)}: not trusted (new, or changed "
+            "since you did); review it with `envgit trust`")
 
 
 def check(policy, entry: dict, environ=None) -> None:
-    """Raise Untrusted unless `entry` (one of policy.host_commands) may run now."""
+    """Raise Untrusted unless `entry` (one of policy.host_entries) may be used now."""
     if entry["org"]:
         return                                  # the organisation's, trusted as such
     check_place(policy, environ)
@@ -137,4 +138,16 @@ def check(policy, entry: dict, environ=None) -> None:
 
 
 def find(policy, kind: str, name: str) -> dict | None:
-    return next((e for e in policy.host_commands if e["kind"] == kind and e["name"] == name), None)
+    return next((e for e in policy.host_entries if e["kind"] == kind and e["name"] == name), None)
+
+
+def require(policy, kind: str, name: str, approves: dict, environ=None) -> dict:
+    """The entry `kind` `name` of the loaded policy, if it is exactly `approves` (what is about
+    to be read, run or connected to) and trusted; else Untrusted, one line naming envgit.yaml,
+    its line and the fix."""
+    entry = find(policy, kind, name)
+    if entry is None or entry["approves"] != approves:
+        raise Untrusted(f"{policy.path}: {kind} {name}: not as the loaded policy names it; "
+                        "review it with `envgit trust`")
+    check(policy, entry, environ)
+    return entry

@@ -5,11 +5,12 @@ They run outside the sandbox, as an agent would run them (they hold their own to
 what the sandbox gets from them is only what a call returns, and every call is recorded. A
 stdio server is a host command the policy names: it starts only once trusted (`envgit trust`),
 from `/`, with the environment hostcmd/run.py builds (never the project's node_modules, modules
-or PATH entries, whatever a step planted there)."""
+or PATH entries, whatever a step planted there). A url server is connected to only once
+trusted too: its `${VAR}`s are the person's variables, sent where the URL says (and never one
+env.deny names or an organisation credential reads)."""
 
 import json
 import os
-import re
 import sys
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -36,17 +37,12 @@ class Upstream:
         return next((t for t in self.tools if t["name"] == name), None)
 
 
-def expand(value: str) -> str:
-    """'${NAME}' from envgit mcp's own environment (empty when unset)."""
-    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: os.environ.get(m.group(1), ""), value)
-
-
 def _target(policy, name: str, spec: dict):
     from mcp import StdioServerParameters
 
-    from ..hostcmd.run import stdio_server
+    from ..hostcmd.run import stdio_server, url_server
     if spec.get("url"):
-        return expand(spec["url"])
+        return url_server(policy, name, spec, os.environ)
     if not spec.get("command"):
         raise ValueError("needs `command` (a stdio server) or `url` (streamable HTTP)")
     prog, args, env = stdio_server(policy, name, spec, os.environ)

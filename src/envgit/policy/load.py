@@ -44,9 +44,10 @@ class Policy:
     network_deny: list[str] = field(default_factory=list)   # also in irreversible, as rules
     escape_routes_allow: list[str] = field(default_factory=list)   # routes a step may create
     env_deny: list[str] = field(default_factory=list)
-    # every host command the policy names (policy/hostcmds.py `named`: kind, name, where,
-    # org, text, digest): what `envgit trust` approves and the runners check (hostcmd/)
-    host_commands: list[dict] = field(default_factory=list)
+    # every credential and MCP server the policy makes the host read, run or connect to
+    # (policy/hostentries.py `named`: kind, name, where, org, text, digest): what `envgit
+    # trust` approves and the readers and runners check (hostcmd/trust.py)
+    host_entries: list[dict] = field(default_factory=list)
     org_credentials: list[str] = field(default_factory=list)   # names the organisation defines
     # the organisation policy this one was loaded under (policy/org.py), or ""
     org_path: str = ""
@@ -62,17 +63,17 @@ class Policy:
 def load_policy(path) -> Policy:
     """The effective policy of the file at `path`, loaded under the organisation policy when
     there is one (policy/org.py); PolicyError names file, line, column and fix."""
-    from . import hostcmds, org
+    from . import hostentries, org
     path = Path(path)
     data, where, sha = _read(path)
-    hostcmds.refuse_in_project(where, path)
-    cmds = hostcmds.named(data, where, org=False)
+    hostentries.refuse_in_project(where, path)
+    entries = hostentries.named(data, where, org=False)
     org_path = org.locate(os.path.dirname(os.path.abspath(path)))
     org_sha, org_creds = "", []
     if org_path is not None:
         odata, owhere, org_sha = _read(Path(org_path), label=org.shown(org_path))
-        hostcmds.check_org_ban(odata, owhere, cmds)
-        cmds = hostcmds.named(odata, owhere, org=True) + cmds
+        hostentries.check_org_ban(odata, owhere, entries)
+        entries = hostentries.named(odata, owhere, org=True) + entries
         org_creds = sorted(odata.get("credentials") or {})
         data, where = org.combine(odata, owhere, data, where, os.path.expanduser("~"))
         org.check_unwritable(data, where, org_path, os.path.expanduser("~"),
@@ -80,7 +81,7 @@ def load_policy(path) -> Policy:
     _credential_conflicts(data, where)
     pol = _merge(data, where, str(path), sha)
     pol.org_path, pol.org_sha256 = org.shown(org_path) if org_path else "", org_sha
-    pol.host_commands, pol.org_credentials = cmds, org_creds
+    pol.host_entries, pol.org_credentials = entries, org_creds
     return pol
 
 
