@@ -414,3 +414,40 @@ def test_a_directory_shaped_like_a_repository(attacker, where):
     r = a.run("git clone -q --bare . fixtures/repo.git && git -C fixtures/repo.git log --oneline")
     assert r.returncode == 0, r.stderr
     assert last_step(a)["taken_back"] == [] and (a.root / "fixtures" / "repo.git" / "HEAD").exists()
+
+
+@pytest.mark.both_uids(READ_ONLY_GIT)
+def test_a_worktree_gitdir_without_a_commondir_is_a_repository_of_its_own(attacker):
+    """`.git/worktrees/x` with a HEAD, refs, objects and a config but no commondir is its own
+    repository: a `.git` file naming it (and a gitlink in the index, so the person's `git
+    status` at the root looks inside) would run its config. The config and the `.git` file are
+    taken back; a real `git worktree add` stays."""
+    a = attacker
+    m = a.home / "pwned-worktree-gitdir"
+    person(a, f"git {ID} commit -q --allow-empty -m init")
+    r = a.run("mkdir -p .git/worktrees/x/refs/heads .git/worktrees/x/objects vendor && "
+              "echo 'ref: refs/heads/main' > .git/worktrees/x/HEAD && "
+              f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {m}; false\"\\n' "
+              "> .git/worktrees/x/config && echo 'gitdir: ../.git/worktrees/x' > vendor/.git && "
+              "git update-index --add --cacheinfo 160000,4b825dc642cb6eb9a060e54bf8d69288fbee4904,vendor")
+    assert r.returncode == 0, r.stderr
+    taken_back(a, r, ".git/worktrees/x/config", "vendor/.git")
+    assert not host_git(a, "git status; cd vendor && git status", m)
+    person(a, "echo 'gitdir: ../.git/worktrees/x' > vendor/.git && "
+              f"printf '[core]\\n\\tfsmonitor = \"touch {m}; false\"\\n' > .git/worktrees/x/config")
+    assert host_git(a, "git status", m)                         # the oracle is live
+
+
+@pytest.mark.both_uids(READ_ONLY_GIT)
+def test_a_git_file_through_a_symlinked_gitdir(attacker):
+    """`sub/.git` names `.git/modules/x`, a symlink to a directory shaped like a repository
+    (its HEAD a symlink into refs/, as git accepts) with a config that runs a program: judged
+    by where it leads, and taken back."""
+    a = attacker
+    m = a.home / "pwned-symlinked-gitdir"
+    r = a.run("mkdir -p evil/refs/heads evil/objects sub .git/modules && ln -s refs/heads/main evil/HEAD && "
+              f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {m}; false\"\\n' "
+              "> evil/config && ln -s ../../evil .git/modules/x && echo 'gitdir: ../.git/modules/x' > sub/.git")
+    assert r.returncode == 0, r.stderr
+    taken_back(a, r, "sub/.git")
+    assert not host_git(a, "cd sub && git status", m)

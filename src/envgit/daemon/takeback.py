@@ -104,10 +104,37 @@ def harmless(project: str, rel: str) -> bool:
         return (not os.path.lexists(cfg) or _safe_config(cfg, project)) and \
             (not os.path.isdir(os.path.join(d, "hooks")) or harmless(project, hooks))
     if base == "commondir" and parent and os.path.basename(os.path.dirname(os.path.dirname(rel))) == "worktrees":
-        return _target(path, os.path.dirname(path), b"") == os.path.dirname(os.path.dirname(os.path.dirname(path)))
+        return _own_worktree(os.path.dirname(path))
     if base == ".git" and os.path.isfile(path) and not os.path.islink(path):
         t = _target(path, os.path.dirname(path), b"gitdir:")
-        return t is not None and _inside(t, project) and ("/.git/worktrees/" in t or "/.git/modules/" in t)
+        return t is not None and _plain_gitdir(t, project)
+    return False
+
+
+def _own_worktree(wt: str) -> bool:
+    """`wt` (…/.git/worktrees/NAME) is what `git worktree add` makes: its commondir names the
+    repository it is in, and it has no config or hooks of its own (a worktree gitdir without
+    a commondir would be a repository of its own, whose config git obeys)."""
+    common = os.path.realpath(os.path.dirname(os.path.dirname(wt)))
+    cd = os.path.join(wt, "commondir")
+    return not os.path.islink(cd) and os.path.isfile(cd) and \
+        os.path.realpath(_target(cd, wt, b"") or "") == common and \
+        not any(os.path.lexists(os.path.join(wt, n)) for n in ("config", "hooks", "config.worktree"))
+
+
+def _plain_gitdir(target: str, project: str) -> bool:
+    """A `.git` file's target is a linked worktree's or a submodule's gitdir in the project,
+    reached without a symlink, that runs nothing."""
+    if os.path.realpath(target) != os.path.normpath(target) or not _inside(target, project):
+        return False
+    if "/.git/worktrees/" in target:
+        return _own_worktree(target)
+    if "/.git/modules/" in target:
+        rel = os.path.relpath(target, project)
+        cfg = os.path.join(target, "config")
+        return not os.path.lexists(os.path.join(target, "commondir")) and \
+            (not os.path.lexists(cfg) or _safe_config(cfg, project)) and \
+            (not os.path.isdir(os.path.join(target, "hooks")) or harmless(project, os.path.join(rel, "hooks")))
     return False
 
 

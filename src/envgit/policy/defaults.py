@@ -88,6 +88,10 @@ ESCAPE_ROUTES = [
     ("**/.git/remotes", "protect", "legacy remotes: where git fetches and pushes"),
     ("**/.git/worktrees/*/commondir", "protect", "a worktree's common dir"),
     ("**/.git/worktrees/*/config.worktree", "protect", "a worktree's config"),
+    ("**/.git/worktrees/*/config", "protect", "a worktree's gitdir without a commondir is its own "
+                                              "repository: git obeys its config (git never writes one)"),
+    ("**/.git/worktrees/*/hooks", "protect", "the same: its hooks"),
+    ("**/.git/worktrees/*/info/attributes", "protect", "the same: its filter and diff drivers"),
     ("**/.git/modules/**/config", "protect", "a submodule's git config"),
     ("**/.git/modules/**/config.worktree", "protect", "a submodule's git config"),
     ("**/.git/modules/**/hooks", "protect", "a submodule's git hooks"),

@@ -42,7 +42,8 @@ def looks_like_gitdir(d: str) -> bool:
     `objects`/`refs` (or a `commondir`), git's own test (setup.c is_git_directory), loosely.
     A step can make one anywhere (`src/HEAD`, `src/refs`, `src/config`), and then the person's
     `git status` under it obeys that `config`."""
-    if not os.path.isfile(os.path.join(d, "HEAD")) or os.path.islink(os.path.join(d, "HEAD")):
+    head = os.path.join(d, "HEAD")
+    if not (os.path.isfile(head) or os.path.islink(head)):     # git takes a link into refs/ too
         return False
     return os.path.isdir(os.path.join(d, "refs")) or os.path.isdir(os.path.join(d, "objects")) \
         or os.path.isfile(os.path.join(d, "commondir"))
