@@ -12,7 +12,11 @@ placeholder. The forms looked for, each replaced by the same form of the placeho
   encoding at any of the three byte alignments, standard or URL-safe alphabet; a buffered
   body's run is decoded, rewritten and encoded again;
 - in a buffered body, JSON `\\uXXXX` escapes too: looked for only (a body holding the value so
-  spelled is withheld whole).
+  spelled is withheld whole); UTF-32 (rewritten as UTF-16 is); base85 and ascii85 (looked for
+  only, as base32 is);
+- on a credential's host (`deep`), readings too (readings.py): the text percent-decoded,
+  HTML-unescaped, unfolded, quoted-printable, escapes undone, its hex digits alone; a value
+  found only there cannot be rewritten in its spelling, so the body is withheld or cut off.
 
 A buffered body (`scrub`) is rewritten whole; its length may change (the caller fixes
 Content-Length). A streamed body (`Stream`) is rewritten chunk by chunk, holding back only the
@@ -28,7 +32,7 @@ import re
 import zlib
 from urllib.parse import quote, quote_plus
 
-from . import wrapped
+from . import readings, wrapped
 
 
 class Unreadable(Exception):
@@ -80,6 +84,20 @@ def b64_cores(value: bytes) -> list[bytes]:
     return out
 
 
+def b85_cores(value: bytes) -> list[bytes]:
+    """base85 (RFC 1924, git's) and ascii85 characters that depend only on `value`, at each of
+    the four byte alignments (found, never rewritten)."""
+    out = []
+    for enc in (base64.b85encode, base64.a85encode):
+        for k in range(4):
+            first = 1 if k else 0       # a group holding padding bytes depends on them
+            last = (k + len(value)) // 4
+            core = enc(b"\0" * k + value)[5 * first:5 * last]
+            if len(core) >= 10 and core not in out:
+                out.append(core)
+    return out
+
+
 def b32_cores(value: bytes) -> list[bytes]:
     """base32's characters that depend only on `value`, at each of the five byte alignments
     (found, never rewritten: a body holding one is withheld or cut off)."""
@@ -127,14 +145,25 @@ class Echoes:
         for name, real, ph in pairs:
             spelled = [(r.encode("utf-8", "surrogateescape"), p.encode())
                        for r, p in zip(forms(real), forms(ph), strict=True)]
-            for codec in ("utf-16-le", "utf-16-be"):    # a server answering in the charset asked for
+            for codec in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"):     # the charset asked for
                 spelled.append((real.encode(codec, "surrogatepass"), ph.encode(codec)))
             for r, p in spelled:
                 if (r, p, name) not in self.swaps:
                     self.swaps.append((r, p, name))
             rb = real.encode("utf-8", "surrogateescape")
             self.cores += [(c, rb, ph.encode(), name) for c in b64_cores(rb)]
-        self.b32 = [(c, name) for name, real, _ in pairs for c in b32_cores(real.encode("utf-8", "surrogateescape"))]
+        self.b32 = [(c, name) for name, real, _ in pairs
+                    for c in b32_cores(real.encode("utf-8", "surrogateescape")) +
+                    b85_cores(real.encode("utf-8", "surrogateescape"))]
+        # looked for in the readings (readings.of): the value itself, its hex (the hex reading
+        # keeps lower-case digits alone), its UTF-16/32 (percent-encoded bytes), base64 cores
+        self.plain = [(real.encode("utf-8", "surrogateescape"), name) for name, real, _ in pairs]
+        self.read = self.plain + [(r.hex().encode(), n) for r, n in self.plain] + \
+            [(real.encode(codec, "surrogatepass"), name) for name, real, _ in pairs
+             for codec in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")] + \
+            [(c, n) for c, _, _, n in self.cores]
+        # a stream holds back a value's possible beginning in the percent/HTML readings
+        self.window = readings.PER_CHAR * max((len(r) for r, _ in self.plain), default=0) + 64
         self.needles = [(r, n) for r, _, n in self.swaps] + [(c, n) for c, _, _, n in self.cores] + self.b32
         self.longest = max((len(n) for n, _ in self.needles), default=0)
         # base64 and base32 cores, looked for also with line breaks taken out (wrapped.py)
@@ -148,8 +177,13 @@ class Echoes:
     def __bool__(self):
         return bool(self.needles)
 
-    def found(self, data: bytes) -> str | None:
-        """The credential of the first real value `data` holds in any form, or None."""
+    def found(self, data: bytes, deep: bool = False) -> str | None:
+        """The credential of the first real value `data` holds in any form (`deep`: or in any
+        reading, readings.of), or None."""
+        if deep:
+            name = self.found_read(data)
+            if name is not None:
+                return name
         for needle, name in self.needles:
             if needle in data:
                 return name
@@ -160,6 +194,18 @@ class Echoes:
                     if needle in plain:
                         return name
         return self.found_broken(data)
+
+    def found_read(self, data: bytes) -> str | None:
+        """The credential of a real value `data` holds in one of its readings."""
+        for text in readings.of(data):
+            for needle, name in self.read:
+                if needle in text:
+                    return name
+        return None
+
+    def read_held(self, data: bytes) -> int:
+        """How many bytes at the end of `data` may begin a value in its percent/HTML reading."""
+        return readings.held(data, [r for r, _ in self.plain], self.window)
 
     def found_broken(self, data: bytes) -> str | None:
         """The credential of a base64 or base32 core `data` holds across line breaks."""
@@ -187,9 +233,10 @@ class Echoes:
 
     # --- a buffered body ---------------------------------------------------------------------
 
-    def scrub(self, body: bytes) -> tuple[bytes, list[str], str | None]:
+    def scrub(self, body: bytes, deep: bool = False) -> tuple[bytes, list[str], str | None]:
         """(the body with every real value put back as its placeholder, the credentials
-        rewritten, the credential of a value left that could not be rewritten or None)."""
+        rewritten, the credential of a value left that could not be rewritten or None).
+        `deep` (a credential's host): a value in a reading of what is left is such a value."""
         names = []
         for r, p, name in self.swaps:
             if r in body:
@@ -199,7 +246,7 @@ class Echoes:
             body = wrapped.rewrite(body, self.cores, names)
         if any(c in body for c, _, _, _ in self.cores):
             body = _B64_RUN.sub(lambda m: self._b64_run(m[0], names), body)
-        return body, sorted(set(names)), self.found(body)
+        return body, sorted(set(names)), self.found(body, deep)
 
     def _b64_run(self, run: bytes, names: list) -> bytes:
         cores = [(real, ph, name) for c, real, ph, name in self.cores if c in run]
@@ -225,7 +272,10 @@ class Echoes:
 class Stream:
     """One streamed body, rewritten (identity) or watched (compressed, or `rewrite` False)
     chunk by chunk. `framed`: its length is fixed by Content-Length, so a rewrite must keep
-    it. Watched, `feed` raises Echo once a form of a value is complete in the decoded bytes."""
+    it. Watched, `feed` raises Echo once a form of a value is complete in the decoded bytes.
+    `strict` (a credential's host): readings too, and a value's possible beginning in the
+    percent/HTML readings is held back at a chunk's end; the last bytes passed on are kept
+    (`_sent`) so a value spanning them and the next chunk is still found in every reading."""
 
     def __init__(self, echoes: Echoes, encoding: str = "", framed: bool = False,
                  rewrite: bool = True, strict: bool = False):
@@ -238,6 +288,7 @@ class Stream:
         self._held = b""                  # identity: bytes that may begin a real value
         self._tail = b""                  # compressed: the decoded bytes still to be matched on
         self._waiting: list[bytes] = []   # compressed: chunks held while their end may begin one
+        self._sent = b""                  # strict, identity: the last bytes passed on
 
     def feed(self, chunk: bytes) -> bytes:
         self.fed = self.fed or bool(chunk)
@@ -273,6 +324,12 @@ class Stream:
         if name is not None:
             raise Echo(name)        # base64 broken into lines: not rewritten in a stream
         keep = e.held(data)
+        if self.strict:
+            name = e.found_read(self._sent + data)
+            if name is not None:
+                raise Echo(name)    # a spelling no form lists: cut, never rewritten
+            keep = max(keep, e.read_held(data))
+            self._sent = (self._sent + data[:len(data) - keep])[-e.window:]
         self._held = data[len(data) - keep:] if keep else b""
         return data[:len(data) - keep] if keep else data
 
@@ -280,13 +337,15 @@ class Stream:
         e = self.echoes
         for piece in self.decoder(chunk):
             seen = self._tail + piece
-            name = e.found(seen)
+            name = e.found(seen, self.strict)
             if name is not None:
                 raise Echo(name)
             keep = max(e.longest - 1, e.held(seen))     # a core may run on across line breaks
+            if self.strict:
+                keep = max(keep, e.window)
             self._tail = seen[-keep:] if keep > 0 else b""
         self._waiting.append(chunk)
-        if e.held(self._tail):
+        if e.held(self._tail) or self.strict and e.read_held(self._tail):
             return b""                  # the decoded end may begin a real value: wait
         out = b"".join(self._waiting)
         self._waiting = []
@@ -323,13 +382,13 @@ class Gather:
         if self.strict and data and (body is None or not whole(data, self.encoding)):
             raise Unreadable("the compressed body does not decode whole")
         if body is None:                # it does not decode (nor can the client): as it is
-            name = self.echoes.found(data)
+            name = self.echoes.found(data, self.strict)
             if name is not None:
                 raise Echo(name)
             return data
         if len(body) > self.cap:
             return self._watched(data) + self.stream.end()
-        clean, names, left = self.echoes.scrub(body)
+        clean, names, left = self.echoes.scrub(body, self.strict)
         if left is not None:
             raise Echo(left)
         if not names:

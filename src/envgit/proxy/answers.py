@@ -55,7 +55,7 @@ class Answers:
         if not echoes:
             return
         flow.response.headers.fields = self._scrub_fields(flow, flow.response.headers.fields, echoes)
-        reason, found, left = echoes.scrub(flow.response.data.reason or b"")
+        reason, found, left = echoes.scrub(flow.response.data.reason or b"", self._credential_host(flow))
         if found or left is not None:       # an error's text may quote the token it was sent
             flow.response.data.reason = b"" if left is not None else reason
             self._echoed(flow, found or [left])
@@ -64,14 +64,19 @@ class Answers:
     def _scrub_fields(self, flow, fields, echoes) -> tuple:
         """Header (or trailer) fields with every real value put back as its placeholder, in
         every form a body may hold it (a redirect's Location percent-encodes, a debug header
-        may carry Basic credentials); a field holding one that cannot be is dropped."""
+        may carry Basic credentials); a field holding one that cannot be is dropped. On a
+        credential's host, a field holding one in a reading (a folded line, `%67hp_…`:
+        credentials/readings.py) cannot be rewritten in its spelling: dropped too."""
         out, names = [], []
+        deep = self._credential_host(flow)
         for k, v in fields:
-            name, found_k, left_k = echoes.scrub(k)
-            clean, found, left = echoes.scrub(v)
+            name, found_k, left_k = echoes.scrub(k, deep)
+            clean, found, left = echoes.scrub(v, deep)
             names += found_k + found
             if left is None and left_k is None:
                 out.append((name, clean))
+            else:                       # dropped: recorded as an echo all the same
+                names += [n for n in (left_k, left) if n is not None]
         if names:
             self._echoed(flow, names)
         return tuple(out)
@@ -162,7 +167,7 @@ class Answers:
             if left is not None:
                 self._withhold(flow, left)
             return
-        clean, names, left = echoes.scrub(body)
+        clean, names, left = echoes.scrub(body, self._credential_host(flow))
         if left is not None:
             self._withhold(flow, left)
             return
