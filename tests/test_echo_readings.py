@@ -119,3 +119,16 @@ def test_a_stream_without_the_value_passes_whole():
     body = b"a &amp; b %20 &#103;it\n\ndata: x\n\n" * 50
     for step in (1, 5, 4096):
         assert _stream(body, step) == (body, False)
+
+
+def test_a_stream_with_an_overlong_reference_is_cut():
+    """Zero-padded past what a stream holds back per character: cut (Unreadable; Echo when the
+    value is whole in one look), even split across chunks, before any reference passes."""
+    body = b"you sent: " + "".join(f"&#{ord(c):020d};" for c in REAL).encode() + b"\n"
+    for step in (1, 3, 4096):
+        s, out = echo.Stream(echo.Echoes([("tok", REAL, PH)]), strict=True), b""
+        with pytest.raises((echo.Unreadable, echo.Echo)):
+            for i in range(0, len(body), step):
+                out += s.feed(body[i:i + step])
+        assert b"&#" not in out
+    assert readings.overlong(b"&#x000000000067;") and not readings.overlong(b"&#x0000067; &#128512;")

@@ -47,6 +47,7 @@ SPELL = {
     "html-X": lambda t: b"".join(b"&#X%X;" % c for c in t),
     "html-one": lambda t: b"&#%d;" % t[0] + t[1:],
     "html-named": lambda t: t.replace(b"_", b"&lowbar;"),
+    "html-overlong": lambda t: b"".join(b"&#%020d;" % c for c in t),   # past the stream's hold
     "utf-32": lambda t: t.decode().encode("utf-32-le"),
     "qp": lambda t: b"".join(b"=%02X" % c for c in t),
     "hex-mixed": lambda t: t.hex().upper().encode()[:9] + t.hex().encode()[9:],

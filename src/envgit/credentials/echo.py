@@ -328,6 +328,8 @@ class Stream:
             name = e.found_read(self._sent + data)
             if name is not None:
                 raise Echo(name)    # a spelling no form lists: cut, never rewritten
+            if readings.overlong(self._sent[-readings.PER_CHAR:] + data):
+                raise Unreadable("a character reference padded longer than the gate holds back")
             keep = max(keep, e.read_held(data))
             self._sent = (self._sent + data[:len(data) - keep])[-e.window:]
         self._held = data[len(data) - keep:] if keep else b""

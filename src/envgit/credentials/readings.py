@@ -24,8 +24,7 @@ import re
 
 ROUNDS = 4                  # percent-then-HTML passes (an encoding nested deeper is not read)
 PER_CHAR = 16               # raw bytes a stream holds back per character of the longest value
-                            # (`&#x0000067;` is 11; a longer padding split across chunks is only
-                            # caught once whole in one look)
+                            # (`&#x0000067;` is 11; a reference padded longer: `overlong`)
 
 _PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
 _FOLD = re.compile(rb"\r?\n[ \t]+")
@@ -33,6 +32,9 @@ _C_ESC = re.compile(rb"\\(x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|[0-7
 _CSS_ESC = re.compile(rb"\\([0-9A-Fa-f]{1,6})(?:\r\n|[ \t\r\n\f])?")
 _HEX_PREFIX = re.compile(rb"0x|\\x")
 _NOT_HEX = re.compile(rb"[^0-9a-f]+")
+# A numeric reference zero-padded past what a stream holds back per character: html.unescape
+# reads any number of digits, so a value so spelled could outrun the hold; no server writes one.
+_OVERLONG = re.compile(rb"&#[xX]?[0-9A-Fa-f]{%d,}" % (PER_CHAR - 4))
 # An escape not finished at a chunk's end: the next chunk may complete it.
 _OPEN = re.compile(rb"(?:%[0-9A-Fa-f]?|&#?[xX]?[0-9A-Za-z]{0,32})\Z")
 
@@ -93,6 +95,11 @@ def of(data: bytes) -> list[bytes]:
         out.append(_CSS_ESC.sub(lambda m: _chr(int(m[1], 16)), data))
     out.append(_NOT_HEX.sub(b"", _HEX_PREFIX.sub(b"", data.lower())))
     return [r for r in out if r != data]
+
+
+def overlong(data: bytes) -> bool:
+    """Does `data` hold a numeric reference longer than a stream can hold back per character?"""
+    return b"&#" in data and _OVERLONG.search(data) is not None
 
 
 def held(data: bytes, needles, window: int) -> int:
