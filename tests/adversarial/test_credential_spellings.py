@@ -26,7 +26,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import netproject, servers
-from kit.rawtls import raw_tls_server
+from kit.rawtls import raw_tls_server, read_head
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("python3") is None,
                                 reason="socat or python3 is not installed")
@@ -117,25 +117,13 @@ def _answer(path: str, token: bytes) -> list[bytes]:
     return _chunked([body[i:i + 3] for i in range(0, len(body), 3)])     # trickle
 
 
-def _head(s) -> tuple[str, dict]:
-    data = b""
-    while b"\r\n\r\n" not in data and len(data) < 65536:
-        got = s.recv(4096)
-        if not got:
-            raise OSError("closed")
-        data += got
-    lines = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-    hdrs = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-    return lines[0].split()[1], hdrs
-
-
 @contextmanager
 def world(attacker):
     """The echoing server as the credential's host; `seen` holds each request's Authorization."""
     seen = []
 
     def handle(s):
-        path, hdrs = _head(s)
+        path, hdrs = read_head(s)
         seen.append(hdrs.get("authorization", ""))
         for i, piece in enumerate(_answer(path, hdrs.get("authorization", "").partition(" ")[2].encode())):
             if i:

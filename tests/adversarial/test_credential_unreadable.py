@@ -33,7 +33,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import netproject, servers
-from kit.rawtls import raw_tls_server
+from kit.rawtls import raw_tls_server, read_head
 from kit.tunnel import TUNNEL
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("python3") is None,
@@ -99,18 +99,6 @@ def _answer(path: str, token: str) -> list[bytes]:
     return [b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"]
 
 
-def _head(s) -> tuple[str, dict]:
-    data = b""
-    while b"\r\n\r\n" not in data and len(data) < 65536:
-        got = s.recv(4096)
-        if not got:
-            raise OSError("closed")
-        data += got
-    lines = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-    hdrs = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-    return lines[0].split()[1], hdrs
-
-
 @contextmanager
 def http_server(ca):
     """HTTPS/1.1 on 127.0.0.1 writing raw answers with the Bearer token it was sent; `seen`
@@ -118,7 +106,7 @@ def http_server(ca):
     seen = []
 
     def handle(s):
-        path, hdrs = _head(s)
+        path, hdrs = read_head(s)
         seen.append(hdrs.get("authorization", ""))
         for i, piece in enumerate(_answer(path, hdrs.get("authorization", "").partition(" ")[2])):
             if i:
@@ -272,7 +260,7 @@ def ws_server(ca):
     seen = []
 
     def handle(s):
-        path, hdrs = _head(s)
+        path, hdrs = read_head(s)
         key = hdrs.get("sec-websocket-key", "")
         accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()) if key else b""
         if path == "/bad-accept":

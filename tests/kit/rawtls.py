@@ -47,3 +47,17 @@ def raw_tls_server(ca, names, stem, handle, backlog=16):
         stop.set()
         t.join(5)
         lsock.close()
+
+
+def read_head(s) -> tuple[str, dict]:
+    """A raw server's view of one request: (its path, its headers by lower-case name), read up
+    to the blank line (at most 64 KiB); OSError if the client closes first."""
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        got = s.recv(4096)
+        if not got:
+            raise OSError("closed")
+        data += got
+    lines = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    hdrs = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+    return lines[0].split()[1], hdrs
