@@ -20,6 +20,11 @@ _BATCH_BYTES = 1 << 20
 _BATCH_COUNT = 256
 _THREAD_COMPRESSES = 256 << 10
 _REMEMBERED_ENTRIES = 1 << 20   # entries of big trees kept for diffing (their bytes are shared)
+# Pack files kept open for reading, least recently used closed first. Every step seals a pack
+# and the daemon reads its trees back, so an unbounded cache held one descriptor per step for
+# the daemon's life and hit the process's limit after ~20,000 steps (every later snapshot and
+# rewind then failed with EMFILE).
+MAX_OPEN_PACKS = 64
 
 
 class StoreError(Exception):
@@ -45,7 +50,8 @@ class ObjectStore:
         self.index_problems: list[str] = []
         self.damaged: set[bytes] = set()    # objects found corrupt (dropped from the index)
         self._load_indexes()
-        self._fds: dict[str, int] = {}
+        self._fds: OrderedDict[str, int] = OrderedDict()     # pack id -> fd, oldest use first
+        self._fd_lock = threading.Lock()    # an fd is only used under it: eviction closes fds
         self._zd = zstandard.ZstdDecompressor()
         self._zc = _compressor()     # the caller's thread (small objects)
         self.written_objects = self.written_bytes = 0   # counters for a snapshot's stats
@@ -213,7 +219,7 @@ class ObjectStore:
 
     def _read(self, oid: bytes, loc: Location) -> bytes:
         pack_id, offset, okind, flags, raw_len, stored_len = loc
-        record = os.pread(self._fd(pack_id), RECORD.size + stored_len, offset)
+        record = self._pread(pack_id, RECORD.size + stored_len, offset)
         if len(record) != RECORD.size + stored_len or record[:32] != oid:
             raise CorruptObject(f"object {oid.hex()}: pack {pack_id} is damaged at offset {offset}")
         data = record[RECORD.size:]
@@ -231,23 +237,39 @@ class ObjectStore:
         """The stored (possibly compressed) bytes as they are in the pack, unverified (gc copies
         them after get() verified the same copy)."""
         loc = self.index[oid]
-        return loc, os.pread(self._fd(loc[0]), loc[5], loc[1] + RECORD.size)
+        return loc, self._pread(loc[0], loc[5], loc[1] + RECORD.size)
+
+    def _pread(self, pack_id: str, n: int, offset: int) -> bytes:
+        """`n` bytes of pack `pack_id` at `offset`; the fd is held under the lock, so no other
+        thread closes it (or reuses its number) in between."""
+        with self._fd_lock:
+            return os.pread(self._fd(pack_id), n, offset)
 
     def _fd(self, pack_id: str) -> int:
+        """The pack's open fd (caller holds _fd_lock); at most MAX_OPEN_PACKS stay open."""
         fd = self._fds.get(pack_id)
-        if fd is None:
-            try:
-                fd = os.open(packs.pack_path(self.packs_dir, pack_id, ".pack"), os.O_RDONLY)
-            except FileNotFoundError:
-                raise MissingObject(f"pack {pack_id} is gone (its index is still there); "
-                                    "the objects it held are missing") from None
-            self._fds[pack_id] = fd
+        if fd is not None:
+            self._fds.move_to_end(pack_id)
+            return fd
+        try:
+            fd = os.open(packs.pack_path(self.packs_dir, pack_id, ".pack"), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise MissingObject(f"pack {pack_id} is gone (its index is still there); "
+                                "the objects it held are missing") from None
+        self._fds[pack_id] = fd
+        while len(self._fds) > MAX_OPEN_PACKS:
+            os.close(self._fds.popitem(last=False)[1])
         return fd
 
+    def open_packs(self) -> int:
+        """How many pack files are open for reading now (bounded by MAX_OPEN_PACKS)."""
+        return len(self._fds)
+
     def forget_pack(self, pack_id: str) -> None:
-        fd = self._fds.pop(pack_id, None)
-        if fd is not None:
-            os.close(fd)
+        with self._fd_lock:
+            fd = self._fds.pop(pack_id, None)
+            if fd is not None:
+                os.close(fd)
         for entry in self.pack_entries.pop(pack_id, ()):
             loc = self.index.get(entry[0])
             if loc is not None and loc[0] == pack_id:
@@ -258,9 +280,10 @@ class ObjectStore:
         if self._thread is not None:
             self._thread.stop()
             self._thread = None
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        with self._fd_lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
 
 def _compressor() -> zstandard.ZstdCompressor:
