@@ -24,6 +24,8 @@ BAD = [
     ("version: one\n", 1, 10, "whole number"),
     ("", 1, 1, "empty"),
     ("version: 1\nsnapshot:\n  max_file_size: lots\n", 3, 18, "not a size"),
+    ("version: 1\nfilesystem:\n  deny_read: [\"a\x01b\"]\n", 3, 17, "a control character (U+0001)"),
+    ("version: 1\n\x07\n", 2, 1, "a control character (U+0007)"),
 ]
 
 
@@ -36,6 +38,14 @@ def test_bad_policies_name_line_column_and_fix(tmp_path, text, line, col, needle
     assert needle in str(e.value)
     assert (e.value.line, e.value.col) == (line, col), str(e.value)
     assert f"envgit.yaml:{line}:{col}: " in str(e.value)
+
+
+def test_a_policy_that_is_not_utf8_names_the_line(tmp_path):
+    p = tmp_path / "envgit.yaml"
+    p.write_bytes(b"version: 1\nfilesystem:\n  deny_read: [\"a\xffb\"]\n")
+    with pytest.raises(PolicyError) as e:
+        load_policy(p)
+    assert "envgit.yaml:3:17: not UTF-8 text (byte 39, 0xff); save it as UTF-8" in str(e.value)
 
 
 def test_template_is_valid_and_shows_sources(tmp_path):

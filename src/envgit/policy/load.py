@@ -101,9 +101,16 @@ def _read(path: Path, label=None) -> tuple[dict, dict, str]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise PolicyError(path, 0, 0, f"not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+        line, col = _line_col(raw[:e.start].decode("utf-8", "replace"))
+        raise PolicyError(path, line, col, f"not UTF-8 text (byte {e.start}, 0x{raw[e.start]:02x}); "
+                          "save it as UTF-8") from None
     try:
         node = yaml.compose(text)
+    except yaml.reader.ReaderError as e:        # a control character: YAML allows none
+        line, col = _line_col(text[:e.position])
+        raise PolicyError(path, line, col, f"a control character (U+{e.character:04X}) YAML does not "
+                          "allow; remove it, or write it as an escape in a double-quoted string "
+                          '("\\x01")') from None
     except yaml.MarkedYAMLError as e:
         m = e.problem_mark or e.context_mark
         raise PolicyError(path, m.line + 1 if m else 0, m.column + 1 if m else 0,
@@ -117,6 +124,11 @@ def _read(path: Path, label=None) -> tuple[dict, dict, str]:
         raise PolicyError(path, int(where["version"].rsplit(":", 1)[1]), 1,
                           f"version {data['version']} is not known to this envgit; use 'version: 1'")
     return data, where, hashlib.sha256(raw).hexdigest()
+
+
+def _line_col(before: str) -> tuple[int, int]:
+    """(line, column), from 1, of the character after `before`."""
+    return before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
 
 
 def _credential_conflicts(data, where) -> None:
