@@ -226,3 +226,20 @@ def test_a_connection_flood_is_refused_and_the_daemon_serves_on(attacker):
         s.close()
     time.sleep(0.5)
     _alive(conn, path, pid)
+
+
+def test_a_step_field_of_the_wrong_type_is_a_typed_error(attacker):
+    """The main socket's frames come from any process of the person's: a `step` that is a
+    list, a string, a float, a bool or negative gets the daemon's own error (it raised an
+    unhandled TypeError, `unhashable type`, to the client and into daemon.log)."""
+    attacker.run("true")
+    conn = connect(Project(str(attacker.root)), start=False)
+    pid = conn.request({"op": "status"})["pid"]
+    for step in ([1], "1", 1.0, True, -1, {"a": 1}):
+        for op in ("end", "event", "ask", "sandbox", "rewind"):
+            out = conn.request({"op": op, "step": step, "kind": "note", "body": {}, "exit_code": 0})
+            assert "step number" in out.get("error", ""), (op, step, out)
+            assert "Traceback" not in out["error"] and "TypeError" not in out["error"], out
+    assert conn.request({"op": "status"})["pid"] == pid
+    log = (attacker.root / ".envgit" / "daemon.log").read_text()
+    assert "unhashable" not in log and "Traceback" not in log

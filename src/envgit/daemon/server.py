@@ -927,8 +927,8 @@ class Session:
                     self.last_activity = time.monotonic()
                 if msg.get("op") == "begin" and "step" in reply and "refused" not in reply:
                     mine.add(reply["step"])
-                elif msg.get("op") == "end":
-                    mine.discard(msg.get("step"))
+                elif msg.get("op") == "end" and type(msg.get("step")) is int:
+                    mine.discard(msg["step"])
                 if "rid" in msg:
                     reply["rid"] = msg["rid"]
                 writer.write(encode(reply))
@@ -946,6 +946,10 @@ class Session:
 
     async def dispatch(self, msg, conn=None):
         op = msg.get("op")
+        step = msg.get("step")
+        if step is not None and (type(step) is not int or step < 0):     # a frame is anyone's bytes
+            return {"error": f"envgit daemon: {op!r}: `step` must be a step number (a whole number), "
+                             f"not {type(step).__name__} {str(step)[:40]!r}", "exit": 2}
         if (self.unrecorded or self.orphans_pending) and op in WRITE_OPS:
             self.flush_unrecorded()     # raises while the disk is still full: said as such
             self.close_orphans()
