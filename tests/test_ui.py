@@ -448,3 +448,22 @@ def test_a_step_of_many_files_is_a_bounded_page_with_a_count(proj):
     assert status == 200
     assert "… and 600 more files" in body, body[-3000:]
     assert body.count('class="file"') == 2000
+
+
+def test_malformed_input_is_a_4xx_never_a_500(proj):
+    """JSON nested past what the parser walks, a step number past what the journal can hold,
+    a question number as big: the page answers 400 or 404, and stays up (it answered 500)."""
+    proj.run("echo one > a.txt", check=True)
+    with UI(proj) as ui:
+        h = {"X-Envgit-Token": ui.token, "Origin": ui.base, "Content-Type": "application/json"}
+        deep = "[" * 100_000 + "]" * 100_000
+        for path in ("/steps/1/rewind", "/asks/1"):
+            status, _, body = ui.request("POST", path, '{"a": ' + deep + "}", h)
+            assert status == 400, (path, status, body)
+        huge = str(1 << 64)
+        for method, path in (("GET", f"/steps/{huge}"), ("GET", f"/steps/{huge}/rewind"),
+                             ("POST", f"/steps/{huge}/rewind"), ("POST", f"/asks/{huge}")):
+            status, _, body = ui.request(method, path, "{}" if method == "POST" else None,
+                                         h if method == "POST" else None)
+            assert status in (400, 404), (method, path, status, body)
+        assert ui.get("/steps/1")[0] == 200                     # still up

@@ -110,6 +110,8 @@ def make_app(project, token: str, host: str, port: int):
 
     def step(request):
         n = request.path_params["n"]
+        if _int(n) is None:             # past what the journal can hold: no such step
+            return page.html("missing.html", status=404, what="this step")
         with query.journal(project.journal) as j:
             s = j.step(n) if j is not None else None
             if s is None:
@@ -125,6 +127,8 @@ def make_app(project, token: str, host: str, port: int):
         from ..commands import Usage, ask_daemon
         from ..commands.rewind import message
         n = request.path_params["n"]
+        if _int(n) is None:
+            return page.html("missing.html", status=404, what="this step")
         restore_policy = request.query_params.get("policy") == "1"
         try:
             plan = ask_daemon(project, message(n, policy=restore_policy))
@@ -140,8 +144,8 @@ def make_app(project, token: str, host: str, port: int):
         from ..commands.rewind import message
         n = request.path_params["n"]
         body = await _json(request)
-        if body is None:
-            return JSONResponse({"error": "send a JSON object"}, status_code=400)
+        if body is None or _int(n) is None:
+            return JSONResponse({"error": "send a JSON object, for a step that exists"}, status_code=400)
         msg = {**message(n, policy=body.get("policy") is True), "apply": True}
         try:
             done = await run_in_threadpool(ask_daemon, project, msg)
@@ -157,6 +161,8 @@ def make_app(project, token: str, host: str, port: int):
         aid = request.path_params["aid"]
         body = await _json(request)
         choice = (body or {}).get("answer")
+        if _int(aid) is None:
+            return JSONResponse({"error": "no such question"}, status_code=400)
         if choice not in ("allow", "remember", "deny"):
             return JSONResponse({"error": "answer allow, remember or deny"}, status_code=400)
         reply = await run_in_threadpool(_answer, project, aid, choice)
@@ -270,7 +276,7 @@ async def _stream(request, page: Page, f, only, seq):
 async def _json(request):
     try:
         body = json.loads(await request.body() or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):    # not JSON, or nested past what the parser can walk
         return None
     return body if isinstance(body, dict) else None
 
