@@ -243,3 +243,25 @@ def test_a_step_field_of_the_wrong_type_is_a_typed_error(attacker):
     assert conn.request({"op": "status"})["pid"] == pid
     log = (attacker.root / ".envgit" / "daemon.log").read_text()
     assert "unhashable" not in log and "Traceback" not in log
+
+
+def test_past_the_connection_cap_a_step_says_the_daemons_own_line(attacker):
+    """With the daemon's connections all taken, `envgit run` prints the daemon's reason (it
+    printed `[Errno 32] Broken pipe`): the cap is lowered for the test (ENVGIT_MAX_CONNS)."""
+    attacker.env["ENVGIT_MAX_CONNS"] = "2"
+    attacker.run("true")
+    held = []
+    for _ in range(2):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(attacker.root / ".envgit" / "daemon.sock"))
+        held.append(s)
+    try:
+        time.sleep(0.2)
+        r = attacker.run("true")
+        assert r.returncode != 0
+        assert "already serves 2 connections" in r.stderr and "Broken pipe" not in r.stderr, r.stderr
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.2)
+    assert attacker.run("true").returncode == 0

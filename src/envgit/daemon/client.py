@@ -50,7 +50,12 @@ class Conn:
 
     def request(self, obj) -> dict:
         self._rid += 1
-        self.send({**obj, "rid": self._rid})
+        try:
+            self.send({**obj, "rid": self._rid})
+        except (BrokenPipeError, ConnectionResetError):
+            # The daemon closed first; it may have said why (its connection cap) before it did.
+            raise DaemonError(self._last_error() or "the session daemon closed the connection "
+                              "(see .envgit/daemon.log)") from None
         while True:
             frame = self.read_frame()
             if "push" in frame:
@@ -58,6 +63,17 @@ class Conn:
                     self.on_push(frame)
             elif frame.get("rid") == self._rid:
                 return frame          # (replies to answers sent meanwhile are skipped)
+            elif "rid" not in frame and "error" in frame:   # said to the connection, then closed
+                raise DaemonError(str(frame["error"]).removeprefix("envgit: "))
+
+    def _last_error(self) -> str | None:
+        """An error frame the daemon sent before closing, if one is there to read."""
+        try:
+            self.sock.settimeout(1)
+            frame = self.read_frame()
+        except (OSError, ValueError, DaemonError):
+            return None
+        return str(frame["error"]).removeprefix("envgit: ") if isinstance(frame, dict) and "error" in frame else None
 
     def send(self, obj):
         self.sock.sendall(encode(obj))
