@@ -436,3 +436,25 @@ def test_push_shows_progress_on_a_terminal(tmp_path, s3):
     os.close(master)
     assert p.returncode == 0, seen
     assert b"push:" in seen and b"B/s" in seen and b"pushed proj/m1" in seen, seen
+
+
+def test_a_killed_restore_from_a_remote_leaves_no_half_tree(tmp_path, s3):
+    """kill -9 while `restore --from` writes into an existing empty target: the target stays
+    empty (the tree is written beside it and renamed over it), never half the step's files;
+    the run that follows writes it whole, and a --force run into a tree a killed run wrote
+    leaves none of its temporary files there."""
+    m1 = machine(tmp_path, "m1", s3)
+    fill(m1)
+    add_remote(m1, s3)
+    m1.envgit("push", "ci", check=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = m1.envgit("restore", "--from", "ci", "last", "--target", str(out), env={"ENVGIT_FAULT": "restore-wrote@2"})
+    assert r.returncode == -signal.SIGKILL
+    assert list(out.iterdir()) == []                        # not half written
+    m1.envgit("restore", "--from", "ci", "last", "--target", str(out), "--force", check=True)
+    assert tree_of(out) == tree_of(m1.root)
+    (out / ".envgit-restore.0123456789ab.tmp").write_text("left by a killed run")
+    m1.envgit("restore", "--from", "ci", "last", "--target", str(out), "--force", check=True)
+    assert not list(out.rglob(".envgit-restore.*.tmp"))
+    assert tree_of(out) == tree_of(m1.root)

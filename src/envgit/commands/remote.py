@@ -4,7 +4,9 @@
 Everything here imports envgit.remote (and so boto3 and cryptography) only when it runs: the
 parsers cost nothing to `envgit --help`."""
 
+import contextlib
 import os
+import re
 import sys
 
 from ..inert import inert
@@ -286,6 +288,19 @@ def _target_outside(text: str, force: bool) -> str:
     return os.path.realpath(target)
 
 
+_LEFTOVER = re.compile(rb"\.envgit-restore\.[0-9a-f]{12}\.tmp\Z")
+
+
+def _drop_leftovers(target: str) -> None:
+    """The temporary files a killed restore left in `target` (snapshot/restore.py's names,
+    nothing else), found without following a symlink."""
+    for d, dirs, files in os.walk(os.fsencode(target)):
+        for name in files + [n for n in dirs if os.path.islink(os.path.join(d, n))]:
+            if _LEFTOVER.match(name):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(d, name))
+
+
 def _beside(target: str) -> str:
     """A new hidden directory beside `target` (its parents made), to be renamed to it."""
     import secrets
@@ -377,8 +392,12 @@ def restore_from(args):
         # A new target is written as a hidden directory beside it and renamed into place at the
         # end: a restore that fails (a full disk, a pack missing) leaves no partial tree (a
         # `.env` and half the files) that looks like the step's.
-        created = not os.path.lexists(target)
+        # An existing empty target is replaced the same way (rename(2) replaces an empty
+        # directory): a kill -9 midway leaves it empty, never half written.
+        created = not os.path.lexists(target) or (os.path.isdir(target) and not os.listdir(target))
         into = _beside(target) if created else target
+        if not created:                 # --force into a tree: what a killed run left goes first
+            _drop_leftovers(target)
         try:
             with progress(len(plan.write) + len(plan.delete), "path", "restore") as bar:
                 apply_plan(objects, into, plan, lambda done, total: bar.update(done - bar.n))
