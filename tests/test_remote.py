@@ -458,3 +458,21 @@ def test_a_killed_restore_from_a_remote_leaves_no_half_tree(tmp_path, s3):
     m1.envgit("restore", "--from", "ci", "last", "--target", str(out), "--force", check=True)
     assert not list(out.rglob(".envgit-restore.*.tmp"))
     assert tree_of(out) == tree_of(m1.root)
+
+
+def test_fsck_remote_names_a_head_that_does_not_open(tmp_path, s3):
+    """A flipped byte in a machine's head: fsck --remote names the bucket object, one line, no
+    traceback (it raised AttributeError: 'MachineView' object has no attribute 'listing')."""
+    m1 = machine(tmp_path, "m1", s3)
+    fill(m1)
+    add_remote(m1, s3)
+    m1.envgit("push", "ci", check=True)
+    head = "projects/proj/m1/head"
+    data = bytearray(s3.get(head))
+    data[len(data) // 2] ^= 1
+    s3.put(head, bytes(data))
+    r = m1.envgit("fsck", "--remote", "ci")
+    assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr
+    assert head in r.stdout + r.stderr, r.stdout + r.stderr
+    code, problems = _fsck(m1)
+    assert code == 1 and any(head in p for p in problems), problems

@@ -67,6 +67,7 @@ class MachineView:
         self.project, self.machine = project, machine
         self.problems: list[str] = []
         self.rows: list = []
+        self.head, self.listing = None, []      # a head that does not open leaves them so
         where = f"{project}/{machine}"
         # what was seen before this read began (a push landing meanwhile raises it)
         seen = layout.seen_heads(remote_name).get(where, 0)
