@@ -21,7 +21,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import netproject, servers
-from kit.rawtls import raw_tls_server
+from kit.rawtls import raw_tls_server, read_head
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -91,16 +91,10 @@ def echo_server(ca):
     seen, ranges = [], []
 
     def handle(s):
-        data = b""
-        while b"\r\n\r\n" not in data and len(data) < 65536:
-            got = s.recv(4096)
-            if not got:
-                return
-            data += got
-        head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-        path = head[0].split()[1]
-        hdrs = {h.split(":", 1)[0].strip().lower(): h.split(":", 1)[1].strip()
-                for h in head[1:] if ":" in h}
+        try:
+            path, hdrs = read_head(s)
+        except OSError:
+            return
         auth = hdrs.get("authorization", "")
         seen.append(auth)
         ranges.append(hdrs.get("range", ""))

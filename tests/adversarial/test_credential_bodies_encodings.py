@@ -32,7 +32,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import netproject, servers
-from kit.rawtls import raw_tls_server
+from kit.rawtls import raw_tls_server, read_head
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -122,20 +122,14 @@ def echo_server(ca, answer=_answer):
     seen = []
 
     def handle(s):
-        data = b""
-        while b"\r\n\r\n" not in data and len(data) < 65536:
-            got = s.recv(4096)
-            if not got:
-                return
-            data += got
-        head = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-        path = head[0].split()[1]
-        rng = next((h.split(":", 1)[1].strip() for h in head[1:]
-                    if h.lower().startswith("range:")), "")
+        try:
+            path, hdrs = read_head(s)
+        except OSError:
+            return
+        rng = hdrs.get("range", "")
         if rng:
             path += "?" + rng
-        auth = next((h.split(":", 1)[1].strip() for h in head[1:]
-                     if h.lower().startswith("authorization:")), "")
+        auth = hdrs.get("authorization", "")
         seen.append(auth)
         s.sendall(answer(path, auth.partition(" ")[2]))
         time.sleep(0.2)
