@@ -25,10 +25,9 @@ back from: it is marked and told.
 import os
 import re
 
-from ..policy.globs import has_magic
 from ..sandbox import hostgit
-from ..sandbox.gitroutes import looks_like_gitdir
-from ..sandbox.routes import _alt, _inside
+from ..sandbox.gitroutes import commondir_of, gitdir_of, looks_like_gitdir
+from ..sandbox.routes import _alt, _inside, route_matcher
 
 # What git writes into a new repository's config (init, clone, worktree add, submodule add,
 # a partial clone, LFS): nothing here runs a program or sends git elsewhere.
@@ -49,25 +48,18 @@ SAFE_CONFIG = re.compile(r"""(
 
 def to_take_back(pol, project: str, escapes: list[str], scan) -> list[str]:
     """The project-relative routes of `escapes` (routes.written) to bring back."""
-    allow = _alt(list(getattr(pol, "escape_routes_allow", None) or []))
-    protect = [p for p in (pol.protect or []) if not p.startswith(("/", "~"))]
-    lit = [p for p in protect if not has_magic(p)]
-    # `**/.git` names a .git *file* (a directory's routes have patterns of their own)
-    exact = _alt([p for p in protect if has_magic(p) and p.endswith("/.git")])
-    rx = _alt([p for p in protect if has_magic(p) and not p.endswith("/.git")])
+    allow = _alt(list(getattr(pol, "escape_routes_allow", None) or []))     # any prefix, as globs
+    protect = route_matcher([p for p in (pol.protect or []) if not p.startswith(("/", "~"))])
     found = list(getattr(getattr(scan, "routes", None), "protect", ()) or ())
     out = []
     for rel in escapes:
         if rel.startswith("/") or rel.startswith("("):     # outside the project; a check's error
             continue
         parts = rel.split("/")
-        prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
-        if allow and any(allow(p) for p in prefixes):
+        if allow and any(allow("/".join(parts[:n])) for n in range(1, len(parts) + 1)):
             continue
         path = os.path.join(project, rel)
-        protected = any(p == e or p.startswith(e + "/") for e in lit for p in (rel,)) \
-            or (rx and any(rx(p) for p in prefixes)) or (exact and exact(rel)) \
-            or any(_inside(path, f) for f in found) \
+        protected = protect(rel) or any(_inside(path, f) for f in found) \
             or (os.path.basename(rel) == "HEAD" and looks_like_gitdir(os.path.dirname(path)))
         if protected and not harmless(project, rel):
             out.append(rel)
@@ -96,19 +88,23 @@ def harmless(project: str, rel: str) -> bool:
     if base == ".gitmodules":       # `git submodule add`: paths and plain URLs run nothing
         return _safe_gitmodules(path)
     if base == "HEAD":      # a directory made a repository (a bare clone): kept if it runs nothing
-        d = os.path.dirname(path)
-        if os.path.lexists(os.path.join(d, "commondir")):
-            return False
-        cfg = os.path.join(d, "config")
-        hooks = os.path.join(os.path.dirname(rel), "hooks")
-        return (not os.path.lexists(cfg) or _safe_config(cfg, project)) and \
-            (not os.path.isdir(os.path.join(d, "hooks")) or harmless(project, hooks))
+        return _runs_nothing(os.path.dirname(path), project)
     if base == "commondir" and parent and os.path.basename(os.path.dirname(os.path.dirname(rel))) == "worktrees":
         return _own_worktree(os.path.dirname(path))
     if base == ".git" and os.path.isfile(path) and not os.path.islink(path):
-        t = _target(path, os.path.dirname(path), b"gitdir:")
+        t = gitdir_of(path)
         return t is not None and _plain_gitdir(t, project)
     return False
+
+
+def _runs_nothing(gitdir: str, project: str) -> bool:
+    """A gitdir of its own (no commondir) whose config, if any, holds only SAFE_CONFIG keys and
+    whose hooks, if any, are only samples."""
+    cfg = os.path.join(gitdir, "config")
+    return not os.path.lexists(os.path.join(gitdir, "commondir")) and \
+        (not os.path.lexists(cfg) or _safe_config(cfg, project)) and \
+        (not os.path.isdir(os.path.join(gitdir, "hooks"))
+         or harmless(project, os.path.join(os.path.relpath(gitdir, project), "hooks")))
 
 
 def _own_worktree(wt: str) -> bool:
@@ -118,7 +114,7 @@ def _own_worktree(wt: str) -> bool:
     common = os.path.realpath(os.path.dirname(os.path.dirname(wt)))
     cd = os.path.join(wt, "commondir")
     return not os.path.islink(cd) and os.path.isfile(cd) and \
-        os.path.realpath(_target(cd, wt, b"") or "") == common and \
+        os.path.realpath(commondir_of(wt) or "") == common and \
         not any(os.path.lexists(os.path.join(wt, n)) for n in ("config", "hooks", "config.worktree"))
 
 
@@ -130,18 +126,20 @@ def _plain_gitdir(target: str, project: str) -> bool:
     if "/.git/worktrees/" in target:
         return _own_worktree(target)
     if "/.git/modules/" in target:
-        rel = os.path.relpath(target, project)
-        cfg = os.path.join(target, "config")
-        return not os.path.lexists(os.path.join(target, "commondir")) and \
-            (not os.path.lexists(cfg) or _safe_config(cfg, project)) and \
-            (not os.path.isdir(os.path.join(target, "hooks")) or harmless(project, os.path.join(rel, "hooks")))
+        return _runs_nothing(target, project)
     return False
 
 
-def _safe_config(path: str, project: str) -> bool:
+def _entries(path: str) -> list | None:
+    """A git-format file's entries, read alone (hostgit.py), or None: a link, not a regular
+    file, or nothing git can read (such a file is never judged harmless)."""
     if os.path.islink(path) or not os.path.isfile(path):
-        return False
-    entries = hostgit.file_entries(path, "/nonexistent")
+        return None
+    return hostgit.file_entries(path, "/nonexistent")
+
+
+def _safe_config(path: str, project: str) -> bool:
+    entries = _entries(path)
     if entries is None:
         return False
     for key, value in entries:
@@ -160,24 +158,11 @@ SAFE_GITMODULES = re.compile(r"submodule\..+\.(path|url|branch|shallow|ignore|fe
 
 
 def _safe_gitmodules(path: str) -> bool:
-    if os.path.islink(path) or not os.path.isfile(path):
-        return False
-    entries = hostgit.file_entries(path, "/nonexistent")
+    entries = _entries(path)
     if entries is None:
         return False
     return all(SAFE_GITMODULES.match(k) and not (k.lower().endswith(".url") and (
         "::" in (v or "") or (v or "").startswith("-"))) for k, v in entries)
-
-
-def _target(path: str, base: str, prefix: bytes) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            text = f.read(4096).strip()
-    except OSError:
-        return None
-    if not text.startswith(prefix):
-        return None
-    return os.path.normpath(os.path.join(base, text[len(prefix):].strip().decode("utf-8", "replace")))
 
 
 async def take_back(sess, step: int, info: dict, paths: list[str]) -> tuple[list[str], list[str]]:

@@ -369,11 +369,7 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
     # The snapshot's view: a route pattern naming a changed path.
     pats = [_rel_glob(project, e) or (e[len(project) + 1:] if e.startswith(project + "/") else None)
             for e, _ in rules.protect_abs] + list(defaults.MARK_IN_PROJECT)
-    pats = [p for p in pats if p]
-    lit = [p for p in pats if not has_magic(p)]
-    # `**/.git` names a .git *file* (a directory's routes have patterns of their own)
-    exact = _alt([p for p in pats if has_magic(p) and p.endswith("/.git")])
-    rx = _alt([p for p in pats if has_magic(p) and not p.endswith("/.git")])
+    names = route_matcher([p for p in pats if p])
     in_venv = _VenvPaths(project)
     for c in summary.get("paths", []):
         path = c.get("path", "")
@@ -383,12 +379,25 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
                 looks_like_gitdir(os.path.dirname(os.path.join(project, path))):
             out.add(os.path.join(project, path))    # a directory the step made a repository
             continue
-        if any(path == e or path.startswith(e + "/") for e in lit) or (exact and exact(path)) or \
-                (rx and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))) \
-                or in_venv(path):
+        if names(path) or in_venv(path):
             out.add(os.path.join(project, path))
     out = {p for p in out if _holds(p, defaults.MARK_IF_CONTAINS.get(os.path.basename(p)))}
     return sorted({p[len(project) + 1:] if p.startswith(project + "/") else p for p in out})
+
+
+def route_matcher(patterns):
+    """Whether a project-relative path is named by one of the route `patterns` (project
+    globs and literal paths): the path itself or a directory above it; `**/.git` names a .git
+    *file* only (a repository directory's routes have patterns of their own)."""
+    lit = [p for p in patterns if not has_magic(p)]
+    exact = _alt([p for p in patterns if has_magic(p) and p.endswith("/.git")])
+    rx = _alt([p for p in patterns if has_magic(p) and not p.endswith("/.git")])
+
+    def names(path: str) -> bool:
+        if any(path == e or path.startswith(e + "/") for e in lit) or (exact and exact(path)):
+            return True
+        return bool(rx) and any(rx("/".join(path.split("/")[:n])) for n in range(1, path.count("/") + 2))
+    return names
 
 
 def _holds(path, marker) -> bool:
