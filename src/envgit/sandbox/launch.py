@@ -42,9 +42,9 @@ class LaunchError(Exception):
     """The sandbox cannot be started (bwrap missing or untrusted), worded for the person."""
 
 
-# The reporter: the command's parent inside the sandbox. bwrap's pid 1 reaps the command and
-# reports signal N as exit 128+N, so only a process that waits for the command itself sees its
-# real wait status; this one writes it ("$?\n", the raw status) to the fd named first, then
+# The reporter: the command's parent inside the sandbox, and the sandbox's pid 1 (bwrap's own
+# pid 1 would reap the command and report signal N as exit 128+N, so only a process that waits
+# for the command itself sees its real wait status); this one writes it ("$?\n", the raw status) to the fd named first, then
 # exits as bwrap would. Perl: installed wherever git is (git needs it); it costs a step ~5 ms
 # (perl's start ~2.3 ms, its fork and wait, the seccomp filter on both; bare bwrap is ~8.5 ms on
 # the same machine), where a Python reporter costs ~11 ms to start alone (a compiled one would
@@ -70,8 +70,8 @@ if (!$pid) {
   print STDERR "envgit: $ARGV[0]: ", ($e == 2 && $ARGV[0] !~ m{/} ? "command not found" : "$!"), "\n";
   exit($e == 2 ? 127 : 126);
 }
-my $got;
-do { $got = waitpid($pid, 0) } while ($got == -1 && $! == 4);     # EINTR
+my $got;     # pid 1 of the step's namespace: reap every orphan until the command ends
+do { $got = waitpid(-1, 0) } while ($got != $pid && ($got > 0 || $! == 4));     # EINTR
 $SIG{PIPE} = "IGNORE";
 syswrite($report, "$?\n");
 exit(($? & 127) ? 128 + ($? & 127) : $? >> 8);
@@ -184,7 +184,13 @@ class Launch:
             os.set_blocking(self.report_r, False)
             self._mine.append(self.report_r)
             self._child.append(report_w)
-            cut = self.argv.index("--") + 1
+            # The reporter is the namespace's pid 1 (--as-pid-1, in bwrap's reaper's stead):
+            # the kernel delivers no signal from inside the namespace to a pid 1 that has no
+            # handler for it, so the command's `kill -KILL -1` cannot take its own reporter
+            # down (and with it, as pid 1's death kills the namespace, the command itself).
+            cut = self.argv.index("--")
+            self.argv[cut:cut] = ["--as-pid-1"]
+            cut += 2
             self._reporter_at = cut
             self._report_fd = report_w
             # SIGINT/SIGQUIT ignored by whoever started this process (`nohup`, a script's `&`)
@@ -299,13 +305,10 @@ class Launch:
 
     def command_pids(self) -> list[int]:
         """The command's processes as this namespace sees them: the children of the sandbox's
-        init, or with the reporter, of the reporter (empty before ready() or once they are
-        gone)."""
+        pid 1 (bwrap's reaper, or the reporter in its stead); empty before ready() or once
+        they are gone."""
         init = (self.info or {}).get("child-pid")
-        pids = _children(init) if init else []
-        if self.report_r is not None:
-            pids = [c for p in pids for c in _children(p)]
-        return pids
+        return _children(init) if init else []
 
     def signal(self, signum):
         """Send `signum` to the command (not to bwrap, which would only die of it and take the
