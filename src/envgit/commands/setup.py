@@ -182,11 +182,14 @@ def cmd_daemon(args):
     from ..daemon.client import DaemonError, connect
     project = find_project()
     try:
-        conn = connect(project, start=args.daemon_cmd == "status")
+        conn = connect(project, start=args.daemon_cmd == "status", any_build=True)
     except DaemonError as e:
         if args.daemon_cmd == "stop":
             print("no daemon running")
             return 0
         raise Usage(str(e), 1) from None
-    out(conn.request({"op": args.daemon_cmd}))
+    reply = conn.request({"op": args.daemon_cmd})
+    if args.daemon_cmd == "status":         # which build answers: None from before protocol numbers
+        reply["protocol"] = conn.greeting.get("protocol")
+    out(reply)
     return 0

@@ -27,7 +27,14 @@ def decode(body: bytes):
         raise ValueError("a frame must hold a dict")
     return obj
 
+# The frames' meaning, as one number both ends say in `hello`: a daemon and a client of two
+# builds that differ in any op's fields must not talk (a reply missing a field is a traceback in
+# the client, a request missing one an internal error in the daemon). Bump it when an op's
+# request or reply changes; a daemon from before the number existed says none.
+PROTOCOL = 1
+
 START_TIMEOUT_S = 30
+STOP_TIMEOUT_S = 15
 try:        # how long a connected daemon may take to say its first word (a wedged or full one)
     ANSWER_TIMEOUT_S = float(__import__("os").environ.get("ENVGIT_DAEMON_ANSWER_TIMEOUT", "10"))
 except ValueError:
@@ -47,6 +54,7 @@ class Conn:
         self.buf = b""
         self.on_push = None
         self._rid = 0
+        self.greeting: dict = {}     # the daemon's reply to `hello` (its "protocol")
 
     def request(self, obj) -> dict:
         self._rid += 1
@@ -118,7 +126,60 @@ def _try(path):
         return None
 
 
-def connect(project, start: bool = True) -> Conn:
+def connect(project, start: bool = True, any_build: bool = False) -> Conn:
+    """A connection to the project's session daemon (started when none runs and `start`).
+    A daemon of another build (another PROTOCOL) is stopped and this build's started when it
+    runs no step, said on stderr; with steps running it is an error saying what to do.
+    `any_build`: whatever build answers (`envgit daemon status|stop`)."""
+    conn = _connect(project, start)
+    theirs = conn.greeting.get("protocol")
+    if any_build or theirs == PROTOCOL:
+        return conn
+    return _other_build(conn, project, theirs, start)
+
+
+def _other_build(conn, project, theirs, start) -> Conn:
+    said = f"protocol {theirs}" if theirs is not None else "from before protocol numbers"
+    status = conn.request({"op": "status"})
+    live = status.get("live") or []
+    if live or not start:
+        conn.close()
+        steps = ", ".join(str(s) for s in live)
+        raise DaemonError(
+            f"the session daemon running for this project is another build of envgit ({said}; "
+            f"this one speaks protocol {PROTOCOL})"
+            + (f" and step{'s' if len(live) > 1 else ''} {steps} still run in it" if live else "")
+            + ": let them end, then `envgit daemon stop`; the next command starts this build's")
+    conn.request({"op": "stop"})
+    conn.close()
+    pid = status.get("pid")
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _alive(pid):
+        raise DaemonError(f"the session daemon of another build (pid {pid}) did not stop in "
+                          f"{STOP_TIMEOUT_S} s; run `envgit daemon stop` and retry")
+    sys.stderr.write(f"envgit: the session daemon was another build of envgit ({said}); "
+                     f"stopped it and started this one's\n")
+    fresh = _connect(project, start)
+    if fresh.greeting.get("protocol") != PROTOCOL:      # two builds racing to start theirs
+        fresh.close()
+        raise DaemonError("another build of envgit started its session daemon for this project "
+                          "meanwhile; run one build at a time (`envgit daemon stop`, then retry)")
+    return fresh
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _connect(project, start) -> Conn:
     s = _try(project.socket)
     if s is None and start:
         proc = _spawn(project)
@@ -140,7 +201,7 @@ def _greeted(conn, project) -> Conn:
     and a step would wait for ever. One `hello` round trip (~0.1 ms) with a timeout says so."""
     conn.sock.settimeout(ANSWER_TIMEOUT_S)
     try:
-        reply = conn.request({"op": "hello"})
+        reply = conn.request({"op": "hello", "protocol": PROTOCOL})
     except TimeoutError:
         conn.close()
         raise DaemonError(f"the session daemon did not answer in {ANSWER_TIMEOUT_S:g} s (too "
@@ -153,6 +214,7 @@ def _greeted(conn, project) -> Conn:
         conn.close()
         raise DaemonError(reply["error"].removeprefix("envgit: "))
     conn.sock.settimeout(None)
+    conn.greeting = reply
     return conn
 
 

@@ -52,7 +52,9 @@ reply carries "notices", lines the client prints after the step (a nested envgit
       terminal's [m]) it is allowed once instead, the reason in its "how"
   {"op": "grants", "all"?: bool} -> {"grants": [grant.to_json()…]}: live ones (all: every one)
   {"op": "grant-revoke", "id", "uid", "how"?} -> {"grant": {...}}
-  {"op": "hello"}   -> {"ok": true}: a client's first request (client.connect), answered at once
+  {"op": "hello", "protocol"} -> {"ok": true, "protocol"}: a client's first request
+      (client.connect), answered at once; a connection whose hello named another protocol
+      (another build of envgit) gets OTHER_BUILD for every op but status and stop
   {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
   {"op": "stop"}    -> {"ok": true}, then the daemon exits
 A request may carry "rid"; its reply then carries the same "rid". While a step runs, the
@@ -92,7 +94,7 @@ from ..sandbox.tracked import tracked_denied, warning
 from ..snapshot import CorruptObject, StoreError
 from . import frames, netadvice, rewind, special_bits, takeback
 from . import outside as outside_changes
-from .client import decode, encode
+from .client import PROTOCOL, decode, encode
 from .grants import DEFAULT_FOR_S, GrantError, Grants
 from .inner import InnerSocket
 from .repair import mark_interrupted
@@ -890,6 +892,7 @@ class Session:
         self.clients += 1
         mine = set()
         first = True
+        other_build = False          # its hello named another protocol (client.PROTOCOL)
         try:
             while True:
                 # Between frames a connection may wait as long as it holds a step (a step
@@ -918,7 +921,10 @@ class Session:
                 msg = {}
                 try:
                     msg = await decode_checked(body)
-                    reply = await self.dispatch(msg, writer)
+                    if msg.get("op") == "hello":
+                        other_build = msg.get("protocol") != PROTOCOL
+                    reply = (OTHER_BUILD if other_build and msg.get("op") not in ("hello", "status", "stop")
+                             else await self.dispatch(msg, writer))
                 except Exception as e:          # a bad message must not take the daemon down
                     reply = ({"error": DISK_FULL, "exit": EXIT_DISK_FULL} if disk_full(e) else
                              {"error": f"envgit daemon: {type(e).__name__}: {e}", "exit": 1})
@@ -988,7 +994,7 @@ class Session:
         if op == "gc":
             return await self.gc(msg, conn)
         if op == "hello":                    # a new connection's first word (client.connect)
-            return {"ok": True}
+            return {"ok": True, "protocol": PROTOCOL}
         if op == "status":
             return {"pid": os.getpid(), "session": self.id, "live": sorted(self.live),
                     "version": __version__}
@@ -1140,6 +1146,11 @@ def disk_full_notice(step, end) -> str:
 
 
 POLICY_OPS = frozenset(("begin", "spec", "baseline", "ask", "rewind", "snapshot", "gc"))
+
+
+OTHER_BUILD = {"error": f"envgit: this project's session daemon is another build of envgit (protocol "
+                        f"{PROTOCOL}) than this command's: `envgit daemon stop`, then run the command "
+                        "again (or use one build)", "exit": 3}
 
 
 async def decode_checked(body):
