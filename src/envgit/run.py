@@ -145,9 +145,18 @@ def execute(conn, step, args, env, bind=False, project_root=None, hold_notices=F
         for line in reply.get("notices") or ():
             print(f"envgit: step {step}: {line}", file=sys.stderr)
     except (DaemonError, OSError) as e:
-        print(f"envgit: step {step} could not be closed ({e}); it is recorded as interrupted",
-              file=sys.stderr)
+        _unclosed(step, e, code)
     return code, sig
+
+
+def _unclosed(step, e, code):
+    """The daemon went away before the step's end reached it (killed, or stopped): its next
+    start records the step as interrupted. Said in words, never as an errno."""
+    why = str(e) if isinstance(e, DaemonError) else "the session daemon closed the connection"
+    if "daemon.log" not in why:
+        why += " (see .envgit/daemon.log)"
+    print(f"envgit: step {step} could not be closed: {why}; it is recorded as interrupted "
+          f"(the command exited {code})", file=sys.stderr)
 
 
 def execute_vm(conn, reply) -> tuple[int, int]:
@@ -167,8 +176,7 @@ def execute_vm(conn, reply) -> tuple[int, int]:
         for line in reply.get("notices") or ():
             print(f"envgit: step {step}: {line}", file=sys.stderr)
     except (DaemonError, OSError) as e:
-        print(f"envgit: step {step} could not be closed ({e}); it is recorded as interrupted",
-              file=sys.stderr)
+        _unclosed(step, e, code)
     return code, sig
 
 

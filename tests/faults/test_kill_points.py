@@ -73,3 +73,29 @@ def test_daemon_killed_at_random_moments(bare_proj):
     assert len(ids) == len(set(ids)) and ids == sorted(ids)
     assert_rewinds_exactly(proj, expected)
     assert [k for _, _, k, _ in rows(proj)].count("lost") == 0     # a kill loses no entry
+
+
+def test_a_daemon_killed_while_a_step_runs_is_one_line_and_the_exit_code_is_kept(bare_proj):
+    """The daemon dies (kill -9) while the command runs: the command runs to its end, `envgit
+    run` exits with its exit code, and says in one line, in words (no errno), that the step is
+    recorded as interrupted; the next command starts a new daemon and records it so."""
+    proj = bare_proj
+    assert proj.run("true").returncode == 0
+    pid = json.loads(proj.envgit("daemon", "status", check=True).stdout)["pid"]
+    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "sleep 1.5; echo hi > x; exit 7"],
+                         cwd=proj.root, env=proj.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:                # until the daemon holds the step
+        if json.loads(proj.envgit("daemon", "status", check=True).stdout)["live"]:
+            break
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 7 and (proj.root / "x").read_text() == "hi\n"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("envgit: step 2 could not be closed: "), err
+    assert "Errno" not in err and "Traceback" not in err and "exited 7" in err
+    assert proj.run("true").returncode == 0
+    steps = json.loads(no_traceback(proj.envgit("log", "--json")).stdout)
+    assert [s["status"] for s in steps] == ["done", "interrupted", "done"]
