@@ -476,3 +476,45 @@ def test_fsck_remote_names_a_head_that_does_not_open(tmp_path, s3):
     assert head in r.stdout + r.stderr, r.stdout + r.stderr
     code, problems = _fsck(m1)
     assert code == 1 and any(head in p for p in problems), problems
+
+
+def test_fsck_remote_names_a_flipped_head_mark_and_a_flipped_config(tmp_path, s3):
+    """A flipped byte in the head's mark (`heads/<version>`) is named by its bucket object; a
+    flipped `config` is said to be altered (the heads open with this key, so the key is right),
+    not "another key", and the rest of the remote is still checked; with another key, both
+    causes are named since the cipher cannot tell them apart."""
+    m1 = machine(tmp_path, "m1", s3)
+    fill(m1)
+    add_remote(m1, s3)
+    m1.envgit("push", "ci", check=True)
+    assert _fsck(m1) == (0, [])
+    mark = next(n for n in s3.objects() if "/heads/" in n)
+    saved = s3.get(mark)
+    data = bytearray(saved)
+    data[-1] ^= 1
+    s3.put(mark, bytes(data))
+    code, problems = _fsck(m1)
+    assert code == 1 and any(mark in p and "fails authentication" in p for p in problems), problems
+    s3.put(mark, saved)
+    assert _fsck(m1) == (0, [])
+
+    config = s3.get("config")
+    data = bytearray(config)
+    data[-1] ^= 1
+    s3.put("config", bytes(data))
+    r = m1.envgit("fsck", "--remote", "ci", "--json")
+    problems = json.loads(r.stdout)["problems"]
+    assert r.returncode == 1 and len(problems) == 1 and "altered" in problems[0], problems
+    assert "'config'" in problems[0] and "another" not in problems[0]
+    r = m1.envgit("push", "ci")
+    assert r.returncode != 0 and "altered" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # with another key nothing opens: both causes are named
+    ro = m1.home / ".config/envgit/remotes/ci.key"
+    good = ro.read_bytes()
+    ro.write_text("11" * 32 + "\n")
+    s3.put("config", bytes(data))
+    r = m1.envgit("fsck", "--remote", "ci")
+    assert r.returncode != 0 and "another remote's key, or the object altered" in r.stderr, r.stderr
+    ro.write_bytes(good)
+    s3.put("config", config)
+    assert _fsck(m1) == (0, [])

@@ -435,8 +435,17 @@ def fsck_remote(args):
     from ..remote import layout
     from ..remote.read import MachineView, machines, remote_objects, vanished
     from ..snapshot import maintenance
-    r, bucket, sealer = _open(args.remote)
+    from ..remote.crypto import Sealer
+    from ..remote.push import check_key, config_problem
+    from ..remote.s3 import Bucket
+    r = layout.load(args.remote)
+    bucket, sealer = Bucket(r), Sealer(r.key())
     problems, checked = [], {"machines": 0, "packs": 0, "snapshots": 0, "entries": 0}
+    data = bucket.get(layout.CONFIG)
+    problem, key_ok = config_problem(bucket, sealer, data) if data is not None else (None, False)
+    if not key_ok:                  # no config, or nothing opens: not this key's remote
+        check_key(bucket, sealer)
+    problems += [problem] if problem else []     # altered, the rest still checked
     found = machines(bucket)
     problems += vanished(r.name, found)
     with progress(len(found), "machine", f"fsck {r.name}") as bar:

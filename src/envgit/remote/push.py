@@ -192,11 +192,45 @@ def check_key(bucket, sealer) -> None:
     if data is None:
         raise RemoteError(f"{remote.url}: not an envgit remote (no config object); "
                           f"`envgit remote add {remote.name} {remote.url} …` makes one")
+    problem, _ = config_problem(bucket, sealer, data)
+    if problem:
+        raise RemoteError(problem)
+
+
+# how many machines' heads a config that does not open is checked against
+HEADS_TRIED = 8
+
+
+def config_problem(bucket, sealer, data) -> tuple[str | None, bool]:
+    """(what is wrong with the remote's config object `data`, None when it opens with the key;
+    whether the key is known right, by the config or by a head).
+    AES-GCM cannot tell an altered object from one sealed with another key, so a config that
+    does not open is told apart by the heads: when one of them opens with this key, the key is
+    right and the config was altered on the bucket."""
+    remote = bucket.remote
     try:
         sealer.open(layout.CONFIG, data)
+        return None, True
     except Unopenable:
-        raise RemoteError(f"{remote.url}: the key in {layout.key_path(remote.name)} does not "
-                          "open this remote (another remote's key?); put the right key back") from None
+        pass
+    tried = 0
+    for p in sorted(bucket.children(layout.PROJECTS)):
+        for m in sorted(bucket.children(layout.PROJECTS + p + "/")):
+            if tried >= HEADS_TRIED:
+                break
+            tried += 1
+            try:
+                if read_head(bucket, sealer, p, m) is not None:
+                    return (f"{remote.url}: the object {layout.CONFIG!r} fails authentication while the "
+                            f"heads open with this key: it was altered on the bucket; put it back from a "
+                            f"copy of the bucket, or delete it and `envgit remote remove {remote.name}`, "
+                            f"then `envgit remote add {remote.name} {remote.url}` (the key is kept) writes a fresh one"), True
+            except RemoteError:
+                continue
+    return (f"{remote.url}: the key in {layout.key_path(remote.name)} does not open this remote's "
+            f"{layout.CONFIG!r} object" + (", nor any head" if tried else "") +
+            ": another remote's key, or the object altered on the bucket (the cipher cannot tell "
+            "which); put the right key back, or check the object against a copy of the bucket"), False
 
 
 def _unopenable(bucket, sealer, names) -> set:

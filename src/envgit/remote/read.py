@@ -134,7 +134,12 @@ class MachineView:
         if reached > head["seq"] and self.rows and self.rows[-1][6] != head["hash"] and not self.problems:
             self.problems.append(f"{layout.head_name(project, machine)}: names entry {head['seq']} "
                                  f"with another hash than the journal's")
-        if deep:        # segments past the head: an interrupted push, or a head rolled back
+        if deep:        # the head's own mark (older ones a push deletes): it opens, or is named
+            own = [v for v in (layout.parse_version(n, project, machine) for n in self.listing)
+                   if v and v <= head["version"]]
+            for v in own:
+                self._newest_mark(bucket, sealer, [v])
+            # segments past the head: an interrupted push, or a head rolled back
             later = [r for r in ranges if r[1] > head["seq"]]
             opened = bucket.map(lambda r: self._open_segment(bucket, sealer, *r), later)
             for (first, last), got in zip(later, opened, strict=True):
@@ -158,7 +163,7 @@ class MachineView:
                     continue
                 sealer.open(name, data)
             except (RemoteError, Unopenable) as e:
-                self.problems.append(f"{name}: {e}")
+                self.problems.append(str(e) if str(e).startswith(name) else f"{name}: {e}")
                 continue
             return version
         return 0
