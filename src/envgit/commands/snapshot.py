@@ -274,7 +274,8 @@ def cmd_restore(args):
     os.makedirs(target, exist_ok=True)
     try:
         with progress(len(plan.write) + len(plan.delete), "path", "restore") as bar:
-            apply_plan(store.objects, target, plan, lambda done, total: bar.update(done - bar.n))
+            apply_plan(store.objects, target, plan, lambda done, total: bar.update(done - bar.n),
+                       partial=True)     # the other paths still come back; the damaged named
     except BaseException:
         if created:             # refused before the first write (a damaged store): leave nothing
             try:

@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 import zstandard
 
-from . import packs
+from . import damaged_list, packs
 from .ids import BLOB, CHUNKS, KIND_NAMES, TREE, CorruptObject, object_id, verify
 from .packs import FLAG_ZSTD, RECORD, Location, StoreFull
 
@@ -48,8 +48,17 @@ class ObjectStore:
         self.index: dict[bytes, Location] = {}
         self.pack_entries: dict[str, list[tuple]] = {}   # pack id -> its index entries
         self.index_problems: list[str] = []
-        self.damaged: set[bytes] = set()    # objects found corrupt (dropped from the index)
+        # Damaged copies, remembered across processes in the file `damaged` (one "<object id>
+        # <pack id>" a line): a copy in that list is never in the index, so `has` says no and
+        # the next snapshot holding that content stores it afresh, whoever found the damage
+        # (a restore, fsck, another read). `damaged` holds their ids; `news` those that
+        # capture has not yet acted on (see heal.forget_damaged).
+        self.damaged: set[bytes] = set()
+        self.bad_copies: set[tuple[bytes, str]] = set()
+        self.news: set[bytes] = set()
+        self._damaged_stamp = None
         self._load_indexes()
+        self.refresh_damaged()
         self._fds: OrderedDict[str, int] = OrderedDict()     # pack id -> fd, oldest use first
         self._fd_lock = threading.Lock()    # an fd is only used under it: eviction closes fds
         self._zd = zstandard.ZstdDecompressor()
@@ -106,7 +115,10 @@ class ObjectStore:
     def add_pack(self, pack_id: str, entries: list[tuple]) -> None:
         self.pack_entries[pack_id] = entries
         index = self.index
+        bad = self.bad_copies
         for oid, kind, flags, _, offset, raw_len, stored_len in entries:
+            if bad and (oid, pack_id) in bad:
+                continue                 # a copy found damaged: never read again
             index[oid] = (pack_id, offset, kind, flags, raw_len, stored_len)
 
     # -- writing --------------------------------------------------------------------------
@@ -198,20 +210,65 @@ class ObjectStore:
         try:
             return self._read(oid, loc)
         except CorruptObject:
+            bad = [loc[0]]
             for other in self._other_copies(oid, loc[0]):
                 try:
                     data = self._read(oid, other)
-                except (CorruptObject, MissingObject):
+                except MissingObject:
+                    continue
+                except CorruptObject:
+                    bad.append(other[0])
                     continue
                 self.index[oid] = other
+                self.quarantine(oid, bad)
                 return data
-            self.quarantine(oid)
+            self.quarantine(oid, bad)
             raise
 
-    def quarantine(self, oid: bytes) -> None:
-        """Forget a damaged object: `has` says no, so it is stored again when next seen."""
-        self.index.pop(oid, None)
-        self.damaged.add(oid)
+    def quarantine(self, oid: bytes, pack_ids=()) -> None:
+        """Forget a damaged object's copies in `pack_ids` (all of them if none are named): the
+        index moves to another copy if there is one, else `has` says no, so the content is
+        stored again when next seen. The damaged copies are added to the `damaged` file."""
+        if not pack_ids:
+            loc = self.index.get(oid)
+            pack_ids = [loc[0]] if loc is not None else []
+        copies = {(oid, p) for p in pack_ids} - self.bad_copies
+        self._drop_copies(copies)
+        if oid not in self.index:
+            self.damaged.add(oid)
+            self.news.add(oid)
+        if copies:
+            damaged_list.record(self, copies)
+
+    def refresh_damaged(self) -> set[bytes]:
+        """Read the `damaged` file again if another process changed it (one stat when none
+        did); drops the copies it names from the index. Returns the ids now without a copy."""
+        copies = damaged_list.read_if_changed(self)
+        if not copies:
+            return set()
+        new = copies - self.bad_copies
+        self._drop_copies(new)
+        lost = {oid for oid, _ in new if oid not in self.index}
+        self.damaged |= lost
+        self.news |= lost
+        return lost
+
+    def _drop_copies(self, copies: set) -> None:
+        self.bad_copies |= copies
+        for oid, pack_id in copies:
+            loc = self.index.get(oid)
+            if loc is None or loc[0] != pack_id:
+                continue
+            others = [o for o in self._other_copies(oid, pack_id) if (oid, o[0]) not in self.bad_copies]
+            if others:
+                self.index[oid] = others[0]
+            else:
+                del self.index[oid]
+
+    def take_news(self) -> set[bytes]:
+        """The damaged ids learnt since the last call, still without a sound copy."""
+        news, self.news = self.news, set()
+        return {oid for oid in news if oid not in self.index}
 
     def _other_copies(self, oid: bytes, but: str) -> list:
         return [(pid, e[4], e[1], e[2], e[5], e[6]) for pid, entries in self.pack_entries.items()

@@ -2,7 +2,8 @@
 
 Applying goes through directory file descriptors opened with O_NOFOLLOW from the root, so a
 symlink in the worktree is never followed out of it. Every object the plan needs is read and
-re-hashed before the first change: a corrupted store refuses the whole restore.
+re-hashed before the first change: a corrupted store refuses the whole restore (a restore into
+another directory may instead write every other path and name the damaged ones: `partial`).
 """
 
 import errno
@@ -27,6 +28,16 @@ _NEVER_RESTORED = 0o6000
 
 def restored_mode(mode: int) -> int:
     return mode & 0o7777 & ~_NEVER_RESTORED
+
+
+class PartlyRestored(StoreError):
+    """A restore with `partial` wrote every path but those whose objects are missing or corrupt."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"restored every path but {len(problems)}, whose stored content is damaged "
+                         "or missing: " + "; ".join(problems[:5])
+                         + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
 
 
 class RestoreRefused(StoreError):
@@ -113,13 +124,16 @@ class ChangedMeanwhile(OSError):
     the restore stops before touching it, so that edit is not overwritten."""
 
 
-def apply_plan(objects, root, plan: RestorePlan, progress=None, seen=None) -> None:
+def apply_plan(objects, root, plan: RestorePlan, progress=None, seen=None, partial=False) -> None:
     """Apply the plan; `progress(done, total)` after each path deleted or written. `seen(path)`
     (optional): the (mode, size, mtime_ns, ctime_ns, ino) the plan's snapshot saw at a path, or
     None where it saw nothing; a non-directory path found otherwise right before it is replaced
-    or deleted stops the restore there (ChangedMeanwhile)."""
-    contents = _verify(objects, plan)
-    total, done = len(plan.delete) + len(plan.write), 0
+    or deleted stops the restore there (ChangedMeanwhile). `partial` (a restore into another
+    directory, never a rewind): a file whose objects are damaged is skipped, every other path
+    written, and PartlyRestored names the skipped ones at the end."""
+    contents, problems = _verify(objects, plan, partial)
+    writes = [i for i in plan.write if i.path not in problems] if problems else plan.write
+    total, done = len(plan.delete) + len(writes), 0
     deleted = set()
     with DirFds(root) as dirs:
         for item in plan.delete:
@@ -130,7 +144,7 @@ def apply_plan(objects, root, plan: RestorePlan, progress=None, seen=None) -> No
             done += 1
             if progress:
                 progress(done, total)
-        for item in plan.write:
+        for item in writes:
             if seen is not None and item.type != "dir" and item.path not in deleted:
                 _unchanged(dirs, item.path, seen)
             _write(objects, dirs, item, contents)
@@ -138,14 +152,17 @@ def apply_plan(objects, root, plan: RestorePlan, progress=None, seen=None) -> No
             done += 1
             if progress:
                 progress(done, total)
-        for item in reversed(plan.write):         # last, so read-only dirs were writable above
+        for item in reversed(writes):             # last, so read-only dirs were writable above
             if item.type == "dir":
                 dirs.set_mode(item.path, restored_mode(item.mode))
+    if problems:
+        raise PartlyRestored(list(problems.values()))
 
 
-def _verify(objects, plan: RestorePlan) -> dict:
-    """Read and re-hash every object the plan writes; keep small contents for the write phase."""
-    problems, contents, kept = [], {}, 0
+def _verify(objects, plan: RestorePlan, partial=False) -> tuple[dict, dict]:
+    """Read and re-hash every object the plan writes; keep small contents for the write phase.
+    Returns (contents, {path: problem} of the files skipped; only with `partial`)."""
+    problems, contents, kept = {}, {}, 0
     for item in plan.write:
         if item.type not in ("file", "exec"):
             continue
@@ -159,10 +176,10 @@ def _verify(objects, plan: RestorePlan) -> dict:
                     contents[item.oid] = data
                     kept += len(data)
         except (CorruptObject, MissingObject) as e:
-            problems.append(f"{os.fsdecode(item.path)}: {e}")
-    if problems:
-        raise RestoreRefused(problems)
-    return contents
+            problems[item.path] = f"{os.fsdecode(item.path)}: {e}"
+    if problems and not partial:
+        raise RestoreRefused(list(problems.values()))
+    return contents, problems
 
 
 _OPEN_DIRS = 64      # directory fds DirFds holds at most on its path (besides the root's)

@@ -101,6 +101,29 @@ class StatCache:
                     stack.append(prefix + os.fsencode(name))
         self.changed = True
 
+    def forget_objects(self, ids: set, holds) -> list[bytes]:
+        """Objects in `ids` were found damaged: the next snapshot reads again every file whose
+        content id is one (or, chunked, whose chunk index `holds(id)` names one) and lists
+        again every directory holding such a file or whose tree id is one, so what the
+        directory still holds is stored afresh. Returns those directories (for a watcher's
+        change map, which would otherwise let the walk skip them)."""
+        touched = []
+        for rel, memo in self.dirs.items():
+            hit = memo.tree_id in ids
+            for name, kid in memo.kids.items():
+                st = kid[STAT]
+                if st is None or st[0] & _S_IFMT == _S_IFDIR or kid[OID] is None:
+                    continue
+                if kid[OID] in ids or (kid[FLAGS] & FLAG_CHUNKED and holds(kid[OID])):
+                    memo.kids[name] = (None, None) + kid[2:]     # no stamp matches: re-read
+                    hit = True
+            if hit:
+                memo.trusted, memo.stamp = False, None
+                touched.append(rel)
+        if touched:
+            self.changed = True
+        return touched
+
     def left_out(self) -> list:
         """Everything the last snapshot left out, sorted by path."""
         out = [t for rel in self.left_dirs for t in self.dirs[rel].left.values()]

@@ -8,11 +8,11 @@ import os
 import time
 
 from . import maintenance
-from .capture import Capture, Snapshot, close_changes
+from .capture import ALL, Capture, Snapshot, close_changes
 from .diff import Change, diff_trees, read_tree
 from .encoding import DIR, SYMLINK, decode_chunks
 from .filter import Filter
-from .ids import BLOB, CHUNKS
+from .ids import BLOB, CHUNKS, CorruptObject
 from .objects import ObjectStore, StoreError
 from .restore import RestorePlan, apply_plan, make_plan
 from .statcache import StatCache
@@ -42,9 +42,18 @@ class Store:
             cache.untrust()
             cache.filter_key = flt.key()
             changes = None
+        objects = self.objects
+        # Damage found since the last snapshot (by any process: one stat when there is none):
+        # the files and directories holding it are read again, so their content is stored
+        # afresh instead of reused by id.
+        objects.refresh_damaged()
+        damaged = objects.take_news() if objects.news else None
+        if damaged:
+            for rel in cache.forget_objects(damaged, lambda oid: _holds(objects, oid)):
+                if changes is not None:
+                    changes[rel] = ALL
         if changes is not None:
             changes = close_changes(changes, cache)
-        objects = self.objects
         written = objects.written_objects, objects.written_bytes
         capture = Capture(objects, flt, cache, changes)
         if counters is not None:
@@ -143,6 +152,17 @@ class Store:
         """Drop what no kept root reaches; `progress(done_packs, total_packs)`. Returns bytes
         freed. Needs the store to itself (no snapshot running)."""
         return maintenance.gc(self.objects, [bytes.fromhex(r) for r in keep_root_ids], progress)
+
+
+def _holds(objects: ObjectStore, chunks_id: bytes) -> bool:
+    """Does the chunk index name a chunk found damaged (unreadable: it counts as doing so)?"""
+    if chunks_id in objects.damaged:
+        return True
+    try:
+        return any(cid in objects.damaged and cid not in objects.index
+                   for cid, _ in decode_chunks(objects.get(chunks_id, CHUNKS)))
+    except (StoreError, CorruptObject):
+        return True
 
 
 def _raw(tree_id: str | None) -> bytes | None:
