@@ -201,3 +201,40 @@ def test_what_cannot_be_healed_is_named_and_the_rest_restores(bare_proj, tmp_pat
     want = {p: v for p, v in after[1].items() if p != "f"}
     assert tree_of(target) == want
     restore_every_step(proj, tmp_path, {2: after[2], 3: after[3]})
+
+
+def test_what_plain_fsck_finds_is_remembered_and_the_next_step_heals(bare_proj, tmp_path):
+    """`envgit fsck` (no --repair, the daemon running) finds the damaged blob; the daemon's
+    next snapshot stores the working tree's bytes afresh."""
+    proj = bare_proj
+    after = {1: first_step(proj)}
+    blob = oid_at(proj, step_tree(proj, 1), b"f")
+    proj.stop()
+    flip_object(proj, blob)
+    later_steps(proj, after, (2,))
+    f = no_traceback(proj.envgit("fsck"))
+    assert f.returncode == 1 and blob in f.stdout
+    later_steps(proj, after, (3,))                 # the same daemon
+    restore_every_step(proj, tmp_path, after)
+
+
+def test_a_damaged_chunk_of_a_big_file_is_healed_by_the_next_step(bare_proj, tmp_path):
+    """A file over 1 MiB is stored as chunks: a damaged chunk is not the file's own id, and the
+    snapshot still finds the file that holds it and reads it again."""
+    from envgit.snapshot import Store
+    from envgit.snapshot.encoding import decode_chunks
+    from envgit.snapshot.ids import CHUNKS
+    proj = bare_proj
+    assert proj.run("mkdir d && head -c 3000000 /dev/urandom > d/big && echo 1 > a").returncode == 0
+    after = {1: tree_of(proj.root)}
+    index_id = oid_at(proj, step_tree(proj, 1), b"d/big")
+    proj.stop()
+    s = Store(proj.root / ".envgit" / "objects")
+    chunk = decode_chunks(s.objects.get(bytes.fromhex(index_id), CHUNKS))[1][0].hex()
+    s.close()
+    flip_object(proj, chunk)
+    later_steps(proj, after, (2,))
+    r = no_traceback(proj.envgit("restore", "2", "--target", str(tmp_path / "first-try")))
+    assert r.returncode == 4 and "d/big:" in r.stderr
+    later_steps(proj, after, (3,))                 # the same daemon
+    restore_every_step(proj, tmp_path, after)

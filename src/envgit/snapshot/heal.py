@@ -47,7 +47,8 @@ def repair_store(project) -> list[str]:
         said += _heal(objects, project)
         said += _set_aside(objects, bad)
         damaged_list.record(objects, set())        # drops the lines of packs set aside
-        said += _unrestorable(objects, project)
+        if bad or objects.damaged or objects.index_problems:     # else every step reads whole
+            said += _unrestorable(objects, project)
     finally:
         objects.close()
     return said
@@ -105,6 +106,13 @@ def _records(data: bytes) -> tuple[list[tuple], set[bytes]]:
 
 
 # -- 2. damaged copies --------------------------------------------------------------------
+
+def note_damage(objects: ObjectStore) -> None:
+    """Add every damaged copy to the `damaged` list (plain fsck, after it found problems)."""
+    for pack_id, oids in _find_damage(objects).items():
+        for oid in oids:
+            objects.quarantine(oid, [pack_id])
+
 
 def _find_damage(objects: ObjectStore) -> dict:
     """{pack id: ids of its copies that do not read back} for every pack whose bytes do not

@@ -138,7 +138,11 @@ class Store:
         """Every object re-hashed; every tree and chunk index reachable from the roots present
         and well-formed. Returns the problems found (empty: all good). `progress(done, total)`
         counts packs."""
-        return maintenance.fsck(self.objects, [bytes.fromhex(r) for r in root_ids], progress)
+        problems = maintenance.fsck(self.objects, [bytes.fromhex(r) for r in root_ids], progress)
+        if problems:          # remember the damaged copies, so the next snapshot stores them again
+            from .heal import note_damage
+            note_damage(self.objects)
+        return problems
 
     def check_tree(self, tree_id: str) -> list[str]:
         """What is wrong under the tree (empty: every tree and chunk index under it reads back
