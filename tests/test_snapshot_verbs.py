@@ -222,4 +222,6 @@ def test_a_damaged_store_or_a_dropped_snapshot_writes_nothing(proj, tmp_path):
     big.write_bytes(bytes(data))
     r = proj.envgit("restore", "last", "--target", str(tmp_path / "d"))
     assert r.returncode == 4 and "fsck" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert not (tmp_path / "d").exists()        # refused before the first write: nothing left
+    # every other path is written and the damaged file named (issue 32, case 2)
+    assert "sub/big.bin:" in r.stderr and not (tmp_path / "d" / "sub" / "big.bin").exists()
+    assert (tmp_path / "d" / "a.txt").read_bytes() == b"3\n"

@@ -50,6 +50,8 @@ def record(objects, copies: set[tuple[bytes, str]]) -> None:
             listed = set()
         keep = {(oid, p) for oid, p in listed | copies
                 if os.path.exists(packs.pack_path(objects.packs_dir, p, ".pack"))}
+        if keep == listed:
+            return
         text = "".join(f"{oid.hex()} {p}\n" for oid, p in sorted(keep))
         packs.write_file_atomically(objects.tmp_dir, path, text.encode())
     except OSError:
