@@ -244,7 +244,7 @@ def session_short(session: str | None) -> str:
 
 # --- step references ---------------------------------------------------------------------
 
-STEP_HELP = "a step: its number, `last`, or `last~K` (K steps before the last)"
+STEP_HELP = "a step: its number, `last` (the newest snapshot), or `last~K` (K steps before it)"
 
 
 def step_ref(text) -> str:
@@ -260,14 +260,18 @@ def step_ref(text) -> str:
 
 
 def resolve_step(j, ref) -> int:
-    """The step number a reference names: N itself; `last` the highest step; `last~K` the
-    K-th step before it (counting steps that exist, as `git log`'s HEAD~K counts commits).
+    """The step number a reference names: N itself; `last` the newest step, the one whose
+    snapshot was taken last (steps run at once: the highest number may have ended first, with
+    less in its tree); `last~K` the K-th step before it in that order (steporder.py).
     Raises Usage when there is no such step."""
     ref = str(ref)
     if ref.isdigit():
         return int(ref)
+    from ..steporder import newest_first
     back = int(ref[5:]) if ref.startswith("last~") else 0
-    steps = j.steps(last=back + 1) if j else []
-    if len(steps) < back + 1:
-        raise Usage(f"no step {ref}: the journal has {len(steps)} step(s); `envgit log` lists them")
-    return steps[0].id
+    seen = 0
+    for r in newest_first(j) if j else ():
+        if seen == back:
+            return r.step
+        seen += 1
+    raise Usage(f"no step {ref}: the journal has {seen} step(s); `envgit log` lists them")

@@ -192,4 +192,7 @@ def cmd_daemon(args):
     if args.daemon_cmd == "status":         # which build answers: None from before protocol numbers
         reply["protocol"] = conn.greeting.get("protocol")
     out(reply)
+    if reply.get("notice"):         # a stop on a full disk: what is not in the journal (heldends.py)
+        print(inert(reply["notice"]), file=sys.stderr)
+        return 1 if reply.get("lost") else 0
     return 0

@@ -84,7 +84,7 @@ def _since(text) -> int:
 # A step's snapshot summary (daemon/snapshots.py), every key present: a snapshot that could
 # not be taken has only `error` set; `diff_error` says why its change list is missing.
 SNAPSHOT_KEYS = ("tree", "added", "modified", "deleted", "dirs_changed", "bytes", "ms", "paths",
-                 "paths_truncated", "left_out", "stats", "error", "diff_error")
+                 "paths_truncated", "left_out", "stats", "error", "diff_error", "taken_at")
 
 
 def step_json(s) -> dict:

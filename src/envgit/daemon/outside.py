@@ -3,9 +3,10 @@ between two steps: recorded as a step of their own, one `outside` entry, before 
 or rewind begins, so they are never charged to the step after them and a rewind's undo point
 holds them.
 
-How it is seen: the directory is snapshotted against the last tree the daemon knows (the last
-step's). While the daemon runs, the resident stat cache and inotify watcher make that a look at
-the directories that had events (well under a millisecond when nothing changed); a daemon just
+How it is seen: the directory is snapshotted against the last tree the daemon knows (the newest
+snapshot in time, steporder.py: with steps run at once that is not the highest step's). While
+the daemon runs, the resident stat cache and inotify watcher make that a look at the
+directories that had events (well under a millisecond when nothing changed); a daemon just
 started walks the directory once with the stat cache read from disk, which the step's own
 snapshot would otherwise have done after it. Nothing is checked while another step runs: a
 change then cannot be told from that step's own (an agent's session step, a long `envgit run`).
@@ -13,6 +14,7 @@ change then cannot be told from that step's own (an agent's session step, a long
 
 import os
 
+from .. import steporder
 from . import special_bits
 from .snapshots import SnapshotFailed
 
@@ -35,8 +37,8 @@ def record(sess, pol, before: str) -> int | None:
 
 def write(sess, summary, before: str) -> int:
     """The `outside` step for a snapshot already taken (its summary against sess.last_tree)."""
-    last = sess.journal.last_snapshot_step()
-    since = last.id if last is not None and last.snapshot.get("tree") == sess.last_tree else None
+    last = steporder.newest_tree(sess.journal)     # newest in time: steps run at once
+    since = last.step if last is not None and last.tree == sess.last_tree else None
     body = {"snapshot": summary, "session": sess.id, "user": _me(), "since_step": since, "before": before}
     alive = sandboxes_holding(sess.project.root)
     if alive:           # a sandbox outlived its step (the MCP REPL): not only the person could write

@@ -80,7 +80,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import __version__, faults
+from .. import __version__, faults, steporder
 from ..inert import inert
 from ..journal import Journal, JournalError, disk_full
 from ..paths import Project, UnixAddress
@@ -92,10 +92,11 @@ from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from ..sandbox.tracked import tracked_denied, warning
 from ..snapshot import CorruptObject, StoreError
-from . import frames, netadvice, rewind, special_bits, takeback
+from . import frames, heldends, netadvice, rewind, special_bits, takeback
 from . import outside as outside_changes
 from .client import PROTOCOL, decode, encode
 from .grants import DEFAULT_FOR_S, GrantError, Grants
+from .heldends import disk_full_notice, log_line
 from .inner import InnerSocket
 from .repair import mark_interrupted
 from .snapshots import SnapshotFailed, Snapshotter
@@ -126,10 +127,12 @@ class Session:
         self.orphans_pending = False    # the start-up could not close orphaned steps (disk full)
         self.stopping = asyncio.Event()
         self.snapshotter = Snapshotter(project)
-        self.last_tree = _last_tree(self.journal)
+        # The newest tree in time, not the highest step's: steps run at once (steporder.py).
+        newest = steporder.newest_tree(self.journal)
+        self.last_tree = newest.tree if newest else None
         # Whether what changed since last_tree may be a step's own (its snapshot failed, it
         # was killed before one, the journal lost its entries): then it is not called outside.
-        self.tree_unknown = bool(self.journal.lost_now) or _newest_untreed(self.journal)
+        self.tree_unknown = bool(self.journal.lost_now) or steporder.newest_untreed(self.journal)
         self.pending_baseline = None   # taken, not yet written on a step
         self.outside_notices: list[str] = []   # said after the next step ends (outside.py: bits stripped)
         # Held while the directory is compared with last_tree (outside changes) and by a
@@ -479,44 +482,10 @@ class Session:
             reply.update(error="envgit: " + notices[-1], exit=EXIT_DISK_FULL)
         return reply
 
-    # --- a full disk: entries kept in memory until there is room ------------------------
+    # --- a full disk: entries held until there is room, kept through a stop (heldends.py) --
 
     def record(self, step, kind, body) -> bool:
-        """Append, or, when the disk is full, keep the entry to write before anything else
-        once there is room (False)."""
-        try:
-            if self.unrecorded:
-                self.flush_unrecorded()
-            self.journal.append(step, kind, body)
-            return True
-        except (OSError, sqlite3.OperationalError) as e:
-            if not disk_full(e):
-                raise
-            self.unrecorded.append((step, kind, body))
-            log_line(f"envgit daemon: the disk is full: the {kind} of step {step} is kept in memory "
-                     "until there is room")
-            return False
-
-    def close_orphans(self):
-        """What the start-up could not do on a full disk: close the steps a dead daemon or
-        client left open (not this daemon's own live steps, nor rewinds)."""
-        if not self.orphans_pending:
-            return
-        for st in self.journal.open_steps():
-            if st.id not in self.live and not st.rewind:
-                self.journal.append(st.id, "interrupted", {
-                    "reason": "the session daemon stopped before the step ended (closed late: "
-                              "the disk was full when this daemon started)"})
-        self.orphans_pending = False
-
-    def flush_unrecorded(self):
-        """Write the entries a full disk held back, in order, each saying it is late; raises
-        (the disk still full) with the rest still held."""
-        while self.unrecorded:
-            step, kind, body = self.unrecorded[0]
-            self.journal.append(step, kind, {**body, "late": "written when the disk had room again: "
-                                             "it was full when the step ended"})
-            self.unrecorded.pop(0)
+        return heldends.record(self, step, kind, body)
 
     def tracked_denied_notice(self, info):
         """Once a session: denied files git tracks are readable through its object store."""
@@ -533,7 +502,8 @@ class Session:
         """The snapshot after a step; {"error": why} if it could not be taken (the step still
         ends, with the cause recorded, and the next step's snapshot starts afresh)."""
         try:
-            summary = await asyncio.to_thread(self.snapshotter.take, pol, self.last_tree)
+            # against the tree taken just before, read and replaced under the snapshot lock
+            summary = await asyncio.to_thread(self.snapshotter.take, pol, None, None, self)
         except (OSError, SnapshotFailed) as e:     # disk full, permissions, a damaged store
             self.tree_unknown = True
             return {"error": f"snapshot failed: {e}"}
@@ -542,7 +512,7 @@ class Session:
             traceback.print_exc()       # to daemon.log
             self.tree_unknown = True
             return {"error": f"snapshot failed: {type(e).__name__}: {e}"}
-        self.last_tree, self.tree_unknown = summary["tree"], False
+        self.tree_unknown = False
         return summary
 
     async def interrupted(self, step, reason):
@@ -957,8 +927,8 @@ class Session:
             return {"error": f"envgit daemon: {op!r}: `step` must be a step number (a whole number), "
                              f"not {type(step).__name__} {str(step)[:40]!r}", "exit": 2}
         if (self.unrecorded or self.orphans_pending) and op in WRITE_OPS:
-            self.flush_unrecorded()     # raises while the disk is still full: said as such
-            self.close_orphans()
+            heldends.flush(self)        # raises while the disk is still full: said as such
+            heldends.close_orphans(self)
         if op in POLICY_OPS:
             await self.load_policy_off_loop()
         if op == "begin":
@@ -998,8 +968,8 @@ class Session:
         if op == "status":
             return {"pid": os.getpid(), "session": self.id, "live": sorted(self.live),
                     "version": __version__}
-        if op == "stop":
-            return {"ok": True}
+        if op == "stop":                     # what it could not record is said to its terminal
+            return {"ok": True, **await heldends.finish(self)}
         return {"error": f"unknown op {op!r}", "exit": 2}
 
     async def idle_watch(self):
@@ -1128,23 +1098,6 @@ DISK_FULL = ("envgit: the disk holding .envgit is full: nothing was started and 
              "recorded; free some space and run the command again")
 
 
-def log_line(text):
-    """A line to daemon.log that a full disk cannot turn into an exception."""
-    try:
-        print(text, flush=True)
-    except OSError:
-        pass
-
-
-def disk_full_notice(step, end) -> str:
-    snap = end.get("snapshot") or {}
-    return (f"the disk is full: step {step} ran (exit {end.get('exit_code')}) but its end is not "
-            "recorded yet" + (", and no snapshot was taken" if "error" in snap else
-                              f" (its snapshot {snap.get('tree', '')[:12]} is stored)")
-            + "; free some space: the next envgit command records it (until then `envgit log` "
-            "shows it running)")
-
-
 POLICY_OPS = frozenset(("begin", "spec", "baseline", "ask", "rewind", "snapshot", "gc"))
 
 
@@ -1160,20 +1113,6 @@ async def decode_checked(body):
         frames.check_marshal(body)
         return decode(body)
     return await asyncio.to_thread(load) if len(body) > frames.THREAD_AT else load()
-
-
-def _newest_untreed(journal):
-    """Whether the newest step that ran something has no snapshot (failed, or killed first)."""
-    for s in journal.steps_newest_first():
-        if "refused" in s.marks:
-            continue                    # ran nothing
-        return not (s.snapshot or {}).get("tree")
-    return False
-
-
-def _last_tree(journal):
-    s = journal.last_snapshot_step()        # newest first through the index, not the whole fold
-    return s.snapshot["tree"] if s else None
 
 
 def _user_name(uid):
@@ -1258,7 +1197,10 @@ async def serve(project: Project):
     except Exception as e:              # keep serving; `envgit fsck` and the log say what happened
         print(f"envgit daemon: could not finish an interrupted rewind: {e}", flush=True)
     try:
-        mark_interrupted(sess.journal, "the session daemon stopped before the step ended")
+        if heldends.write_back(sess):   # a stop's held ends first, or their steps are orphans
+            mark_interrupted(sess.journal, "the session daemon stopped before the step ended")
+        else:
+            sess.orphans_pending = True     # closed after the held ends, once there is room
     except sqlite3.DatabaseError as e:
         if not disk_full(e):
             log_line(f"envgit: the journal (.envgit/journal.sqlite) is damaged ({e}): no step can "
@@ -1288,13 +1230,7 @@ async def serve(project: Project):
         os.unlink(project.socket)
     except FileNotFoundError:
         pass
-    for step in list(sess.live):
-        await sess.interrupted(step, "the session daemon stopped before the step ended")
-    try:
-        sess.flush_unrecorded()
-    except (OSError, sqlite3.OperationalError) as e:
-        log_line(f"envgit daemon: stopping with {len(sess.unrecorded)} entries not recorded ({e}); "
-                 "the next daemon closes those steps as interrupted")
+    await heldends.finish(sess)         # done already when `envgit daemon stop` asked
     shutil.rmtree(project.state_path("sessions", sess.id), ignore_errors=True)
     for inner in sess.inner.values():
         inner.close()
@@ -1302,8 +1238,10 @@ async def serve(project: Project):
         await sess.gate.stop()
     if sess.vm is not None:             # the VM's QEMU and its RAM file (in /dev/shm) go too
         await asyncio.to_thread(sess.vm.stop)
-    sess.snapshotter.close()
-    sess.journal.close()
+    with contextlib.suppress(OSError):  # a full disk: heldends.finish said the cache was not saved
+        sess.snapshotter.close()
+    with contextlib.suppress(sqlite3.Error):
+        sess.journal.close()
     return 0
 
 

@@ -100,8 +100,12 @@ class Snapshotter:
             self._watch_key = flt.key()
         return self._watcher
 
-    def take(self, policy, prev_tree: str | None, counters: dict | None = None) -> dict:
-        """Snapshot the project now; the summary of its changes since `prev_tree`.
+    def take(self, policy, prev_tree: str | None, counters: dict | None = None, newest=None) -> dict:
+        """Snapshot the project now; the summary of its changes since `prev_tree`, or with
+        `newest` (the session) since `newest.last_tree`, read and replaced by the new tree
+        under the lock: steps that end at once are snapshotted one after another, and each is
+        compared with the one taken just before it, never with an older tree. `taken_at`
+        in the summary orders trees in time (steporder.py: what `last` names).
 
         A damaged object (a flipped byte, a pack gone) must not stop every later step: the
         store quarantines what it found damaged, the stat cache and watcher are dropped, and
@@ -114,10 +118,14 @@ class Snapshotter:
         with self.lock:
             self.counters = counters
             try:
-                snap, changes, problem = self._take_checked(flt, prev_tree)
+                snap, changes, problem = self._take_checked(flt, newest.last_tree if newest else prev_tree)
             finally:
                 self.counters = None
+            taken_at = time.time_ns()
+            if newest is not None:
+                newest.last_tree = snap.tree_id
         summary = summarize(snap, changes)
+        summary["taken_at"] = taken_at
         if problem:
             summary["diff_error"] = problem
         return summary
