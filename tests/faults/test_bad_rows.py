@@ -45,9 +45,15 @@ def test_a_bad_row_is_named_and_the_rest_stays_usable(bare_proj, bad):
     assert r.returncode == 0
     steps = json.loads(proj.envgit("log", "--json", check=True).stdout)
     assert steps[-1]["id"] == 4 and steps[-1]["status"] == "done"
-    assert_rewinds_exactly(proj, {1: after[1]})           # before the bad row: trusted
+    # Step 1 is before the bad row, but a rewind to it is recorded after it and could not be
+    # undone: refused until the repair (this test used to expect it to go ahead; issue 32, case 3).
+    r = no_traceback(proj.envgit("rewind", "1", "--yes"))
+    assert r.returncode != 0 and "could not be undone" in r.stderr and "fsck --repair" in r.stderr
     r = no_traceback(proj.envgit("rewind", "3", "--yes"))  # after it: the chain does not verify
     assert r.returncode != 0 and "does not verify" in r.stderr
+    proj.stop()                                            # the bad row set aside: both sides trusted
+    assert "re-sealed" in no_traceback(proj.envgit("fsck", "--repair")).stdout
+    assert_rewinds_exactly(proj, {1: after[1], 3: after[3]})
 
 
 def test_events_of_the_wrong_type_are_refused_on_the_way_in(bare_proj):

@@ -60,7 +60,22 @@ def test_an_edited_row_is_not_trusted_by_rewind(bare_proj):
         assert tree_of(proj.root) == before              # not one byte written
     f = no_traceback(proj.envgit("fsck"))
     assert f.returncode == 1 and f"entry {seq2}" in f.stdout and "changed" in f.stdout
-    assert_rewinds_exactly(proj, {1: after[1]})          # before the edit: still trusted
+    # Step 1 is before the edit and verifies, but this test used to expect its rewind to go
+    # ahead: its undo point is recorded after the edited row, so `rewind --undo` was refused
+    # once the work in progress was out of the directory (issue 32, case 3). Now refused before
+    # anything is written, with the way out.
+    r = no_traceback(proj.envgit("rewind", "1", "--yes"))
+    assert r.returncode != 0 and "fsck --repair" in r.stderr and tree_of(proj.root) == before
+    # fsck --repair sets the edited row aside: the edit is never trusted (step 2 refused, named),
+    # step 1 rewinds, and --undo gives back the work in progress.
+    proj.stop()
+    assert "re-sealed" in no_traceback(proj.envgit("fsck", "--repair")).stdout
+    r = no_traceback(proj.envgit("rewind", "2", "--yes"))
+    assert r.returncode != 0 and "step 2" in r.stderr and "set aside" in r.stderr
+    assert tree_of(proj.root) == before
+    assert_rewinds_exactly(proj, {1: after[1]})
+    assert no_traceback(proj.envgit("rewind", "--undo", "--yes")).returncode == 0
+    assert tree_of(proj.root) == before
     assert proj.run("echo 5 > a").returncode == 0        # the project goes on
 
 

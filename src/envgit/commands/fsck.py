@@ -93,7 +93,7 @@ def _fsck_repair(project, args):
     hold it), record what could not be kept, then verify as fsck does."""
     import fcntl
 
-    from ..journal import Journal
+    from ..journal import Journal, reseal
     from ..journal.salvage import ranges, rebuild
     if not os.path.exists(project.journal):
         if args.json:
@@ -119,13 +119,16 @@ def _fsck_repair(project, args):
                     "last_step": j.floor, "head_hash": "",
                     "reason": f"journal.sqlite was damaged ({d.error}); fsck --repair kept "
                               f"{len(d.rows)} entries and could not read entries {ranges(d.unreadable)}"})
+            resealed = reseal.repair(j)             # rows read whole that still do not verify
             j.close()
             repaired = (f"fsck: rebuilt the journal: kept {len(d.rows)} of {d.highest} entries"
                         + (f"; could not keep entries {ranges(d.unreadable)} (recorded as lost)"
                            if d.unreadable else "")
-                        + f"; the damaged file is kept as {os.path.basename(kept_as)}")
+                        + f"; the damaged file is kept as {os.path.basename(kept_as)}"
+                        + (f"\n{resealed}" if resealed else ""))
         else:
             j = Journal(project.journal)
+            repaired = reseal.repair(j)             # rows changed, deleted or renumbered: set aside
             problems = [p for p in j.verify() if "open steps" in p]
             if problems:
                 j.rebuild_open_steps()

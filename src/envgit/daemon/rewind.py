@@ -18,6 +18,7 @@ restore it (`policy`), and the plan says when it differs.
 import time
 
 from .. import faults
+from ..journal.reseal import named_steps
 from ..policy import PolicyError
 from ..snapshot import StoreError
 from . import outside
@@ -32,8 +33,13 @@ class RewindError(Exception):
     pass
 
 
-def target_tree(journal, n: int) -> str:
+def target_tree(journal, n: int, found=None) -> str:
     step = journal.step(n)
+    if step is None or not step.snapshot or not step.snapshot.get("tree"):
+        damaged = named_steps(journal).get(n)       # a step `fsck --repair` set entries of aside
+        if damaged:
+            raise RewindError(f"{damaged}, so its snapshot cannot be trusted; nothing was changed: "
+                              "pick another step, or `envgit restore` one into another directory")
     if step is None:
         raise RewindError(f"no step {n}; `envgit log` lists them")
     if n in journal.dropped_snapshots():
@@ -43,7 +49,7 @@ def target_tree(journal, n: int) -> str:
     back = taken_back(journal, n)
     if back is not None:                # what step n left standing, not the routes taken back
         step = back
-    trust_history(journal, step.last_seq, f"step {n}")
+    trust_history(journal, step.last_seq, f"step {n}", found)
     return step.snapshot["tree"]
 
 
@@ -58,15 +64,43 @@ def taken_back(journal, n: int):
     return None
 
 
-def trust_history(journal, seq: int, what: str) -> None:
+def trust_history(journal, seq: int, what: str, found=None) -> None:
     """Refuse, before anything is written, unless the hash chain verifies from the first entry
     through `seq` (the last entry of the target): a row edited to name another tree is found
-    here, not after the directory was overwritten with it."""
-    problems = journal.verify_through(seq)
+    here, not after the directory was overwritten with it. `found`: journal.verify() already
+    read (the same problems, filtered here as verify_through would)."""
+    problems = journal.verify_through(seq) if found is None else [p for p in found if p.taints(seq)]
     if problems:
         raise RewindError(f"the journal does not verify up to {what}, so its snapshot cannot be "
                           f"trusted; nothing was changed: {problems[0].removeprefix('journal: ')}"
-                          + (f" (and {len(problems) - 1} more: `envgit fsck`)" if len(problems) > 1 else ""))
+                          + (f" (and {len(problems) - 1} more: `envgit fsck`)" if len(problems) > 1 else "")
+                          + _repair_hint(problems))
+
+
+def _repair_hint(problems) -> str:
+    """A damaged row (not a history found rewritten, which a repair cannot vouch for) is what
+    `fsck --repair` sets aside."""
+    if all(p.until is not None for p in problems):
+        return ""
+    return "; `envgit fsck --repair` sets the damaged entries aside and re-seals the journal"
+
+
+def undoable(journal, found, back_to) -> None:
+    """Refuse a rewind whose own undo point would not verify: its entries are written after
+    every entry there is, so a problem that taints the journal's last entry would make
+    `rewind --undo` (and every rewind to a later step) refuse once the directory is
+    overwritten: the latest work out of it, with no rewind to bring it back."""
+    with journal.lock:
+        last = journal.db.execute("SELECT MAX(seq) FROM entries").fetchone()[0] or 0
+    problems = [p for p in found if p.taints(last)]
+    if problems:
+        way = (f"`envgit restore {back_to} --target DIR` writes that step into another directory "
+               "without touching this one" if back_to is not None else "")
+        raise RewindError(
+            "this rewind could not be undone: the journal does not verify past "
+            f"{problems[0].removeprefix('journal: ')}, so `envgit rewind --undo` and rewinds to later "
+            "steps would be refused afterwards; nothing was changed. Run `envgit fsck --repair` first "
+            "(it sets the damaged entries aside and re-seals the journal)" + (f", or {way}" if way else ""))
 
 
 def last_rewind(journal):
@@ -80,13 +114,17 @@ def last_rewind(journal):
 def resolve(journal, step: int | None, undo: bool) -> dict:
     """What a rewind goes back to: {tree, to_step, undoes, policy (whether envgit.yaml is
     restored unless said otherwise)}. `undo`: the undo point of the newest rewind."""
+    found = journal.verify()        # read once: the target's history, then the undo point's
     if not undo:
-        return {"tree": target_tree(journal, step), "to_step": step, "undoes": None, "policy": False}
+        tree = target_tree(journal, step, found)
+        undoable(journal, found, step)
+        return {"tree": tree, "to_step": step, "undoes": None, "policy": False}
     r = last_rewind(journal)
     if r is None:
         raise RewindError("there is no rewind to undo; `envgit log` lists the steps")
-    trust_history(journal, r.last_seq, f"the rewind of step {r.id}")
+    trust_history(journal, r.last_seq, f"the rewind of step {r.id}", found)
     info = r.rewind
+    undoable(journal, found, info.get("undo_step"))
     # Undoing a rewind that restored the policy puts the person's policy back too.
     return {"tree": info["undo_tree"], "to_step": info.get("undo_step"), "undoes": r.id,
             "policy": bool(info.get("policy"))}
@@ -106,6 +144,21 @@ def irreversible_after(journal, n: int | None) -> list[str]:
         if not s.irreversible and "irreversible" in s.marks:
             out.append(f"step {s.id} was marked irreversible: a rewind cannot take that back")
     return out
+
+
+def crossed(journal, target) -> list[str]:
+    """The steps a re-seal (`fsck --repair`) set entries of aside that this rewind goes to or
+    across: between its target and where the directory was last brought (the newest rewind's
+    target, else the newest step)."""
+    named = named_steps(journal)
+    if not named or target["to_step"] is None:
+        return []
+    newest = next(journal.steps_newest_first(), None)
+    at = newest.id if newest else target["to_step"]
+    if newest is not None and newest.rewind and newest.rewind.get("to_step") is not None:
+        at = newest.rewind["to_step"]
+    lo, hi = sorted((target["to_step"], at))
+    return [text for n, text in sorted(named.items()) if lo <= n <= hi]
 
 
 def _is_policy(path: bytes) -> bool:
@@ -172,7 +225,7 @@ def plan(sess, target: dict, paths: list[str] | None, restore_policy: bool) -> t
         # edits made since the last step, which the rewind records first (its undo point)
         "outside": None if now["tree"] == sess.last_tree else {
             k: now[k] for k in ("added", "modified", "deleted", "paths", "paths_truncated")},
-        "warnings": irreversible_after(sess.journal, target["to_step"]),
+        "warnings": irreversible_after(sess.journal, target["to_step"]) + crossed(sess.journal, target),
         "memory": memory_plan(sess, target["to_step"], paths),
     }
     return p, preview, now

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import faults
+from .head import HEAD_FILE, HeadRecord
 from .rows import check_entry, read_body
 
 GENESIS = "0" * 64
@@ -36,7 +37,6 @@ FORMAT_VERSION = 2          # PRAGMA user_version; 0 is a journal made before it
 # transaction as the entry that opens or closes one) and an index on (kind, step), so that
 # opening a journal, `log -n`, `show` and a daemon's start read a few rows, not all of them.
 # A version-1 journal is migrated by its first writer; a reader of one folds it whole.
-HEAD_FILE = "journal.head"
 
 
 class JournalError(Exception):
@@ -456,7 +456,8 @@ class Journal:
     def problems(self, upto: int | None = None) -> list[Problem]:
         problems: list[Problem] = []
         prev, expect = GENESIS, 1
-        gaps = self._repaired_gaps()
+        from . import reseal
+        gaps, seals = self._repaired_gaps(), reseal.Seals(self)     # what repairs accounted for
         self.head.read(problems.append)
         stop = upto
         with self.lock:     # the daemon's connection is shared with its worker threads
@@ -467,12 +468,13 @@ class Journal:
             # A gap fsck --repair recorded (rows a damaged file lost) is said, not a rewrite:
             # the chain on either side of it still verifies, so rewinds trust it.
             known = seq != expect and all(k in gaps for k in range(expect, seq))
+            joined = not known and (seq != expect or p != prev) and seals.joins(seq, p, expect - 1, prev)
             if known:
                 problems.append(Problem(f"entries {expect}–{seq - 1} were lost with a damaged "
                                         f"journal.sqlite (recorded by entry {gaps[expect]})", seq, blocks=False))
-            elif seq != expect:
+            elif seq != expect and not joined:      # re-joined: its `reseal` entry says what went aside
                 problems.append(Problem(f"entry {expect} is missing (next is {seq})", seq))
-            if p != prev and not known:
+            if p != prev and not known and not joined:
                 problems.append(Problem(f"entry {seq} does not follow entry {seq - 1} (chain broken)", seq))
             try:
                 ok = entry_hash(seq, step, kind, at, body, p) == h
@@ -488,6 +490,8 @@ class Journal:
                                         "the rest of the journal is read without it", seq))
             elif kind == "lost":
                 problems.append(_recorded_loss(seq, parsed))
+            elif kind == "reseal":
+                problems += seals.notes(seq)
             prev, expect = h, seq + 1
         if stop is not None:        # losses recorded after `upto` may still be about entries before it
             for seq, _, kind, _, text in self._rows("WHERE step = 0 AND kind = 'lost' AND seq > ?", (stop,)):
@@ -591,57 +595,3 @@ def _fold(out, seq, step, kind, at, text):
 def _ended(s, at):
     s.ended_at = utc(at)
     s.duration_ms = round((at - s.started_ns) / 1e6, 3)
-
-
-class HeadRecord:
-    """`journal.head`: the last entry's seq and hash and the highest step id, rewritten in place
-    after every entry, outside SQLite, so that a journal which lost its tail (a
-    truncated or deleted WAL, an older copy put back) is seen to have, and step ids go on past
-    the lost ones. Unkeyed: whoever can rewrite the journal and recompute its chain can rewrite
-    this file too (docs/THREATS.md)."""
-
-    SIZE = 160          # the record is padded to a fixed size and rewritten in place
-
-    def __init__(self, path: str):
-        self.path = path
-        self.fd: int | None = None
-
-    def write(self, seq: int, h: str, step: int) -> None:
-        """One pwrite of a fixed-size record over the old one (~5 µs; a temporary file and a
-        rename cost ~300 µs an entry here). A kill cannot tear a pwrite this small; a power
-        loss could, and a torn record reads as damaged, which fsck says."""
-        rec = json.dumps({"seq": seq, "hash": h, "step": step}, sort_keys=True).encode()
-        rec = rec.ljust(self.SIZE - 1) + b"\n"
-        try:
-            if self.fd is None:
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            os.pwrite(self.fd, rec, 0)
-        except OSError:
-            pass            # best effort: the entry is committed; a stale head only says less
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def read(self, problem=None) -> dict | None:
-        """The record, or None if there is none; a damaged one is told to `problem` (after a
-        second look: the writer may have been halfway through rewriting it)."""
-        for _ in range(3):
-            try:
-                with open(self.path) as f:
-                    rec = json.loads(f.read())
-            except FileNotFoundError:
-                return None
-            except (OSError, ValueError):
-                rec = None
-            if isinstance(rec, dict):
-                break
-            time.sleep(0.02)
-        if not (isinstance(rec, dict) and type(rec.get("seq")) is int and type(rec.get("step")) is int
-                and isinstance(rec.get("hash"), str)):
-            if problem:
-                problem(Problem(f"{HEAD_FILE} is damaged: a lost tail cannot be told until the next "
-                                "entry rewrites it", blocks=False))
-            return None
-        return rec

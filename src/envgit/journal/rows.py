@@ -95,6 +95,19 @@ def _lost_range(v):
     return _ints(v) and len(v) == 2
 
 
+def _links(v):
+    """A `reseal` entry's re-joins of the chain (journal/reseal.py)."""
+    return isinstance(v, list) and all(
+        isinstance(x, dict) and _int(x.get("seq")) and _int(x.get("after"))
+        and _str(x.get("prev")) and _str(x.get("after_hash")) for x in v)
+
+
+def _named(v):
+    return isinstance(v, list) and all(
+        isinstance(x, dict) and _int(x.get("seq")) and _opt_int(x.get("step"))
+        and _opt_str(x.get("kind")) and _str(x.get("why")) for x in v)
+
+
 KINDS = {
     "begin": {"argv": _strs, "cwd": _str, "session": _str, "user": _str, "pid": _opt_int,
               "policy_sha256": _str, "tool_call_id": _opt_str, "marks": _strs,
@@ -122,8 +135,11 @@ KINDS = {
     "gc-done": {"freed": _int},
     "lost": {"entries": _lost_range, "last_step": _int, "head_hash": _str, "reason": _str,
              "rewritten": _bool},
+    # `envgit fsck --repair` set rows that did not verify aside and re-joined the chain past them
+    "reseal": {"set_aside": _ints, "missing": _ints, "links": _links, "named": _named,
+               "closed": _ints, "reason": _str},
 }
-PROJECT_KINDS = {"gc", "gc-done", "lost", "grant", "grant-revoke"}      # entries of step 0, the project's own
+PROJECT_KINDS = {"gc", "gc-done", "lost", "grant", "grant-revoke", "reseal"}      # entries of step 0, the project's own
 
 
 def check_entry(step, kind, body) -> str:

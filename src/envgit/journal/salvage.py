@@ -92,7 +92,9 @@ def _read_rows(db, head_seq) -> Damage:
         last = d.rows[-1][0] if d.rows else 0
         d.highest = max(last, head_seq)
         have = {r[0] for r in d.rows}
-        d.unreadable = [s for s in range(1, d.highest + 1) if s not in have]
+        # A file SQLite finds whole that lacks a seq had a row deleted, not a page damaged: the
+        # chain names that, and `fsck --repair` re-seals past it (reseal.py), no rebuild.
+        d.unreadable = [s for s in range(1, d.highest + 1) if s not in have] if d.error else []
         return d
     except sqlite3.DatabaseError as e:
         d.error = d.error or str(e)
