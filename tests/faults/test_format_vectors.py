@@ -5,6 +5,7 @@ checked in (tests/faults/data/format-v1, made once by make_format_v1.py), read b
 A change to an id context, the tree encoding, the chunker table or the entry hash fails here
 instead of passing the suite while every existing store stops verifying."""
 
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,12 @@ TREE_HEX = ("656e766769742d747265652d310a0500612e7478740100a40106000000000000008
             "08e4c7c1b99dbfd50e7a95185fead5ee1448fa904a2fdd778eaf5f2dbfd629a99")
 ENTRY_HASH = "230fb1e30daa15586abe6df7f642a43cfb171f884c045fce23ad5fc8184bd6bb"
 STORED_TREE = "30d031a43fb8ebc20e3ec075739ee09328232ba281d8ac43698a0976783ae1b0"
+# A re-sealed chain (FORMAT.md, "Re-sealing"): entries 2-4 and the `reseal` entry 5 that re-joins
+# entry 4 to entry 2 once entry 3 is set aside.
+RESEAL_HASHES = ["c6078039c36d879cc5b25729197a28546714fe55ccc5195db779a98b947d4f1a",
+                 "81be484a3ca2f8e76e8188125da571b14efa99d2bed508c24ce1c38dc66c4385",
+                 "2ba092245380f425c2bf4da7c805ade06fbc079125d1e9e036420bacb00e88b9",
+                 "0ab98db4e29c527ec9b3da64a7d3e4d4674e46eb7167cddb54dfad9c5b73b285"]
 
 
 def chunk_vector():
@@ -71,12 +78,49 @@ def test_known_answer_vectors():
     assert entry_hash(1, 1, "begin", 1767225600000000000, '{"argv":["true"]}', "0" * 64) == ENTRY_HASH
 
 
+def resealed_rows():
+    """The vector's journal as `entries` holds it after the re-seal: 1, 2, 4, 5 (3 set aside)."""
+    t, h2, h3, h4, _ = 1767225600000000000, *RESEAL_HASHES
+    link = {"after": 2, "after_hash": h2, "prev": h3, "seq": 4}
+    body5 = json.dumps({"links": [link], "missing": [], "set_aside": [3]}, sort_keys=True, separators=(",", ":"))
+    return [(1, 1, "begin", t, '{"argv":["true"]}', "0" * 64, ENTRY_HASH),
+            (2, 1, "end", t + 1, '{"exit_code":0}', ENTRY_HASH, h2),
+            (4, 2, "end", t + 3, '{"exit_code":1}', h3, h4),
+            (5, 0, "reseal", t + 4, body5, h4, RESEAL_HASHES[3])]
+
+
+def test_a_resealed_chain_verifies_by_the_rule_and_by_the_journal(tmp_path):
+    rows = resealed_rows()
+    t = 1767225600000000000
+    assert entry_hash(3, 2, "begin", t + 2, '{"argv":["false"]}', RESEAL_HASHES[0]) == RESEAL_HASHES[1]
+    for seq, step, kind, at, body, prev, h in rows:
+        assert entry_hash(seq, step, kind, at, body, prev) == h, seq
+    # FORMAT.md's rule, written out here apart from the journal's code.
+    seals = {r[0]: json.loads(r[4]) for r in rows if r[2] == "reseal"}
+    a, ah = 0, "0" * 64
+    for seq, _, _, _, _, prev, h in rows:
+        if not (seq == a + 1 and prev == ah):
+            assert any(e >= seq and {"seq": seq, "prev": prev, "after": a, "after_hash": ah} in b["links"]
+                       and range(a + 1, seq) and all(k in b["set_aside"] + b["missing"] for k in range(a + 1, seq))
+                       for e, b in seals.items()), seq
+        a, ah = seq, h
+    # The journal's own verify agrees (this minimal entry names no step, so nothing is said).
+    j = Journal(str(tmp_path / "journal.sqlite"))
+    j.db.executemany("INSERT INTO entries VALUES (?,?,?,?,?,?,?)", rows)
+    (tmp_path / "journal.head").unlink(missing_ok=True)
+    assert j.verify() == []
+    # Without the reseal entry, entry 4 does not follow entry 2.
+    j.db.execute("DELETE FROM entries WHERE seq = 5")
+    assert [p for p in j.verify() if p.taints(4)]
+    j.close()
+
+
 def test_format_md_prints_the_same_vectors():
     text = FORMAT_MD.read_text()
     section = text[text.index("### Known-answer vectors"):]
     flat = re.sub(r"\s+", "", section)
     for value in (BLOB_ID, FIRST_CHUNK_ID, CHUNK_INDEX_ID, EMPTY_TREE_ID, TREE_ID, TREE_HEX, ENTRY_HASH,
-                  STORED_TREE, ",".join(map(str, CHUNK_LENGTHS))):
+                  STORED_TREE, ",".join(map(str, CHUNK_LENGTHS)), *RESEAL_HASHES):
         assert value in flat, value
 
 
