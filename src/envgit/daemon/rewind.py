@@ -67,8 +67,8 @@ def taken_back(journal, n: int):
 def trust_history(journal, seq: int, what: str, found=None) -> None:
     """Refuse, before anything is written, unless the hash chain verifies from the first entry
     through `seq` (the last entry of the target): a row edited to name another tree is found
-    here, not after the directory was overwritten with it. `found`: journal.verify() already
-    read (the same problems, filtered here as verify_through would)."""
+    here, not after the directory was overwritten with it. `found`: history()'s problems,
+    already read (filtered here as verify_through would)."""
     problems = journal.verify_through(seq) if found is None else [p for p in found if p.taints(seq)]
     if problems:
         raise RewindError(f"the journal does not verify up to {what}, so its snapshot cannot be "
@@ -85,13 +85,19 @@ def _repair_hint(problems) -> str:
     return "; `envgit fsck --repair` sets the damaged entries aside and re-seals the journal"
 
 
-def undoable(journal, found, back_to) -> None:
-    """Refuse a rewind whose own undo point would not verify: its entries are written after
-    every entry there is, so a problem that taints the journal's last entry would make
-    `rewind --undo` (and every rewind to a later step) refuse once the directory is
-    overwritten: the latest work out of it, with no rewind to bring it back."""
+def history(journal) -> tuple[list, int]:
+    """(every problem of the chain through its last entry, that entry's seq): one walk serves
+    the target's check and the undo point's (~0.8 s for 40,000 entries here)."""
     with journal.lock:
         last = journal.db.execute("SELECT MAX(seq) FROM entries").fetchone()[0] or 0
+    return journal.problems(upto=last), last
+
+
+def undoable(found, last, back_to) -> None:
+    """Refuse a rewind whose own undo point would not verify: its entries are written after
+    entry `last`, so a problem that taints it would make `rewind --undo` (and every rewind to a
+    later step) refuse once the directory is overwritten: the latest work out of it, with no
+    rewind to bring it back."""
     problems = [p for p in found if p.taints(last)]
     if problems:
         way = (f"`envgit restore {back_to} --target DIR` writes that step into another directory "
@@ -114,17 +120,17 @@ def last_rewind(journal):
 def resolve(journal, step: int | None, undo: bool) -> dict:
     """What a rewind goes back to: {tree, to_step, undoes, policy (whether envgit.yaml is
     restored unless said otherwise)}. `undo`: the undo point of the newest rewind."""
-    found = journal.verify()        # read once: the target's history, then the undo point's
+    found, last = history(journal)  # read once: the target's history, then the undo point's
     if not undo:
         tree = target_tree(journal, step, found)
-        undoable(journal, found, step)
+        undoable(found, last, step)
         return {"tree": tree, "to_step": step, "undoes": None, "policy": False}
     r = last_rewind(journal)
     if r is None:
         raise RewindError("there is no rewind to undo; `envgit log` lists the steps")
     trust_history(journal, r.last_seq, f"the rewind of step {r.id}", found)
     info = r.rewind
-    undoable(journal, found, info.get("undo_step"))
+    undoable(found, last, info.get("undo_step"))
     # Undoing a rewind that restored the policy puts the person's policy back too.
     return {"tree": info["undo_tree"], "to_step": info.get("undo_step"), "undoes": r.id,
             "policy": bool(info.get("policy"))}
