@@ -214,6 +214,7 @@ def _set_aside(objects: ObjectStore, bad: dict) -> list[str]:
             except FileNotFoundError:
                 pass
         packs.fsync_dir(aside)
+        packs.fsync_dir(os.path.dirname(packs.pack_path(objects.packs_dir, pack_id, ".pack")))
         said.append(f"fsck: pack {pack_id} was damaged ({len(bad[pack_id])} object(s) unreadable): its "
                     f"{copied} sound object(s) copied into a new pack, the damaged file kept as "
                     f".envgit/objects/{ASIDE}/{pack_id}.pack")
@@ -236,7 +237,9 @@ def _unrestorable(objects: ObjectStore, project) -> list[str]:
             j.close()
     except (sqlite3.DatabaseError, OSError):
         return []
-    said, trees, files = [], {}, {}
+    said: list[str] = []
+    trees: dict[bytes, tuple] = {}
+    files: dict[bytes, bool] = {}
     for n, tree in steps:
         lacks, count = _lacking(objects, bytes.fromhex(tree), trees, files)
         if count:
