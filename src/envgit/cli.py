@@ -42,16 +42,23 @@ def main(argv=None):
         rest = argv[1:]
         sys.exit(agent(argv[0], rest[1:] if rest[:1] == ["--"] else rest))
     if argv[:1] == ["mcp"] and argv[1:2] not in HELP:
+        from . import extras
         from .mcp import main as mcp
-        sys.exit(mcp(argv[1:]))
+        try:
+            sys.exit(mcp(argv[1:]))
+        except extras.MissingExtra as e:
+            sys.exit(extras.say(e))
     sys.exit(_porcelain(argv))
 
 
 def _porcelain(argv):
+    from . import extras
     try:
         code = _parse_and_dispatch(argv)
         sys.stdout.flush()              # a closed pipe shows here, not at interpreter exit
         return code
+    except extras.MissingExtra as e:    # an optional part not installed: its pip line, exit 125
+        return extras.say(e, json="--json" in argv)
     except BrokenPipeError:
         _die_of(13)                     # SIGPIPE, as git does: no traceback, status 128+13
     except KeyboardInterrupt:

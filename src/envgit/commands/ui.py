@@ -35,6 +35,9 @@ def _port(argparse):
 def cmd_ui(args):
     import secrets
     import socket
+
+    from ..extras import need
+    need("ui")                          # before the socket: a missing extra is said, nothing bound
     project = find_project()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:

@@ -107,11 +107,11 @@ def read(name: str, source: dict, environ=os.environ, policy=None) -> dict[str, 
 
 def require_botocore() -> None:
     """An AWS profile's requests are re-signed with botocore (the optional `aws` extra)."""
+    from ..extras import MissingExtra, need
     try:
-        import botocore.auth  # noqa: F401
-    except ImportError:
-        raise CredentialError("AWS requests are re-signed with botocore, which is not installed: "
-                              "pip install 'envgit[aws]'") from None
+        need("aws")
+    except MissingExtra as e:
+        raise CredentialError(f"AWS requests are re-signed with botocore: {e}") from None
 
 
 class Sources:

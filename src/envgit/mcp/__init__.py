@@ -44,6 +44,8 @@ def main(argv: list[str]) -> int:
     except (NoProject, PolicyError) as e:
         print(f"envgit mcp: {e}", file=sys.stderr)
         return 2
+    from ..extras import need
+    need("mcp")                         # cli.main says a missing extra in one line (exit 125)
     import anyio
 
     from .server import serve

@@ -12,9 +12,13 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from urllib3.exceptions import ProtocolError
+from ..extras import need
 
-from . import RemoteError
+need("remote")      # boto3, botocore and urllib3, or one line naming `pip install 'envgit[remote]'`
+
+from urllib3.exceptions import ProtocolError  # noqa: E402
+
+from . import RemoteError  # noqa: E402
 
 MULTIPART_AT = 8 << 20          # packs are sealed at 16 MiB: the big ones go in parts
 PART_SIZE = 8 << 20
@@ -24,13 +28,10 @@ READ_ATTEMPTS = 4               # a body cut off mid-read is read again (botocor
 
 class Bucket:
     def __init__(self, remote):
-        try:
-            import boto3
-            from boto3.s3.transfer import TransferConfig
-            from botocore.config import Config
-        except ImportError:
-            raise RemoteError("remotes need boto3: pip install 'envgit[remote]'") from None
+        import boto3
         import botocore.exceptions
+        from boto3.s3.transfer import TransferConfig
+        from botocore.config import Config
         self._errors = botocore.exceptions
         self.remote, self.bucket, self.prefix = remote, remote.bucket, remote.prefix
         session = boto3.session.Session()
