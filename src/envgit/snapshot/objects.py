@@ -52,7 +52,7 @@ class ObjectStore:
         # <pack id>" a line): a copy in that list is never in the index, so `has` says no and
         # the next snapshot holding that content stores it afresh, whoever found the damage
         # (a restore, fsck, another read). `damaged` holds their ids; `news` those that
-        # capture has not yet acted on (see heal.forget_damaged).
+        # a snapshot has not yet acted on (Store.snapshot, StatCache.forget_objects).
         self.damaged: set[bytes] = set()
         self.bad_copies: set[tuple[bytes, str]] = set()
         self.news: set[bytes] = set()
