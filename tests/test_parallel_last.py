@@ -68,6 +68,9 @@ def test_last_is_the_newest_tree_for_ls_restore_and_rewind(bare_proj, tmp_path):
     assert {f"early{i}" for i in range(1, N + 1)} <= files_of(proj, str(ids[-1]))
     # `last` is the newest tree: the directory as the last step to end left it.
     assert wanted <= files_of(proj, "last")
+    # `envgit diff` with no steps compares the newest tree with the directory: nothing changed.
+    d = json.loads(proj.envgit("diff", "--json", check=True).stdout)
+    assert d["changes"] == [], d["changes"][:3]
     shown = json.loads(proj.envgit("show", "last", "--json", check=True).stdout)
     assert shown["id"] == ids[0]
     assert json.loads(proj.envgit("show", "last~1", "--json", check=True).stdout)["id"] == ids[1]
@@ -77,6 +80,15 @@ def test_last_is_the_newest_tree_for_ls_restore_and_rewind(bare_proj, tmp_path):
     r = no_traceback(proj.envgit("rewind", "last", "--yes"))
     assert r.returncode == 0, r.stderr
     assert tree_of(proj.root) == everything                       # nothing to bring back
+    # `last~1` is the step that ended just before: without file1 (and go/1, made after it).
+    r = no_traceback(proj.envgit("rewind", "last~1", "--yes"))
+    assert r.returncode == 0, r.stderr
+    assert tree_of(proj.root) == {k: v for k, v in everything.items() if k not in ("file1", "go/1")}
+    # Its undo point is the newest step itself: no `outside` step is written for it.
+    log = json.loads(proj.envgit("log", "--json", check=True).stdout)
+    assert [s["id"] for s in log if "outside" in s["marks"]] == [], log[-2:]
+    assert no_traceback(proj.envgit("rewind", "--undo", "--yes")).returncode == 0
+    assert tree_of(proj.root) == everything
 
 
 def test_a_new_daemon_records_no_step_s_file_as_made_outside_envgit(bare_proj):

@@ -49,10 +49,11 @@ def cmd_diff(args):
     project = find_project()
     j = open_journal(project)
     if args.a is None:
-        latest = j.last_snapshot_step() if j else None
+        from ..steporder import newest_tree
+        latest = newest_tree(j) if j else None      # newest in time, not the highest number
         if latest is None:
             raise Usage("no snapshots yet: envgit run -- CMD takes one after every step")
-        a_step, a = latest.id, latest.snapshot["tree"]
+        a_step, a = latest.step, latest.tree
     else:
         a_step, a = step_tree(j, args.a)
     if args.b is not None:

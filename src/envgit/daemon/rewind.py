@@ -17,7 +17,7 @@ restore it (`policy`), and the plan says when it differs.
 
 import time
 
-from .. import faults
+from .. import faults, steporder
 from ..journal.reseal import named_steps
 from ..policy import PolicyError
 from ..snapshot import StoreError
@@ -309,10 +309,10 @@ def undo_point(sess, now) -> int:
     """The step whose snapshot is the directory as the rewind found it: the last step's, or an
     `outside` step recorded now with the changes made since (the person's edits)."""
     if now["tree"] == sess.last_tree:
-        last = sess.journal.last_snapshot_step()
-        if last is not None and last.snapshot.get("tree") == now["tree"] \
-                and last.id not in sess.journal.dropped_snapshots():
-            return last.id
+        last = steporder.newest_tree(sess.journal)      # newest in time: steps run at once
+        if last is not None and last.tree == now["tree"] \
+                and last.step not in sess.journal.dropped_snapshots():
+            return last.step
     return outside.write(sess, now, "rewind")
 
 
