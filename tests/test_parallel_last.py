@@ -11,11 +11,19 @@ creates go/i, which happens in reverse order, each after the previous step's `en
 exited."""
 
 import json
+import os
+import shutil
 import subprocess
 import time
+from pathlib import Path
 
 from conftest import ENVGIT
+from envgit.daemon.client import connect
+from envgit.paths import Project
+from envgit.sandbox.seccomp import program
 from faults.faultlib import no_traceback, tree_of
+
+SHIM = Path(__file__).resolve().parent.parent / "src" / "envgit" / "daemon" / "inner_shim.py"
 
 N = 8
 STEP = ("mkdir -p started go && echo 'early {i}' > early{i} && : > started/{i}; "
@@ -105,4 +113,43 @@ def test_a_new_daemon_records_no_step_s_file_as_made_outside_envgit(bare_proj):
     assert tree_of(proj.root) == everything
     # and `envgit rewind last` after the restart still gives back everything
     assert proj.envgit("rewind", "last", "--yes").returncode == 0
+    assert tree_of(proj.root) == everything
+
+
+def test_steps_an_agent_asks_for_at_once_through_the_inner_socket(bare_proj):
+    """The same through the session daemon's inner socket, as an agent's parallel tool calls:
+    eight shims in the agent's sandbox each ask for a step, the last asked ending first."""
+    proj = bare_proj
+    assert proj.run("echo base > base").returncode == 0
+    conn = connect(Project(str(proj.root)))
+    agent = conn.request({"op": "begin", "argv": ["agent"], "cwd": str(proj.root), "env": proj.env,
+                          "record_only": True, "session": "agent-par"})
+    shutil.copy(SHIM, proj.root / "shim.py")
+    fd = os.memfd_create("s", 0)
+    os.write(fd, program())
+    procs = []
+    for i in range(1, N + 1):
+        spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", str(proj.root / "shim.py"), "sh", "-c",
+                                                    STEP.format(i=i)],
+                             "cwd": str(proj.root), "env": proj.env, "session": "agent-par", "inner": True,
+                             "step": agent["step"]})
+        os.lseek(fd, 0, 0)
+        p = subprocess.Popen([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
+                             pass_fds=[fd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        wait_for(proj.root / "started" / str(i), p, f"inner step of file{i}")
+    (proj.root / "go").mkdir(exist_ok=True)
+    for i in range(N, 0, -1):
+        (proj.root / "go" / str(i)).write_text("")
+        _, err = procs[i - 1].communicate(timeout=120)
+        assert procs[i - 1].returncode == 0, err
+    everything = tree_of(proj.root)
+    wanted = {f"file{i}" for i in range(1, N + 1)}
+    assert wanted <= files_of(proj, "last")
+    conn.request({"op": "end", "step": agent["step"], "exit_code": 0})
+    assert wanted <= files_of(proj, "last")
+    assert proj.envgit("daemon", "stop").returncode == 0
+    assert no_traceback(proj.run("true")).returncode == 0
+    log = json.loads(proj.envgit("log", "--json", check=True).stdout)
+    assert [s["id"] for s in log if "outside" in s["marks"]] == [], log[-3:]
     assert tree_of(proj.root) == everything
