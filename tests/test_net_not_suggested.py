@@ -1,11 +1,11 @@
-"""The one decider of "a host envgit may suggest allowing" (policy/network.py not_suggested):
+"""The one decider of "a host envgit may suggest allowing" (policy/hostnames.py not_suggested):
 a step chooses what it looks up or asks the gate for, so the notices never offer a line for
 an address the gate keeps out unless named exactly, nor a name no public host is under."""
 
 import pytest
 
 from envgit.daemon import netadvice
-from envgit.policy.network import is_special, not_suggested
+from envgit.policy.hostnames import is_special, not_suggested
 
 NEVER = ["metadata.google.internal", "metadata.goog", "instance-data.ec2.internal",
          "metadata.azure.internal", "169.254.169.254", "[fd00:ec2::254]", "100.100.100.200",

@@ -6,7 +6,8 @@ test_credential_paths.py), which drive real curl through the gate."""
 import pytest
 
 from envgit.policy import acts
-from envgit.policy.network import approval_effect, decide_request
+from envgit.policy.approval import approval_effect
+from envgit.policy.network import decide_request
 from test_network_decide import pol, req
 
 FORM = {"content-type": "application/x-www-form-urlencoded"}

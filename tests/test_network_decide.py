@@ -7,7 +7,8 @@ import pytest
 from conftest import network_policy
 from envgit.policy import PolicyError
 from envgit.policy.graphql import classify
-from envgit.policy.network import PRESET_NAMES, Request, decide_request, judge_connect, needs_interception
+from envgit.policy.netpresets import PRESET_NAMES
+from envgit.policy.network import Request, decide_request, judge_connect, needs_interception
 
 
 def pol(allow=("github.com", "api.github.com", "uploads.github.com", "registry.npmjs.org",

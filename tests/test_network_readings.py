@@ -11,7 +11,8 @@ import pytest
 
 from conftest import network_policy
 from envgit.policy import graphql, receivepack, urlpath
-from envgit.policy.network import BODY_CAP, Decision, approval_effect, decide_request
+from envgit.policy.approval import approval_effect
+from envgit.policy.network import BODY_CAP, Decision, decide_request
 from test_network_decide import pol, req
 
 # --- paths ---------------------------------------------------------------------------------
@@ -194,7 +195,7 @@ def test_bodies_past_the_cap_are_watched_or_doubted_where_the_rule_needs_more():
 
 
 def test_marker_scan_sees_markers_split_across_chunks():
-    from envgit.policy.network import MarkerScan
+    from envgit.policy.netrequest import MarkerScan
     s = MarkerScan((b":action", b"file_upload"))
     assert not s.feed(b"...:act") and not s.feed(b"ion=...file_up")
     assert s.feed(b"load...")

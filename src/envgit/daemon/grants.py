@@ -28,7 +28,6 @@ grants in memory, read back from the journal when it starts, so a grant survives
 Standard library and envgit.policy only (the daemon's import chain, not the hot path's).
 """
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -57,11 +56,6 @@ def parse_for(text) -> int:
     return s
 
 
-def query_digest(query: str) -> str | None:
-    """What a grant keeps of a query: its sha256 (the values may be tokens), None when empty."""
-    return hashlib.sha256(query.encode("utf-8", "surrogateescape")).hexdigest() if query else None
-
-
 def scope_of(q: dict) -> dict:
     """The effect a question is about, as a grant stores and matches it. GrantError when the
     question is not about a network effect that can be remembered."""
@@ -69,7 +63,7 @@ def scope_of(q: dict) -> dict:
             or q.get("scheme") not in ("http", "https") or not isinstance(q.get("method"), str):
         raise GrantError("only a network request's question can be remembered (this one is "
                          f"{(q or {}).get('kind') or 'not a request'}); answer it without remembering")
-    from ..policy.network import norm_host
+    from ..policy.hostnames import norm_host
     base = {"scheme": q["scheme"], "host": norm_host(q["host"]), "port": q["port"],
             "method": q["method"].upper(), "method_override": sorted(q.get("method_override") or []),
             "rewrite_paths": sorted(q.get("rewrite_paths") or [])}
@@ -106,7 +100,7 @@ def _from_json(scope: dict) -> dict:
 
 def credential_of(policy, host: str) -> str | None:
     """The credential whose hosts include `host` (a grant never covers one), or None."""
-    from ..policy.network import host_matches, norm_host, split_entry
+    from ..policy.hostnames import host_matches, norm_host, split_entry
     h = norm_host(host)
     for name, c in (getattr(policy, "credentials", None) or {}).items():
         # any port: a credential's host is never granted, whichever port it is reached on

@@ -12,7 +12,8 @@ import os
 from functools import lru_cache
 
 from ..policy import defaults
-from ..policy.network import allowed_by, norm_host, not_suggested
+from ..policy.hostnames import norm_host, not_suggested
+from ..policy.network import allowed_by
 
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 

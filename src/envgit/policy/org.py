@@ -224,7 +224,7 @@ class _Combiner:
 
     def network(self):
         from .defaults import NETWORK_PRESETS, PRESET_PREFIX
-        from .network import split_entry
+        from .hostnames import split_entry
         self.concat("network.allow")
         self.concat("network.deny")
         odeny = [(d, self.ow[f"network.deny[{i}]"])
@@ -251,7 +251,7 @@ class _Combiner:
         self.l7()
 
     def l7(self):
-        from .network import split_entry
+        from .hostnames import split_entry
         ol, pl = self.get("o", "network.l7", {}), self.get("p", "network.l7", {})
         for key, spec in pl.items():
             for okey, ospec in ol.items():
@@ -285,7 +285,9 @@ class _Combiner:
         organisation says; a project's rule decides only the rest, and cannot come before
         (and loosen) a stricter organisation preset rule it may match."""
         from .defaults import IRREVERSIBLE
-        from .network import PRESET_RULES, _methods, split_entry
+        from .hostnames import split_entry
+        from .netpresets import PRESET_RULES
+        from .netrules import method_set
         if self.get("o", "irreversible") is None and self.get("p", "irreversible") is None:
             return                                  # both the default: nothing to combine
         oent = self.get("o", "irreversible")
@@ -324,9 +326,9 @@ class _Combiner:
                 act, act_where = oacts.get(d["name"], (None, ""))
                 if STRICTNESS[act] <= strict:
                     continue
-                methods = _methods(d.get("methods"))
+                methods = method_set(d.get("methods"))
                 if m not in (None, "*") and (methods is not None and m.upper() not in methods or
-                                             m.upper() in (_methods(d.get("not_methods")) or ())):
+                                             m.upper() in (method_set(d.get("not_methods")) or ())):
                     continue
                 hosts = d.get("hosts")
                 if hosts is not None and not any(hosts_overlap(split_entry(e["net"]["host"])[0], h)
@@ -345,7 +347,7 @@ class _Combiner:
         """A request rule is tried before `network.l7` (policy/network.py): a project's rule
         that allows or asks about a method or path an organisation's l7 entry leaves out would
         let it through (a person's yes included). Its host, method and path must be within."""
-        from .network import split_entry
+        from .hostnames import split_entry
         ol = self.get("o", "network.l7", {})
         for _, side, i, e, _ in nets:
             if side != "p" or e["action"] == "deny":
@@ -476,7 +478,7 @@ def mcp_identity(spec: dict) -> tuple:
     import shutil
     from urllib.parse import urlsplit
 
-    from .network import canonical_host
+    from .hostnames import canonical_host
     if "url" in spec:
         u = urlsplit(spec["url"].strip())
         scheme = u.scheme.lower()
@@ -521,7 +523,7 @@ def _verb(action):
 def preset_actions(entries, where, key) -> dict:
     """Preset rule name -> (action or None, 'file:line' that set it), as network._compile
     reads an irreversible list."""
-    from .network import PRESET_RULES, preset_rule_name
+    from .netpresets import PRESET_RULES, preset_rule_name
     overrides, preset_action, preset_where, disabled = {}, None, "", {}
     for i, e in enumerate(entries):
         w = where.get(f"{key}[{i}]", "")
@@ -576,7 +578,7 @@ def hosts_overlap(a: str, b: str) -> bool:
     """Can one host name match both patterns (`name`, `*.domain`, a preset's `name.*`)? Two
     spellings of one place (every loopback spelling, an IPv4 address and its IPv4-mapped IPv6
     form) overlap: the gate applies a rule on one to the others (network.rule_host_matches)."""
-    from .network import host_matches, norm_host, places
+    from .hostnames import host_matches, norm_host, places
     a, b = norm_host(a), norm_host(b)
     if host_matches(a, b) or host_matches(b, a) or places(a) & places(b):
         return True
@@ -589,7 +591,7 @@ def host_entries_overlap(allow: str, deny: str) -> bool:
     """Does the network.allow entry `allow` reach a host:port the network.deny entry `deny`
     names? (An allow entry without a port is ports 443 and 80; a deny entry without one, every
     port.)"""
-    from .network import split_entry
+    from .hostnames import split_entry
     (ah, ap), (dh, dp) = split_entry(allow), split_entry(deny)
     ports = dp is None or (dp in (80, 443) if ap is None else ap == dp)
     return ports and hosts_overlap(ah, dh)

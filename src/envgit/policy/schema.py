@@ -164,7 +164,7 @@ def check_allow_entry(text):
 
 
 def check_preset_rule(text):
-    from .network import PRESET_NAMES, preset_rule_name  # pure and light, but not needed earlier
+    from .netpresets import PRESET_NAMES, preset_rule_name  # pure and light, but not needed earlier
     if preset_rule_name(text):
         return None
     hint = difflib.get_close_matches(text.rsplit("/", 1)[-1], PRESET_NAMES, n=1)

@@ -12,13 +12,13 @@ Event order for one client connection:
   response / error    the request's record
   client_disconnected the tunnel's record (bytes counted at the socket)
 
-Request bodies are buffered up to network.BODY_CAP before `request` (bodies.py): a larger one
+Request bodies are buffered up to netrequest.BODY_CAP before `request` (bodies.py): a larger one
 is judged on its first BODY_CAP bytes (a rule that needs more doubts, and matches), then
 streamed on if allowed, or read to its end and dropped if denied. Nothing reaches the server
 before the request is judged. Responses are streamed (with credentials, a small one is
 buffered and looked at first: bodies.ON_BODY, proxy/credentials.py).
 
-An `ask` is asked about one effect (network.approval_effect), and the answer covers exactly
+An `ask` is asked about one effect (approval.approval_effect), and the answer covers exactly
 that effect for the rest of the step; while a person decides, the gate reads nothing more
 from that client. An effect that cannot be known (a push whose commands cannot be read, a
 GraphQL request whose operations cannot) is denied without asking.
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from mitmproxy import http
 
-from ..daemon.grants import query_digest
-from ..policy import acts, network
+from ..policy import acts, hostnames, network
+from ..policy.approval import approval_effect, query_digest
 from . import bodies, gitproto, upgrade
 
 log = logging.getLogger("envgit.proxy")
@@ -97,7 +97,7 @@ def as_request(flow: http.HTTPFlow, conn: Conn | None) -> network.Request:
 
 
 def _hostport(host, port):
-    host = network.norm_host(host)
+    host = hostnames.norm_host(host)
     return host if port in (80, 443) else f"{host}:{port}"
 
 
@@ -233,7 +233,7 @@ class EnvgitAddon:
         conn = self.conns.get(flow.client_conn.id)
         req = as_request(flow, conn)
         d = network.decide_request(self.gate.policy(), req)
-        effect = network.approval_effect(d, req) if d.action == "ask" else None
+        effect = approval_effect(d, req) if d.action == "ask" else None
         if effect is not None and effect.doubt:
             d = dataclasses.replace(d, action="deny", reason=f"{d.reason}; {effect.doubt}, so "
                                     "nobody can be asked about it")
@@ -291,7 +291,7 @@ class EnvgitAddon:
         """What the person is asked: the request, and the one effect an answer covers."""
         q = {k: v for k, v in self._record(flow, d).items()
              if k in ("method", "scheme", "path", "rule", "kind", "reason")}
-        q.update(step=step, host=network.norm_host(req.host), port=req.port, **effect.shown)
+        q.update(step=step, host=hostnames.norm_host(req.host), port=req.port, **effect.shown)
         # What a remembered grant matches the query by (daemon/grants.py): never its values.
         q["query_sha256"] = query_digest(req.query)
         # Every other method the server may act on (policy/acts.py, the one reader): a grant

@@ -16,8 +16,8 @@ from typing import Any
 from mitmproxy import http
 
 from ..credentials import echo
-from ..policy import network
-from ..policy.network import BODY_CAP
+from ..policy import hostnames, network
+from ..policy.netrequest import BODY_CAP
 from . import bodies
 from .addon import _denial_text
 
@@ -188,7 +188,7 @@ class Answers:
         what = f"the real value of credential '{name}'" if name else \
             f"a body the gate could not read ({why})"
         d = network.Decision(
-            "deny", RULE, f"the response from {network.norm_host(host)}:{port} carried {what}; "
+            "deny", RULE, f"the response from {hostnames.norm_host(host)}:{port} carried {what}; "
             "it was withheld from the step (cut off), never passed on", kind=ECHO,
             hint="the server printed the credential it was sent; the step gets placeholders only"
             if name else "on a credential's host the gate passes only bodies it can read whole "
@@ -212,5 +212,5 @@ class Answers:
         """Is the response from one of a credential's hosts (any port its entry names)?"""
         conn = self.gate.addon.conns.get(flow.client_conn.id)
         host, port = self._target(flow, conn)
-        return any(network.entry_matches(e, host, port)
+        return any(hostnames.entry_matches(e, host, port)
                    for cred, _ in self._placeholders(self.gate.policy()).values() for e in cred["hosts"])

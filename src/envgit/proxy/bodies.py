@@ -14,7 +14,7 @@ body passes BODY_CAP, the `request` hook runs on those bytes, with
 - allowed: the upstream connection is made, and the buffered bytes and the rest are streamed
   through `flow.request.stream` (the hook's callable, if it set one). mitmproxy then runs the
   `request` hook a second time at the end of the body (the addon ignores it). If the hook set
-  `flow.metadata[CUT]` (a rule watches the rest: network.Watch), each chunk is shown to it
+  `flow.metadata[CUT]` (a rule watches the rest: netrequest.Watch), each chunk is shown to it
   before it is sent; when it returns a reason, that chunk is not sent, the upstream connection
   is closed mid-body (the server never has the whole request), and the client gets the reason.
 
@@ -28,7 +28,7 @@ closed (the step's client sees its body end early) and the flow's error says why
 import time
 import zlib
 
-from ..policy.network import BODY_CAP
+from ..policy.netrequest import BODY_CAP
 
 PARTIAL = "envgit.partial"              # flow.metadata: the body was judged on its first bytes
 CUT = "envgit.cut"                      # flow.metadata: chunk -> reason to cut the request off, or ""

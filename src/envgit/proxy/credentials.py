@@ -37,8 +37,9 @@ from mitmproxy import http
 from ..credentials import echo
 from ..credentials.placeholder import SESSION, kind_of
 from ..credentials.source import CredentialError, Sources, require_botocore
-from ..policy import acts, network, urlpath
-from ..policy.network import BODY_CAP, url_glob
+from ..policy import acts, hostnames, network, urlpath
+from ..policy.netrequest import BODY_CAP
+from ..policy.netrules import url_glob
 from . import bodies
 from .addon import EnvgitAddon, _denial_text, as_request, deny_response
 from .answers import ECHO, RULE, Answers
@@ -188,7 +189,7 @@ class CredentialSwap(Answers):
         crosses the network in the clear), to one of its hosts, and within its methods (every
         method the server may read: `methods`) and paths: a path on every reading a server may
         give it (policy/urlpath.py), as l7 does, compared exactly (case too: _path_glob)."""
-        if scheme != "https" or not any(network.entry_matches(e, host, port) for e in cred["hosts"]):
+        if scheme != "https" or not any(hostnames.entry_matches(e, host, port) for e in cred["hosts"]):
             return False
         allowed = {m.upper() for m in cred.get("methods") or ["*"]}
         if "*" not in allowed and not methods <= allowed:
@@ -266,7 +267,7 @@ class CredentialSwap(Answers):
         host, port = self._target(flow, conn)
         return network.Decision(
             "deny", RULE, f"the {what} of credential '{name}' was sent to "
-            f"{network.norm_host(host)}:{port} ({flow.request.method}), which the credential "
+            f"{hostnames.norm_host(host)}:{port} ({flow.request.method}), which the credential "
             "does not cover (its hosts, methods and paths, over https only); nothing was "
             "swapped or sent",
             hint=f"credentials.{name}.hosts (and methods/paths) in envgit.yaml say where it may go")
@@ -284,7 +285,7 @@ class CredentialSwap(Answers):
             self._scrub(rec)
             return
         flow.metadata["envgit.judged"] = True
-        out = EnvgitAddon._record(flow, d, host=network.norm_host(host), port=port,
+        out = EnvgitAddon._record(flow, d, host=hostnames.norm_host(host), port=port,
                                   status=403, duration_ms=0)
         out.update(fields)
         self.gate.emit(flow.metadata.get("envgit.step"), self._scrub(out))
@@ -393,7 +394,7 @@ class CredentialSwap(Answers):
         host, port = self._target(flow, conn)
         for name, (cred, _) in self._placeholders(policy).items():
             if kind_of(name, cred) != "aws" and \
-                    any(network.entry_matches(e, host, port) for e in cred["hosts"]):
+                    any(hostnames.entry_matches(e, host, port) for e in cred["hosts"]):
                 for h in RANGE_HEADERS:
                     if h in flow.request.headers:
                         del flow.request.headers[h]
@@ -471,7 +472,7 @@ class CredentialSwap(Answers):
             conn = self.gate.addon.conns.get(flow.client_conn.id)
             host, port = self._target(flow, conn)
             self._message_record(flow, network.Decision(
-                "deny", RULE, f"a WebSocket message from {network.norm_host(host)}:{port} carried "
+                "deny", RULE, f"a WebSocket message from {hostnames.norm_host(host)}:{port} carried "
                 f"the real value of credential '{left}'; it was dropped, never passed on",
                 kind=ECHO), left)
         elif names:
@@ -480,7 +481,7 @@ class CredentialSwap(Answers):
     def _message_record(self, flow, d: network.Decision, name: str) -> None:
         conn = self.gate.addon.conns.get(flow.client_conn.id)
         host, port = self._target(flow, conn)
-        rec = EnvgitAddon._record(flow, d, host=network.norm_host(host), port=port,
+        rec = EnvgitAddon._record(flow, d, host=hostnames.norm_host(host), port=port,
                                   status=101, duration_ms=0)
         rec.update(decision="deny", rule=RULE, kind=d.kind or "credential", credential=name,
                    reason=d.reason + " (a WebSocket message)", irreversible=False)

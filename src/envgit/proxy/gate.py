@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..paths import UnixAddress
-from ..policy import network
+from ..policy import hostnames, network
 from . import bodies, ca
 from .addon import EnvgitAddon
 from .credentials import CredentialSwap
@@ -41,7 +41,7 @@ def resolve_from_env(environ=os.environ) -> dict[str, str]:
     for item in environ.get("ENVGIT_RESOLVE", "").split(","):
         name, eq, addr = item.strip().partition("=")
         if eq and name and addr:
-            out[network.norm_host(name)] = addr.strip()
+            out[hostnames.norm_host(name)] = addr.strip()
     return out
 
 
@@ -139,7 +139,7 @@ class Gate:
                  *, upstream_ca: Path | None = None, ask_timeout: float = ASK_TIMEOUT):
         self.policy = get_policy
         self.state_dir = Path(state_dir)
-        self.resolve = {network.norm_host(k): v for k, v in resolve.items()}
+        self.resolve = {hostnames.norm_host(k): v for k, v in resolve.items()}
         self._record, self._ask = record, ask
         self.upstream_ca, self.ask_timeout = upstream_ca, ask_timeout
         self.addon = EnvgitAddon(self)
@@ -311,12 +311,12 @@ class Gate:
     # --- asks ----------------------------------------------------------------------------
 
     async def ask_once(self, step: int, effect: tuple, question: dict, d) -> tuple[str, str, str, float]:
-        """The person's answer about this effect in this step (network.approval_effect: a
+        """The person's answer about this effect in this step (approval.approval_effect: a
         push's repository and exact ref updates, GraphQL operations, or method, host, path and
         query): asked once, remembered for the step, for exactly that effect. "allow-rule"
         covers what the prompt says: every request the same rule matches on this host and
         port, for the rest of the step. No answer within ask_timeout is a deny."""
-        where = (network.norm_host(question["host"]), question["port"])
+        where = (hostnames.norm_host(question["host"]), question["port"])
         effect = (step, "effect", *where, *effect)       # never across hosts, whatever the effect
         wide = (step, "rule", d.rule, *where)
         for key in (effect, wide):
@@ -348,13 +348,13 @@ class Gate:
         address; other names are resolved here and the address judged (a name of an allowed
         host must not lead to a loopback or metadata address)."""
         name, port = server.address[0], server.address[1]
-        host = network.norm_host(name)
+        host = hostnames.norm_host(name)
         if host in self.resolve:
             addr, moved = _address(self.resolve[host])
             port = moved or port
-        elif network.ip_literal(host) is not None:
+        elif hostnames.ip_literal(host) is not None:
             return
-        elif network.is_special(host) == "a loopback name":
+        elif hostnames.is_special(host) == "a loopback name":
             # localhost is this machine's loopback whatever a resolver says (RFC 6761): the
             # address something listens on, as curl and browsers try both.
             addr = await _listening(("127.0.0.1", "::1"), port) or "127.0.0.1"

@@ -26,7 +26,7 @@ FIRST_PORT = 1024          # net.ipv4.ip_unprivileged_port_start's default in a 
 
 def forwards(network_allow: list[str]) -> list[tuple[str, int]]:
     """The (host as named, port) of each loopback entry a forwarder serves, in policy order."""
-    from ..policy.network import norm_host, split_entry
+    from ..policy.hostnames import norm_host, split_entry
     out = []
     for entry in network_allow:
         try:
