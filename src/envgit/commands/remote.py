@@ -154,9 +154,9 @@ def cmd_remote_set(args):
     if args.region is not None:
         r.region = args.region or None
     if args.policy is not None:
-        from ..policy import orgbucket
+        from ..remote import orgpolicy
         said_policy = _org_policy(r, args.policy) if args.policy else \
-            ("no organisation policy from this remote" if orgbucket.forget(r.name) else None)
+            ("no organisation policy from this remote" if orgpolicy.forget(r.name) else None)
         if said_policy and not args.json:
             print(said_policy, file=sys.stderr)
     r.save()
@@ -188,8 +188,8 @@ def cmd_remote_remove(args):
     from ..remote import layout
     layout.load(args.name)
     layout.remove(args.name)
-    from ..policy import orgbucket
-    if orgbucket.forget(args.name) and not args.json:
+    from ..remote import orgpolicy
+    if orgpolicy.forget(args.name) and not args.json:
         print("its organisation policy no longer applies here", file=sys.stderr)
     if args.json:
         out({"name": args.name, "key": layout.key_path(args.name)})
@@ -199,10 +199,11 @@ def cmd_remote_remove(args):
 
 
 def _org_policy(r, obj):
-    """Fetch the remote's organisation policy object (policy/orgbucket.py); its error is one line."""
-    from ..policy import PolicyError, orgbucket
+    """Fetch the remote's organisation policy object (remote/orgpolicy.py); its error is one line."""
+    from ..policy import PolicyError
+    from ..remote import orgpolicy
     try:
-        return orgbucket.fetch(r, obj)
+        return orgpolicy.fetch(r, obj)
     except PolicyError as e:
         raise Usage(str(e), EXIT_FAILED) from None
 
@@ -210,9 +211,10 @@ def _org_policy(r, obj):
 def _refresh_org_policy(r):
     """After a push: the organisation policy fetched again; a bad or missing object leaves the
     last good copy in use, said on stderr."""
-    from ..policy import PolicyError, orgbucket
+    from ..policy import PolicyError
+    from ..remote import orgpolicy
     try:
-        said = orgbucket.refresh(r)
+        said = orgpolicy.refresh(r)
     except PolicyError as e:
         print(f"envgit: the organisation policy was not updated: {e} (the last copy fetched "
               "stays in use)", file=sys.stderr)

@@ -100,7 +100,7 @@ def _withheld(policy) -> list[str]:
 
 
 def _covered(name: str, patterns: list[str]) -> bool:
-    from ..policy.org import env_overlap
+    from ..policy.overlaps import env_overlap
     return any(env_overlap(name, p) for p in patterns)
 
 

@@ -62,8 +62,8 @@ class Policy:
 
 def load_policy(path) -> Policy:
     """The effective policy of the file at `path`, loaded under the organisation policy when
-    there is one (policy/org.py); PolicyError names file, line, column and fix."""
-    from . import hostentries, org
+    there is one (policy/org.py, orgmerge.py); PolicyError names file, line, column and fix."""
+    from . import hostentries, org, orgmerge
     path = Path(path)
     data, where, sha = _read(path)
     hostentries.refuse_in_project(where, path)
@@ -75,7 +75,7 @@ def load_policy(path) -> Policy:
         hostentries.check_org_ban(odata, owhere, entries)
         entries = hostentries.named(odata, owhere, org=True) + entries
         org_creds = sorted(odata.get("credentials") or {})
-        data, where = org.combine(odata, owhere, data, where, os.path.expanduser("~"))
+        data, where = orgmerge.combine(odata, owhere, data, where, os.path.expanduser("~"))
         org.check_unwritable(data, where, org_path, os.path.expanduser("~"),
                              os.path.dirname(os.path.abspath(path)))
     _credential_conflicts(data, where)
@@ -88,12 +88,18 @@ def load_policy(path) -> Policy:
 def _read(path: Path, label=None) -> tuple[dict, dict, str]:
     """One policy file checked against the format: (data, where, sha256 of its bytes). Errors
     and provenance name it `label` when given (the bucket object a local copy came from)."""
-    import yaml
-    real, path = path, label or path
     try:
-        raw = real.read_bytes()
+        raw = path.read_bytes()
     except FileNotFoundError:
-        raise PolicyError(path, 0, 0, "no policy file; run `envgit init` to write the default one") from None
+        raise PolicyError(label or path, 0, 0, "no policy file; run `envgit init` to write the default "
+                          "one") from None
+    return parse(raw, label or path)
+
+
+def parse(raw: bytes, path) -> tuple[dict, dict, str]:
+    """A policy's bytes checked against the format: (data, where, sha256 of the bytes). Errors
+    and provenance name it `path` (a file, or the bucket object the bytes came from)."""
+    import yaml
     if len(raw) > MAX_BYTES:          # refused before the YAML parser sees it (~1 s a MiB)
         raise PolicyError(path, raw[:MAX_BYTES].count(b"\n") + 1, 1,
                           f"the file is {len(raw)} bytes; a policy is at most {MAX_BYTES} bytes "
@@ -204,7 +210,7 @@ def _merge(data, where, path, sha) -> Policy:
 
 
 def _env_overlap(a, b):
-    from .org import env_overlap
+    from .overlaps import env_overlap  # here, not at the top: it brings in the host parsing
     return env_overlap(a, b)
 
 

@@ -23,6 +23,12 @@ class PolicyError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
+def where_line(where_value: str) -> tuple[str, int]:
+    """(file, line) of a provenance value `file:LINE` (validate's `where`; line 0 if none)."""
+    f, _, n = where_value.rpartition(":")
+    return f, int(n) if n.isdigit() else 0
+
+
 # --- value types -------------------------------------------------------------------------
 
 @dataclass
