@@ -10,6 +10,13 @@ class NoProject(Exception):
     pass
 
 
+def inside(path: str, top: str) -> bool:
+    """`path` is `top` or below it: plain string paths, absolute and normalised by the caller
+    (nothing is resolved here; a caller that must see through symlinks resolves first)."""
+    top = top.rstrip("/")
+    return path == top or path.startswith(top + "/")
+
+
 class Project:
     def __init__(self, root: str):
         self.root = root

@@ -13,13 +13,10 @@ step could rewrite the daemon's code there. Standard library only (the client im
 import os
 import sys
 
+from ..paths import inside
+
 PYTHON_ARGS = ("-P",)       # argv after sys.executable for `-m envgit.…`
 SPAWN_CWD = "/"
-
-
-def inside(path: str, root: str) -> bool:
-    root = root.rstrip("/")
-    return path == root or path.startswith(root + "/")
 
 
 def project_entries(root: str, path=None) -> list[str]:

@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 
+from ..paths import inside as _inside
 from . import trust
 
 # The base every host command gets, and why each: HOME (a tool's own config and caches:
@@ -50,10 +51,6 @@ class HostCommandError(Exception):
 
 def _loader(name: str) -> bool:
     return name in LOADER_VARS or name.upper().startswith(LOADER_PREFIXES)
-
-
-def _inside(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def step_writable(policy, path: str, environ) -> bool:

@@ -6,6 +6,7 @@ import os
 import secrets
 import stat
 
+from ..paths import inside as _inside
 from ..policy import defaults
 
 
@@ -239,5 +240,3 @@ def _project_key(state_dir: str) -> str:
     return key
 
 
-def _inside(p, d):
-    return p == d or p.startswith(d.rstrip("/") + "/")

@@ -44,6 +44,7 @@ import subprocess
 import threading
 import time
 
+from ..paths import inside as _inside
 from ..policy.decide import SYSTEM_DIRS
 
 # runc's and Docker's lists (moby oci/defaults.go), kept for what the rules below do not cover
@@ -143,10 +144,6 @@ def mounts(view_args: list[str], state_dir: str, keep: list[str], allowed: list[
                 except OSError:
                     pass
     return args, masked
-
-
-def _inside(p, d):
-    return p == d or p.startswith(d.rstrip("/") + "/")
 
 
 def _sentinels(state_dir):

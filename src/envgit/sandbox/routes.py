@@ -14,6 +14,7 @@ import stat
 from dataclasses import dataclass, field
 
 from ..changes import copy_to_own_inode, listed_whole
+from ..paths import inside as _inside
 from ..policy import defaults
 from ..policy.decide import _rx
 from ..policy.globs import has_magic
@@ -207,10 +208,6 @@ def _alt(patterns):
         return None
     import re
     return re.compile("|".join(f"(?:{_rx(p).pattern})" for p in patterns), re.DOTALL).match
-
-
-def _inside(p, d):
-    return p == d or p.startswith(d.rstrip("/") + "/")
 
 
 def _dedupe(paths):

@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..atomicfile import write_atomic
+from ..paths import inside as _inside
 from ..policy import Rules, defaults, is_denied
 from ..policy.decide import SYSTEM_DIRS
 from ..policy.globs import has_magic
@@ -176,10 +177,6 @@ def _empty_config(state_dir):
 def _covered(p):
     top = p.lstrip("/").split("/", 1)[0]
     return top in SYSTEM_DIRS and p.count("/") > 1
-
-
-def _inside(p, d):
-    return p == d or p.startswith(d.rstrip("/") + "/")
 
 
 def _outermost(paths):

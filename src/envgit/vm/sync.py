@@ -28,6 +28,7 @@ import json
 import os
 import stat
 
+from ..paths import inside as _inside
 from ..policy.decide import decide_resolved, resolve
 from . import wire
 
@@ -86,10 +87,6 @@ class View:
             if any(_inside(p, q) or _inside(where, q) for q in self.protected):
                 return False
         return decide_resolved(self.rules, p).access == "write"
-
-
-def _inside(p, d):
-    return p == d or p.startswith(d.rstrip("/") + "/")
 
 
 def scan(root, view: View) -> dict:
