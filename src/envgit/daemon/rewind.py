@@ -19,12 +19,13 @@ import time
 
 from .. import faults, steporder
 from ..journal.reseal import named_steps
+from ..paths import POLICY_FILE as POLICY_NAME
 from ..policy import PolicyError
 from ..snapshot import StoreError
 from . import outside
 from .snapshots import SnapshotFailed, display
 
-POLICY_FILE = b"envgit.yaml"
+POLICY_FILE = POLICY_NAME.encode()   # the one name (paths.py), as the store's bytes
 LISTED = 1000               # paths listed in a plan (write, delete); the counts are always whole
 PROGRESS_EVERY_S = 0.1      # progress frames at most this often
 

@@ -2,6 +2,7 @@
 
 Importing this package is cheap (no YAML): the parser is imported only by load_policy."""
 
+from ..paths import POLICY_FILE
 from .decide import (
     CommandDecision,
     PathDecision,
@@ -12,7 +13,7 @@ from .decide import (
     is_denied,
     resolve,
 )
-from .load import POLICY_FILE, Policy, load_policy, render
+from .load import Policy, load_policy, render
 from .schema import PolicyError, json_schema
 
 __all__ = ["CommandDecision", "Decision", "PathDecision", "Request", "Policy", "PolicyError", "POLICY_FILE", "Rules",

@@ -7,6 +7,7 @@ import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..paths import POLICY_FILE
 from . import defaults
 from .globs import compile_glob, has_magic
 
@@ -91,7 +92,7 @@ def resolve(policy, project: str, home: str) -> Rules:
     write_abs, _ = split(policy.allow_write)
     # protect entries name project paths, even without a '/' (envgit.yaml itself)
     protect_abs = tuple((x if x.startswith("/") else os.path.normpath(os.path.join(project, x)), e)
-                        for e in list(policy.protect) + ["envgit.yaml"]
+                        for e in list(policy.protect) + [POLICY_FILE]
                         for x in expand_entry(e, home))
     return Rules(project, home, deny_abs, deny_rel, allow_abs, allow_rel, write_abs, protect_abs)
 

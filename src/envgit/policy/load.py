@@ -10,7 +10,6 @@ from pathlib import Path
 from . import defaults
 from .schema import MAX_BYTES, PolicyError, validate
 
-POLICY_FILE = "envgit.yaml"
 MCP_DEFAULTS = {"servers": {}, "rules": [], "max_return_bytes": 20 * 1024,
                 "flag_bytes_in": 100 * 1024, "flag_bytes_out": 1024}
 
