@@ -1,10 +1,15 @@
-"""The README's command blocks, run: so the README cannot rot.
+"""The command blocks of the README and of the reference it points to (docs/POLICY.md,
+docs/GUIDE.md), run: so none of them can rot.
 
-- ```sh setup: `dev/run demo` is run (the set-up is idempotent, so this re-checks it and runs
-  the demo); `dev/run test` is this very suite, which CI runs through .ci/run.
-- ```sh: each line runs in order in a fresh project (in a home holding a canary key); a line
-  whose comment says "refused" must fail, every other line must succeed.
-- ```yaml: the example policy must load, and is used for the checks below it.
+- ```sh setup (README): `dev/run demo` is run (the set-up is idempotent, so this re-checks it
+  and runs the demo); `dev/run test` is this very suite, which CI runs through .ci/run.
+- ```sh: each line runs in order in a fresh project (in a home holding a canary key), the
+  README's first; a line whose comment says "refused" must fail, every other line must succeed.
+- ```yaml (docs/POLICY.md): the example policy must load; so must ```yaml credentials
+  (docs/POLICY.md) and ```yaml vm (docs/GUIDE.md).
+- ```sh live (docs/GUIDE.md): parsed by envgit's own argument parser.
+- The README's "What a step cannot do" names tests that exist, and the README stays short
+  enough to be read to the end.
 """
 
 import os
@@ -17,11 +22,21 @@ from conftest import CANARY, Env, make_home
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"```(\w+)(?: (\w+))?\n(.*?)```", README, re.S)
+# The README's tutorial, then the reference it points to, in the order their sh blocks run.
+DOCS = [README, *((ROOT / "docs" / name).read_text() for name in ("POLICY.md", "GUIDE.md"))]
+BLOCKS = [b for text in DOCS for b in re.findall(r"```(\w+)(?: (\w+))?\n(.*?)```", text, re.S)]
+README_LINES = 200
 
 
 def blocks(lang, tag=None):
     return [body for lang_, t, body in BLOCKS if lang_ == lang and (t or None) == tag]
+
+
+def test_the_readme_is_short_and_points_to_the_reference():
+    assert len(README.splitlines()) <= README_LINES, "the README is the tutorial; reference goes in docs/"
+    for name in ("docs/POLICY.md", "docs/GUIDE.md", "CONTRIBUTING.md", "LICENSE"):
+        assert f"`{name}`" in README, name
+        assert (ROOT / name).is_file(), name
 
 
 def commands(body):

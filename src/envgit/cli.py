@@ -11,8 +11,9 @@ envgit's own failure (no project, a bad policy, bubblewrap or perl missing, the 
 network bridge did not start, the session daemon unreachable), with one `envgit:` line naming
 the fix (run.py). For the rest: 0 ok, 1 failure, 2 usage or bad input, 3 the session daemon
 could not be reached or went away, 4 the snapshot store is damaged (a missing or corrupt
-object, pack or index), 5 the journal cannot be read. Operational failures are one `envgit: …`
-line saying what to do (commands.operational), never a traceback.
+object, pack or index), 5 the journal cannot be read, 125 an optional part (an extra) is not
+installed (extras.py). Operational failures are one `envgit: …` line saying what to do
+(commands.operational), never a traceback.
 """
 
 import sys
@@ -29,7 +30,8 @@ EXIT_STATUS = """exit status:
     session daemon unreachable), said in one `envgit:` line with the fix
   claude, codex, copilot: the agent's own
   others: 0 ok, 1 failure, 2 usage or bad input, 3 the session daemon could not be reached,
-  4 the snapshot store is damaged, 5 the journal cannot be read"""
+  4 the snapshot store is damaged, 5 the journal cannot be read, 125 the optional part
+  it needs is not installed (the `pip install 'envgit[…]'` line says which)"""
 
 
 def main(argv=None):
