@@ -36,7 +36,7 @@ def split_offered(hosts) -> tuple[list[str], list[tuple[str, str]]]:
     """(the hosts envgit may offer a line for, [(host, why not)] for the others): a step
     chooses what it looks up or asks the gate for, so a cloud metadata name, an IP literal, a
     loopback or private-suffix name is said as looked up, never with a line that allows it
-    (network.not_suggested decides)."""
+    (hostnames.not_suggested decides)."""
     offered, withheld = [], []
     for h in hosts:
         why = not_suggested(h.rsplit(":", 1)[0] if h.count(":") == 1 else h)
