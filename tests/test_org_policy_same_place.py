@@ -1,5 +1,5 @@
 """The organisation policy's merge judges what a value IS, not how it is spelled (policy/org.py):
-a host by the place the gate takes it for (network.canonical_host / places: every loopback
+a host by the place the gate takes it for (hostnames.canonical_host / places: every loopback
 spelling of a port, an IPv4 address and its IPv4-mapped or NAT64 IPv6 forms), a credential by
 its source, an MCP server by its upstream. Loaded through the real `load_policy` under a
 root-owned organisation file; the gate's decisions by its real decide_request. The end-to-end

@@ -3,7 +3,7 @@ server routes to one of them. The oracle is the credential host's record: the re
 not arrive on a path the credential does not name, and it does arrive within its paths.
 
 Red team 13: the narrowing was matched with the request rules' URL globs, which are
-case-insensitive (network.url_glob: right for a rule that denies, since it must catch every
+case-insensitive (netrules.url_glob: right for a rule that denies, since it must catch every
 spelling a server may read; wrong for a narrowing that allows, since a case-sensitive server
 reads another resource). S3 object keys, most git hosts' repository files, Artifactory and
 Nexus paths are case-sensitive: `/bucket/public/**` let the real key go to `/bucket/PUBLIC/…`

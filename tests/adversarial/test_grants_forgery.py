@@ -15,7 +15,7 @@ gate reads the form for that (proxy/credentials.py `_methods`). But
 1. the gate looked for the bytes `_method` in the raw body before it parsed the form, and a
    form field's NAME is percent-decoded by every server (`%5Fmethod=DELETE` is `_method` to
    Rack): a remembered grant for POST /api/one let `%5Fmethod=DELETE` through unasked;
-2. within one step, the answer was remembered under a key (network.approval_effect) made of
+2. within one step, the answer was remembered under a key (approval.approval_effect) made of
    the method, the override HEADERS only, host, port, path and query: after "allow once" for
    POST /api/one, a POST /api/one whose form says `_method=DELETE` was let through as "given
    earlier in this step", though the question the person answered named no override.
