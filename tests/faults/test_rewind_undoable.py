@@ -104,13 +104,15 @@ def test_fsck_repair_reseals_the_journal_and_rewinds_past_the_damage_work_again(
     assert "re-sealed the journal" in r.stdout, r.stdout + r.stderr
     # Nothing silently dropped: every row is either still in the chain or set aside, byte for byte.
     kept, aside = all_rows(proj), all_rows(proj, "set_aside")
-    assert aside and {row[0] for row in aside}.isdisjoint(row[0] for row in kept)
+    assert {row[0] for row in aside}.isdisjoint(row[0] for row in kept)
     by_seq = {row[0]: row for row in kept + aside}
     assert all(by_seq[row[0]] == row for row in damaged)
-    if kind != "deleted":
-        assert seq in {row[0] for row in aside}
     seal = [json.loads(b) for _, st, k, _, b, _, _ in kept if k == "reseal"]
     assert len(seal) == 1 and set(seal[0]["set_aside"]) == {row[0] for row in aside}
+    if kind == "deleted":                     # nothing to keep; its neighbours verify and stay
+        assert seal[0]["missing"] == [seq] and not aside
+    else:
+        assert [row[0] for row in aside] == [seq]
     # fsck names the damaged step every time after; the chain verifies past it.
     f = no_traceback(proj.envgit("fsck"))
     problems = [line for line in f.stdout.splitlines() if line.startswith("journal:")]

@@ -13,8 +13,10 @@ step's run died).
 
 Which rows go aside (the repairer's rule; a verifier only checks the links): a row whose hash
 does not recompute, whose step or time is not a number, or whose body does not read as its
-kind; and a row the chain does not vouch for: the next entry names another hash as `prev`
-(a row rewritten with its hash recomputed), or the next entry is missing. Standard library only.
+kind; and a row the next entry disowns (it names another hash as `prev`: one of the two was
+rewritten with its hash recomputed, and the next one's own hash covers its `prev`). A row whose
+next entry is missing is kept: it verifies by itself, and setting it aside would take an
+innocent step's end with it. Standard library only.
 """
 
 import time
@@ -134,14 +136,10 @@ def plan(journal) -> dict | None:
     present = {r[0]: r for r in rows}
     last = rows[-1][0] if rows else 0
     aside = {r[0]: why for r in rows if (why := _own_fault(r))}
-    for seq, *_, h in rows:                 # the chain vouches for a row: the next one names it
-        if seq in aside or seq == last:     # the last: the head record does (a writer checked it)
-            continue
-        nxt = present.get(seq + 1)
-        if nxt is not None and nxt[5] != h:
+    for seq, *_, h in rows:     # a row the next one disowns (names another hash as prev) was
+        nxt = present.get(seq + 1)  # rewritten with its hash recomputed, or the next was
+        if seq not in aside and nxt is not None and nxt[5] != h:
             aside[seq] = f"entry {seq + 1} names another entry before it"
-        elif nxt is None and seq + 1 not in accepted:
-            aside[seq] = f"entry {seq + 1} is missing, so no entry vouches for it"
     if not aside and not any(s not in present and s not in accepted for s in range(1, last + 1)):
         return None
     kept = [r for r in rows if r[0] not in aside]
@@ -213,7 +211,8 @@ def repair(journal) -> str | None:
             raise
         journal.head.write(seq, prev, journal.floor)
     said = [f"set aside entries {ranges(p['aside'])} (kept in the set_aside table)" if p["aside"] else "",
-            f"entries {ranges(p['missing'])} were missing" if p["missing"] else "",
+            (f"entr{'ies' if len(p['missing']) > 1 else 'y'} {ranges(p['missing'])} "
+             f"{'were' if len(p['missing']) > 1 else 'was'} missing") if p["missing"] else "",
             f"closed step{'s' * (len(p['closed']) > 1)} {', '.join(map(str, p['closed']))} as interrupted"
             if p["closed"] else ""]
     return (f"fsck: re-sealed the journal (entry {e}): " + "; ".join(x for x in said if x)
