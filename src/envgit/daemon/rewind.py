@@ -18,7 +18,7 @@ restore it (`policy`), and the plan says when it differs.
 import time
 
 from .. import faults, steporder
-from ..journal.reseal import named_steps
+from ..journal.reseal import headless, named_steps  # steps `fsck --repair` set entries of aside
 from ..paths import POLICY_FILE as POLICY_NAME
 from ..policy import PolicyError
 from ..snapshot import StoreError
@@ -37,7 +37,7 @@ class RewindError(Exception):
 def target_tree(journal, n: int, found=None) -> str:
     step = journal.step(n)
     if step is None or not step.snapshot or not step.snapshot.get("tree"):
-        damaged = named_steps(journal).get(n)       # a step `fsck --repair` set entries of aside
+        damaged = named_steps(journal).get(n) or (headless(journal, n) if step is None else None)
         if damaged:
             raise RewindError(f"{damaged}, so its snapshot cannot be trusted; nothing was changed: "
                               "pick another step, or `envgit restore` one into another directory")
@@ -101,13 +101,14 @@ def undoable(found, last, back_to) -> None:
     rewind to bring it back."""
     problems = [p for p in found if p.taints(last)]
     if problems:
-        way = (f"`envgit restore {back_to} --target DIR` writes that step into another directory "
-               "without touching this one" if back_to is not None else "")
+        way = (f"run `envgit restore {back_to} --target DIR` to write step {back_to} into another "
+               "directory without touching this one" if back_to is not None else "")
         raise RewindError(
-            "this rewind could not be undone: the journal does not verify past "
-            f"{problems[0].removeprefix('journal: ')}, so `envgit rewind --undo` and rewinds to later "
-            "steps would be refused afterwards; nothing was changed. Run `envgit fsck --repair` first "
-            "(it sets the damaged entries aside and re-seals the journal)" + (f", or {way}" if way else ""))
+            f"this rewind could not be undone: {problems[0].removeprefix('journal: ')}, so the journal "
+            "would not verify up to the rewind's own undo point and `envgit rewind --undo` and rewinds "
+            "to later steps would be refused afterwards; nothing was changed. Run `envgit fsck "
+            "--repair` first (it sets the damaged entries aside and re-seals the journal)"
+            + (f", or {way}" if way else ""))
 
 
 def last_rewind(journal):

@@ -221,3 +221,17 @@ def repair(journal) -> str | None:
 
 def named_steps(journal) -> dict[int, str]:
     return Seals(journal).steps()
+
+
+def headless(journal, n: int) -> str | None:
+    """What to say of step `n` when it has entries but no `begin` in a re-sealed journal (its
+    begin was the row deleted), or None."""
+    seals = Seals(journal)
+    if not seals.bodies:
+        return None
+    with journal.lock:
+        if journal.db.execute("SELECT 1 FROM entries WHERE step = ? LIMIT 1", (n,)).fetchone() is None:
+            return None
+    gone = ranges(sorted(seals.covered))
+    return (f"step {n}: its begin is not in the journal (among entries {gone}, set aside or missing "
+            "when `envgit fsck --repair` re-sealed it; `envgit fsck` names them)")
