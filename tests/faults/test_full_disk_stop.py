@@ -49,6 +49,8 @@ def test_a_held_end_survives_a_stop_on_a_full_disk(small_disk):
     logged = log_path.read_bytes()[len(before):].decode(errors="replace")
     assert "Traceback" not in logged, logged
     assert len([line for line in logged.splitlines() if "full" in line]) == 1, logged
+    # nothing half-written beside the state files (a stat cache save that failed left one)
+    assert not list((proj.root / ".envgit").glob("*.tmp")), list((proj.root / ".envgit").iterdir())
     # Space freed: the next daemon writes the held end before anything else.
     (proj.root / "fill").unlink()
     assert no_traceback(proj.run("echo 3 > c")).returncode == 0

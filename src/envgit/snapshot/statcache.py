@@ -13,6 +13,7 @@ import struct
 
 from blake3 import blake3
 
+from ..atomicfile import write_atomic
 from .ids import ID_LEN
 
 MAGIC = b"envgit-statcache-1\n"
@@ -161,10 +162,8 @@ class StatCache:
         records = [_RECORD.pack(size, mtime, ctime, ino, mode, len(p), flags, oid or _ZERO_ID)
                    for p, (mode, size, mtime, ctime, ino, oid, flags) in items]
         body = b"".join([MAGIC, struct.pack("<I", len(items))] + records + [p for p, _ in items])
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(body + blake3(body).digest())
-        os.replace(tmp, self.path)
+        # one way to write a file whole: nothing half-written or left beside it on a full disk
+        write_atomic(self.path, body + blake3(body).digest(), sync=False)
         self.changed = False
 
     def _load(self) -> None:
