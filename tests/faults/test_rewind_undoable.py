@@ -166,3 +166,23 @@ def test_a_rewind_made_before_the_damage_is_undone_after_the_repair(bare_proj, k
     r = no_traceback(proj.envgit("rewind", "--undo", "--yes"))
     assert r.returncode == 0, r.stderr
     assert tree_of(proj.root) == after[3]
+
+
+@pytest.mark.parametrize("kind", ["deleted", "not-json"])
+def test_a_damaged_begin_is_named_by_a_rewind_to_its_step(bare_proj, kind):
+    """Step 2's begin damaged instead of its end: after the re-seal step 2 has no begin (its end
+    is left on its own), and a rewind to it says why instead of "no step 2"; both sides rewind."""
+    proj = bare_proj
+    after = three_steps(proj)
+    damage(proj, kind, which="begin")
+    assert "re-sealed the journal" in no_traceback(proj.envgit("fsck", "--repair")).stdout
+    r = proj.envgit("rewind", "2", "--yes")
+    assert r.returncode != 0
+    one_line(r, "step 2", "fsck --repair")
+    assert tree_of(proj.root) == after[3]
+    for n in (1, 3):
+        r = no_traceback(proj.envgit("rewind", str(n), "--yes"))
+        assert r.returncode == 0, (n, r.stderr)
+        assert tree_of(proj.root) == after[n], n
+    r = no_traceback(proj.envgit("rewind", "--undo", "--yes"))
+    assert r.returncode == 0 and tree_of(proj.root) == after[1], r.stderr
