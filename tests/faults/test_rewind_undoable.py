@@ -186,3 +186,23 @@ def test_a_damaged_begin_is_named_by_a_rewind_to_its_step(bare_proj, kind):
         assert tree_of(proj.root) == after[n], n
     r = no_traceback(proj.envgit("rewind", "--undo", "--yes"))
     assert r.returncode == 0 and tree_of(proj.root) == after[1], r.stderr
+
+
+def test_a_repair_killed_before_its_commit_leaves_the_journal_as_it_was(bare_proj):
+    """The re-seal is one transaction: killed (-9) just before its commit, not a row has moved,
+    nothing is set aside, and the next `fsck --repair` does it whole."""
+    proj = bare_proj
+    after = three_steps(proj)
+    damage(proj, "hash")
+    damaged = all_rows(proj)
+    r = proj.envgit("fsck", "--repair", env={"ENVGIT_FAULT": "reseal-inserted"})
+    assert r.returncode == -9, (r.returncode, r.stdout, r.stderr)
+    assert all_rows(proj) == damaged
+    db = sqlite3.connect(proj.root / ".envgit" / "journal.sqlite")
+    assert db.execute("SELECT name FROM sqlite_master WHERE name = 'set_aside'").fetchall() == []
+    db.close()
+    assert "re-sealed the journal" in no_traceback(proj.envgit("fsck", "--repair")).stdout
+    r = no_traceback(proj.envgit("rewind", "1", "--yes"))
+    assert r.returncode == 0 and tree_of(proj.root) == after[1], r.stderr
+    r = no_traceback(proj.envgit("rewind", "--undo", "--yes"))
+    assert r.returncode == 0 and tree_of(proj.root) == after[3], r.stderr
