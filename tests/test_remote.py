@@ -518,3 +518,21 @@ def test_fsck_remote_names_a_flipped_head_mark_and_a_flipped_config(tmp_path, s3
     ro.write_bytes(good)
     s3.put("config", config)
     assert _fsck(m1) == (0, [])
+
+
+def test_restore_from_a_remote_last_is_the_newest_tree_after_steps_run_at_once(tmp_path, s3):
+    """Eight steps at once, the last started ending first (test_parallel_last's order): on the
+    remote too, `last` is the step whose snapshot was taken last, not the highest number, so
+    `restore --from … last` gives every file the eight wrote."""
+    from test_parallel_last import N, eight_at_once
+    m1 = machine(tmp_path, "m1", s3)
+    ids = eight_at_once(m1)
+    add_remote(m1, s3)
+    m1.envgit("push", "ci", check=True)
+    out = tmp_path / "out"
+    m1.envgit("restore", "--from", "ci", "last", "--target", str(out), check=True)
+    assert {f"file{i}" for i in range(1, N + 1)} <= {p.name for p in out.iterdir()}
+    assert tree_of(out) == tree_of(m1.root)
+    r = m1.envgit("restore", "--from", "ci", "last~1", "--target", str(tmp_path / "out1"), "--json",
+                  check=True)
+    assert json.loads(r.stdout)["step"] == ids[1]      # the one that ended just before it

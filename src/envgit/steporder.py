@@ -66,6 +66,17 @@ def newest_first(journal):
         window *= 4
 
 
+def ranked(rows) -> list[Ranked]:
+    """Every step of whole-journal `rows` ((seq, step, kind, at_ns, body, …), a remote
+    machine's journal as read.MachineView holds it), newest first."""
+    out: dict[int, Ranked] = {}
+    for row in rows:
+        _seq, step, kind, at, text = row[:5]
+        if kind in _KINDS and type(step) is int and type(at) is int and step >= 1:
+            _rank(out, step, kind, at, text)
+    return sorted(out.values(), key=lambda r: (r.key, r.step), reverse=True)
+
+
 def _rank(ranked, step, kind, at, text):
     try:
         body = json.loads(text)

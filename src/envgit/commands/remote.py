@@ -368,11 +368,12 @@ def restore_from(args):
     if ref.isdigit():
         n = int(ref)
     else:
+        from ..steporder import ranked  # `last`: the newest tree in time, as locally
         back = int(ref[5:]) if ref.startswith("last~") else 0
-        ids = sorted(steps)
-        if len(ids) < back + 1:
-            raise Usage(f"no step {ref}: {p}/{m} has {len(ids)} step(s) on {r.name}")
-        n = ids[-1 - back]
+        order = [x.step for x in ranked(view.rows)]
+        if len(order) < back + 1:
+            raise Usage(f"no step {ref}: {p}/{m} has {len(order)} step(s) on {r.name}")
+        n = order[back]
     s = steps.get(n)
     if s is None:
         raise Usage(f"no step {n} in {p}/{m} on {r.name}; `envgit log --remote {r.name}` lists them")
@@ -435,11 +436,11 @@ def fsck_remote(args):
     """`envgit fsck --remote NAME`: every machine's chain, head and index checked, every pack
     fetched, opened and re-hashed with every object in it, every snapshot tree walked."""
     from ..remote import layout
-    from ..remote.read import MachineView, machines, remote_objects, vanished
-    from ..snapshot import maintenance
     from ..remote.crypto import Sealer
     from ..remote.push import check_key, config_problem
+    from ..remote.read import MachineView, machines, remote_objects, vanished
     from ..remote.s3 import Bucket
+    from ..snapshot import maintenance
     r = layout.load(args.remote)
     bucket, sealer = Bucket(r), Sealer(r.key())
     problems, checked = [], {"machines": 0, "packs": 0, "snapshots": 0, "entries": 0}
