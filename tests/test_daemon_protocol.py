@@ -6,18 +6,16 @@ source tree; its daemon and its client are real processes speaking on the real s
 Oracles: exit codes, stderr having no traceback, which pid answers afterwards, and the bytes a
 step wrote."""
 
+import io
 import json
 import os
 import subprocess
 import sys
 import tarfile
-import io
 import time
 from pathlib import Path
 
 import pytest
-
-from conftest import ENVGIT
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -44,7 +44,8 @@ def test_kill_0_and_kill_minus_1_stay_in_the_step(attacker):
     attacker.own(m)
     script = (f"sleep 60 & job=$!; "
               f"{ENVGIT} run -- sh -c 'echo inside; kill -KILL 0'; echo \"rc=$?\"; touch m/shell-alive; "
-              f"{ENVGIT} run -- sh -c 'kill -KILL -1; kill -TERM -1; sleep 1; echo after-minus-1'; touch m/shell-alive-2; "
+              f"{ENVGIT} run -- sh -c 'kill -KILL -1; kill -TERM -1; sleep 1; echo after-minus-1'; "
+              f"touch m/shell-alive-2; "
               f"kill -0 $job && touch m/sibling-alive; kill $job")
     r = outer(attacker, script)
     assert (m / "shell-alive").exists() and (m / "shell-alive-2").exists(), r.stdout + r.stderr

@@ -224,7 +224,8 @@ def config_problem(bucket, sealer, data) -> tuple[str | None, bool]:
                     return (f"{remote.url}: the object {layout.CONFIG!r} fails authentication while the "
                             f"heads open with this key: it was altered on the bucket; put it back from a "
                             f"copy of the bucket, or delete it and `envgit remote remove {remote.name}`, "
-                            f"then `envgit remote add {remote.name} {remote.url}` (the key is kept) writes a fresh one"), True
+                            f"then `envgit remote add {remote.name} {remote.url}` (the key is kept) "
+                            "writes a fresh one"), True
             except RemoteError:
                 continue
     return (f"{remote.url}: the key in {layout.key_path(remote.name)} does not open this remote's "

@@ -44,16 +44,16 @@ class LaunchError(Exception):
 
 # The reporter: the command's parent inside the sandbox, and the sandbox's pid 1 (bwrap's own
 # pid 1 would reap the command and report signal N as exit 128+N, so only a process that waits
-# for the command itself sees its real wait status); this one writes it ("$?\n", the raw status) to the fd named first, then
-# exits as bwrap would. Perl: installed wherever git is (git needs it); it costs a step ~5 ms
-# (perl's start ~2.3 ms, its fork and wait, the seccomp filter on both; bare bwrap is ~8.5 ms on
-# the same machine), where a Python reporter costs ~11 ms to start alone (a compiled one would
-# cost ~1 ms, but needs a build step). Its argv: FD, the signals the
-# command gets at their default disposition (INT,QUIT unless envgit run's caller ignored them),
-# NAME=VALUE / NAME items that restore the command's own PERL5OPT, PERLIO, PERL_BADLANG (the
-# reporter starts without them: they would load modules into it, or print locale warnings),
-# "--", the command. The command gets no fd of the reporter's (the report fd is closed before
-# exec), and it is found as a shell would: not found 127, not executable 126.
+# for the command itself sees its real wait status); this one writes it ("$?\n", the raw status)
+# to the fd named first, then exits as bwrap would. Perl: installed wherever git is (git needs
+# it); it costs a step ~5 ms (perl's start ~2.3 ms, its fork and wait, the seccomp filter on
+# both; bare bwrap is ~8.5 ms on the same machine), where a Python reporter costs ~11 ms to
+# start alone (a compiled one would cost ~1 ms, but needs a build step). Its argv: FD, the
+# signals the command gets at their default disposition (INT,QUIT unless envgit run's caller
+# ignored them), NAME=VALUE / NAME items that restore the command's own PERL5OPT, PERLIO,
+# PERL_BADLANG (the reporter starts without them: they would load modules into it, or print
+# locale warnings), "--", the command. The command gets no fd of the reporter's (the report fd
+# is closed before exec), and it is found as a shell would: not found 127, not executable 126.
 REPORTER = r"""$0 = "envgit-step";
 my $fd = shift; my $prctl = shift; my $sigs = shift; my @env;
 syscall($prctl, 4, 0, 0, 0, 0) if $prctl;     # PR_SET_DUMPABLE 0: see PRCTL_NR
