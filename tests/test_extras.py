@@ -86,11 +86,19 @@ def test_every_imported_package_is_declared_where_it_is_used():
 def test_the_core_holds_no_extra_and_each_extra_provides_what_envgit_checks():
     from envgit.extras import EXTRAS as NEEDED
     assert {"ui", "mcp", "remote", "aws", "all"} <= set(EXTRAS)
+    assert EXTRAS["all"] == EXTRAS["ui"] | EXTRAS["mcp"] | EXTRAS["remote"] | EXTRAS["aws"]
+    spelled = {extra: sorted(PYPROJECT["optional-dependencies"][extra]) for extra in ("ui", "mcp", "remote", "aws")}
+    assert set(PYPROJECT["optional-dependencies"]["all"]) == {r for reqs in spelled.values() for r in reqs}
     for extra, modules in NEEDED.items():
         for module in modules:
             assert _dists(module) & EXTRAS[extra], f"{module}: envgit.extras says envgit[{extra}], pyproject does not"
         assert not (EXTRAS[extra] & CORE) - {"cryptography"}, f"envgit[{extra}] packages in the core"
     assert {"mcp", "starlette", "uvicorn", "sse-starlette", "boto3", "botocore"}.isdisjoint(CORE)
+    # the exact versions the tests ran with: every declared package pinned in constraints.txt
+    pins = {re.sub(r"[-_.]+", "-", ln.split("==")[0]).lower()
+            for ln in (ROOT / "constraints.txt").read_text().splitlines() if "==" in ln}
+    for dist in CORE.union(*EXTRAS.values()) - {"envgit"}:
+        assert re.sub(r"[-_.]+", "-", dist) in pins, f"{dist} is declared but not pinned in constraints.txt"
     assert {"mitmproxy", "cryptography", "pyyaml", "blake3", "zstandard"} <= CORE   # the gate and the store
 
 
