@@ -111,7 +111,7 @@ def require_botocore() -> None:
     try:
         need("aws")
     except MissingExtra as e:
-        raise CredentialError(f"AWS requests are re-signed with botocore: {e}") from None
+        raise CredentialError(str(e)) from None     # names botocore and `pip install 'envgit[aws]'`
 
 
 class Sources:
