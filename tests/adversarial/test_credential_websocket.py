@@ -72,7 +72,7 @@ def test_the_placeholder_in_a_message_to_another_host_is_dropped_and_marked(atta
 
 # --- a real value split across messages, or in a Close frame's reason ----------------------
 
-@pytest.mark.xfail(strict=True, reason="open hole (README, THREATS): each WebSocket message is "
+@pytest.mark.xfail(strict=True, reason="open hole (docs/POLICY.md, THREATS): each WebSocket message is "
                    "rewritten on its own; a real value split across two messages is not held back, "
                    "since holding a message for the next changes an interactive stream's timing")
 def test_a_real_value_echoed_in_two_messages_does_not_reach_the_step(attacker):
@@ -86,7 +86,7 @@ def test_a_real_value_echoed_in_two_messages_does_not_reach_the_step(attacker):
         assert CANARY not in joined, f"the real token reached the step in two messages:\n{out}"
 
 
-@pytest.mark.xfail(strict=True, reason="open hole (README, THREATS): mitmproxy 12.3 forwards a "
+@pytest.mark.xfail(strict=True, reason="open hole (docs/POLICY.md, THREATS): mitmproxy 12.3 forwards a "
                    "WebSocket Close frame without an addon hook that can rewrite its reason")
 def test_a_real_value_echoed_in_a_close_reason_does_not_reach_the_step(attacker):
     """A Close frame's reason is no message: the gate never looks at it."""

@@ -134,6 +134,6 @@ def _fsck_repair(project, args):
                 j.rebuild_open_steps()
                 repaired = "fsck: rebuilt the table of open steps from the entries"
             j.close()
-        from ..snapshot.heal import repair_store   # the store's damaged objects (snapshot/heal.py)
+        from ..snapshot.heal import repair_store  # the store's damaged objects (snapshot/heal.py)
         repaired = "\n".join(x for x in (repaired, *repair_store(project)) if x) or None
     return _verify(project, args, repaired)

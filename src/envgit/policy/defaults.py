@@ -198,7 +198,7 @@ MARK_IF_CONTAINS = {"packed-refs": b" refs/replace/"}
 
 
 def render_escape_routes() -> str:
-    """The list above as text (`envgit policy protected`, the README)."""
+    """The list above as text (`envgit policy protected`, docs/POLICY.md)."""
     width = max(len(p) for p, _, _ in ESCAPE_ROUTES)
     lines = [f"{p:<{width}}  {action:<7}  {why}" for p, action, why in ESCAPE_ROUTES]
     lines += ["", "and, found per step: every repository's config, hooks, commondir and worktrees "
