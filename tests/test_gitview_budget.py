@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from envgit.snapshot import Filter, StatCache, Store, gitview
+from envgit.snapshot import Filter, StatCache, Store, gitrepo
 from envgit.snapshot.gitview import BUDGET_BYTES, BUDGET_SECONDS, Budget, git_changes
 
 
@@ -87,8 +87,8 @@ def test_an_index_the_same_on_both_sides_is_not_read(tmp_path, monkeypatch):
     subprocess.run(["git", "branch", "other"], cwd=proj, env=env, check=True)
     b = store.snapshot(proj, flt, cache).tree_id
     parsed = []
-    real = gitview._parse_index
-    monkeypatch.setattr(gitview, "_parse_index", lambda *a: parsed.append(1) or real(*a))
+    real = gitrepo._parse_index
+    monkeypatch.setattr(gitrepo, "_parse_index", lambda *a: parsed.append(1) or real(*a))
     [r] = git_changes(store, a, b)
     assert [m.name for m in r.refs] == ["refs/heads/other"] and r.index_count == 0
     assert parsed == []
@@ -103,6 +103,6 @@ def test_an_index_over_the_entry_cap_is_said_not_read(tmp_path, monkeypatch):
     subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},extra"],
                    cwd=proj, env=env, check=True)
     b = store.snapshot(proj, flt, cache).tree_id
-    monkeypatch.setattr(gitview, "MAX_INDEX_ENTRIES", 40)
+    monkeypatch.setattr(gitrepo, "MAX_INDEX_ENTRIES", 40)
     [r] = git_changes(store, a, b)
     assert r.index_count == 0 and any("over the 40" in p for p in r.problems), r.problems
