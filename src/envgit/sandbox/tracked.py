@@ -61,7 +61,7 @@ def _object_format(gitdir, home):
 def _read_index(path, hash_len) -> tuple[set, str | None]:
     """(names, the shared index's hex id when this is a split index), read by the snapshot's git
     view's index parser (one reader of git's index format in envgit)."""
-    from ..snapshot.gitview import Unreadable, _parse_index
+    from ..snapshot.gitrepo import Unreadable, _parse_index
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_INDEX_BYTES)
