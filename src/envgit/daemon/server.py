@@ -94,8 +94,9 @@ from ..sandbox.tracked import tracked_denied, warning
 from ..snapshot import CorruptObject, StoreError
 from . import frames, heldends, netadvice, rewind, special_bits, takeback
 from . import outside as outside_changes
+from .asks import Asks, user_name
 from .client import PROTOCOL, decode, encode
-from .grants import DEFAULT_FOR_S, GrantError, Grants
+from .grants import Grants
 from .heldends import disk_full_notice, log_line
 from .inner import InnerSocket
 from .repair import mark_interrupted
@@ -105,7 +106,6 @@ IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
 # How long a first snapshot runs before its progress is shown (a test sets 0: shown at once,
 # whatever the machine's speed)
 PROGRESS_AFTER_S = float(os.environ.get("ENVGIT_PROGRESS_AFTER", "1.0"))
-STEP_ENDED, STEP_ENDED_HOW = "step-ended", "the step ended before an answer"
 
 
 class Session:
@@ -142,11 +142,11 @@ class Session:
         self.gate = None               # the network gate, started by the first step needing it
         self.gate_failed = False
         self.certs_dir = None
-        self.asks: dict[int, dict] = {}
-        self.closed_asks: dict[int, int] = {}       # question id -> its step, once the step ended
         self.inner: dict[str, InnerSocket] = {}     # session -> its inner control socket
-        self._ask_ids = iter(range(1, 1 << 62))
         self.grants = Grants(self.journal)       # remembered answers (grants.py), from the journal
+        # the questions steps' requests raise, for a person (asks.py)
+        self.asks = Asks(self.journal, self.grants, self.live, self.policy, self.push,
+                         lambda: self.gate.ask_timeout if self.gate else None)
         self.vm = None                  # backend: vm: the project's machine (vm/host.py)
         self.autopush = AutoPush(project.root)   # remotes set --auto: pushed after each step
 
@@ -241,7 +241,7 @@ class Session:
             return {"error": f"envgit: {self.project.policy}: {e.strerror}", "exit": 2}
         session = msg.get("session") or self.id
         head = {"argv": argv, "cwd": cwd, "session": session, "pid": msg.get("pid"),
-                "user": _user_name(msg.get("uid")), "policy_sha256": pol.sha256,
+                "user": user_name(msg.get("uid")), "policy_sha256": pol.sha256,
                 "tool_call_id": msg.get("tool_call_id")}
         if msg.get("origin") == "inner":       # asked for from inside a sandbox (inner.py)
             head["origin"] = "inner"
@@ -382,7 +382,7 @@ class Session:
             return {"error": f"step {step} is not running", "exit": 2}
         if self.gate is not None:
             self.gate.close_step(step)
-        self.end_asks(step)
+        self.asks.end_step(step)
         vm_after = memory = None
         if info.get("vm") and self.vm is not None:     # the guest's changes onto the host first
             try:
@@ -521,7 +521,7 @@ class Session:
             return
         if self.gate is not None:
             self.gate.close_step(step)
-        self.end_asks(step)
+        self.asks.end_step(step)
         summary = await self._snapshot(info["policy"])
         if self.live.pop(step, None) is not None:
             drop_tmp(info)
@@ -636,127 +636,6 @@ class Session:
             except OSError:
                 pass
 
-    async def ask(self, step, question):
-        """Hold a request for a person: the step's terminal (via its client) or
-        `envgit approve` from another one. The gate applies the timeout. A question inside a
-        live grant (grants.py) is allowed at once, the approval naming the grant."""
-        info = self.live.get(step, {})
-        try:
-            pol = info.get("policy") or self.policy()
-        except PolicyError:
-            pol = None                  # no policy to name credentials by: no grant applies
-        grant = self.grants.match(question, pol) if pol is not None else None
-        if grant is not None:
-            grant.uses += 1
-            self.journal.append(step, "approval", {"ask": None, "question": question, "answer": "allow",
-                                                   "who": grant.who, "how": "grant",
-                                                   "granted_by": grant.id, "at": time.time()})
-            self.push(info, {"push": "notice", "text": f"envgit: step {step}: {question.get('method')} "
-                             f"{question.get('host')}{question.get('path')} allowed by grant {grant.id} "
-                             f"(envgit grants revoke {grant.id})"})
-            return "allow", grant.who, f"grant {grant.id}"
-        if step not in self.live:       # asked on its way in as its step ended: nothing to hold
-            self.journal.append(step, "approval", {"ask": None, "question": question, "answer": "deny",
-                                                   "who": STEP_ENDED, "how": STEP_ENDED_HOW, "at": time.time()})
-            return "deny", STEP_ENDED, STEP_ENDED_HOW
-        aid = next(self._ask_ids)
-        fut = asyncio.get_running_loop().create_future()
-        self.asks[aid] = {"id": aid, "step": step, "question": question, "future": fut,
-                          "asked_at": time.time()}
-        info = self.live.get(step, {})
-        self.push(info, {"push": "ask", "id": aid, "question": question,
-                         "timeout": self.gate.ask_timeout if self.gate else None})
-        try:
-            answer, who, how = await fut
-        except asyncio.CancelledError:              # timed out in the gate
-            self.journal.append(step, "approval", {"ask": aid, "question": question, "answer": "deny",
-                                                   "who": "timeout", "how": "no answer in time",
-                                                   "at": time.time()})
-            self.push(info, {"push": "asked", "id": aid, "answer": "deny", "who": "timeout"})
-            raise
-        finally:
-            self.asks.pop(aid, None)
-        self.journal.append(step, "approval", {"ask": aid, "question": question, "answer": answer,
-                                               "who": who, "how": how, "at": time.time()})
-        self.push(info, {"push": "asked", "id": aid, "answer": answer, "who": who})
-        return answer, who, how
-
-    async def ask_op(self, msg):
-        step = msg.get("step")
-        if step not in self.live or not isinstance(msg.get("question"), dict):
-            return {"error": "envgit: ask needs a running step and a question", "exit": 2}
-        timeout = self.policy().ask_timeout
-        try:
-            answer, who, how = await asyncio.wait_for(self.ask(step, {**msg["question"], "step": step}), timeout)
-        except TimeoutError:
-            return {"answer": "deny", "who": "timeout", "how": f"no answer within {timeout} s"}
-        return {"answer": "allow" if answer in ("allow", "allow-rule") else "deny", "who": who, "how": how}
-
-    def end_asks(self, step):
-        """A step's end answers its questions still waiting: deny, by `step-ended` (recorded
-        by `ask` on the step). A request a process of the step left behind (a background curl,
-        a long-lived helper such as the MCP REPL whose record-only step ended) is then never
-        let out for a step that is over, nor left on the page looking live; an answer sent
-        later is an error, so no grant can be made from it."""
-        for aid, a in list(self.asks.items()):
-            if a["step"] != step:
-                continue
-            del self.asks[aid]
-            self.closed_asks[aid] = step
-            if not a["future"].done():
-                a["future"].set_result(("deny", STEP_ENDED, STEP_ENDED_HOW))
-        while len(self.closed_asks) > 1000:         # only to name them in an error
-            del self.closed_asks[next(iter(self.closed_asks))]
-
-    def answer(self, msg):
-        a = self.asks.get(msg.get("id"))
-        if a is None and msg.get("id") in self.closed_asks:
-            return {"error": f"envgit: question {msg.get('id')} was answered deny when its step "
-                    f"{self.closed_asks[msg.get('id')]} ended; `envgit pending` lists the waiting ones",
-                    "exit": 2}
-        if a is None:
-            return {"error": f"envgit: no pending question {msg.get('id')}; `envgit pending` lists them",
-                    "exit": 2}
-        answer = msg.get("answer")
-        if answer not in ("allow", "allow-rule", "deny"):
-            return {"error": "envgit: answer allow, allow-rule or deny", "exit": 2}
-        who, how = _user_name(msg.get("uid")), msg.get("how") or "envgit approve"
-        reply = {"ok": True, "step": a["step"]}
-        remember = msg.get("remember")
-        if remember not in (None, False) and not a["future"].done():
-            if answer != "allow":
-                return {"error": "envgit: only an allow can be remembered", "exit": 2}
-            opts = remember if isinstance(remember, dict) else {}
-            try:
-                grant = self.grants.make(a["question"], who=who, how=how, step=a["step"], ask=a["id"],
-                                         for_s=opts.get("for_s", DEFAULT_FOR_S), path=opts.get("path"),
-                                         policy=self.live.get(a["step"], {}).get("policy") or self.policy())
-            except GrantError as e:
-                if msg.get("or_once") is not True:     # the terminal's [m]: allow once, say why
-                    return {"error": f"envgit: {e}", "exit": 2}
-                how = f"{how}; not remembered: {e}"
-            else:
-                reply["grant"] = grant.to_json()
-                how = f"{how}; remembered as grant {grant.id}"
-        if not a["future"].done():
-            a["future"].set_result((answer, who, how))
-        return reply
-
-    def grants_op(self, msg):
-        now = time.time()
-        return {"grants": [g.to_json() for g in self.grants.all.values() if msg.get("all") is True or g.live(now)]}
-
-    def grant_revoke(self, msg):
-        try:
-            g = self.grants.revoke(msg.get("id"), who=_user_name(msg.get("uid")),
-                                   how=msg.get("how") or "envgit grants revoke")
-        except GrantError as e:
-            return {"error": f"envgit: {e}", "exit": 2}
-        return {"grant": g.to_json()}
-
-    def pending(self):
-        return {"asks": [{k: v for k, v in a.items() if k != "future"} for a in self.asks.values()]}
-
     async def rewind(self, msg, conn=None):
         undo = msg.get("undo") is True
         step = None if undo else _typed(msg.get("step"), int)
@@ -776,7 +655,7 @@ class Session:
                             "total": total, "text": f"rewind: {done}/{total} paths"})
                 async with self.tree_lock:      # no step begins while the rewind writes
                     return await asyncio.to_thread(rewind.apply, self, step, undo, paths, policy,
-                                                   _user_name(msg.get("uid")), progress)
+                                                   user_name(msg.get("uid")), progress)
             return await asyncio.to_thread(rewind.preview, self, step, undo, paths, policy)
         except (rewind.RewindError, PolicyError) as e:
             return {"error": f"envgit: {e}", "exit": 2}
@@ -934,7 +813,7 @@ class Session:
         if op == "begin":
             return await self.begin(msg, conn)
         if op == "pending":
-            return self.pending()
+            return self.asks.pending()
         if op == "event":
             return self.event(msg)
         if op == "spec":
@@ -943,13 +822,13 @@ class Session:
             await self.settle(self.policy(), before="agent", conn=conn)
             return {"tree": self.last_tree}
         if op == "answer":
-            return self.answer(msg)
+            return self.asks.answer(msg)
         if op == "ask":
-            return await self.ask_op(msg)
+            return await self.asks.ask_op(msg)
         if op == "grants":
-            return self.grants_op(msg)
+            return self.asks.grants_op(msg)
         if op == "grant-revoke":
-            return self.grant_revoke(msg)
+            return self.asks.grant_revoke(msg)
         if op == "sandbox":                  # the client saw the step's sandbox start
             if msg.get("step") in self.live and self.gate is not None and isinstance(msg.get("pidns"), int):
                 self.gate.bind_step(msg["step"], msg["pidns"])
@@ -991,7 +870,7 @@ async def start_gate(sess):
     try:
         from ..proxy import Gate, resolve_from_env, upstream_ca_from_env
         gate = Gate(sess.policy_for_gate, Path(sess.project.state_path("net")), resolve_from_env(), sess.record_request,
-                    sess.ask, upstream_ca=upstream_ca_from_env())
+                    sess.asks.ask, upstream_ca=upstream_ca_from_env())
         await gate.start()
         sess.certs_dir = gate.ca_bundle_dir()
         sess.gate = gate
@@ -1113,14 +992,6 @@ async def decode_checked(body):
         frames.check_marshal(body)
         return decode(body)
     return await asyncio.to_thread(load) if len(body) > frames.THREAD_AT else load()
-
-
-def _user_name(uid):
-    import pwd
-    try:
-        return pwd.getpwuid(uid).pw_name if uid is not None else ""
-    except KeyError:
-        return str(uid)
 
 
 def drop_tmp(info):
