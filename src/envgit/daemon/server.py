@@ -1,69 +1,7 @@
-"""The session daemon's server.
+"""The session daemon's server: `Session`, one per project, wiring the parts (the steps, the
+network gate, snapshots, rewinds, the questions of asks.py), and `serve`, the daemon's start
+and stop. The protocol it speaks, its ops and their replies, is protocol.py's (`OPS`).
 
-Protocol: frames (see client.py: length + marshal'd dict, bounded by frames.py) over the unix socket
-`.envgit/daemon.sock` (mode 0600, in `.envgit/`, which no sandbox can see). A client keeps its connection open
-for the length of its step; a connection that closes with its step still open marks the step `interrupted`.
-
-  {"op": "begin", "argv", "cwd", "env", "pid", "session"?, "tool_call_id"?}
-      -> {"step", "bwrap": [...], "env": {...}}      run it, then send `end`
-      -> {"step", "refused": "message"}               a shell rule refused it (recorded)
-      -> {"error": "message", "exit": 2}              bad policy or input (nothing recorded)
-  {"op": "end", "step", "exit_code", "signal", "duration_ms", "marks"?, "extra"?, "dns"?}
-      -> {"ok": true, "marks": [...], "snapshot": {...}}   after the snapshot is taken
-      "dns": {"names", "queries"}, what the step asked its resolver (sandbox/resolver.py)
-A step that is not a command (an MCP execution, an agent's file edit) is begun with
-"record_only": true (no sandbox is built; the caller did the work under the policy) and may
-carry events before its end:
-  {"op": "event", "step", "kind": "mcp-call"|"file-op"|"note", "body"}  -> {"ok": true}
-A long-lived sandboxed helper (the MCP REPL) gets its command line without being a step:
-  {"op": "spec", "argv", "cwd", "env", "session"?, "step"?, "inner"?, "read"?, "write"?, "protect"?,
-   "set_env"?}
-      -> {"bwrap", "env"}
-      with "step" (an open record-only step), the helper's network goes through the gate as
-      that step's; with "inner": true, the session's inner control socket (inner.py) is bound
-      in at /run/envgit/control.sock, through which a shim inside asks for steps; "read" and
-      "write" add host paths (an agent's own binary and config dir), "set_env" variables
-  {"op": "baseline"}  -> {"tree"}: snapshot the project now if no step has yet (agents' launch)
-  {"op": "ask", "step", "question": {method, host, path, kind, rule, …}}
-      -> {"answer", "who", "how"}: hold a recorded step's action (an MCP tool call whose
-      client cannot elicit) for `envgit approve`; no answer in network.ask_timeout is a deny
-  {"op": "rewind", "step" | "undo": true, "paths"?, "policy"?, "apply": bool, "uid"}
-      -> the preview; with apply, done (progress pushes while it writes). Before a step or
-      rewind begins with no step running, changes made outside envgit since the last snapshot
-      are recorded as a step of their own (outside.py)
-  {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
-  {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
-  {"op": "sandbox", "step", "pidns"} -> {"ok"}: a step with network ("bind" in its begin or
-      spec reply) ties its proxy credentials to its sandbox's pid namespace, sent by the client
-      after bwrap made it and before the command runs (bwrap --block-fd); the gate refuses
-      a credential that is not tied
-A step's cwd (begin, spec) must be inside the project: else the reply is an error. `end`'s
-reply carries "notices", lines the client prints after the step (a nested envgit.yaml or
-.envgit the step made: marked policy-file-written).
-  {"op": "pending"} -> {"asks": [...]}: questions waiting for a person
-  {"op": "answer", "id", "answer": "allow"|"allow-rule"|"deny", "how"?, "uid",
-   "remember"?: true | {"for_s"?: seconds, "path"?: "/glob"}, "or_once"?: true}
-      -> {"ok", "step", "grant"?: {...}}: "how" names the channel ("envgit approve", "ui", …);
-      "remember" (with "allow" only) also records a grant (grants.py) for exactly the effect
-      asked about, for for_s seconds (default grants.DEFAULT_FOR_S, 8 h); "path" widens a
-      request's path to a glob that must include the path asked (recorded as a widening).
-      A question that cannot be remembered (a credential's host, not a network request, a
-      bad path) is an error and the question stays pending, unanswered; with "or_once" (the
-      terminal's [m]) it is allowed once instead, the reason in its "how"
-  {"op": "grants", "all"?: bool} -> {"grants": [grant.to_json()…]}: live ones (all: every one)
-  {"op": "grant-revoke", "id", "uid", "how"?} -> {"grant": {...}}
-  {"op": "hello", "protocol"} -> {"ok": true, "protocol"}: a client's first request
-      (client.connect), answered at once; a connection whose hello named another protocol
-      (another build of envgit) gets OTHER_BUILD for every op but status and stop
-  {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
-  {"op": "stop"}    -> {"ok": true}, then the daemon exits
-A request may carry "rid"; its reply then carries the same "rid". While a step runs, the
-daemon also pushes frames to that step's client, each with a "push" key:
-  {"push": "ask", "id", "question", "timeout"}   a request of the step waits for a person
-  {"push": "asked", "id", "answer", "who"}       that question was answered (or timed out)
-  {"push": "notice", "text"}                     a line for the step's stderr (a denial)
-  {"push": "progress", "text", "done"?, "total"?, "unit"?, "what"?}
-                                                 how far a long operation (gc) has got
 Snapshots run in a worker thread, so a long one never stalls the event loop (and the proxy).
 """
 
@@ -80,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import __version__, faults, steporder
+from .. import faults, steporder
 from ..inert import inert
 from ..journal import Journal, JournalError, disk_full
 from ..paths import Project, UnixAddress
@@ -92,7 +30,7 @@ from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from ..sandbox.tracked import tracked_denied, warning
 from ..snapshot import CorruptObject, StoreError
-from . import frames, heldends, netadvice, rewind, special_bits, takeback
+from . import frames, heldends, netadvice, protocol, rewind, special_bits, takeback
 from . import outside as outside_changes
 from .asks import Asks, user_name
 from .client import PROTOCOL, decode, encode
@@ -800,56 +738,7 @@ class Session:
             writer.close()
 
     async def dispatch(self, msg, conn=None):
-        op = msg.get("op")
-        step = msg.get("step")
-        if step is not None and (type(step) is not int or step < 0):     # a frame is anyone's bytes
-            return {"error": f"envgit daemon: {op!r}: `step` must be a step number (a whole number), "
-                             f"not {type(step).__name__} {str(step)[:40]!r}", "exit": 2}
-        if (self.unrecorded or self.orphans_pending) and op in WRITE_OPS:
-            heldends.flush(self)        # raises while the disk is still full: said as such
-            heldends.close_orphans(self)
-        if op in POLICY_OPS:
-            await self.load_policy_off_loop()
-        if op == "begin":
-            return await self.begin(msg, conn)
-        if op == "pending":
-            return self.asks.pending()
-        if op == "event":
-            return self.event(msg)
-        if op == "spec":
-            return await self.spec(msg)
-        if op == "baseline":                 # an agent's launch: the directory as it starts
-            await self.settle(self.policy(), before="agent", conn=conn)
-            return {"tree": self.last_tree}
-        if op == "answer":
-            return self.asks.answer(msg)
-        if op == "ask":
-            return await self.asks.ask_op(msg)
-        if op == "grants":
-            return self.asks.grants_op(msg)
-        if op == "grant-revoke":
-            return self.asks.grant_revoke(msg)
-        if op == "sandbox":                  # the client saw the step's sandbox start
-            if msg.get("step") in self.live and self.gate is not None and isinstance(msg.get("pidns"), int):
-                self.gate.bind_step(msg["step"], msg["pidns"])
-                return {"ok": True}
-            return {"error": "envgit: sandbox needs a running step with network and its pidns", "exit": 2}
-        if op == "end":
-            return await self.end(msg)
-        if op == "rewind":
-            return await self.rewind(msg, conn)
-        if op == "snapshot":
-            return await self.snapshot_now(msg)
-        if op == "gc":
-            return await self.gc(msg, conn)
-        if op == "hello":                    # a new connection's first word (client.connect)
-            return {"ok": True, "protocol": PROTOCOL}
-        if op == "status":
-            return {"pid": os.getpid(), "session": self.id, "live": sorted(self.live),
-                    "version": __version__}
-        if op == "stop":                     # what it could not record is said to its terminal
-            return {"ok": True, **await heldends.finish(self)}
-        return {"error": f"unknown op {op!r}", "exit": 2}
+        return await protocol.dispatch(self, msg, conn)
 
     async def idle_watch(self):
         while not self.stopping.is_set():
@@ -971,13 +860,9 @@ def raise_fd_limit():
         pass
 
 
-WRITE_OPS = frozenset(("begin", "event", "rewind", "gc", "baseline"))
 EXIT_DISK_FULL = 5          # the journal could not be written (commands.EXIT_JOURNAL)
 DISK_FULL = ("envgit: the disk holding .envgit is full: nothing was started and nothing new "
              "recorded; free some space and run the command again")
-
-
-POLICY_OPS = frozenset(("begin", "spec", "baseline", "ask", "rewind", "snapshot", "gc"))
 
 
 OTHER_BUILD = {"error": f"envgit: this project's session daemon is another build of envgit (protocol "
