@@ -104,3 +104,24 @@ def test_a_rewind_killed_at_each_point_loses_no_outside_edit(proj, point, nth):
     no_traceback(proj.envgit("rewind", str(undo_step), "--yes", check=True))
     assert tree_of(proj.root) == before
     assert no_traceback(proj.envgit("fsck")).returncode == 0
+
+
+def test_finishing_a_killed_rewind_keeps_what_the_person_changed_since(proj):
+    """The daemon dies halfway through a rewind; the person goes on editing before the next
+    command (any command, `envgit log` here) starts a daemon that finishes the rewind. The
+    directory as it then was, their edit included, is recorded as a step before the restore
+    writes over it, and rewinding to that step gives it back byte for byte."""
+    two_steps_then_outside_edits(proj)
+    r = no_traceback(proj.envgit("rewind", "1", "--yes", env={"ENVGIT_FAULT": "restore-wrote@7"}))
+    assert r.returncode == 3, r.stdout + r.stderr
+    (proj.root / "notes.md").write_text("written after the crash, before the next command\n")
+    edited = tree_of(proj.root)
+    s = steps(proj)                                   # finishes the rewind
+    rewind = next(x for x in s if "rewind" in x["marks"])
+    assert rewind["status"] == "done" and "finished-after-crash" in rewind["marks"]
+    found = [x for x in s if "outside" in x["marks"] and x["id"] > rewind["id"]]
+    assert len(found) == 1, s
+    assert not (proj.root / "notes.md").exists()      # the rewind's target (step 1) now
+    r = no_traceback(proj.envgit("rewind", str(found[0]["id"]), "--yes"))
+    assert r.returncode == 0, r.stderr
+    assert tree_of(proj.root) == edited

@@ -356,6 +356,10 @@ def finish_interrupted(sess) -> list[int]:
             trust_history(sess.journal, s.last_seq, f"the interrupted rewind (step {s.id})")
             pol = sess.policy()
             snap = sess.snapshotter
+            # The directory as the kill left it, and whatever the person changed since (they
+            # may have edited for hours before the next command): recorded as a step of its
+            # own before the restore writes over it, so finishing the rewind loses nothing.
+            found = outside.record(sess, pol, "rewind-finish")
             p, _ = snap.plan_restore(pol, info["target_tree"], info.get("paths"), sess.last_tree)
             keep_policy(p, bool(info.get("policy")))
             snap.restore(p)
@@ -372,7 +376,12 @@ def finish_interrupted(sess) -> list[int]:
                          f"may be partly rewound: rewind again, or {back} to go back"})
             continue
         summary = snapshot_after(sess, pol, info.get("undo_tree"))
-        sess.journal.append(s.id, "end", {"exit_code": 0, "marks": ["rewind", "finished-after-crash"],
-                                          "snapshot": summary})
+        end = {"exit_code": 0, "marks": ["rewind", "finished-after-crash"], "snapshot": summary}
+        if found is not None:           # `envgit rewind FOUND` gives the directory back as it was
+            end["found_step"] = found
+            sess.outside_notices.append(
+                f"an interrupted rewind (step {s.id}) was finished; the directory as the interruption "
+                f"left it, with any change made since, is step {found}: `envgit rewind {found}` brings it back")
+        sess.journal.append(s.id, "end", end)
         done.append(s.id)
     return done

@@ -115,7 +115,7 @@ KINDS = {
     "end": {"exit_code": _opt_int, "signal": _opt_str, "duration_ms": _opt_num, "marks": _strs,
             "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
             "error": _str, "refused_by": _str, "policy_files": _strs, "dns_names": _strs,
-            "dns_queries": _opt_int, "taken_back": _strs},
+            "dns_queries": _opt_int, "taken_back": _strs, "found_step": _opt_int},
     "interrupted": {"reason": _str, "snapshot": _snapshot},
     # A step of its own, one entry long: what changed outside envgit since the last snapshot
     # (the person's editor, their own git), recorded before the next step or rewind begins.
