@@ -7,7 +7,7 @@ first (`check_marshal`, iterative, no allocation): every count must fit in the b
 left (each item takes at least one byte) and only plain value types may appear; only then is
 it handed to marshal, whose allocations are then bounded by the frame's length.
 
-The other bounds of the socket (server.py applies them):
+The other bounds of the socket (serve.py applies them):
   IN_FRAME_MAX    a client's frame (argv and env of a step are far below it)
   BUDGET          bytes of frames larger than SMALL being read at once, over all connections
                   (20 clients each half-way through a big frame cost at most this, not 20

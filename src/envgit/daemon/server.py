@@ -1,6 +1,7 @@
 """The session daemon's server: `Session`, one per project, wiring the parts (the steps, the
 network gate, snapshots, rewinds, the questions of asks.py), and `serve`, the daemon's start
-and stop. The protocol it speaks, its ops and their replies, is protocol.py's (`OPS`).
+and stop. The protocol it speaks, its ops and their replies, is protocol.py's (`OPS`); its
+clients' connections and their frames are serve.py's.
 
 Snapshots run in a worker thread, so a long one never stalls the event loop (and the proxy).
 """
@@ -8,6 +9,7 @@ Snapshots run in a worker thread, so a long one never stalls the event loop (and
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import secrets
 import shutil
@@ -30,14 +32,15 @@ from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from ..sandbox.tracked import tracked_denied, warning
 from ..snapshot import CorruptObject, StoreError
-from . import frames, heldends, netadvice, protocol, rewind, special_bits, takeback
+from . import heldends, netadvice, protocol, rewind, special_bits, takeback
 from . import outside as outside_changes
 from .asks import Asks, user_name
-from .client import PROTOCOL, decode, encode
+from .client import encode
 from .grants import Grants
 from .heldends import disk_full_notice, log_line
 from .inner import InnerSocket
 from .repair import mark_interrupted
+from .serve import EXIT_DISK_FULL, Connections, raise_fd_limit
 from .snapshots import SnapshotFailed, Snapshotter
 
 IDLE_S = float(os.environ.get("ENVGIT_DAEMON_IDLE", "900"))
@@ -53,10 +56,6 @@ class Session:
         self.scan = ProjectScan(project.root)
         self.id = time.strftime("s%Y%m%d-%H%M%S-") + secrets.token_hex(2)
         self.live: dict[int, dict] = {}
-        self.clients = 0
-        self.in_request = 0
-        self.frame_budget = frames.Budget()
-        self.last_activity = time.monotonic()
         self._policy = None
         self._policy_key = None
         self._policy_error = None
@@ -64,6 +63,9 @@ class Session:
         self.unrecorded: list[tuple] = []   # (step, kind, body) a full disk held back, oldest first
         self.orphans_pending = False    # the start-up could not close orphaned steps (disk full)
         self.stopping = asyncio.Event()
+        # the clients' connections (serve.py), each request dispatched by protocol.py
+        self.conns = Connections(functools.partial(protocol.dispatch, self), self.interrupted,
+                                 self.stopping)
         self.snapshotter = Snapshotter(project)
         # The newest tree in time, not the highest step's: steps run at once (steporder.py).
         newest = steporder.newest_tree(self.journal)
@@ -663,89 +665,13 @@ class Session:
         return {"dropped": drop, "freed": freed, "kept": sorted(keep),
                 "memory_freed": mem_freed, "memory_dropped": mem_dropped}
 
-    # --- serving ------------------------------------------------------------------------
-
-    async def handle(self, reader, writer):
-        """One client connection, within the bounds of frames.py: a cap on connections, on a
-        frame's size and on the bytes of frames read at once, a time for a frame to arrive
-        whole, and a connection with no step that stays silent is closed."""
-        if self.clients >= frames.MAX_CONNS:
-            writer.write(encode({"error": f"envgit: the session daemon already serves {self.clients} "
-                                 "connections; try again when some steps have ended", "exit": 3}))
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
-            writer.close()
-            return
-        self.clients += 1
-        mine = set()
-        first = True
-        other_build = False          # its hello named another protocol (client.PROTOCOL)
-        try:
-            while True:
-                # Between frames a connection may wait as long as it holds a step (a step
-                # lasts what its command lasts); one without a step must speak soon.
-                wait = None if mine else (frames.FIRST_FRAME_S if first else frames.QUIET_S)
-                try:
-                    head = await asyncio.wait_for(reader.readexactly(4), wait)
-                    size = int.from_bytes(head, "big")
-                    if size > frames.IN_FRAME_MAX:
-                        writer.write(encode({"error": f"envgit daemon: a {size}-byte frame is more than "
-                                             f"{frames.IN_FRAME_MAX} bytes", "exit": 2}))
-                        break
-                    counted = size > frames.SMALL      # a step's own frames never wait for room
-                    if counted and not await self.frame_budget.take(size):
-                        break
-                    try:
-                        body = await asyncio.wait_for(reader.readexactly(size), frames.FRAME_S)
-                    finally:
-                        if counted:
-                            await self.frame_budget.give(size)
-                except (TimeoutError, asyncio.IncompleteReadError):
-                    break
-                first = False
-                self.last_activity = time.monotonic()
-                self.in_request += 1
-                msg = {}
-                try:
-                    msg = await decode_checked(body)
-                    if msg.get("op") == "hello":
-                        other_build = msg.get("protocol") != PROTOCOL
-                    reply = (OTHER_BUILD if other_build and msg.get("op") not in ("hello", "status", "stop")
-                             else await self.dispatch(msg, writer))
-                except Exception as e:          # a bad message must not take the daemon down
-                    reply = ({"error": DISK_FULL, "exit": EXIT_DISK_FULL} if disk_full(e) else
-                             {"error": f"envgit daemon: {type(e).__name__}: {e}", "exit": 1})
-                finally:
-                    self.in_request -= 1
-                    self.last_activity = time.monotonic()
-                if msg.get("op") == "begin" and "step" in reply and "refused" not in reply:
-                    mine.add(reply["step"])
-                elif msg.get("op") == "end" and type(msg.get("step")) is int:
-                    mine.discard(msg["step"])
-                if "rid" in msg:
-                    reply["rid"] = msg["rid"]
-                writer.write(encode(reply))
-                await writer.drain()
-                if msg.get("op") == "stop":
-                    self.stopping.set()
-        except (ConnectionError, ValueError):
-            pass
-        finally:
-            for step in mine:
-                await self.interrupted(step, "envgit run exited before the step ended")
-            self.clients -= 1
-            self.last_activity = time.monotonic()
-            writer.close()
-
-    async def dispatch(self, msg, conn=None):
-        return await protocol.dispatch(self, msg, conn)
-
     async def idle_watch(self):
         while not self.stopping.is_set():
             await asyncio.sleep(min(1.0, IDLE_S))
             # Connections do not count: one with no step is closed when silent (frames.QUIET_S),
             # so only open steps and requests in progress keep the daemon up.
-            if not self.live and not self.in_request and time.monotonic() - self.last_activity > IDLE_S:
+            if (not self.live and not self.conns.in_request
+                    and time.monotonic() - self.conns.last_activity > IDLE_S):
                 self.stopping.set()
 
 
@@ -846,39 +772,6 @@ def _typed(value, kind):
     return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
 
-def raise_fd_limit():
-    """The soft limit on open files up to the hard one (at most 65536): connections, packs
-    and the gate's sockets share it, and the connection cap (frames.MAX_CONNS) sits well
-    below it, so accept() never fails for want of a descriptor."""
-    import resource
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = min(hard if hard != resource.RLIM_INFINITY else 65536, 65536)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    except (ValueError, OSError):
-        pass
-
-
-EXIT_DISK_FULL = 5          # the journal could not be written (commands.EXIT_JOURNAL)
-DISK_FULL = ("envgit: the disk holding .envgit is full: nothing was started and nothing new "
-             "recorded; free some space and run the command again")
-
-
-OTHER_BUILD = {"error": f"envgit: this project's session daemon is another build of envgit (protocol "
-                        f"{PROTOCOL}) than this command's: `envgit daemon stop`, then run the command "
-                        "again (or use one build)", "exit": 3}
-
-
-async def decode_checked(body):
-    """A client's frame as a dict, its counts checked against its length first (frames.py);
-    a big one off the event loop, so that no frame stalls the other steps."""
-    def load():
-        frames.check_marshal(body)
-        return decode(body)
-    return await asyncio.to_thread(load) if len(body) > frames.THREAD_AT else load()
-
-
 def drop_tmp(info):
     """Remove a finished step's own /tmp, in a thread: a big one must not delay the reply."""
     if info.get("tmp"):
@@ -972,7 +865,7 @@ async def serve(project: Project):
         pass
     old = os.umask(0o077)
     with UnixAddress(project.socket) as addr:
-        server = await asyncio.start_unix_server(sess.handle, path=addr)
+        server = await asyncio.start_unix_server(sess.conns.handle, path=addr)
     os.umask(old)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
