@@ -92,3 +92,23 @@ def test_a_killed_rewind_that_cannot_be_finished_is_closed_with_the_reason(bare_
     rewind = steps[2]
     assert rewind["status"] == "done" and rewind["exit_code"] == 1 and "not-finished" in rewind["marks"]
     assert r.returncode == 0 and tree_of(proj.root) == after2    # rewind 2 worked
+
+
+HUGE = "99999999999999999999999"          # past SQLite's integers
+
+
+@pytest.mark.parametrize("args", [("ls", HUGE), ("show", HUGE), ("cat", f"{HUGE}:a"), ("diff", HUGE),
+                                  ("rewind", HUGE, "--yes"), ("ls", f"last~{HUGE}"),
+                                  ("restore", HUGE, "--target", "out"), ("show", HUGE, "--json")])
+def test_a_step_number_past_any_journal_is_one_line(bare_proj, args):
+    proj = bare_proj
+    assert proj.run("echo 1 > a").returncode == 0
+    r = no_traceback(proj.envgit(*args))
+    assert r.returncode == 2 and "no step has a number that large" in r.stderr + r.stdout, r.stderr
+
+
+def test_log_n_past_any_journal_lists_every_step(bare_proj):
+    proj = bare_proj
+    assert proj.run("echo 1 > a").returncode == 0
+    r = no_traceback(proj.envgit("log", "-n", HUGE, "--json"))
+    assert r.returncode == 0 and len(json.loads(r.stdout)) == 1, r.stderr

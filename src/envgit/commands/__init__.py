@@ -247,15 +247,21 @@ def session_short(session: str | None) -> str:
 STEP_HELP = "a step: its number, `last` (the newest snapshot), or `last~K` (K steps before it)"
 
 
+STEP_MAX = (1 << 63) - 1        # SQLite's integer: a bigger number names no step
+
+
 def step_ref(text) -> str:
     """An argparse type for a step reference: checked for shape here, resolved against the
     journal by resolve_step (argparse cannot open the journal)."""
     import argparse
     t = str(text)
-    if t.isdigit() and int(t) >= 1:
+    if t.isdigit() and 1 <= int(t) <= STEP_MAX:
         return t
-    if t == "last" or (t.startswith("last~") and t[5:].isdigit()):
+    if t == "last" or (t.startswith("last~") and t[5:].isdigit() and int(t[5:]) <= STEP_MAX):
         return t
+    if t.removeprefix("last~").isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: no step has a number that large "
+                                         f"(at most {STEP_MAX}); `envgit log` lists them")
     raise argparse.ArgumentTypeError(f"{text!r}: give a step number (1 or more), `last` or `last~K`")
 
 

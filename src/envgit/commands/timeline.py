@@ -60,7 +60,7 @@ def _count(argparse):
     def count(text):
         if not text.isdigit() or int(text) < 1:
             raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
-        return int(text)
+        return min(int(text), (1 << 63) - 1)      # more than any journal holds: all of them
     return count
 
 

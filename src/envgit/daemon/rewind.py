@@ -359,7 +359,10 @@ def finish_interrupted(sess) -> list[int]:
             # The directory as the kill left it, and whatever the person changed since (they
             # may have edited for hours before the next command): recorded as a step of its
             # own before the restore writes over it, so finishing the rewind loses nothing.
-            found = outside.record(sess, pol, "rewind-finish")
+            now = snap.take(pol, sess.last_tree) if sess.last_tree else None
+            found = None
+            if now is not None and now["tree"] not in (sess.last_tree, info["target_tree"]):
+                found = outside.write(sess, now, "rewind-finish")
             p, _ = snap.plan_restore(pol, info["target_tree"], info.get("paths"), sess.last_tree)
             keep_policy(p, bool(info.get("policy")))
             snap.restore(p)
