@@ -79,6 +79,11 @@ def test_rewind_only_some_paths(proj):
     proj.run("echo a2 > a && echo b2 > b")
     proj.envgit("rewind", "1", "--yes", "--", "a", check=True)
     assert (proj.root / "a").read_text() == "a1\n" and (proj.root / "b").read_text() == "b2\n"
+    # paths as ls, cat and restore take them: one outside the project is refused, ./b is b
+    r = proj.envgit("rewind", "1", "--yes", "--", "../../etc")
+    assert r.returncode == 2 and "relative to the project's top" in r.stderr, r.stderr
+    proj.envgit("rewind", "1", "--yes", "--", "./b", check=True)
+    assert (proj.root / "b").read_text() == "b1\n"
 
 
 def test_rewind_preview_and_refusals(proj):

@@ -45,7 +45,10 @@ def cmd_rewind(args):
     if args.undo == (args.step is not None):
         raise Usage("give a step to rewind to, or --undo (not both): envgit rewind last~1")
     n = None if args.undo else resolve_step(open_journal(project), args.step)
-    msg = message(n, args.undo, args.paths, args.policy)
+    # the paths as ls, cat and restore take them: inside the project
+    from .snapshot import _rel_path
+    paths = [os.fsdecode(_rel_path(x)) for x in args.paths]
+    msg = message(n, args.undo, [] if "" in paths else paths, args.policy)    # "." is all of it
     preview = ask_daemon(project, msg)
     what = _what(preview)
     if not args.json:
