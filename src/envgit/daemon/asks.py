@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from ..policy import PolicyError
 from .grants import DEFAULT_FOR_S, GrantError, Grants
+from .livestep import LiveStep
 
 STEP_ENDED, STEP_ENDED_HOW = "step-ended", "the step ended before an answer"
 
@@ -32,8 +33,8 @@ def user_name(uid):
 
 
 class Asks:
-    def __init__(self, journal, grants: Grants, live: dict[int, dict], policy: Callable,
-                 push: Callable[[dict, dict], None], ask_timeout: Callable[[], float | None]):
+    def __init__(self, journal, grants: Grants, live: dict[int, LiveStep], policy: Callable,
+                 push: Callable[[LiveStep | None, dict], None], ask_timeout: Callable[[], float | None]):
         self.journal = journal
         self.grants = grants
         self.live = live                # the session's live steps: step -> its info (read only)
@@ -48,9 +49,9 @@ class Asks:
         """Hold a request for a person: the step's terminal (via its client) or
         `envgit approve` from another one. The gate applies the timeout. A question inside a
         live grant (grants.py) is allowed at once, the approval naming the grant."""
-        info = self.live.get(step, {})
+        info = self.live.get(step)
         try:
-            pol = info.get("policy") or self.policy()
+            pol = (info.policy if info else None) or self.policy()
         except PolicyError:
             pol = None                  # no policy to name credentials by: no grant applies
         grant = self.grants.match(question, pol) if pol is not None else None
@@ -71,7 +72,7 @@ class Asks:
         fut = asyncio.get_running_loop().create_future()
         self.waiting[aid] = {"id": aid, "step": step, "question": question, "future": fut,
                              "asked_at": time.time()}
-        info = self.live.get(step, {})
+        info = self.live.get(step)
         self.push(info, {"push": "ask", "id": aid, "question": question,
                          "timeout": self.ask_timeout()})
         try:
@@ -138,7 +139,7 @@ class Asks:
             try:
                 grant = self.grants.make(a["question"], who=who, how=how, step=a["step"], ask=a["id"],
                                          for_s=opts.get("for_s", DEFAULT_FOR_S), path=opts.get("path"),
-                                         policy=self.live.get(a["step"], {}).get("policy") or self.policy())
+                                         policy=self._policy_of(a["step"]))
             except GrantError as e:
                 if msg.get("or_once") is not True:     # the terminal's [m]: allow once, say why
                     return {"error": f"envgit: {e}", "exit": 2}
@@ -149,6 +150,11 @@ class Asks:
         if not a["future"].done():
             a["future"].set_result((answer, who, how))
         return reply
+
+    def _policy_of(self, step):
+        """The policy `step` began under; the session's now once it has ended."""
+        info = self.live.get(step)
+        return (info.policy if info else None) or self.policy()
 
     def grants_op(self, msg):
         now = time.time()

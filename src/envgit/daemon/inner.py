@@ -292,7 +292,7 @@ async def run_step(sess, msg, fds, session, home):
     if "refused" in begin:
         os.write(fds[2], (begin["refused"] + "\n").encode())
         return {"step": step, "exit_code": 126, "signal": None}
-    sess.live[step]["stderr_fd"] = os.dup(fds[2])       # denial notices go to the step's stderr
+    sess.live[step].stderr_fd = os.dup(fds[2])       # denial notices go to the step's stderr
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     launch = None
@@ -307,7 +307,7 @@ async def run_step(sess, msg, fds, session, home):
                                                     env=env, pass_fds=launch.pass_fds,
                                                     start_new_session=True)
         launch.spawned(proc.pid)
-        sess.live[step]["proc"] = proc
+        sess.live[step].proc = proc
         try:
             info = await asyncio.to_thread(launch.ready)
             if await asyncio.to_thread(dns.plant, info.get("child-pid")):
@@ -330,7 +330,9 @@ async def run_step(sess, msg, fds, session, home):
         if launch is not None:
             launch.close()
     name = signal.Signals(sig).name if sig else None
-    fd = sess.live.get(step, {}).pop("stderr_fd", None)
+    fd = None
+    if (live := sess.live.get(step)) is not None:
+        fd, live.stderr_fd = live.stderr_fd, None
     if fd is not None:
         os.close(fd)
     ended = await sess.end({"step": step, "exit_code": code, "signal": name, "dns": dns.summary(),

@@ -39,6 +39,7 @@ from .client import encode
 from .grants import Grants
 from .heldends import disk_full_notice, log_line
 from .inner import InnerSocket
+from .livestep import LiveStep
 from .repair import mark_interrupted
 from .serve import EXIT_DISK_FULL, Connections, raise_fd_limit
 from .snapshots import SnapshotFailed, Snapshotter
@@ -55,7 +56,7 @@ class Session:
         self.journal = Journal(project.journal)
         self.scan = ProjectScan(project.root)
         self.id = time.strftime("s%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-        self.live: dict[int, dict] = {}
+        self.live: dict[int, LiveStep] = {}
         self._policy = None
         self._policy_key = None
         self._policy_error = None
@@ -200,9 +201,8 @@ class Session:
             head["baseline"], self.pending_baseline = self.pending_baseline, None
         if msg.get("record_only"):
             step = self.journal.begin_step({**head, "marks": list(msg.get("marks") or [])})
-            self.live[step] = {"masked": [], "argv": argv, "home": "", "policy": pol, "conn": conn,
-                               "requests": [], "routes": routes.before_step(self.scan),
-                           "tree_before": self.last_tree}
+            self.live[step] = LiveStep(argv=argv, policy=pol, conn=conn,
+                                       routes=routes.before_step(self.scan), tree_before=self.last_tree)
             return {"step": step}
         step = self.journal.begin_step(head)
         self.starting += 1              # begun, not yet live: a rewind waits for it too
@@ -227,10 +227,9 @@ class Session:
                           "(an AWS session token's variable is dropped)"})
         if pol.backend == "vm":
             return await self.vm_begin(step, pol, spec, argv, cwd, own_tmp, conn, net)
-        self.live[step] = {"masked": spec.masked + spec.denied_literal, "argv": argv,
-                           "home": spec.env.get("HOME", ""), "policy": pol, "conn": conn,
-                           "requests": [], "tmp": own_tmp, "routes": routes.before_step(self.scan),
-                           "tree_before": self.last_tree}
+        self.live[step] = LiveStep(masked=spec.masked + spec.denied_literal, argv=argv,
+                                   home=spec.env.get("HOME", ""), policy=pol, conn=conn, tmp=own_tmp,
+                                   routes=routes.before_step(self.scan), tree_before=self.last_tree)
         return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
 
     async def vm_begin(self, step, pol, spec, argv, cwd, own_tmp, conn, net):
@@ -244,7 +243,7 @@ class Session:
 
         def progress(text):             # on the VM's thread: the loop sends it
             if conn is not None:
-                loop.call_soon_threadsafe(self.push, {"conn": conn}, {
+                loop.call_soon_threadsafe(self.push_to, conn, {
                     "push": "progress", "what": "vm", "text": f"VM: {text}"})
         try:
             notices = await asyncio.to_thread(self.vm.ensure, pol, progress)
@@ -255,15 +254,14 @@ class Session:
         except Exception as e:          # never leave a begun step without an end
             if self.gate is not None:
                 self.gate.close_step(step)
-            drop_tmp({"tmp": own_tmp})
+            drop_tmp(own_tmp)
             self.journal.append(step, "interrupted", {"reason": f"the VM could not start: {e}"})
             return {"error": f"envgit: the VM could not start: {e} (`envgit doctor` checks QEMU "
                              "and the guest image)", "exit": 125}
-        self.live[step] = {"masked": masked, "argv": argv, "home": spec.env.get("HOME", ""),
-                           "policy": pol, "conn": conn, "requests": [], "tmp": own_tmp,
-                           "routes": routes.before_step(self.scan),
-                           "tree_before": self.last_tree, "vm": True,
-                           "protected": spec.protected}
+        self.live[step] = LiveStep(masked=masked, argv=argv, home=spec.env.get("HOME", ""),
+                                   policy=pol, conn=conn, tmp=own_tmp,
+                                   routes=routes.before_step(self.scan),
+                                   tree_before=self.last_tree, vm=True, protected=spec.protected)
         return {"step": step, "vm": vm, "notices": [inert(n) for n in notices]}
 
     async def net_for(self, pol, step):
@@ -300,7 +298,7 @@ class Session:
         while True:
             if conn is not None and time.monotonic() - t0 >= after_s:
                 files, size = counters.get("files_hashed", 0), counters.get("bytes_hashed", 0)
-                self.push({"conn": conn}, {
+                self.push_to(conn, {
                     "push": "progress", "what": "first snapshot", "unit": "file", "done": files,
                     "total": None, "text": f"first snapshot: {files} files read ({size / 1e6:.0f} MB)"})
             done, _ = await asyncio.wait({task}, timeout=every_s)
@@ -324,20 +322,20 @@ class Session:
             self.gate.close_step(step)
         self.asks.end_step(step)
         vm_after = memory = None
-        if info.get("vm") and self.vm is not None:     # the guest's changes onto the host first
+        if info.vm and self.vm is not None:     # the guest's changes onto the host first
             try:
-                vm_after = await asyncio.to_thread(self.vm.after, step, info["policy"], info["masked"],
-                                                   info.get("protected", ()))
+                vm_after = await asyncio.to_thread(self.vm.after, step, info.policy, info.masked,
+                                                   info.protected)
             except Exception as e:
                 vm_after = {"error": f"the guest's changes were not all taken: {e}"}
-        summary = await self._snapshot(info["policy"])
-        if info.get("vm") and self.vm is not None:     # memory beside the files (vm/memstore.py)
+        summary = await self._snapshot(info.policy)
+        if info.vm and self.vm is not None:     # memory beside the files (vm/memstore.py)
             memory = await asyncio.to_thread(self.vm.snapshot, step)
         faults.point("step-snapshotted")        # objects sealed, the end entry not yet written
         del self.live[step]
-        drop_tmp(info)
-        denied = mentioned(info["argv"], info["masked"], self.project.root, info["home"])
-        marks = (["denied-read"] if denied else []) + request_marks(info["requests"])
+        drop_tmp(info.tmp)
+        denied = mentioned(info.argv, info.masked, self.project.root, info.home)
+        marks = (["denied-read"] if denied else []) + request_marks(info.requests)
         if "error" in summary:
             marks.append("snapshot-failed")
         marks += [m for m in msg.get("marks") or [] if isinstance(m, str) and m not in marks]
@@ -349,7 +347,7 @@ class Session:
         if unreached and "denied-net" not in marks:
             marks.append("denied-net")
         notices += unreached
-        back = takeback.to_take_back(info["policy"], self.project.root, escapes, self.scan) if escapes else []
+        back = takeback.to_take_back(info.policy, self.project.root, escapes, self.scan) if escapes else []
         kept = [e for e in escapes if e not in back]
         if escapes:
             marks.append("escape-route-written")
@@ -429,11 +427,11 @@ class Session:
 
     def tracked_denied_notice(self, info):
         """Once a session: denied files git tracks are readable through its object store."""
-        if getattr(self, "_told_tracked", False) or not info.get("home"):
+        if getattr(self, "_told_tracked", False) or not info.home:
             return []
         self._told_tracked = True
         try:
-            paths = tracked_denied(info["policy"], self.project.root, info["home"])
+            paths = tracked_denied(info.policy, self.project.root, info.home)
         except Exception:
             return []
         return [warning(paths)] if paths else []
@@ -462,9 +460,9 @@ class Session:
         if self.gate is not None:
             self.gate.close_step(step)
         self.asks.end_step(step)
-        summary = await self._snapshot(info["policy"])
+        summary = await self._snapshot(info.policy)
         if self.live.pop(step, None) is not None:
-            drop_tmp(info)
+            drop_tmp(info.tmp)
             self.record(step, "interrupted", {"reason": reason, "snapshot": summary})
 
     def event(self, msg):
@@ -528,17 +526,17 @@ class Session:
         info = self.live.get(step)
         if info is None:
             return
-        info["requests"].append(rec)
+        info.requests.append(rec)
         if rec.get("decision") == "deny" or rec.get("answer") == "deny":
             # Said once a step: a client's retries of a denied host are not said again.
-            said = info.setdefault("said", set())
+            said = info.said
             if rec.get("rule") in ("network.allow", "builtin:special-address") and not rec.get("answer"):
                 entry = rec["host"] if rec.get("port") in (None, 80, 443) else f"{rec['host']}:{rec['port']}"
                 if entry in said:
                     return
                 said.add(entry)
                 offered, withheld = netadvice.split_offered([entry])
-                text = f"envgit: step {step}: " + (netadvice.advice(info["policy"], offered)
+                text = f"envgit: step {step}: " + (netadvice.advice(info.policy, offered)
                                                    if offered else netadvice.withheld_notice(withheld))
             else:
                 if (rec.get("rule"), rec.get("method"), rec.get("host")) in said:
@@ -555,26 +553,33 @@ class Session:
         already said during the step; those network.allow has, looked up directly, said too."""
         if not dns:
             return []
-        said = info.get("said", set())
+        said = info.said
         hosts = [h for h in netadvice.wanted_hosts(dns["names"]) if h not in said]
-        direct = netadvice.direct_lookups(info["policy"], hosts)
+        direct = netadvice.direct_lookups(info.policy, hosts)
         missing, withheld = netadvice.split_offered([h for h in hosts if h not in direct])
-        out = [netadvice.advice(info["policy"], missing)] if missing else []
+        out = [netadvice.advice(info.policy, missing)] if missing else []
         out += [netadvice.withheld_notice(withheld)] if withheld else []
         return out + ([netadvice.direct_advice(direct)] if direct else [])
 
-    def push(self, info, frame):
-        conn = info.get("conn")
-        if conn is not None and not conn.is_closing():
-            conn.write(encode(frame))
-        elif info.get("stderr_fd") is not None and frame.get("push") in ("notice", "ask"):
+    def push(self, info: LiveStep | None, frame):
+        """A frame for a live step's client (None: no step, nothing to tell)."""
+        if info is None or self.push_to(info.conn, frame):
+            return
+        if info.stderr_fd is not None and frame.get("push") in ("notice", "ask"):
             # a step run for an inner-socket caller: tell its own stderr
             text = frame.get("text") or (f"envgit: step {frame['question'].get('step')} waits for approval: "
                                          f"envgit approve {frame['id']} / envgit deny {frame['id']}")
             try:
-                os.write(info["stderr_fd"], (inert(text) + "\n").encode())   # a host or path a step chose
+                os.write(info.stderr_fd, (inert(text) + "\n").encode())   # a host or path a step chose
             except OSError:
                 pass
+
+    def push_to(self, conn, frame) -> bool:
+        """A frame for a request's own client (progress): False if it has gone."""
+        if conn is not None and not conn.is_closing():
+            conn.write(encode(frame))
+            return True
+        return False
 
     async def rewind(self, msg, conn=None):
         undo = msg.get("undo") is True
@@ -590,7 +595,7 @@ class Session:
 
                 def progress(done, total):      # on the rewind's thread: the loop sends it
                     if conn is not None:
-                        loop.call_soon_threadsafe(self.push, {"conn": conn}, {
+                        loop.call_soon_threadsafe(self.push_to, conn, {
                             "push": "progress", "what": "rewind", "unit": "path", "done": done,
                             "total": total, "text": f"rewind: {done}/{total} paths"})
                 async with self.tree_lock:      # no step begins while the rewind writes
@@ -637,7 +642,7 @@ class Session:
 
         def progress(done, total):          # on the gc thread: hand the frame to the loop
             if conn is not None:
-                loop.call_soon_threadsafe(self.push, {"conn": conn},
+                loop.call_soon_threadsafe(self.push_to, conn,
                                           {"push": "progress", "text": f"repacked {done}/{total} packs",
                                            "done": done, "total": total, "unit": "pack",
                                            "what": "gc: repacking"})
@@ -701,8 +706,8 @@ def escape_routes_written(info, summary, project, scan):
     none was, or (should the mounts ever be got round) one modified or deleted, or a `mark`
     route (a .pth file): any of them is said, with its path."""
     try:
-        return routes.written(info["policy"], project, info.get("home") or "", scan,
-                              info.get("routes") or {}, summary)
+        return routes.written(info.policy, project, info.home or "", scan,
+                              info.routes or {}, summary)
     except Exception as e:              # never lose the step's end over it; say so
         return [f"(escape routes could not be checked: {type(e).__name__}: {e})"]
 
@@ -772,10 +777,10 @@ def _typed(value, kind):
     return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
 
-def drop_tmp(info):
+def drop_tmp(tmp):
     """Remove a finished step's own /tmp, in a thread: a big one must not delay the reply."""
-    if info.get("tmp"):
-        threading.Thread(target=remove_tree, args=(info["tmp"],), daemon=True).start()
+    if tmp:
+        threading.Thread(target=remove_tree, args=(tmp,), daemon=True).start()
 
 
 def remove_tree(path):

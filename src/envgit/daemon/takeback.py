@@ -28,6 +28,7 @@ import re
 from ..sandbox import hostgit
 from ..sandbox.gitroutes import commondir_of, gitdir_of, looks_like_gitdir
 from ..sandbox.routes import _alt, _inside, route_matcher
+from .livestep import LiveStep
 
 # What git writes into a new repository's config (init, clone, worktree add, submodule add,
 # a partial clone, LFS): nothing here runs a program or sends git elsewhere.
@@ -165,15 +166,15 @@ def _safe_gitmodules(path: str) -> bool:
         "::" in (v or "") or (v or "").startswith("-"))) for k, v in entries)
 
 
-async def take_back(sess, step: int, info: dict, paths: list[str]) -> tuple[list[str], list[str]]:
-    """Bring `paths` back to the tree before `step` (info["tree_before"]) and record it as the
+async def take_back(sess, step: int, info: LiveStep, paths: list[str]) -> tuple[list[str], list[str]]:
+    """Bring `paths` back to the tree before `step` (info.tree_before) and record it as the
     step `envgit take-back STEP`. Returns (paths taken back, notices)."""
     import asyncio
 
     from ..snapshot import StoreError
     from .snapshots import SnapshotFailed, display
-    before = info.get("tree_before")
-    pol = info["policy"]
+    before = info.tree_before
+    pol = info.policy
     if not before:
         return [], ["escape routes were not taken back (no snapshot before the step to take them "
                     "back to): remove them yourself: " + ", ".join(paths)]
