@@ -80,9 +80,10 @@ def trust_history(journal, seq: int, what: str, found=None) -> None:
 
 def _repair_hint(problems) -> str:
     """A damaged row (not a history found rewritten, which a repair cannot vouch for) is what
-    `fsck --repair` sets aside."""
+    `fsck --repair` sets aside; past a rewritten history, a snapshot can still be written elsewhere."""
     if all(p.until is not None for p in problems):
-        return ""
+        return ("; `envgit restore N --target DIR` writes step N's snapshot into another directory "
+                "without touching this one")
     return "; `envgit fsck --repair` sets the damaged entries aside and re-seals the journal"
 
 

@@ -28,10 +28,11 @@ import time
 from dataclasses import dataclass, field
 
 from .. import faults
-from .head import HEAD_FILE, HeadRecord
+from .head import HEAD_FILE, HeadRecord, recorded_loss, tail_problem_once
 from .rows import check_entry, read_body
 
 GENESIS = "0" * 64
+LAST_ROW = "SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1"
 FORMAT_VERSION = 2          # PRAGMA user_version; 0 is a journal made before it was set (= 1)
 # Version 2 adds `open_steps` (the steps with a begin and no end yet, kept in the same
 # transaction as the entry that opens or closes one) and an index on (kind, step), so that
@@ -160,6 +161,7 @@ class Journal:
             if self.version < FORMAT_VERSION:
                 self._migrate()
             self.floor = self._highest_step_known()
+            self.tip = self.db.execute(LAST_ROW).fetchone()     # what the tail must be (tailwatch.py)
             self.lost_now = self._record_a_lost_tail()
 
     def close(self):
@@ -230,7 +232,10 @@ class Journal:
             raise JournalError(f"not written: {e}") from None
         db.execute("BEGIN IMMEDIATE")
         try:
-            row = db.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+            row = db.execute(LAST_ROW).fetchone()
+            if row != self.tip:     # rows deleted or replaced under this writer: recorded, not chained over
+                from .tailwatch import tail_moved
+                row = tail_moved(self, row)
             seq, prev = (row[0] + 1, row[1]) if row else (1, GENESIS)
             if new_step:     # never an id the journal ever gave, even one it lost since
                 step = max(db.execute("SELECT MAX(step) FROM entries").fetchone()[0] or 0, self.floor) + 1
@@ -248,7 +253,7 @@ class Journal:
                 db.execute("ROLLBACK")
             raise
         faults.point("journal-committed")
-        self.floor = max(self.floor, step)
+        self.floor, self.tip = max(self.floor, step), (seq, h)
         self.head.write(seq, h, self.floor)
         return step
 
@@ -269,7 +274,7 @@ class Journal:
     def _highest_step_known(self) -> int:
         floor = self.db.execute("SELECT MAX(step) FROM entries").fetchone()[0] or 0
         head = self.head.read()
-        if head:
+        if head:        # a damaged one says nothing (None)
             floor = max(floor, head["step"])
         for (body,) in self.db.execute("SELECT body FROM entries WHERE step = 0 AND kind = 'lost'"):
             b, _ = read_body("lost", body)
@@ -290,24 +295,7 @@ class Journal:
         return found
 
     def _tail_problem_once(self) -> dict | None:
-        head = self.head.read()
-        if head is None:
-            return None
-        with self.lock:
-            row = self.db.execute("SELECT seq FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-            at = self.db.execute("SELECT hash FROM entries WHERE seq = ?", (head["seq"],)).fetchone()
-        last = row[0] if row else 0
-        if last < head["seq"]:
-            return {"entries": [last + 1, head["seq"]], "last_step": head["step"], "head_hash": head["hash"],
-                    "reason": f"the journal ends at entry {last} but had reached entry {head['seq']} "
-                              f"(step {head['step']}): its tail was lost (a truncated or deleted "
-                              "journal.sqlite-wal, or an older copy put back)"}
-        if at is None or at[0] != head["hash"]:
-            return {"entries": [1, head["seq"]], "last_step": head["step"], "head_hash": head["hash"],
-                    "rewritten": True,
-                    "reason": f"entry {head['seq']} is not the one the journal had written there: the "
-                              "history up to it was rewritten or replaced"}
-        return None
+        return tail_problem_once(self)
 
     def _record_a_lost_tail(self):
         lost = self.tail_problem()
@@ -489,7 +477,7 @@ class Journal:
                 problems.append(Problem(f"entry {seq} ({kind} of step {step}): {'; '.join(what)}; "
                                         "the rest of the journal is read without it", seq))
             elif kind == "lost":
-                problems.append(_recorded_loss(seq, parsed))
+                problems.append(recorded_loss(self, seq, parsed))
             elif kind == "reseal":
                 problems += seals.notes(seq)
             prev, expect = h, seq + 1
@@ -497,14 +485,15 @@ class Journal:
             for seq, _, kind, _, text in self._rows("WHERE step = 0 AND kind = 'lost' AND seq > ?", (stop,)):
                 parsed, wrong = read_body(kind, text)
                 if parsed is not None and not wrong:
-                    problems.append(_recorded_loss(seq, parsed))
+                    problems.append(recorded_loss(self, seq, parsed))
         if stop is None and self.version >= 2:
             problems += self._open_steps_problems(rows)
         lost = self.tail_problem()
         if lost is not None:
             problems.append(Problem(lost["reason"] + " (not yet recorded: the next envgit "
                                     "command that writes records it)",
-                                    None if lost.get("rewritten") else lost["entries"][0]))
+                                    None if lost.get("rewritten") else lost["entries"][0],
+                                    blocks=not lost.get("head_damaged")))
         return problems
 
 
@@ -523,17 +512,6 @@ class Journal:
         return [Problem("the table of open steps does not match the entries (steps "
                         f"{', '.join(map(str, sorted(want ^ have)[:10]))}); `envgit fsck --repair` "
                         "rebuilds it from the entries", blocks=False)]
-
-
-def _recorded_loss(seq, body) -> Problem:
-    """A `lost` entry, said by fsck every time. A lost tail leaves what came before it sound
-    (rewind goes on trusting it); a rewritten history does not: rewind refuses every target
-    up to where it was found."""
-    a, b = body.get("entries", [0, 0])
-    return Problem(f"entry {seq} records that {body.get('reason', 'entries were lost')}; entries "
-                   f"{a}–{b} as they were are gone, and what steps up to {body.get('last_step')} did "
-                   "after their last recorded entry is not known",
-                   1 if body.get("rewritten") else seq, blocks=bool(body.get("rewritten")), until=b)
 
 
 def _fold(out, seq, step, kind, at, text):

@@ -211,6 +211,7 @@ def repair(journal) -> str | None:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        journal.tip = (seq, prev)       # its own rows: not a tail changed under the writer
         journal.head.write(seq, prev, journal.floor)
     said = [f"set aside entries {ranges(p['aside'])} (kept in the set_aside table)" if p["aside"] else "",
             (f"entr{'ies' if len(p['missing']) > 1 else 'y'} {ranges(p['missing'])} "

@@ -134,7 +134,7 @@ KINDS = {
     "gc": {"dropped": _ints, "kept": _ints, "freed": _opt_int},
     "gc-done": {"freed": _int},
     "lost": {"entries": _lost_range, "last_step": _int, "head_hash": _str, "reason": _str,
-             "rewritten": _bool},
+             "rewritten": _bool, "head_damaged": _bool},
     # `envgit fsck --repair` set rows that did not verify aside and re-joined the chain past them
     "reseal": {"set_aside": _ints, "missing": _ints, "links": _links, "named": _named,
                "closed": _ints, "reason": _str},
