@@ -133,3 +133,26 @@ def test_rows_deleted_under_a_running_daemon_are_recorded_lost(bare_proj, delete
     ids = [s["id"] for s in json.loads(proj.envgit("log", "--json", check=True).stdout)]
     assert ids[-1] == 3 and 2 not in ids or delete != "step 2"
     assert [k for _, _, k, _ in rows(proj)].count("lost") == 1    # recorded once
+
+
+def test_a_foreign_head_refusal_names_the_way_out(bare_proj, tmp_path):
+    """A whole, well-formed head record naming another entry (a person copied another project's
+    `.envgit/journal.head` over this one): it is taken as a rewritten history, which no repair
+    can vouch for, so rewinds up to it refuse; the refusal names `envgit restore N --target DIR`,
+    and that writes the step's snapshot."""
+    import hashlib
+    proj = bare_proj
+    assert proj.run("echo v1 > f").returncode == 0
+    assert proj.run("echo v2 > f").returncode == 0
+    stopd(proj)
+    head = proj.root / ".envgit" / "journal.head"
+    rec = json.loads(head.read_text())
+    h = hashlib.sha256(b"another project").hexdigest()
+    rec.update(hash=h, sum=hashlib.sha256(f"{rec['seq']}:{h}:{rec['step']}".encode()).hexdigest()[:16])
+    head.write_text(json.dumps(rec, sort_keys=True).ljust(159) + "\n")
+    r = no_traceback(proj.envgit("rewind", "1", "--yes"))
+    assert r.returncode != 0 and "envgit restore N --target DIR" in r.stderr, r.stderr
+    assert (proj.root / "f").read_text() == "v2\n"
+    r = no_traceback(proj.envgit("restore", "1", "--target", str(tmp_path / "out")))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "f").read_text() == "v1\n"
