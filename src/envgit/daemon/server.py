@@ -673,11 +673,13 @@ class Session:
     async def idle_watch(self):
         while not self.stopping.is_set():
             await asyncio.sleep(min(1.0, IDLE_S))
-            # Connections do not count: one with no step is closed when silent (frames.QUIET_S),
-            # so only open steps and requests in progress keep the daemon up.
-            if (not self.live and not self.conns.in_request
-                    and time.monotonic() - self.conns.last_activity > IDLE_S):
+            # Only open steps and requests keep the daemon up (a connection with no step is
+            # closed when silent, frames.QUIET_S); while none runs, packs are re-verified.
+            busy = lambda: bool(self.live or self.conns.in_request)    # noqa: E731
+            if not busy() and time.monotonic() - self.conns.last_activity > IDLE_S:
                 self.stopping.set()
+            elif not busy():
+                await asyncio.to_thread(self.snapshotter.scrub, busy)    # snapshot/scrub.py
 
 
 async def start_gate(sess):

@@ -11,6 +11,7 @@ import time
 
 from ..snapshot import ChangeWatcher, CorruptObject, Filter, StatCache, Store, StoreError
 from ..snapshot.restore import apply_plan, make_plan
+from ..snapshot.scrub import Scrubber
 from ..snapshot.statcache import STAT
 
 MAX_PATHS = 200           # paths listed on a step; the counts are always complete
@@ -37,6 +38,16 @@ class Snapshotter:
         self._watch_key = None
         self._saved_at = time.monotonic()
         self.counters = None            # the running take's counters (progress), if asked for
+        self.scrubber = Scrubber(self.store.objects)
+
+    def scrub(self, busy):
+        """Re-verify packs for a moment while no step runs (snapshot/scrub.py); `busy()` says
+        a step or request began, and the work stops at once."""
+        try:
+            self.scrubber.run(self.lock, busy)
+        except Exception as e:     # never the idle loop's end (the daemon would not idle out)
+            print(f"envgit daemon: re-verifying packs stopped: {e!r}", flush=True)
+            self.scrubber.current = None
 
     def filter(self, policy) -> Filter:
         return Filter(exclude=policy.snapshot_exclude, max_file_size=policy.max_file_size)

@@ -4,8 +4,12 @@
 that failed to decompress or verify, fsck, fsck --repair). Any process may find damage while
 the daemon keeps the store open, so the daemon reads the file again when its stamp changes
 (one stat per snapshot). Writers merge under an flock on the objects directory and replace the
-file atomically; lines naming a pack that no longer exists (gc, repair moved it aside) are
-dropped then. The list only ever keeps a copy from being used: losing it costs a re-read.
+file atomically; lines naming a pack whose file and index are both gone (gc, repair moved it
+aside) are dropped then. A reader that finds an object missing (its pack's index does not read,
+or the pack is gone) lists every object of that pack the same way (missing.py). The list is
+not trusted for ever: fsck re-reads each listed copy and drops the lines of those that verify
+(heal.recheck_listed), so a wrong line costs nothing after it. The list only ever keeps a copy
+from being used: losing it costs a re-read.
 """
 
 import fcntl
@@ -48,8 +52,7 @@ def record(objects, copies: set[tuple[bytes, str]]) -> None:
             listed = _read(path)
         except FileNotFoundError:
             listed = set()
-        keep = {(oid, p) for oid, p in listed | copies
-                if os.path.exists(packs.pack_path(objects.packs_dir, p, ".pack"))}
+        keep = {(oid, p) for oid, p in listed | copies if _kept(objects, p)}
         if keep == listed:
             return
         text = "".join(f"{oid.hex()} {p}\n" for oid, p in sorted(keep))
@@ -58,6 +61,31 @@ def record(objects, copies: set[tuple[bytes, str]]) -> None:
         return
     finally:
         os.close(fd)        # (closing releases the lock)
+
+
+def forget(objects, copies: set[tuple[bytes, str]]) -> None:
+    """Drop `copies` from the file (fsck found they read back sound). Best effort."""
+    path = os.path.join(objects.path, NAME)
+    try:
+        fd = os.open(objects.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        listed = _read(path)
+        if listed & copies:
+            text = "".join(f"{oid.hex()} {p}\n" for oid, p in sorted(listed - copies))
+            packs.write_file_atomically(objects.tmp_dir, path, text.encode())
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+
+
+def _kept(objects, pack_id: str) -> bool:
+    """A line stays while its pack or its index exists (a pack gone under its index still
+    has readers to warn: missing.py)."""
+    return any(os.path.exists(packs.pack_path(objects.packs_dir, pack_id, ext)) for ext in (".pack", ".idx"))
 
 
 def _read(path: str) -> set[tuple[bytes, str]]:

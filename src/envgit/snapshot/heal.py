@@ -39,6 +39,7 @@ def repair_store(project) -> list[str]:
     objects = ObjectStore(path)
     try:
         said, bad = _rebuild_indexes(objects)
+        recheck_listed(objects)
         for pack_id, oids in _find_damage(objects).items():
             bad.setdefault(pack_id, set()).update(oids)
         for pack_id, oids in bad.items():
@@ -106,6 +107,30 @@ def _records(data: bytes) -> tuple[list[tuple], set[bytes]]:
 
 
 # -- 2. damaged copies --------------------------------------------------------------------
+
+def recheck_listed(objects: ObjectStore) -> None:
+    """Read again each copy the `damaged` list names in a pack this store has an index for;
+    those that verify are dropped from the list and used again (a wrong line, a copy listed
+    missing while its index was damaged and since written again)."""
+    sound = set()
+    for oid, pack_id in sorted(objects.bad_copies):
+        for e in objects.pack_entries.get(pack_id, ()):
+            if e[0] != oid:
+                continue
+            loc = (pack_id, e[4], e[1], e[2], e[5], e[6])
+            try:
+                objects._read(oid, loc)
+            except (CorruptObject, StoreError):
+                break
+            sound.add((oid, pack_id))
+            if oid not in objects.index:
+                objects.index[oid] = loc
+            break
+    if sound:
+        objects.bad_copies -= sound
+        objects.damaged -= {oid for oid, _ in sound if oid in objects.index}
+        damaged_list.forget(objects, sound)
+
 
 def note_damage(objects: ObjectStore) -> None:
     """Add every damaged copy to the `damaged` list (plain fsck, after it found problems)."""

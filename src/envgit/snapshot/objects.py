@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 import zstandard
 
-from . import damaged_list, packs
+from . import damaged_list, missing, packs
 from .ids import BLOB, CHUNKS, KIND_NAMES, TREE, CorruptObject, object_id, verify
 from .packs import FLAG_ZSTD, RECORD, Location, StoreFull
 
@@ -57,6 +57,10 @@ class ObjectStore:
         self.bad_copies: set[tuple[bytes, str]] = set()
         self.news: set[bytes] = set()
         self._damaged_stamp = None
+        # Packs this process cannot read from (index unreadable, or pack gone): a miss reports
+        # their objects as damaged copies (missing.py), once per pack.
+        self.unusable_packs: dict[str, list | None] = {}
+        self.reported_packs: set[str] = set()
         self._load_indexes()
         self.refresh_damaged()
         self._fds: OrderedDict[str, int] = OrderedDict()     # pack id -> fd, oldest use first
@@ -106,9 +110,12 @@ class ObjectStore:
                 raise ValueError(f"names pack {found_id}")
         except (OSError, ValueError) as e:
             self.index_problems.append(f"pack index {pack_id}: {e}")
+            if os.path.exists(packs.pack_path(self.packs_dir, pack_id, ".pack")):
+                missing.unusable(self, pack_id)
             return
         if not os.path.exists(packs.pack_path(self.packs_dir, pack_id, ".pack")):
             self.index_problems.append(f"pack {pack_id}: missing (its index lists {len(entries)} objects)")
+            missing.unusable(self, pack_id, entries)
             return
         self.add_pack(pack_id, entries)
 
@@ -203,13 +210,16 @@ class ObjectStore:
             self.flush()
         loc = self.index.get(oid)
         if loc is None:
+            loc = missing.find_late(self, oid)
+        if loc is None:
+            missing.report(self)      # the daemon may still hold it: it must stop reusing it
             raise MissingObject(f"object {oid.hex()} is not in the store")
         if kind is not None and loc[2] != kind:
             raise CorruptObject(f"object {oid.hex()} is a {KIND_NAMES.get(loc[2], loc[2])}, "
                                 f"expected a {KIND_NAMES[kind]}")
         try:
             return self._read(oid, loc)
-        except CorruptObject:
+        except (CorruptObject, MissingObject):       # (missing: its pack file is gone)
             bad = [loc[0]]
             for other in self._other_copies(oid, loc[0]):
                 try:
@@ -232,11 +242,18 @@ class ObjectStore:
         if not pack_ids:
             loc = self.index.get(oid)
             pack_ids = [loc[0]] if loc is not None else []
-        copies = {(oid, p) for p in pack_ids} - self.bad_copies
-        self._drop_copies(copies)
+        self.quarantine_copies({(oid, p) for p in pack_ids})
         if oid not in self.index:
             self.damaged.add(oid)
             self.news.add(oid)
+
+    def quarantine_copies(self, copies: set[tuple[bytes, str]]) -> None:
+        """Forget these (object id, pack id) copies and add them to the `damaged` file at once."""
+        copies = set(copies) - self.bad_copies
+        self._drop_copies(copies)
+        lost = {oid for oid, _ in copies if oid not in self.index}
+        self.damaged |= lost
+        self.news |= lost
         if copies:
             damaged_list.record(self, copies)
 

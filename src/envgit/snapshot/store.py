@@ -138,9 +138,10 @@ class Store:
         """Every object re-hashed; every tree and chunk index reachable from the roots present
         and well-formed. Returns the problems found (empty: all good). `progress(done, total)`
         counts packs."""
+        from .heal import note_damage, recheck_listed
+        recheck_listed(self.objects)      # a listed copy that reads back sound is used again
         problems = maintenance.fsck(self.objects, [bytes.fromhex(r) for r in root_ids], progress)
         if problems:          # remember the damaged copies, so the next snapshot stores them again
-            from .heal import note_damage
             note_damage(self.objects)
         return problems
 
