@@ -11,7 +11,7 @@ import time
 
 from ..snapshot import ChangeWatcher, CorruptObject, Filter, StatCache, Store, StoreError
 from ..snapshot.restore import apply_plan, make_plan
-from ..snapshot.scrub import Scrubber
+from ..snapshot.scrub import STEP_BUDGET, Scrubber
 from ..snapshot.statcache import STAT
 
 MAX_PATHS = 200           # paths listed on a step; the counts are always complete
@@ -40,11 +40,11 @@ class Snapshotter:
         self.counters = None            # the running take's counters (progress), if asked for
         self.scrubber = Scrubber(self.store.objects)
 
-    def scrub(self, busy):
+    def scrub(self, busy, budget=None):
         """Re-verify packs for a moment while no step runs (snapshot/scrub.py); `busy()` says
         a step or request began, and the work stops at once."""
         try:
-            self.scrubber.run(self.lock, busy)
+            self.scrubber.run(self.lock, busy, budget=budget)
         except Exception as e:     # never the idle loop's end (the daemon would not idle out)
             print(f"envgit daemon: re-verifying packs stopped: {e!r}", flush=True)
             self.scrubber.current = None
@@ -135,6 +135,10 @@ class Snapshotter:
             taken_at = time.time_ns()
             if newest is not None:
                 newest.last_tree = snap.tree_id
+        # A step's share of re-verifying packs, off the lock and off the step's path (its
+        # summary is built and sent meanwhile): back-to-back steps leave the idle loop no time.
+        threading.Thread(target=self.scrub, args=(self.lock.locked, STEP_BUDGET), daemon=True,
+                         name="envgit-scrub").start()
         summary = summarize(snap, changes)
         summary["taken_at"] = taken_at
         if problem:
