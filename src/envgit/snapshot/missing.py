@@ -15,9 +15,12 @@ writes the index again and drops the lines whose copies read back sound (heal.re
 """
 
 import os
+import time
 
 from . import damaged_list, packs
 from .packs import PACK_MAGIC, RECORD
+
+RESCAN_S = 0.5       # packs sealed since the store was opened are looked for at most this often
 
 
 def unusable(objects, pack_id: str, entries=None) -> None:
@@ -29,6 +32,10 @@ def unusable(objects, pack_id: str, entries=None) -> None:
 def find_late(objects, oid: bytes):
     """The object's location after loading the indexes of packs sealed since this store was
     opened (a reader opened before the daemon's latest snapshot), or None."""
+    now = time.monotonic()
+    if now - objects.rescanned_at < RESCAN_S:    # a restore missing 10,000 paths lists once
+        return None
+    objects.rescanned_at = now
     known = set(objects.pack_entries) | set(objects.unusable_packs)
     try:
         subs = sorted(os.listdir(objects.packs_dir))

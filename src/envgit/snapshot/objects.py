@@ -61,6 +61,7 @@ class ObjectStore:
         # their objects as damaged copies (missing.py), once per pack.
         self.unusable_packs: dict[str, list | None] = {}
         self.reported_packs: set[str] = set()
+        self.rescanned_at = float("-inf")
         self._load_indexes()
         self.refresh_damaged()
         self._fds: OrderedDict[str, int] = OrderedDict()     # pack id -> fd, oldest use first
