@@ -23,6 +23,7 @@ from pathlib import Path
 from .. import faults, steporder
 from ..inert import inert
 from ..journal import Journal, JournalError, disk_full
+from ..journal.rows import listed, some
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
 from ..remote.auto import AutoPush
@@ -353,12 +354,12 @@ class Session:
             marks.append("escape-route-written")
         if back:
             notices.append("took back what it wrote to escape routes, files a program outside the "
-                           "sandbox obeys (git, direnv, npm, an editor or agent): " + ", ".join(back)
+                           "sandbox obeys (git, direnv, npm, an editor or agent): " + some(back)
                            + f"; the step's version is in its snapshot (envgit diff {step}); to let "
                            "steps write one, name it in envgit.yaml's escape_routes.allow")
         if kept:
             notices.append("WROTE AN ESCAPE ROUTE, a file a program outside the sandbox obeys "
-                           "(git, direnv, npm, an editor or agent): " + ", ".join(kept)
+                           "(git, direnv, npm, an editor or agent): " + some(kept)
                            + f"; review before running anything here: envgit diff {step}; "
                            f"undo: envgit rewind {step}")
         if "error" in summary:          # said on the step's terminal, not only in the journal
@@ -384,7 +385,7 @@ class Session:
             marks.append("policy-file-written")
             notices.append("policy-file-written: made or changed what would decide a project and "
                            "its policy (envgit will not use it: a project inside a project is "
-                           "refused): " + ", ".join(policy_files))
+                           "refused): " + some(policy_files))
         stripped = await special_bits.after_step(self.project.root, summary)
         if stripped:                    # the seccomp filter refuses these bits: a way round it
             marks.append("setuid-stripped")
@@ -394,12 +395,12 @@ class Session:
         # than refused, so the step always ends (journal/rows.py would refuse the whole entry).
         end = {
             "exit_code": _typed(msg.get("exit_code"), int), "signal": _typed(msg.get("signal"), str),
-            "duration_ms": _typed(msg.get("duration_ms"), (int, float)), "marks": marks, "denied_paths": denied,
-            "snapshot": summary, **({"escape_routes": escapes} if escapes else {}),
-            **({"taken_back": back} if back else {}),
+            "duration_ms": _typed(msg.get("duration_ms"), (int, float)), "marks": marks,
+            "denied_paths": [], **listed("denied_paths", denied), "snapshot": summary,
+            **listed("escape_routes", escapes), **listed("taken_back", back),
             **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
             **({"dns_names": dns["names"], "dns_queries": dns["queries"]} if dns else {}),
-            **({"policy_files": policy_files} if policy_files else {}),
+            **listed("policy_files", policy_files),
             **({"memory": memory} if memory else {})}
         try:
             recorded = self.record(step, "end", end)

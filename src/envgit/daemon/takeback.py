@@ -25,6 +25,7 @@ back from: it is marked and told.
 import os
 import re
 
+from ..journal.rows import listed, some
 from ..sandbox import hostgit
 from ..sandbox.gitroutes import commondir_of, gitdir_of, looks_like_gitdir
 from ..sandbox.routes import _alt, _inside, route_matcher
@@ -177,7 +178,7 @@ async def take_back(sess, step: int, info: LiveStep, paths: list[str]) -> tuple[
     pol = info.policy
     if not before:
         return [], ["escape routes were not taken back (no snapshot before the step to take them "
-                    "back to): remove them yourself: " + ", ".join(paths)]
+                    "back to): remove them yourself: " + some(paths)]
     try:
         plan, _ = await asyncio.to_thread(sess.snapshotter.plan_restore, pol, before, paths, sess.last_tree)
     except (StoreError, SnapshotFailed, OSError) as e:
@@ -206,7 +207,7 @@ async def take_back(sess, step: int, info: LiveStep, paths: list[str]) -> tuple[
     sess.journal.append(back, "end", {
         "exit_code": 1 if err else 0, "signal": None, "duration_ms": 0,
         "marks": ["escape-route-taken-back"] + (["refused"] if err else []),
-        "escape_routes": [p for p in paths if p in done or any(d.startswith(p + "/") for d in done)],
+        **listed("escape_routes", [p for p in paths if p in done or any(d.startswith(p + "/") for d in done)]),
         "snapshot": summary, **({"error": err} if err else {})})
     if err:
         return [], [f"escape routes were not all taken back ({err}): remove them yourself: " + ", ".join(paths)]

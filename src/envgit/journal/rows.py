@@ -108,6 +108,25 @@ def _named(v):
         and _opt_str(x.get("kind")) and _str(x.get("why")) for x in v)
 
 
+# A path list in an entry holds at most LISTED_MAX paths, and `<key>_more` says how many more
+# there were: a step chooses how many files it writes, and an entry must stay small enough to
+# be written whole, also into the space kept for a full disk (daemon/heldends.py).
+LISTED_MAX = 1000
+
+
+def listed(key: str, paths: list) -> dict:
+    """{key: at most LISTED_MAX of `paths`, key_more: the rest's count}; {} for none."""
+    if not paths:
+        return {}
+    more = len(paths) - LISTED_MAX
+    return {key: list(paths[:LISTED_MAX]), **({f"{key}_more": more} if more > 0 else {})}
+
+
+def some(paths, n: int = 20) -> str:
+    """The first n paths for a line of text, and how many more."""
+    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
 KINDS = {
     "begin": {"argv": _strs, "cwd": _str, "session": _str, "user": _str, "pid": _opt_int,
               "policy_sha256": _str, "tool_call_id": _opt_str, "marks": _strs,
@@ -115,7 +134,8 @@ KINDS = {
     "end": {"exit_code": _opt_int, "signal": _opt_str, "duration_ms": _opt_num, "marks": _strs,
             "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
             "error": _str, "refused_by": _str, "policy_files": _strs, "dns_names": _strs,
-            "dns_queries": _opt_int, "taken_back": _strs, "found_step": _opt_int},
+            "dns_queries": _opt_int, "taken_back": _strs, "found_step": _opt_int,
+            **{f"{k}_more": _int for k in ("denied_paths", "escape_routes", "taken_back", "policy_files")}},
     "interrupted": {"reason": _str, "snapshot": _snapshot},
     # A step of its own, one entry long: what changed outside envgit since the last snapshot
     # (the person's editor, their own git), recorded before the next step or rewind begins.
