@@ -5,6 +5,9 @@ import json
 import os
 import sqlite3
 import stat
+import subprocess
+
+import pytest
 
 
 def tree_of(root, skip=(".envgit",)) -> dict:
@@ -56,3 +59,34 @@ def assert_rewinds_exactly(proj, expected: dict):
         r = no_traceback(proj.envgit("rewind", str(n), "--yes"))
         assert r.returncode == 0, f"rewind {n}: {r.stderr}"
         assert tree_of(proj.root) == tree, f"rewind {n} did not give back its tree"
+
+
+@pytest.fixture(name="small_disk")
+def small_disk_fixture(tmp_path):
+    """A project on a 12 MiB tmpfs the test mounts under its tmp dir (root only): a disk that
+    really fills up. Import it as `from faultlib import small_disk_fixture  # noqa: F401`."""
+    from conftest import Env, make_home
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], check=True)
+    try:
+        home = make_home(tmp_path)
+        root = mnt / "proj"
+        root.mkdir()
+        e = Env(home, root)
+        e.envgit("init", check=True)
+        yield e
+        e.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def three_steps(proj) -> dict:
+    """Steps 1-3, each changing `a` and adding a directory; {n: the tree after step n}; the
+    daemon stopped after them."""
+    after = {}
+    for n in (1, 2, 3):
+        assert proj.run(f"echo {n} > a && mkdir -p d{n} && echo x > d{n}/f").returncode == 0
+        after[n] = tree_of(proj.root)
+    proj.stop()
+    return after

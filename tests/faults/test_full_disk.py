@@ -6,33 +6,14 @@ is written (or the step closed), ids stay unique and rewinds stay exact."""
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
 
-from conftest import Env, make_home
-from faultlib import assert_rewinds_exactly, no_traceback, tree_of
+from faultlib import assert_rewinds_exactly, no_traceback, small_disk_fixture, tree_of  # noqa: F401
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root "
                                 "(an unprivileged user cannot make a filesystem that fills up)")
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], check=True)
-    try:
-        home = make_home(tmp_path)
-        root = mnt / "proj"
-        root.mkdir()
-        e = Env(home, root)
-        e.envgit("init", check=True)
-        yield e
-        e.stop()
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def said_once(r, *words):

@@ -8,32 +8,13 @@ the next daemon writes the end into the journal: the step is `done` with exit 0,
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from conftest import Env, make_home
-from faultlib import no_traceback
+from faultlib import no_traceback, small_disk_fixture  # noqa: F401  (the fixture small_disk)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root "
                                 "(an unprivileged user cannot make a filesystem that fills up)")
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], check=True)
-    try:
-        home = make_home(tmp_path)
-        root = mnt / "proj"
-        root.mkdir()
-        e = Env(home, root)
-        e.envgit("init", check=True)
-        yield e
-        e.stop()
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_a_held_end_survives_a_stop_on_a_full_disk(small_disk):

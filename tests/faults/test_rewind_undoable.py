@@ -19,18 +19,9 @@ import sqlite3
 
 import pytest
 
-from faultlib import no_traceback, rows, tree_of
+from faultlib import no_traceback, rows, three_steps, tree_of
 
 KINDS = ["hash", "deleted", "step", "not-json"]
-
-
-def three_steps(proj):
-    after = {}
-    for n in (1, 2, 3):
-        assert proj.run(f"echo {n} > a && mkdir -p d{n} && echo x > d{n}/f").returncode == 0
-        after[n] = tree_of(proj.root)
-    proj.stop()
-    return after
 
 
 def all_rows(proj, table="entries"):

@@ -8,16 +8,7 @@ names the old last hash, so the rewrite is seen (unless the head is rewritten to
 import json
 import sqlite3
 
-from faultlib import assert_rewinds_exactly, no_traceback, rows, tree_of
-
-
-def three_steps(proj):
-    after = {}
-    for n in (1, 2, 3):
-        assert proj.run(f"echo {n} > a && mkdir -p d{n} && echo x > d{n}/f").returncode == 0
-        after[n] = tree_of(proj.root)
-    proj.stop()
-    return after
+from faultlib import assert_rewinds_exactly, no_traceback, rows, three_steps, tree_of
 
 
 def end_row(proj, step):

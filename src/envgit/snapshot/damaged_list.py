@@ -41,6 +41,17 @@ def read_if_changed(objects) -> set[tuple[bytes, str]]:
 def record(objects, copies: set[tuple[bytes, str]]) -> None:
     """Add `copies` to the file. Best effort: a store that cannot be written (a reader's
     permissions, a full disk) still keeps them out of its own index."""
+    _rewrite(objects, lambda listed: {(oid, p) for oid, p in listed | copies if _kept(objects, p)})
+
+
+def forget(objects, copies: set[tuple[bytes, str]]) -> None:
+    """Drop `copies` from the file (fsck found they read back sound). Best effort."""
+    _rewrite(objects, lambda listed: listed - copies)
+
+
+def _rewrite(objects, change) -> None:
+    """The file's lines replaced by change(its lines), under a flock on the objects directory
+    (two processes never lose each other's lines); written only when they changed."""
     path = os.path.join(objects.path, NAME)
     try:
         fd = os.open(objects.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -52,7 +63,7 @@ def record(objects, copies: set[tuple[bytes, str]]) -> None:
             listed = _read(path)
         except FileNotFoundError:
             listed = set()
-        keep = {(oid, p) for oid, p in listed | copies if _kept(objects, p)}
+        keep = change(listed)
         if keep == listed:
             return
         text = "".join(f"{oid.hex()} {p}\n" for oid, p in sorted(keep))
@@ -61,25 +72,6 @@ def record(objects, copies: set[tuple[bytes, str]]) -> None:
         return
     finally:
         os.close(fd)        # (closing releases the lock)
-
-
-def forget(objects, copies: set[tuple[bytes, str]]) -> None:
-    """Drop `copies` from the file (fsck found they read back sound). Best effort."""
-    path = os.path.join(objects.path, NAME)
-    try:
-        fd = os.open(objects.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        listed = _read(path)
-        if listed & copies:
-            text = "".join(f"{oid.hex()} {p}\n" for oid, p in sorted(listed - copies))
-            packs.write_file_atomically(objects.tmp_dir, path, text.encode())
-    except OSError:
-        return
-    finally:
-        os.close(fd)
 
 
 def _kept(objects, pack_id: str) -> bool:

@@ -196,13 +196,7 @@ class _Pack:
             i += 1
         base = None
         if typ == 6:
-            c = head[i]
-            i += 1
-            rel = c & 0x7F
-            while c & 0x80:
-                c = head[i]
-                i += 1
-                rel = ((rel + 1) << 7) | (c & 0x7F)
+            rel, i = varint_offset(head, i)
             base = offset - rel
             if rel <= 0 or base < 0:
                 raise Unreadable(f"a delta base outside {self.name}")
@@ -300,3 +294,14 @@ def _apply_delta(base: bytes, delta: bytes) -> bytes:
     except IndexError:
         raise Unreadable("a truncated delta") from None
 
+
+def varint_offset(data: bytes, pos: int) -> tuple[int, int]:
+    """git's offset varint (a pack's OFS_DELTA, index v4's prefix length): (value, next pos)."""
+    c = data[pos]
+    pos += 1
+    val = c & 0x7F
+    while c & 0x80:
+        c = data[pos]
+        pos += 1
+        val = ((val + 1) << 7) | (c & 0x7F)
+    return val, pos

@@ -19,6 +19,7 @@ from .gitobjects import (
     _loose,
     _Pack,
     _Snapshot,
+    varint_offset,
 )
 
 MAX_REFS = 100_000
@@ -241,7 +242,7 @@ def _parse_index(data: bytes, hash_len: int, budget: "Budget | None" = None) -> 
         if version >= 3 and flags & 0x4000:
             pos += 2
         if version == 4:
-            strip, pos = _varint_offset(data, pos)
+            strip, pos = varint_offset(data, pos)
             end = data.index(b"\0", pos)
             name = prev[:len(prev) - strip] + data[pos:end]
             pos = end + 1
@@ -260,18 +261,6 @@ def _parse_index(data: bytes, hash_len: int, budget: "Budget | None" = None) -> 
             shared = data[pos + 8:pos + 8 + hash_len].hex()
         pos += 8 + size
     return out, shared
-
-
-def _varint_offset(data: bytes, pos: int) -> tuple[int, int]:
-    """git's offset varint (index v4's prefix length, a pack's OFS_DELTA)."""
-    c = data[pos]
-    pos += 1
-    val = c & 0x7F
-    while c & 0x80:
-        c = data[pos]
-        pos += 1
-        val = ((val + 1) << 7) | (c & 0x7F)
-    return val, pos
 
 
 def _text(b: bytes) -> str:
