@@ -139,8 +139,8 @@ def say_escape_routes(project, session: str):
     the agent is done: the step's own notice went to the agent (a tool call's stderr is its
     output), where the person may never see it."""
     try:
-        from ..commands import open_journal
         from ..inert import inert
+        from ..view.requests import open_journal
         j = open_journal(project)
         steps = j.steps(session=session) if j else []
     except Exception:           # the agent's work is done; this is only a reminder

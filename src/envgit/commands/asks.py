@@ -107,7 +107,7 @@ def _answer(args, answer):
         return 0
     print(f"question {args.id} of step {r['step']}: {answer}")
     if grant:
-        from .grants import grant_line
+        from ..view.names import grant_line
         print(f"remembered as grant {grant['id']}: {grant_line(grant)}")
     return 0
 

@@ -5,6 +5,7 @@ import time
 
 from ..inert import inert
 from ..paths import find_project
+from ..view.names import grant_line
 from . import Usage, ask_daemon, command, json_flag, open_journal, out
 
 
@@ -16,23 +17,6 @@ def add_parsers(sub, argparse):
     s.add_argument("--all", action="store_true", help="also list expired and revoked grants")
     json_flag(s)
     s.set_defaults(fn=cmd_grants)
-
-
-def grant_line(g: dict) -> str:
-    """What a grant covers, in one inert line."""
-    s = g["scope"]
-    where = f"{s['scheme']}://{s['host']}" + ("" if s["port"] in (80, 443) else f":{s['port']}")
-    if s["effect"] == "git-push":
-        what = f"git push to {where}{s['repository']} " + ", ".join(f"{r['action']} {r['ref']}" for r in s["refs"])
-    elif s["effect"] == "graphql":
-        what = f"{s['method']} {where}{s['path']} GraphQL " + "; ".join(
-            f"{o['type']} {o['name'] or '(anonymous)'}" for o in s["operations"])
-    else:
-        path = s.get("path_glob") or s["path"]
-        what = f"{s['method']} {where}{path}" + (" (same query)" if s.get("query_sha256") else "")
-        if s.get("method_override"):
-            what += f" as {','.join(s['method_override'])}"
-    return inert(what)
 
 
 def _state(g: dict, now: float) -> str:

@@ -6,6 +6,8 @@ import sys
 
 from ..inert import inert
 from ..paths import find_project
+from ..view.errors import Refused
+from ..view.requests import rewind_message as message
 from . import STEP_HELP, Usage, ask_daemon, command, json_flag, open_journal, out, resolve_step, step_ref
 
 TOPS_SHOWN = 15             # top-level names in a plan's summary; the rest in one line
@@ -32,13 +34,6 @@ def add_parsers(sub, argparse):
 
 
 # --- rewind ------------------------------------------------------------------------------
-
-def message(step, undo=False, paths=None, policy=False) -> dict:
-    """The daemon request for a rewind's preview (add "apply": True to do it): the one way
-    the CLI and `envgit ui` ask for a rewind."""
-    return {"op": "rewind", "step": step, "undo": undo, "paths": paths or None,
-            "policy": policy, "uid": os.getuid()}
-
 
 def cmd_rewind(args):
     project = find_project()
@@ -73,7 +68,7 @@ def cmd_rewind(args):
             return 1
     try:
         done = ask_daemon(project, {**msg, "apply": True})
-    except Usage as e:                  # refused or failed while applying: exit 1 (or its own)
+    except Refused as e:                # refused or failed while applying: exit 1 (or its own)
         raise Usage(str(e), e.code or 1) from None
     if args.json:
         out(done)

@@ -5,10 +5,8 @@ import time
 
 from ..inert import inert
 from ..paths import find_project
+from ..view.names import CHANNELS, channel_of
 from . import command, iso_utc, json_flag, open_journal, out
-
-# How an answer arrived, from the approval entry's `how` (and `who`), in the order shown.
-CHANNELS = ("terminal", "cli", "ui", "grant", "elicitation", "timeout", "other")
 
 
 def add_parsers(sub, argparse):
@@ -19,26 +17,6 @@ def add_parsers(sub, argparse):
                    help="count from then: a duration back (30m, 2h, 1d; default 1d) or an ISO-8601 time")
     json_flag(s)
     s.set_defaults(fn=cmd_stats)
-
-
-def channel_of(a: dict) -> str:
-    """The channel an approval (or an MCP ask note) was answered through."""
-    how, who = str(a.get("how") or ""), str(a.get("who") or "")
-    if a.get("channel") in CHANNELS:
-        return a["channel"]
-    if a.get("granted_by") or how == "grant":
-        return "grant"
-    if who == "timeout" or how.startswith("no answer"):
-        return "timeout"
-    if how.startswith("at the terminal"):
-        return "terminal"
-    if how == "ui" or how.startswith("ui;") or how.startswith("ui "):
-        return "ui"
-    if how.startswith("envgit "):
-        return "cli"
-    if how.startswith("MCP elicitation") or who == "agent-client":
-        return "elicitation"
-    return "other"
 
 
 def collect(j, since_ns: int) -> dict:

@@ -5,6 +5,7 @@ import time
 
 from ..inert import inert
 from ..paths import find_project
+from ..view.names import what_ran
 from . import (
     STEP_HELP,
     Usage,
@@ -16,7 +17,6 @@ from . import (
     out,
     resolve_step,
     session_short,
-    shell_line,
     step_ref,
 )
 
@@ -180,16 +180,6 @@ def print_steps(steps, args) -> None:
         print(head + lines[0])
         for more in lines[1:]:
             print(indent + more)
-
-
-def what_ran(s) -> str:
-    """The command as a person would type it; for an entry of changes made outside envgit
-    (marked `outside`, no command), which paths changed."""
-    if "outside" in s.marks and not s.argv:
-        paths = [p["path"] for p in (s.snapshot or {}).get("paths", [])]
-        shown = ", ".join(inert(p) for p in paths[:5]) + (f", … ({len(paths)} paths)" if len(paths) > 5 else "")
-        return f"(changed outside envgit: {shown or 'nothing listed'})"
-    return shell_line(s.argv) or "-"
 
 
 def _duration(ms):

@@ -30,7 +30,7 @@ def _marks(marks) -> str:
 
 
 def _cmd(rec) -> str:
-    from ..commands import shell_line
+    from ..view.names import shell_line
     return shell_line(rec["argv"]) if rec["argv"] else ("(changes made outside envgit)"
                                                         if "outside" in rec["marks"] else "")
 
@@ -59,7 +59,7 @@ def _approvals(apps) -> str:
         grant = a.get("grant")
         scope = ""
         if grant:
-            from ..commands.grants import grant_line
+            from ..view.names import grant_line
             scope = f"grant {_t(grant['id'])}: {_t(grant_line(grant))}"
         rows.append(f"<tr><td>{_t(q.get('method'))} {_t(q.get('host'))}<code>{_t(q.get('path'))}</code> "
                     f"<span class=small>{_t(q.get('kind'))}</span></td>"

@@ -16,8 +16,7 @@ FILE_KEYS = ("path", "status")
 
 def record(step, grants: dict) -> dict:
     """The record of one journal Step; `grants`: every grant by id (daemon/grants.py to_json)."""
-    from ..commands import agent_of, iso_times
-    from ..commands.stats import channel_of
+    from ..view.names import agent_of, channel_of, iso_times
     snap = step.snapshot or {}
     approvals = []
     for a in step.approvals:

@@ -8,8 +8,8 @@ such names when it masks the denied one and records each here with the file's (d
 from then on:
   - every later step masks it while the same file is there (even once the symlink in front
     is gone and no deny names it any more), and pins its parents like any masked path;
-  - `envgit diff`, `show` and the ui withhold its content in every snapshot (commands/
-    snapshot.py Secrets), since a snapshot taken meanwhile holds the secret under that name.
+  - `envgit diff`, `show` and the ui withhold its content in every snapshot (view/
+    secrets.py Secrets), since a snapshot taken meanwhile holds the secret under that name.
 
 The record is `.envgit/sandbox/denied-aliases`: NUL-separated `dev:ino:absolute path`
 entries, only ever added to (a name once a way to a secret stays withheld in history)."""

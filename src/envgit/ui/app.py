@@ -2,7 +2,7 @@
 
 Reads go to the journal (read-only, query.py) and the snapshot store (read-only, stepview.py);
 answers to asks and rewinds go to the session daemon with the same requests the CLI sends
-(`answer` with how: ui; commands/rewind.py `message`). Every view is plain HTML that works
+(`answer` with how: ui; view/requests.py `rewind_message`). Every view is plain HTML that works
 without JavaScript; ui.js adds the live updates (server-sent events) and the buttons, which
 POST with the token in a header (guard.py).
 
@@ -124,15 +124,15 @@ def make_app(project, token: str, host: str, port: int):
                          policy=stepview.policy(project, s, before))
 
     def rewind_plan(request):
-        from ..commands import Usage, ask_daemon
-        from ..commands.rewind import message
+        from ..view.errors import Refused
+        from ..view.requests import ask_daemon, rewind_message
         n = request.path_params["n"]
         if _int(n) is None:
             return page.html("missing.html", status=404, what="this step")
         restore_policy = request.query_params.get("policy") == "1"
         try:
-            plan = ask_daemon(project, message(n, policy=restore_policy))
-        except Usage as e:
+            plan = ask_daemon(project, rewind_message(n, policy=restore_policy))
+        except Refused as e:
             return page.html("rewind.html", status=409, n=n, plan=None, error=str(e), restore_policy=restore_policy)
         except Exception as e:
             return page.html("rewind.html", status=500, n=n, plan=None, error=_operational(e),
@@ -140,16 +140,16 @@ def make_app(project, token: str, host: str, port: int):
         return page.html("rewind.html", n=n, plan=plan, error=None, restore_policy=restore_policy)
 
     async def rewind_apply(request):
-        from ..commands import Usage, ask_daemon
-        from ..commands.rewind import message
+        from ..view.errors import Refused
+        from ..view.requests import ask_daemon, rewind_message
         n = request.path_params["n"]
         body = await _json(request)
         if body is None or _int(n) is None:
             return JSONResponse({"error": "send a JSON object, for a step that exists"}, status_code=400)
-        msg = {**message(n, policy=body.get("policy") is True), "apply": True}
+        msg = {**rewind_message(n, policy=body.get("policy") is True), "apply": True}
         try:
             done = await run_in_threadpool(ask_daemon, project, msg)
-        except Usage as e:
+        except Refused as e:
             return JSONResponse({"error": str(e)}, status_code=409)
         except Exception as e:
             return JSONResponse({"error": _operational(e)}, status_code=500)
@@ -282,7 +282,7 @@ async def _json(request):
 
 
 def _isotime(t):
-    from ..commands import iso_utc
+    from ..view.names import iso_utc
     try:
         return iso_utc(t) or ""
     except (TypeError, ValueError, OverflowError):
@@ -298,7 +298,7 @@ def _int(text):
 
 
 def _operational(e: Exception) -> str:
-    from ..commands import operational
+    from ..view.errors import operational
     said = operational(e)
     if said is None:
         raise e

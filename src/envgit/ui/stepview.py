@@ -1,8 +1,8 @@
-"""One step as the page shows it: what changed (envgit diff's own parts: commands/diff.py's
-`_Part`, `unified_lines`; `.git` as git sees it, snapshot/gitview.py), the policy it ran under
+"""One step as the page shows it: what changed (envgit diff's own parts: view/diffs.py's
+`Part`, `unified_lines`; `.git` as git sees it, snapshot/gitview.py), the policy it ran under
 against the current one, and what a row of the timeline says about it.
 
-Contents of paths the policy denies to steps are withheld (commands/snapshot.py `Secrets`), as
+Contents of paths the policy denies to steps are withheld (view/secrets.py `Secrets`), as
 `envgit diff` withholds them; the page has no --show-secrets.
 """
 
@@ -10,8 +10,7 @@ import hashlib
 import os
 from types import SimpleNamespace
 
-from ..commands import agent_of, session_short
-from ..commands.timeline import what_ran
+from ..view.names import agent_of, session_short, what_ran
 
 FILES_WITH_TEXT = 200           # files whose diff text a page shows; the rest by name
 FILES_LISTED = 2000             # files a page names; past it, a count (`envgit diff` lists all)
@@ -47,12 +46,12 @@ def duration(ms) -> str:
 
 def changes(project, j, s, tree_before) -> dict:
     """{"from", "to", "files": [...], "git": [lines per repository], "error"}: the step's diff."""
-    from ..commands import Usage
-    from ..commands.diff import _Part, new_work, unified_lines
-    from ..commands.snapshot import Secrets
     from ..daemon.snapshots import display
     from ..snapshot import Store
     from ..snapshot.gitview import new_budget
+    from ..view.diffs import Part, new_work, unified_lines
+    from ..view.errors import Refused
+    from ..view.secrets import Secrets
     snap = s.snapshot or {}
     to = snap.get("tree")
     out = {"from": tree_before, "to": to, "files": [], "git": [], "error": None, "more": 0}
@@ -64,14 +63,14 @@ def changes(project, j, s, tree_before) -> dict:
         return out
     try:
         secrets = Secrets(project, False)
-    except Usage as e:              # a policy that does not load: nothing is shown that may be secret
+    except Refused as e:            # a policy that does not load: nothing is shown that may be secret
         out["error"] = f"{e}"
         return out
     store = Store(project.state_path("objects"))
     try:
         args = SimpleNamespace(paths=[], raw=False, stat=False)
-        part = _Part(store, args, secrets, {"from": "before", "to": f"step {s.id}", "from_tree": tree_before,
-                                           "to_tree": to, "outside": False, "step": s.id}, new_budget())
+        part = Part(store, args, secrets, {"from": "before", "to": f"step {s.id}", "from_tree": tree_before,
+                                          "to_tree": to, "outside": False, "step": s.id}, new_budget())
         out["git"] = [{"gitdir": r.gitdir, "lines": r.lines()} for r in part.repos]
         budget, work = TEXT_BUDGET, new_work()
         for c in part.listed:
@@ -89,14 +88,14 @@ def changes(project, j, s, tree_before) -> dict:
                 lines = unified_lines(store, tree_before, to, c, work)
                 if isinstance(lines, str):
                     f["not_shown"] = lines
-                    if lines.startswith("too much"):    # past diff.DIFF_WORK: what shows it anyway
+                    if lines.startswith("too much"):    # past diffs.DIFF_WORK: what shows it anyway
                         f["shows_it"] = f"envgit diff --full -- {f['path']}"
                 else:
                     budget -= sum(len(x) for x in lines)
                     f["lines"] = [(_kind(x), x.rstrip("\n")) for x in lines]
             out["files"].append(f)
     except Exception as e:
-        from ..commands import operational
+        from ..view.errors import operational
         said = operational(e)
         if said is None:
             raise
