@@ -365,7 +365,7 @@ def test_a_shallow_clone_ends_the_walk_at_its_boundary(proj):
 
 
 def test_a_diff_too_costly_to_show_says_the_command_that_shows_it(proj):
-    """`envgit diff` bounds difflib's work (commands/diff.py unified_lines: quadratic on a
+    """`envgit diff` bounds difflib's work (view/diffs.py unified_lines: quadratic on a
     large changed middle); the file it does not diff is named with its line counts and the
     command that diffs it whatever it costs (--full), which does."""
     proj.run("seq 25000 > big.txt && echo a > small.txt", check=True)

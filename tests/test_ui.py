@@ -424,7 +424,7 @@ def test_a_filtered_timeline_takes_only_matching_steps_live(proj):
 
 
 def test_a_diff_deep_in_a_large_file_has_its_real_line_numbers_and_a_bounded_cost(proj):
-    """Only the changed middle of a file goes to difflib (commands/diff.py unified_lines); its
+    """Only the changed middle of a file goes to difflib (view/diffs.py unified_lines); its
     hunks still carry the file's line numbers. A middle too large to diff cheaply is listed
     without its text, on the page and in `envgit diff` alike."""
     proj.run("seq 5000 > n.txt && seq 30000 | sed 's/$/ x/' > big.txt", check=True)

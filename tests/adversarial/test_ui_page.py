@@ -236,7 +236,7 @@ def test_step_page_answers_despite_a_quadratic_diff(attacker):
     next step writes another such file. One view of the second step's page then spent minutes
     of CPU in the server (a thread per view: a few reloads take both cores and every worker),
     and the person never saw what the step changed. `envgit diff` shares the code
-    (commands/diff.py unified_lines). Oracle: the server's answer to GET /steps/N within a
+    (view/diffs.py unified_lines). Oracle: the server's answer to GET /steps/N within a
     bound a person would wait."""
     a = attacker
     a.run(WRITE + "1 && wc -c big.txt", check=True, timeout=120)
