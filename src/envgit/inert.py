@@ -38,3 +38,8 @@ def inert_json(text: str) -> str:
     """JSON text (json.dumps with ensure_ascii=False) with the controls json leaves raw
     (DEL, C1, bidirectional) as \\u escapes: the same JSON value, inert on a terminal."""
     return text.translate(_JSON)
+
+
+def some(items, n: int = 20) -> str:
+    """The first n of `items` (paths, hosts) for a line of text, and how many more."""
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")

@@ -11,6 +11,7 @@ import json
 import os
 from functools import lru_cache
 
+from ..inert import some
 from ..policy import defaults
 from ..policy.hostnames import norm_host, not_suggested
 from ..policy.network import allowed_by
@@ -77,7 +78,7 @@ def advice(policy, hosts: list[str]) -> str:
         e = entry_for(h)
         if e not in entries:
             entries.append(e)
-    what = ", ".join(hosts[:8]) + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
+    what = some(hosts, 8)
     them = "it" if len(hosts) == 1 else "them"
     where, fix = _fix(policy.path, policy.sha256, tuple(entries))
     via = [f"{e} is {', '.join(defaults.NETWORK_PRESETS[e[len(defaults.PRESET_PREFIX):]][0])}"

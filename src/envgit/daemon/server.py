@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from .. import faults, steporder
-from ..inert import inert
+from ..inert import inert, some
 from ..journal import Journal, JournalError, disk_full
-from ..journal.rows import listed, some
+from ..journal.rows import listed
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError, decide_command, load_policy
 from ..remote.auto import AutoPush

@@ -25,7 +25,8 @@ back from: it is marked and told.
 import os
 import re
 
-from ..journal.rows import listed, some
+from ..inert import some
+from ..journal.rows import listed
 from ..sandbox import hostgit
 from ..sandbox.gitroutes import commondir_of, gitdir_of, looks_like_gitdir
 from ..sandbox.routes import _alt, _inside, route_matcher

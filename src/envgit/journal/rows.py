@@ -122,11 +122,6 @@ def listed(key: str, paths: list) -> dict:
     return {key: list(paths[:LISTED_MAX]), **({f"{key}_more": more} if more > 0 else {})}
 
 
-def some(paths, n: int = 20) -> str:
-    """The first n paths for a line of text, and how many more."""
-    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
-
-
 KINDS = {
     "begin": {"argv": _strs, "cwd": _str, "session": _str, "user": _str, "pid": _opt_int,
               "policy_sha256": _str, "tool_call_id": _opt_str, "marks": _strs,

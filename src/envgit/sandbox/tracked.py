@@ -18,6 +18,7 @@ but not yet committed so) is not listed.
 import os
 import struct
 
+from ..inert import some
 from ..policy import is_denied, resolve
 from . import hostgit
 from .gitroutes import commondir_of, find_gitdir
@@ -75,7 +76,7 @@ def _read_index(path, hash_len) -> tuple[set, str | None]:
 
 
 def warning(paths: list[str]) -> str:
-    shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
+    shown = some(paths, 10)
     return (f"denied to steps but tracked by git, so readable from its object store "
             f"(git show HEAD:PATH): {shown}; untrack them (git rm --cached) and rotate what "
             f"they hold, which stays in the history")
