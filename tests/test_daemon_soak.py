@@ -32,6 +32,19 @@ def _sample(pid):
     return fds, rss
 
 
+def _settled_fds(pid, limit, wait=10.0):
+    """The daemon's descriptors once the step just ended has let go of its own: a sample can
+    land while a client's connection or a step's log is still open (other tests run beside this
+    one), so sample again for up to `wait` seconds and keep the lowest. A leak stays; a step
+    in flight does not."""
+    lowest = _sample(pid)[0]
+    deadline = time.monotonic() + wait
+    while lowest > limit and time.monotonic() < deadline:
+        time.sleep(0.2)
+        lowest = min(lowest, _sample(pid)[0])
+    return lowest
+
+
 def test_a_daemon_stays_flat_through_thousands_of_steps(proj):
     root = str(proj.root)
     pid = json.loads(proj.envgit("daemon", "status", check=True).stdout)["pid"]   # started as the person
@@ -68,7 +81,8 @@ def test_a_daemon_stays_flat_through_thousands_of_steps(proj):
             f.writelines(json.dumps(c) + "\n" for c in curve)
     ref = next(c for c in curve if c["steps"] >= WARM)
     end = curve[-1]
-    assert end["fds"] - ref["fds"] <= 3, curve
+    settled = _settled_fds(pid, ref["fds"] + 3)
+    assert settled - ref["fds"] <= 3, (settled, curve)
     grown = (end["rss_kib"] - ref["rss_kib"]) * 1024 / max(1, end["steps"] - ref["steps"])
     assert grown <= BYTES_PER_STEP, (grown, curve)
     # the cost per step: the median of the last window against the warm one (a ratio of
