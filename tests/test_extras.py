@@ -9,7 +9,7 @@
 "Not installed" is made by a directory put first on PYTHONPATH holding, for each package of
 the extra, a stub whose import raises ModuleNotFoundError as an uninstalled package's does: it
 stands in for the package not being installed (the venv the tests run in has every extra).
-The session daemon inherits PYTHONPATH (daemon/importpath.py), so it sees the same.
+The session daemon inherits PYTHONPATH (importpath.py), so it sees the same.
 """
 
 import ast

@@ -1,6 +1,6 @@
 import sys
 
-from .importpath import project_entries, refusal
+from ..importpath import project_entries, refusal
 
 # A second wall behind client._spawn's `-P` from "/": never serve a project whose files are on
 # this process's import path (a step could rewrite the daemon's own code).

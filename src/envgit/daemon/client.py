@@ -221,7 +221,7 @@ def _greeted(conn, project) -> Conn:
 def _spawn(project):
     import subprocess  # only when the daemon has to be started
 
-    from .importpath import PYTHON_ARGS, SPAWN_CWD, project_entries, refusal, spawn_env, spawn_path
+    from ..importpath import PYTHON_ARGS, SPAWN_CWD, project_entries, refusal, spawn_env, spawn_path
     # -P from "/": nothing the project holds is on the daemon's import path (importpath.py)
     if inside := project_entries(project.root, spawn_path()):
         raise DaemonError(refusal(project.root, inside))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 
-from ..daemon.importpath import PYTHON_ARGS, SPAWN_CWD, spawn_env
+from ..importpath import PYTHON_ARGS, SPAWN_CWD, spawn_env
 from . import layout
 
 TIMEOUT_S = 3600

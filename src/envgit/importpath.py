@@ -13,7 +13,7 @@ step could rewrite the daemon's code there. Standard library only (the client im
 import os
 import sys
 
-from ..paths import inside
+from .paths import inside
 
 PYTHON_ARGS = ("-P",)       # argv after sys.executable for `-m envgit.…`
 SPAWN_CWD = "/"
@@ -41,7 +41,7 @@ def refusal(root: str, entries: list[str]) -> str:
 
 def envgit_dir() -> str:
     """The directory envgit is imported from (the parent of the `envgit` package)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def spawn_path() -> list[str]:
