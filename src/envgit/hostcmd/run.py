@@ -24,8 +24,8 @@ import re
 import shutil
 import subprocess
 
-from ..paths import inside as _inside
 from . import trust
+from .writable import step_writable
 
 # The base every host command gets, and why each: HOME (a tool's own config and caches:
 # gh's hosts.yml, ~/.npm for npx, a keyring's files), USER/LOGNAME (tools and agents that
@@ -51,22 +51,6 @@ class HostCommandError(Exception):
 
 def _loader(name: str) -> bool:
     return name in LOADER_VARS or name.upper().startswith(LOADER_PREFIXES)
-
-
-def step_writable(policy, path: str, environ) -> bool:
-    """Could a step of this policy's project write `path` (or what it resolves to) on the
-    host: the project, an allow_write, the project's package cache? (The sandbox's /tmp is
-    the session's own, inside .envgit/: the host's /tmp is not a step's to write.)"""
-    from ..policy import decide_path
-    root = trust.project_root(policy)
-    home = environ.get("HOME") or os.path.expanduser("~")
-    cache = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    for p in {os.path.normpath(path), os.path.realpath(path)}:
-        d = decide_path(policy, p, root, home)
-        if _inside(p, root) or _inside(p, os.path.join(os.path.normpath(cache), "envgit")) or \
-                (d.access == "write" and d.rule != "the per-session /tmp"):
-            return True
-    return False
 
 
 def safe_path(policy, environ) -> str:

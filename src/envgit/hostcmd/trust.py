@@ -25,15 +25,12 @@ import time
 
 from ..atomicfile import write_atomic
 from ..policy.hostentries import describe, label
+from .writable import project_root, step_writable
 
 
 class Untrusted(Exception):
     """A project entry (credential, MCP server) the person has not approved (or cannot safely approve here);
     str() is one line naming envgit.yaml, its line and the fix."""
-
-
-def project_root(policy) -> str:
-    return os.path.realpath(os.path.dirname(os.path.abspath(policy.path)))
 
 
 def state_dir(environ=None) -> str:
@@ -53,7 +50,6 @@ def store_path(root: str, environ=None) -> str:
 def check_place(policy, environ=None) -> str:
     """The approvals file for this policy's project, or Untrusted when a step could write it
     (inside the project, or under an allow_write of the policy)."""
-    from .run import step_writable
     path = store_path(project_root(policy), environ)
     if step_writable(policy, path, environ or os.environ):
         raise Untrusted(f"{policy.path}: credentials and MCP servers cannot be trusted: the approvals "
