@@ -9,11 +9,11 @@ from . import Usage, command, open_journal
 
 
 def add_parsers(sub, argparse):
-    from .timeline import _since
+    from .args import since
     s = command(sub, "export", help="every step as one self-contained JSON record a line, or a static HTML report",
                 example=["envgit export > steps.jsonl", "envgit export --since 1d --format jsonl",
                          "envgit export --html report.html --session claude:3fa2"])
-    s.add_argument("--since", metavar="WHEN", type=_since, default=None,
+    s.add_argument("--since", metavar="WHEN", type=since, default=None,
                    help="steps started since then: a duration back (30m, 2h, 1d) or an ISO-8601 time")
     s.add_argument("--session", metavar="S", help="one session's steps (its id, or AGENT:TAG as `envgit log` shows it)")
     s.add_argument("--format", choices=sorted(FORMATS), default="jsonl", help="the records' format (default jsonl)")

@@ -65,8 +65,8 @@ def add_parsers(sub, argparse):
                  example=["envgit audit --remote ci --since 1d --mark denied,irreversible",
                           "envgit audit --remote ci --json"])
     au.add_argument("--remote", required=True, metavar="NAME")
-    from .timeline import _since
-    au.add_argument("--since", metavar="WHEN", type=_since,
+    from .args import since
+    au.add_argument("--since", metavar="WHEN", type=since,
                     help="only steps begun since then: 30m, 2h, 7d or an ISO-8601 time")
     au.add_argument("--mark", metavar="MARK,…", help="only steps with one of these marks "
                     "(`denied` matches denied-net, denied-read…; `irreversible` also an irreversible request)")
@@ -272,15 +272,15 @@ def _open(name):
 
 
 def _target_outside(text: str, force: bool) -> str:
-    """restore's target rules (snapshot._target); outside any project, only the emptiness."""
+    """restore's target rules (restoreplan.restore_target); outside any project, only the emptiness."""
     from ..paths import NoProject, find_project
-    from .snapshot import _target
+    from .restoreplan import restore_target
     try:
         project = find_project()
     except NoProject:
         project = None
     if project is not None:
-        return _target(project, text, force)
+        return restore_target(project, text, force)
     target = os.path.abspath(text)
     if os.path.lexists(target):
         if not os.path.isdir(target):
@@ -327,7 +327,7 @@ def log_remote(args):
     """`envgit log --remote NAME [--project] [--machine]`: the steps of one project and
     machine as the bucket has them, the chain verified (problems said on stderr, exit 1)."""
     from ..remote.read import MachineView, pick_machine
-    from .timeline import print_steps, step_json
+    from .steplist import print_steps, step_json
     r, bucket, sealer = _open(args.remote)
     p, m = pick_machine(bucket, r, args.project, args.machine, _here(), sealer)
     view = MachineView(bucket, sealer, p, m, r.name)
@@ -356,7 +356,7 @@ def restore_from(args):
     step of any machine, fetched from the bucket, written as `restore` writes a local one."""
     from ..remote.read import MachineView, pick_machine, remote_objects
     from ..snapshot.restore import apply_plan
-    from .snapshot import _plan
+    from .restoreplan import plan as restore_plan
     r, bucket, sealer = _open(args.remote_from)
     p, m = pick_machine(bucket, r, args.project, args.machine, _here(), sealer)
     view = MachineView(bucket, sealer, p, m, r.name)
@@ -390,7 +390,7 @@ def restore_from(args):
             pass
         store = _S()
         store.objects = objects
-        plan = _plan(store, tree, target, [os.fsencode(x).strip(b"/") for x in args.paths], args.force, n)
+        plan = restore_plan(store, tree, target, [os.fsencode(x).strip(b"/") for x in args.paths], args.force, n)
         objects.prefetch(i.oid for i in plan.write if i.oid)
         # A new target is written as a hidden directory beside it and renamed into place at the
         # end: a restore that fails (a full disk, a pack missing) leaves no partial tree (a

@@ -10,10 +10,10 @@ from . import command, iso_utc, json_flag, open_journal, out
 
 
 def add_parsers(sub, argparse):
-    from .timeline import _since
+    from .args import since
     s = command(sub, "stats", help="asks per hour, who answered them and how, grants used, denials, "
                 "irreversible allows", example=["envgit stats", "envgit stats --since 7d --json"])
-    s.add_argument("--since", metavar="WHEN", type=_since, default=None,
+    s.add_argument("--since", metavar="WHEN", type=since, default=None,
                    help="count from then: a duration back (30m, 2h, 1d; default 1d) or an ISO-8601 time")
     json_flag(s)
     s.set_defaults(fn=cmd_stats)

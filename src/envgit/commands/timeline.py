@@ -1,7 +1,5 @@
 """Reading the journal: log (the timeline) and show (one step whole)."""
 
-import sys
-import time
 
 from ..inert import inert
 from ..paths import find_project
@@ -19,9 +17,8 @@ from . import (
     session_short,
     step_ref,
 )
-
-# How many lines of a long command `log` shows per step on a terminal unless --no-trunc.
-LOG_LINES = 4
+from .args import since
+from .steplist import LOG_LINES, print_steps, step_json
 
 
 def add_parsers(sub, argparse):
@@ -32,7 +29,7 @@ def add_parsers(sub, argparse):
     json_flag(s)
     s.add_argument("--session", metavar="ID",
                    help="only this session's steps: its id, or the column's AGENT:TAG")
-    s.add_argument("--since", metavar="WHEN", type=_since,
+    s.add_argument("--since", metavar="WHEN", type=since,
                    help="only steps begun since then: a duration back (30m, 2h, 7d) or an "
                         "ISO-8601 time (2026-12-01, 2026-12-01T09:30:00Z)")
     s.add_argument("--mark", metavar="M[,M]", type=lambda t: {m for m in t.split(",") if m},
@@ -62,37 +59,6 @@ def _count(argparse):
             raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
         return min(int(text), (1 << 63) - 1)      # more than any journal holds: all of them
     return count
-
-
-def _since(text) -> int:
-    """`--since`: nanoseconds since the epoch, from a duration back or an ISO-8601 time."""
-    import argparse
-    from datetime import UTC, datetime
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-    if text[-1:] in units and text[:-1].isdigit():
-        return time.time_ns() - int(text[:-1]) * units[text[-1]] * 1_000_000_000
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a duration back (30m, 2h, 7d) or an "
-                                         "ISO-8601 time (2026-12-01T09:30:00Z)") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    return int(t.timestamp() * 1_000_000_000)
-
-
-# A step's snapshot summary (daemon/snapshots.py), every key present: a snapshot that could
-# not be taken has only `error` set; `diff_error` says why its change list is missing.
-SNAPSHOT_KEYS = ("tree", "added", "modified", "deleted", "dirs_changed", "bytes", "ms", "paths",
-                 "paths_truncated", "left_out", "stats", "error", "diff_error", "taken_at")
-
-
-def step_json(s) -> dict:
-    """A step as `show --json` and each element of `log --json` give it (docs/JSON.md)."""
-    d = {**s.to_json(), "agent": agent_of(s.session)}
-    if isinstance(d.get("snapshot"), dict):
-        d["snapshot"] = {k: d["snapshot"].get(k) for k in SNAPSHOT_KEYS}
-    return d
 
 
 # --- log ---------------------------------------------------------------------------------
@@ -146,50 +112,6 @@ def cmd_log(args):
         return 0
     print_steps(steps, args)
     return 0
-
-
-def print_steps(steps, args) -> None:
-    """The log's lines: one per step piped, the command wrapped under itself on a terminal."""
-    if not steps:
-        print("no steps match")
-        return
-    import shutil
-    import textwrap
-    width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else None
-    sw = max(len(session_short(s.session)) for s in steps)      # the session column's width
-    for s in steps:
-        exit_ = {"running": "run", "interrupted": "int"}.get(
-            s.status, "-" if s.exit_code is None else str(s.exit_code))   # `outside`: no command
-        marks = " [" + inert(",".join(s.marks)) + "]" if s.marks else ""
-        head = (f"{s.id:>4}  {s.started_at[:19].replace('T', ' ')}  exit {exit_:>3}  "
-                f"{_duration(s.duration_ms):>7}  {session_short(s.session):{sw}}  ")
-        line = what_ran(s) + marks
-        if width is None:               # piped: one line per step, the whole command
-            print(head + line)
-            continue
-        # the command's column, wrapped under itself; a terminal too narrow for it gets the
-        # command on lines of its own
-        indent = " " * (len(head) if width - len(head) >= 16 else 6)
-        if len(indent) < len(head):
-            print(head.rstrip())
-            head = indent
-        lines = textwrap.wrap(line, width - len(indent), break_long_words=True,
-                              break_on_hyphens=False) or [""]
-        if not args.no_trunc and len(lines) > LOG_LINES:
-            lines = lines[:LOG_LINES - 1] + [lines[LOG_LINES - 1][:-1] + "…"]
-        print(head + lines[0])
-        for more in lines[1:]:
-            print(indent + more)
-
-
-def _duration(ms):
-    if ms is None:
-        return "-"
-    if ms < 1000:
-        return f"{ms:.0f}ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f}s"
-    return f"{ms / 60_000:.0f}m{ms / 1000 % 60:02.0f}s"
 
 
 # --- show --------------------------------------------------------------------------------
