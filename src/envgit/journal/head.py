@@ -6,6 +6,8 @@ import json
 import os
 import time
 
+from .errors import Problem
+
 HEAD_FILE = "journal.head"
 NEAR = 8        # a head hash this many hex digits or fewer off the row's is a damaged record
 
@@ -78,7 +80,6 @@ class HeadRecord:
             time.sleep(0.02)
         self.damaged = self.damaged or "it cannot be read"
         if problem:
-            from . import Problem
             problem(Problem(f"{HEAD_FILE} is damaged ({self.damaged}): the next envgit command that "
                             "writes rebuilds it from the journal", blocks=False))
         return None
@@ -126,7 +127,6 @@ def recorded_loss(journal, seq, body):
     up to where it was found. A damaged head record is said, never blocks; nor does a
     "rewritten" an older envgit recorded from a head whose hash was only a few digits off the
     entry the chain holds there (the record was damaged, not the history)."""
-    from . import Problem
     a, b = body.get("entries", [0, 0])
     if body.get("head_damaged"):
         return Problem(f"entry {seq} records that {body.get('reason')}; whether entries after "

@@ -22,7 +22,9 @@ innocent step's end with it. Standard library only.
 import time
 
 from .. import faults
-from . import GENESIS, Problem, entry_hash
+from .chain import CLOSING, GENESIS, entry_hash
+from .errors import Problem
+from .fold import fold_entry
 from .rows import check_entry, read_body
 
 SET_ASIDE_SCHEMA = """
@@ -159,11 +161,10 @@ def plan(journal) -> dict | None:
 
 def _closed(journal, kept, open_before) -> list[int]:
     """Steps the kept rows leave open that the journal had closed: their closing entry went aside."""
-    from . import CLOSING, _fold
     out: dict = {}
     for seq, step, kind, at, text, _, _ in kept:
         if kind == "begin" or kind in CLOSING:
-            _fold(out, seq, step, kind, at, text)
+            fold_entry(out, seq, step, kind, at, text)
     return sorted(n for n, s in out.items() if s.status == "running" and n not in open_before)
 
 

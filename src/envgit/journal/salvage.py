@@ -171,7 +171,7 @@ def rebuild(path, damage: Damage) -> str:
     """Replace the journal at `path` by one holding every readable row; the damaged file (and
     its -wal/-shm) kept beside it. Returns where the damaged copy went. The caller holds the
     daemon lock and then opens the new journal, which records a lost tail if there is one."""
-    from . import FORMAT_VERSION, SCHEMA, SCHEMA_V2
+    from .chain import FORMAT_VERSION, SCHEMA, SCHEMA_V2
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kept_as = f"{path}.damaged-{stamp}"
     new = path + ".rebuilt"

@@ -5,6 +5,7 @@ chain onto it, and compares that with the (seq, hash) it holds. Standard library
 
 import time
 
+from .chain import GENESIS, entry_hash
 from .rows import check_entry
 
 
@@ -45,7 +46,6 @@ def tail_moved(journal, row):
 
 
 def _insert(journal, row, step, kind, body):
-    from . import GENESIS, entry_hash
     seq, prev = (row[0] + 1, row[1]) if row else (1, GENESIS)
     text, at = check_entry(step, kind, body), time.time_ns()
     h = entry_hash(seq, step, kind, at, text, prev)

@@ -187,10 +187,10 @@ class MachineView:
 
     def steps(self) -> list:
         """The steps, folded from the trusted rows as the local journal folds them."""
-        from ..journal import _fold
+        from ..journal.fold import fold_entry
         out: dict = {}
         for seq, step, kind, at, body, _, _ in self.rows:
-            _fold(out, seq, step, kind, at, body)
+            fold_entry(out, seq, step, kind, at, body)
         return sorted(out.values(), key=lambda s: s.id)
 
     def audit_rows(self) -> list[dict]:
@@ -218,14 +218,16 @@ class MachineView:
                                  "cwd": _str(b.get("cwd")), "marks": _strs(b.get("marks")),
                                  "irreversible": 0, "denied_requests": 0, "denied_paths": 0, "paths": []}
                 if kind == "outside":
-                    snap = b.get("snapshot") if isinstance(b.get("snapshot"), dict) else {}
+                    snap = b.get("snapshot")
+                    if not isinstance(snap, dict):
+                        snap = {}
                     s.update(status="done", ended_ns=at, argv=[], marks=["outside"],
                              paths=[p.get("path") for p in snap.get("paths") or []
                                     if isinstance(p, dict) and isinstance(p.get("path"), str)][:5])
                 continue
-            s = out.get(step)
-            if s is None:
+            if step not in out:
                 continue
+            s = out[step]
             if kind == "end":
                 s["status"], s["ended_ns"] = "done", at
                 s["exit_code"] = b["exit_code"] if type(b.get("exit_code")) is int else None
@@ -240,23 +242,13 @@ class MachineView:
         return [out[n] for n in sorted(out)]
 
     def dropped(self) -> set:
-        from ..journal.rows import read_body
-        out = set()
-        for _, step, kind, _, body, _, _ in self.rows:
-            if step == 0 and kind == "gc":
-                out.update((read_body(kind, body)[0] or {}).get("dropped", []))
-        return out
+        from ..journal.live import dropped_by_gc
+        return dropped_by_gc(body for _, step, kind, _, body, _, _ in self.rows if step == 0 and kind == "gc")
 
     def live_trees(self) -> list[str]:
-        gone, out = self.dropped(), []
-        for s in self.steps():
-            if s.id in gone:
-                continue
-            for t in ((s.snapshot or {}).get("tree"), (s.baseline or {}).get("tree"),
-                      (s.rewind or {}).get("undo_tree")):
-                if t and t not in out:
-                    out.append(t)
-        return out
+        """The trees this machine's journal still refers to, by the local journal's rule."""
+        from ..journal.live import live_trees
+        return live_trees(self.steps(), self.dropped())
 
     def index_names(self) -> list[str]:
         base = layout.machine_prefix(self.project, self.machine) + "indexes/"
