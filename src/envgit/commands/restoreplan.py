@@ -3,6 +3,7 @@
 
 import os
 import stat
+from typing import cast
 
 from ..inert import inert
 from . import Usage
@@ -57,7 +58,8 @@ def plan(store, tree: str, target: str, paths: list[bytes], force: bool, n: int)
         found.add(p)
         plan.write.append(Item(p, TYPE_NAMES[e.type], e.mode, e.size, e.oid, e.chunked, e.target))
         if e.type == DIR:
-            stack.append((p + b"/", iter(read_tree(objects, e.oid))))
+            # (decode_tree gives every directory's entry its id: the cast only tells mypy so)
+            stack.append((p + b"/", iter(read_tree(objects, cast(bytes, e.oid)))))
     missing = [p for p in paths if p and p not in found]
     if missing:
         raise Usage(f"{os.fsdecode(missing[0])}: not in the snapshot of step {n}; `envgit ls {n}` lists it")

@@ -11,6 +11,7 @@ contents are withheld because the policy denies them is view/secrets.py's `Secre
 import os
 import stat
 import sys
+from typing import cast
 
 from ..inert import inert, inert_line
 from ..paths import find_project
@@ -138,7 +139,7 @@ def _listing(store, tree: str, path: bytes, recursive: bool) -> list[tuple]:
                 raise Usage(f"{os.fsdecode(path)}: not in this snapshot; `envgit ls STEP` lists its top")
             if e.type != DIR:
                 return [_row(path, e, TYPE_NAMES)]
-            entries = read_tree(objects, e.oid)
+            entries = read_tree(objects, cast(bytes, e.oid))     # (a directory's entry has its id)
     rows = []
     # Depth-first with an explicit stack (a step chooses how deep the tree is: no recursion).
     stack = [(path + b"/" if path else b"", iter(entries))]
@@ -151,7 +152,7 @@ def _listing(store, tree: str, path: bytes, recursive: bool) -> list[tuple]:
         p = prefix + e.name
         rows.append(_row(p, e, TYPE_NAMES))
         if recursive and e.type == DIR:
-            stack.append((p + b"/", iter(read_tree(objects, e.oid))))
+            stack.append((p + b"/", iter(read_tree(objects, cast(bytes, e.oid)))))   # (as above)
     return rows
 
 

@@ -23,7 +23,9 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import chunker
 from .encoding import DIR, EXEC, FILE, SYMLINK, TREE_MAGIC, encode_chunks, encode_entry
@@ -53,6 +55,12 @@ ALL = "all"          # in a change map: the directory's names are unknown, list 
 _BIG_TREE = 512      # trees with this many entries are remembered for diffing (ObjectStore)
 _OPEN_DIRS = 64      # directory fds the walk holds at most (besides the root's)
 _S_IFMT, _S_IFDIR, _S_IFREG, _S_IFLNK = 0o170000, stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
+
+# A directory's lister (see Capture._walk): it yields (its fd, prefix, name, lstat, old kid) for
+# each subdirectory, is sent back (that subdirectory's kid, its own fd), and returns its tree id:
+# its memo's `tree_id`, typed `bytes | None` there but set on every memo it returns it from (a
+# trusted one, or one it has just encoded).
+_Lister = Generator[tuple, tuple, bytes | None]
 
 
 @dataclass
@@ -90,6 +98,9 @@ class Capture:
     """One snapshot run. `changes` is None (list every directory) or what a watcher saw (see
     close_changes): a directory absent from it reuses its memo's tree id."""
 
+    # (prefix, name) of the child _replaced is looking at again; unset (getattr's None) otherwise
+    _again: tuple[bytes, str] | None
+
     def __init__(self, objects, flt: Filter, cache: StatCache, changes: dict | None):
         self.objects, self.flt, self.cache, self.changes = objects, flt, cache, changes
         self.fence = time.time_ns() - RACY_SLACK_NS
@@ -121,7 +132,7 @@ class Capture:
         its fd or None (closed, reopened when needed), name, lstat, old kid]; a generator yields
         (its fd, prefix, name, lstat, old kid) for a subdirectory and is sent back (the
         subdirectory's kid, its own fd, which may have been reopened)."""
-        frames = [[self._dir(root_fd, b"", st5), root_fd, None, None, None]]
+        frames: list[list[Any]] = [[self._dir(root_fd, b"", st5), root_fd, None, None, None]]
         send = None
         try:
             while True:
@@ -201,7 +212,7 @@ class Capture:
             except FileNotFoundError:
                 return None, None
             kid = self._kid(dfd, prefix, name, st, old)
-            if kid.__class__ is not _Descend:
+            if not isinstance(kid, _Descend):
                 return None, kid
             st = kid.st
         raise AssertionError("unreachable")
@@ -217,7 +228,7 @@ class Capture:
         enc = encode_entry(os.fsencode(name), DIR, mode & 0o7777, 0, sub_id)
         return (None, st5, enc, sub_id, 0, None)
 
-    def _dir(self, dfd: int, rel: bytes, st5: tuple):
+    def _dir(self, dfd: int, rel: bytes, st5: tuple) -> _Lister:
         """Generator of the tree id of directory `rel` (open as `dfd`, its lstat stamp `st5`);
         it yields for each subdirectory to list (see _walk)."""
         memo = self.cache.dirs.get(rel)
@@ -239,7 +250,7 @@ class Capture:
         memo.stamp = st5 if st5[2] < self.fence else None
         return tree_id
 
-    def _restat(self, dfd: int, rel: bytes, memo: DirMemo) -> bytes:
+    def _restat(self, dfd: int, rel: bytes, memo: DirMemo) -> _Lister:
         """The directory's names are unchanged: lstat each known child, no listing needed."""
         stats = self.stats
         stats["dirs_listed"] += 1
@@ -258,7 +269,7 @@ class Capture:
             return memo.tree_id
         return (yield from self._apply(dfd, rel, memo, slow, missing))
 
-    def _list(self, dfd: int, rel: bytes, memo: DirMemo) -> bytes:
+    def _list(self, dfd: int, rel: bytes, memo: DirMemo) -> _Lister:
         """Every child lstat'ed; those whose stamp differs from the memo's go the slow way."""
         stats = self.stats
         stats["dirs_listed"] += 1
@@ -291,7 +302,7 @@ class Capture:
             return memo.tree_id
         return (yield from self._apply(dfd, rel, memo, slow, missing))
 
-    def _recheck(self, dfd: int, rel: bytes, memo: DirMemo, names: set) -> bytes:
+    def _recheck(self, dfd: int, rel: bytes, memo: DirMemo, names: set) -> _Lister:
         """Only the names a watcher reported are lstat'ed."""
         stats = self.stats
         stats["dirs_listed"] += 1
@@ -314,7 +325,7 @@ class Capture:
             return memo.tree_id
         return (yield from self._apply(dfd, rel, memo, slow, missing))
 
-    def _apply(self, dfd: int, rel: bytes, memo: DirMemo, slow: list, missing: list) -> bytes:
+    def _apply(self, dfd: int, rel: bytes, memo: DirMemo, slow: list, missing: list) -> _Lister:
         """Update the memo for the children that changed; re-encode the tree if an entry did."""
         cache = self.cache
         prefix = rel + b"/" if rel else b""
@@ -326,14 +337,14 @@ class Capture:
         added, removed = [], set()
         linked = memo.linked
         for name in missing:
-            kid = kids.pop(name)
-            if kid[ENC] is not None:
+            gone = kids.pop(name)
+            if gone[ENC] is not None:
                 removed.add(name)
                 encode = True
             left.pop(name, None)
             racy.discard(name)
             linked.discard(name)
-            if _is_dir(kid):
+            if _is_dir(gone):
                 cache.forget_tree(prefix + os.fsencode(name))
         for name, st in slow:
             old = kids.get(name)
@@ -344,7 +355,7 @@ class Capture:
             else:
                 linked.discard(name)
             kid = self._kid(dfd, prefix, name, st, old)
-            if kid.__class__ is _Descend:         # listed by _walk, which sends back its kid
+            if isinstance(kid, _Descend):         # listed by _walk, which sends back its kid
                 kid, dfd = yield (dfd, prefix, name, kid.st, old)
             if kid is None:                       # vanished since the listing
                 if old is None:
@@ -381,7 +392,7 @@ class Capture:
                 racy.discard(name)
         if encode:
             order = memo.order
-            if reorder:
+            if reorder or order is None:          # (None only when reorder: see above)
                 order = sorted((n for n, k in kids.items() if k[ENC] is not None), key=os.fsencode)
             else:
                 if removed:
@@ -416,7 +427,7 @@ class Capture:
             cache.racy_dirs.discard(rel)
         return memo.tree_id
 
-    def _kid(self, dfd: int, prefix: bytes, name: str, st, old: tuple | None) -> tuple | None:
+    def _kid(self, dfd: int, prefix: bytes, name: str, st, old: tuple | None) -> "tuple | _Descend | None":
         """Classify, read and encode one child (None: it vanished meanwhile; _Descend: a
         directory to list)."""
         bname = os.fsencode(name)
@@ -463,7 +474,7 @@ class Capture:
             return (None, st5, enc, oid, (FLAG_CHUNKED if chunked else 0) | FLAG_RACY, None)
         return (st5, st5, enc, oid, FLAG_CHUNKED if chunked else 0, None)
 
-    def _replaced(self, e: OSError, dfd: int, prefix: bytes, name: str, old) -> tuple | None:
+    def _replaced(self, e: OSError, dfd: int, prefix: bytes, name: str, old) -> "tuple | _Descend | None":
         """The child changed type between its lstat and its open/readlink: look again (once)."""
         if isinstance(e, FileNotFoundError):
             return None

@@ -59,7 +59,8 @@ def walk_changes(objects, old_id: bytes | None, new_id: bytes | None) -> list[tu
             out.append((path, "type-changed", a, b))
         else:
             out.append((path, "modified", a, b))
-        sub_old, sub_new = a.oid if a_dir else None, b.oid if b_dir else None
+        sub_old = a.oid if a is not None and a_dir else None
+        sub_new = b.oid if b is not None and b_dir else None
         if sub_old != sub_new:
             o, n = _sides(objects, sub_old, sub_new)
             stack.append((path + b"/", o, n, iter(sorted(o.keys() | n.keys()))))

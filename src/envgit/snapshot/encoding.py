@@ -31,26 +31,23 @@ class Entry(NamedTuple):
 
 def encode_entry(name: bytes, typ: int, mode: int, size: int, oid: bytes | None = None,
                  chunked: bool = False, target: bytes | None = None) -> bytes:
-    """One entry's bytes in a tree (a tree is TREE_MAGIC and its entries' bytes in name order)."""
+    """One entry's bytes in a tree (a tree is TREE_MAGIC and its entries' bytes in name order).
+    A symlink needs its `target`, anything else its `oid` (TypeError without, as joining None
+    would raise)."""
     if typ == SYMLINK:
+        if target is None:
+            raise TypeError(f"symlink entry {name!r} without a target")
         return b"".join((_NAME_LEN.pack(len(name)), name, _FIXED.pack(SYMLINK, 0, mode, len(target)), target))
+    if oid is None:
+        raise TypeError(f"{TYPE_NAMES.get(typ, typ)} entry {name!r} without a content id")
     return b"".join((_NAME_LEN.pack(len(name)), name,
                      _FIXED.pack(typ, FLAG_CHUNKED if chunked else 0, mode, size), oid))
 
 
 def encode_tree(entries: list[Entry]) -> bytes:
-    """`entries` must already be sorted by name (the caller sorts once, while listing)."""
-    out = [TREE_MAGIC]
-    for e in entries:
-        out.append(_NAME_LEN.pack(len(e.name)))
-        out.append(e.name)
-        if e.type == SYMLINK:
-            out.append(_FIXED.pack(SYMLINK, 0, e.mode, len(e.target)))
-            out.append(e.target)
-        else:
-            out.append(_FIXED.pack(e.type, FLAG_CHUNKED if e.chunked else 0, e.mode, e.size))
-            out.append(e.oid)
-    return b"".join(out)
+    """`entries` must already be sorted by name (the caller sorts once, while listing). An
+    Entry's fields are encode_entry's arguments, in order."""
+    return TREE_MAGIC + b"".join([encode_entry(*e) for e in entries])
 
 
 def decode_tree(data: bytes, parts: list | None = None) -> list[Entry]:

@@ -194,7 +194,7 @@ class _Pack:
             size |= (c & 0x7F) << shift
             shift += 7
             i += 1
-        base = None
+        base: int | bytes | None = None
         if typ == 6:
             rel, i = varint_offset(head, i)
             base = offset - rel

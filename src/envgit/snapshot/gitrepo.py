@@ -150,7 +150,8 @@ class _Repo:
     def at(self, pack: "_Pack", offset: int) -> tuple[int, bytes]:
         """The object at `offset` in `pack`, its delta chain followed iteratively (a chain may
         be thousands deep, and a REF_DELTA may name its own id: bounded, never recursive)."""
-        chain, spent = [], 0           # [(cache key, delta bytes)] from the object to its base
+        chain: list[tuple[tuple[str, int], bytes]] = []   # [(cache key, delta bytes)] from the object to its base
+        spent = 0
         while True:
             key = (pack.name, offset)
             got = self._cache.get(key)
@@ -229,7 +230,8 @@ def _parse_index(data: bytes, hash_len: int, budget: "Budget | None" = None) -> 
         raise Unreadable(f"index version {version}")
     if count > MAX_INDEX_ENTRIES:
         raise Unreadable(f"{count} entries, over the {MAX_INDEX_ENTRIES} read")
-    pos, out, prev = 12, {}, b""
+    out: dict[bytes, tuple[tuple[int, int, str], ...]] = {}    # path -> its (stage, mode, id)s
+    pos, prev = 12, b""
     fixed = 40 + hash_len
     for i in range(count):
         if budget is not None and not i & 4095:

@@ -9,6 +9,7 @@ another directory may instead write every other path and name the damaged ones: 
 import errno
 import os
 from dataclasses import dataclass, field
+from typing import cast
 
 from .. import faults
 from .diff import walk_changes
@@ -348,7 +349,8 @@ def _write(objects, dirs: DirFds, item: Item, contents: dict) -> None:
     tmp = b".envgit-restore." + os.urandom(6).hex().encode() + b".tmp"
     try:
         if item.type == "symlink":
-            os.symlink(item.target, tmp, dir_fd=pfd)
+            # (a symlink's Item has the target its tree entry always has: see _item)
+            os.symlink(cast(bytes, item.target), tmp, dir_fd=pfd)
         else:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o600, dir_fd=pfd)

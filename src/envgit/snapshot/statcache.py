@@ -76,9 +76,9 @@ class StatCache:
         self.left_dirs: set[bytes] = set()       # directories with left-out children
         self.racy_dirs: set[bytes] = set()       # directories with racy children
         self.linked_dirs: set[bytes] = set()     # directories with hard-linked children
-        self.filter_key = None       # the Filter the memos were built with
+        self.filter_key: tuple | None = None     # the Filter's key() the memos were built with
         if self.path is not None:
-            self._load()
+            self._load(self.path)
 
     def untrust(self) -> None:
         """The filter changed: every child must be classified again (contents still reused)."""
@@ -166,9 +166,9 @@ class StatCache:
         write_atomic(self.path, body + blake3(body).digest(), sync=False)
         self.changed = False
 
-    def _load(self) -> None:
+    def _load(self, path: str | bytes) -> None:
         try:
-            with open(self.path, "rb") as f:
+            with open(path, "rb") as f:
                 data = f.read()
                 written_ns = os.fstat(f.fileno()).st_mtime_ns
             entries = _decode(data, written_ns)

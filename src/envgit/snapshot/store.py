@@ -6,11 +6,12 @@ Everything here speaks tree ids as hex strings; the store knows nothing about st
 import gc
 import os
 import time
+from typing import cast, overload
 
 from . import maintenance
 from .capture import ALL, Capture, Snapshot, close_changes
 from .diff import Change, diff_trees, read_tree
-from .encoding import DIR, SYMLINK, decode_chunks
+from .encoding import DIR, SYMLINK, Entry, decode_chunks
 from .filter import Filter
 from .ids import BLOB, CHUNKS, CorruptObject
 from .objects import ObjectStore, StoreError
@@ -94,22 +95,27 @@ class Store:
     def read_file(self, tree_id: str, path: bytes) -> bytes:
         """The content of the file at `path` ("/"-separated bytes) in the tree; for a symlink,
         its target. FileNotFoundError / IsADirectoryError like the file system would say."""
+        # decode_tree gives a symlink's entry its target and every other entry its oid: the
+        # casts below only tell mypy which of the two an entry of a known type has.
         entries = read_tree(self.objects, _raw(tree_id))
-        parts = path.strip(b"/").split(b"/")
-        for n, name in enumerate(parts):
-            entry = next((e for e in entries if e.name == name), None)
-            if entry is None or (n < len(parts) - 1 and entry.type != DIR):
+        *dirs, last = path.strip(b"/").split(b"/")
+        for name in dirs:
+            entry = _named(entries, name)
+            if entry is None or entry.type != DIR:
                 raise FileNotFoundError(f"{os.fsdecode(path)}: not in tree {tree_id}")
-            if n < len(parts) - 1:
-                entries = read_tree(self.objects, entry.oid)
+            entries = read_tree(self.objects, cast(bytes, entry.oid))
+        entry = _named(entries, last)
+        if entry is None:
+            raise FileNotFoundError(f"{os.fsdecode(path)}: not in tree {tree_id}")
         if entry.type == DIR:
             raise IsADirectoryError(f"{os.fsdecode(path)}: a directory in tree {tree_id}")
         if entry.type == SYMLINK:
-            return entry.target
+            return cast(bytes, entry.target)
+        oid = cast(bytes, entry.oid)
         if entry.chunked:
             return b"".join(self.objects.get(cid, BLOB) for cid, _ in
-                            decode_chunks(self.objects.get(entry.oid, CHUNKS)))
-        return self.objects.get(entry.oid, BLOB)
+                            decode_chunks(self.objects.get(oid, CHUNKS)))
+        return self.objects.get(oid, BLOB)
 
     def cat(self, object_id: str) -> bytes:
         """One object's bytes (a blob's content; a tree's or chunk index's encoding), verified."""
@@ -168,6 +174,22 @@ def _holds(objects: ObjectStore, chunks_id: bytes) -> bool:
                    for cid, _ in decode_chunks(objects.get(chunks_id, CHUNKS)))
     except (StoreError, CorruptObject):
         return True
+
+
+def _named(entries: list[Entry], name: bytes) -> Entry | None:
+    return next((e for e in entries if e.name == name), None)
+
+
+@overload
+def _raw(tree_id: str) -> bytes: ...
+
+
+@overload
+def _raw(tree_id: None) -> None: ...
+
+
+@overload
+def _raw(tree_id: str | None) -> bytes | None: ...
 
 
 def _raw(tree_id: str | None) -> bytes | None:

@@ -43,7 +43,7 @@ class ChangeWatcher:
         if self.fd < 0:
             raise WatcherError(ctypes.get_errno(), "inotify_init1: " + os.strerror(ctypes.get_errno()))
         self.paths: dict[int, bytes] = {}   # watch descriptor -> directory relpath
-        self.dirty: dict[bytes, set | str] = {}   # directory relpath -> child names with events, or ALL
+        self.dirty: dict[bytes, set[bytes] | str] = {}   # directory relpath -> child names with events, or ALL
         self.full = True                    # the first snapshot walks everything
 
     def close(self) -> None:
@@ -70,7 +70,7 @@ class ChangeWatcher:
         names = self.dirty.get(rel)
         if names is None:
             self.dirty[rel] = {name}
-        elif names is not ALL:
+        elif isinstance(names, set):      # not ALL (the only str it holds)
             names.add(name)
 
     # -- watches --------------------------------------------------------------------------
