@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import threading
+from typing import IO, cast
 
 LIST_TIMEOUT_S = 30
 
@@ -28,12 +29,14 @@ def hook_identity(codex: str, env: dict, cwd: str, hooks_file: str) -> tuple[str
             {"id": 2, "method": "hooks/list", "params": {"cwds": [cwd]}}]
     p = subprocess.Popen([codex, "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+    # (Popen sets both, as PIPE asked: the casts only tell mypy so)
+    stdin, stdout = cast(IO[bytes], p.stdin), cast(IO[bytes], p.stdout)
     timer = threading.Timer(LIST_TIMEOUT_S, p.kill)     # a silent server ends the read loop
     timer.start()
     try:
-        p.stdin.write("".join(json.dumps(m) + "\n" for m in msgs).encode())
-        p.stdin.flush()
-        for line in p.stdout:
+        stdin.write("".join(json.dumps(m) + "\n" for m in msgs).encode())
+        stdin.flush()
+        for line in stdout:
             try:
                 msg = json.loads(line)
             except ValueError:

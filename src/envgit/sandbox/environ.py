@@ -123,13 +123,13 @@ def withhold_real_values(policy, env: dict, host_env: dict) -> list[str]:
     for name, cred in creds.items():
         if next(iter(cred["from"]), "") == "command":
             continue
-        ph = SESSION.of(name, cred)
+        placeholders = SESSION.of(name, cred)
         for environ in (host_env, os.environ):
             try:
-                real = read(name, cred["from"], environ)
+                reals = read(name, cred["from"], environ)
             except (CredentialError, OSError, ValueError):
                 continue
-            pairs += [(v, ph.get(k)) for k, v in real.items() if len(v) >= MIN_REAL]
+            pairs += [(v, placeholders.get(k)) for k, v in reals.items() if len(v) >= MIN_REAL]
     changed = []
     for var, value in list(env.items()):
         new = value

@@ -17,8 +17,12 @@ holds nothing git runs.
 import os
 import re
 import time
+from typing import TYPE_CHECKING
 
 from ..policy.decide import _rx
+
+if TYPE_CHECKING:
+    from .routes import RouteSet
 
 RACY_NS = 50_000_000
 SKIP = {".envgit"}
@@ -29,7 +33,7 @@ class ProjectScan:
         self.root = root
         # rel dir -> (ino, mtime_ns, key, subdirs, stop hits, find hits)
         self._dirs: dict[str, tuple] = {}
-        self.routes = None      # the escape routes seen by the last view built (sandbox/routes.py)
+        self.routes: RouteSet | None = None   # the escape routes seen by the last view built
 
     def matches(self, rules) -> list[str]:
         """Absolute paths in the project that a project-glob deny names (dirs not descended)."""

@@ -31,13 +31,14 @@ class Secrets:
         """Why the content of `path` (project-relative) is withheld, or None to show it.
         `contents`: its versions (bytes or None), or a function giving them, called only
         when a rule looks inside (*.pem, *.key)."""
-        if self.shown:
+        rules = self.rules
+        if rules is None:        # shown: the policy was not even read (see __init__)
             return None
         from ..policy import defaults, is_denied
         from ..policy.decide import _deepest, _rel, _rx
         rel = os.fsdecode(path)
         full = os.path.join(self.root, rel)
-        hit = is_denied(self.rules, full)
+        hit = is_denied(rules, full)
         if hit:
             return f"deny_read {hit}"
         if full in self.aliases:
@@ -48,8 +49,7 @@ class Secrets:
             if callable(contents):
                 contents = contents()
             if any(c and marker in c for c in contents):
-                depth, _ = _deepest(self.rules, full, _rel(self.root, full),
-                                    self.rules.allow_abs, self.rules.allow_rel)
+                depth, _ = _deepest(rules, full, _rel(self.root, full), rules.allow_abs, rules.allow_rel)
                 if depth < full.count("/"):      # an allow_read naming the file lifts it
                     return f"deny_read {pattern} (it holds a private key)"
         return None
