@@ -137,7 +137,7 @@ def _answer_of(response) -> tuple[str, str]:
 def _tool_result(outcome: Outcome) -> CallToolResult:
     meta = {"envgit/step": outcome.step} if outcome.step is not None else None
     return CallToolResult(content=[TextContent(type="text", text=outcome.text or "(no output)")],
-                          is_error=outcome.is_error, meta=meta)
+                          is_error=outcome.is_error, _meta=meta)     # (the field `meta`, by its alias)
 
 
 def _approval_schema():

@@ -14,10 +14,14 @@ import os
 import sys
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..hostcmd.run import HostCommandError
 from ..hostcmd.trust import Untrusted
 from .typescript import binding
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 CALL_TIMEOUT_S = 120       # any one request to an upstream server, the handshake included
 
@@ -29,7 +33,7 @@ class UpstreamError(Exception):
 @dataclass
 class Upstream:
     name: str
-    client: object = None                     # mcp.Client, entered
+    client: "Client | None" = None            # entered; None until then, or if it failed
     tools: list[dict] = field(default_factory=list)   # tools/list entries, camelCase keys
     error: str | None = None                  # why it is not available
 
@@ -92,13 +96,14 @@ class Upstreams:
         """The tool's value for the code: its structured content when it declares an output
         schema, else the text of its content blocks."""
         up = self.servers.get(server)
-        if up is None or up.error is not None or up.tool(tool) is None:
+        # (a server without an error has its client: __aenter__ sets one or the other)
+        if up is None or up.error is not None or up.client is None or up.tool(tool) is None:
             raise UpstreamError(f"{server}.{tool} is not a tool of an available server")
         try:
             result = await up.client.call_tool(tool, args)
         except Exception as e:
             raise UpstreamError(f"{server}.{tool}: {type(e).__name__}: {e}") from None
-        text = "".join(b.text if getattr(b, "type", None) == "text"
+        text = "".join(b.text if b.type == "text"
                        else json.dumps(b.model_dump(mode="json", by_alias=True, exclude_none=True))
                        for b in result.content or [])
         if result.is_error:
