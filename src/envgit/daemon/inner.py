@@ -40,6 +40,7 @@ import threading
 
 from ..sandbox.launch import Launch, LaunchError
 from ..sandbox.resolver import PER_WAKE, Resolver
+from . import steps
 
 MAX_FRAME = 4 * 1024 * 1024          # a frame from inside: argv + env of one command
 MAX_ARGS = 65536
@@ -269,20 +270,20 @@ class InnerSocket:
 
 async def record_step(sess, msg, session):
     """A checked record request (check_request) as a record-only step, marked as from inside."""
-    begin = await sess.begin({"argv": msg["argv"], "cwd": msg["cwd"], "uid": os.getuid(), "session": session,
+    begin = await steps.begin(sess, {"argv": msg["argv"], "cwd": msg["cwd"], "uid": os.getuid(), "session": session,
                               "record_only": True, "tool_call_id": msg["tool_call_id"],
                               "marks": ["from-inner", *msg["marks"]], "origin": "inner"})
     if "error" in begin or "refused" in begin:
         return {"error": begin.get("error") or begin["refused"], "exit": begin.get("exit", 126)}
     if msg["body"]:
-        sess.event({"step": begin["step"], "kind": "note", "body": {**msg["body"], "from": "inner"}})
-    await sess.end({"step": begin["step"], "exit_code": 0})
+        steps.event(sess, {"step": begin["step"], "kind": "note", "body": {**msg["body"], "from": "inner"}})
+    await steps.end(sess, {"step": begin["step"], "exit_code": 0})
     return {"step": begin["step"]}
 
 
 async def run_step(sess, msg, fds, session, home):
     """Begin a step, run it in its own sandbox on the given stdio fds, end it (snapshot)."""
-    begin = await sess.begin({"argv": msg["argv"], "cwd": msg["cwd"], "env": msg["env"], "home": home,
+    begin = await steps.begin(sess, {"argv": msg["argv"], "cwd": msg["cwd"], "env": msg["env"], "home": home,
                               "pid": None, "uid": os.getuid(), "session": session,
                               "tool_call_id": msg["tool_call_id"], "origin": "inner"},
                              run_argv=tracking_cwd(msg["argv"], msg["cwd_file"]) if msg.get("cwd_file") else None)
@@ -335,7 +336,7 @@ async def run_step(sess, msg, fds, session, home):
         fd, live.stderr_fd = live.stderr_fd, None
     if fd is not None:
         os.close(fd)
-    ended = await sess.end({"step": step, "exit_code": code, "signal": name, "dns": dns.summary(),
+    ended = await steps.end(sess, {"step": step, "exit_code": code, "signal": name, "dns": dns.summary(),
                             "duration_ms": round((loop.time() - t0) * 1000, 3)})
     for line in ended.get("notices") or ():          # what envgit run would print after the step
         try:

@@ -154,3 +154,25 @@ def _child(node, key):
         if isinstance(k, yaml.ScalarNode) and k.value == key:
             return k, v
     return None, None
+
+
+def denial_notice(step, rec, policy, said):
+    """The line a step's stderr is shown for a denied request `rec` (None: said already this
+    step, so a client's retries of a denied host are not said again; `said` is the step's
+    record of what was). A host network.allow lacks is said with the line that allows it."""
+    if not (rec.get("decision") == "deny" or rec.get("answer") == "deny"):
+        return None
+    if rec.get("rule") in ("network.allow", "builtin:special-address") and not rec.get("answer"):
+        entry = rec["host"] if rec.get("port") in (None, 80, 443) else f"{rec['host']}:{rec['port']}"
+        if entry in said:
+            return None
+        said.add(entry)
+        offered, withheld = split_offered([entry])
+        return f"envgit: step {step}: " + (advice(policy, offered) if offered else withheld_notice(withheld))
+    key = (rec.get("rule"), rec.get("method"), rec.get("host"))
+    if key in said:
+        return None
+    said.add(key)
+    what = f" ({rec['kind']})" if rec.get("kind") else ""
+    return (f"envgit: denied {rec['method']} {rec['host']}{rec['path']}{what} by rule "
+            f"{rec['rule']} (said once a step)")

@@ -68,7 +68,7 @@ daemon also pushes frames to that step's client, each with a "push" key:
                                                  how far a long operation (gc) has got
 
 The handlers reach the session (server.py's Session) only through what they are given:
-this module imports no other part of the daemon but heldends.py and client.py.
+this module imports no other part of the daemon but heldends.py, steps.py, gcop.py and client.py.
 """
 
 import os
@@ -76,7 +76,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import __version__
-from . import heldends
+from . import gcop, heldends, steps
 from .client import PROTOCOL
 
 WRITE_OPS = frozenset(("begin", "event", "rewind", "gc", "baseline"))
@@ -104,15 +104,15 @@ async def dispatch(sess, msg, conn=None):
 
 
 async def _begin(sess, msg, conn):
-    return await sess.begin(msg, conn)
+    return await steps.begin(sess, msg, conn)
 
 
 async def _end(sess, msg, conn):
-    return await sess.end(msg)
+    return await steps.end(sess, msg)
 
 
 async def _event(sess, msg, conn):
-    return sess.event(msg)
+    return steps.event(sess, msg)
 
 
 async def _spec(sess, msg, conn):
@@ -121,7 +121,7 @@ async def _spec(sess, msg, conn):
 
 async def _baseline(sess, msg, conn):
     """An agent's launch: the directory as it starts."""
-    await sess.settle(sess.policy(), before="agent", conn=conn)
+    await steps.settle(sess, sess.policy(), before="agent", conn=conn)
     return {"tree": sess.last_tree}
 
 
@@ -162,7 +162,7 @@ async def _snapshot(sess, msg, conn):
 
 
 async def _gc(sess, msg, conn):
-    return await sess.gc(msg, conn)
+    return await gcop.collect(sess, msg, conn)
 
 
 async def _hello(sess, msg, conn):

@@ -204,7 +204,7 @@ async def take_back(sess, step: int, info: LiveStep, paths: list[str]) -> tuple[
         await asyncio.to_thread(sess.snapshotter.restore, plan)
     except (StoreError, OSError) as e:
         err = str(e)
-    summary = await sess._snapshot(pol)
+    summary = await sess.take_after(pol)
     sess.journal.append(back, "end", {
         "exit_code": 1 if err else 0, "signal": None, "duration_ms": 0,
         "marks": ["escape-route-taken-back"] + (["refused"] if err else []),
