@@ -389,7 +389,8 @@ class Gather:
                 raise Echo(name)
             return data
         if len(body) > self.cap:
-            return self._watched(data) + self.stream.end()
+            stream = self._watch()
+            return stream.feed(data) + stream.end()
         clean, names, left = self.echoes.scrub(body, self.strict)
         if left is not None:
             raise Echo(left)
@@ -403,9 +404,13 @@ class Gather:
         return out
 
     def _watched(self, data: bytes) -> bytes:
+        return self._watch().feed(data)
+
+    def _watch(self) -> Stream:
+        """From here on the body is watched as a stream, not gathered."""
         self.buf = bytearray()
         self.stream = Stream(self.echoes, self.encoding, strict=self.strict)
-        return self.stream.feed(data)
+        return self.stream
 
 
 PIECE = 1 << 16                         # decoded bytes looked at per step (bounded memory)
@@ -526,7 +531,7 @@ ZSTD_SLICE = 256            # compressed bytes per zstd call: its output then st
 
 def _one(name: str):
     if name == "deflate":
-        state = {"d": None}
+        state: dict[str, zlib._Decompress | None] = {"d": None}   # (typeshed's name for zlib.Decompress)
 
         def step(data: bytes):
             if state["d"] is None:          # zlib-wrapped as the RFC says, or raw as some send

@@ -16,6 +16,7 @@ restore it (`policy`), and the plan says when it differs.
 """
 
 import time
+from typing import TYPE_CHECKING
 
 from .. import faults, steporder
 from ..journal.reseal import headless, named_steps  # steps `fsck --repair` set entries of aside
@@ -24,6 +25,9 @@ from ..policy import PolicyError
 from ..snapshot import StoreError
 from . import outside
 from .snapshots import SnapshotFailed, display
+
+if TYPE_CHECKING:
+    from ..snapshot import RestorePlan
 
 POLICY_FILE = POLICY_NAME.encode()   # the one name (paths.py), as the store's bytes
 LISTED = 1000               # paths listed in a plan (write, delete); the counts are always whole
@@ -125,6 +129,8 @@ def resolve(journal, step: int | None, undo: bool) -> dict:
     restored unless said otherwise)}. `undo`: the undo point of the newest rewind."""
     found, last = history(journal)  # read once: the target's history, then the undo point's
     if not undo:
+        if step is None:            # (the server asks for one before it calls this)
+            raise RewindError("a rewind needs a step number (or --undo)")
         tree = target_tree(journal, step, found)
         undoable(found, last, step)
         return {"tree": tree, "to_step": step, "undoes": None, "policy": False}
@@ -214,7 +220,7 @@ def git_summary(sess, p) -> list[dict]:
     return [{**r.to_json(), "lines": r.lines()} for r in repos]
 
 
-def plan(sess, target: dict, paths: list[str] | None, restore_policy: bool) -> tuple[object, dict, dict]:
+def plan(sess, target: dict, paths: list[str] | None, restore_policy: bool) -> "tuple[RestorePlan, dict, dict]":
     """(plan, preview, the snapshot summary of the directory as it is against the last tree)."""
     p, now = sess.snapshotter.plan_restore(sess.policy(), target["tree"], paths, sess.last_tree)
     differs = keep_policy(p, restore_policy)

@@ -259,7 +259,8 @@ def _methods_text(req, methods) -> str:
 
 def _path_readings(req) -> urlpath.Readings:
     """The readings of every path a server may route the request to (acts.paths), together."""
-    spellings, doubt = set(), ""
+    spellings: set[str] = set()
+    doubt = ""
     for p in acts.paths(req):
         r = urlpath.readings(p)
         spellings |= r.spellings

@@ -74,6 +74,7 @@ class Bucket:
                     if attempt == READ_ATTEMPTS - 1:
                         raise
                     time.sleep(min(8.0, 0.25 * 2 ** attempt) * (0.5 + random.random()))
+            raise AssertionError("unreachable")     # the last attempt returns or raises
 
     def delete(self, name: str) -> None:
         with self._said(name):
