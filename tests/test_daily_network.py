@@ -218,6 +218,7 @@ def test_npm_install_through_preset_npm_and_the_second_session_uses_the_cache(tm
             r = env.run(install, timeout=180)
             assert r.returncode == 0, r.stdout + r.stderr
             assert r.stdout.strip().endswith("42")
+            assert "Unknown env config" not in r.stderr, r.stderr     # no other tool's settings for npm
             tarballs = [p for m, p, s in srv.log if p.endswith(".tgz")]
             assert len(tarballs) == 1, srv.log
             reqs = steps(env)[-1]["requests"]
@@ -364,6 +365,8 @@ def test_a_loopback_host_in_network_allow_is_reached_at_its_own_address(tmp_path
             reqs = steps(env)[-1]["requests"]
             assert sorted(q["path"] for q in reqs if q["decision"] == "allow" and q["host"] == "127.0.0.1"
                           and q["port"] == dev.port) == ["/curl", "/node", "/py"], reqs
+            shown = env.envgit("show", "last", check=True).stdout       # the port, as the person reads it
+            assert f"http://127.0.0.1:{dev.port}/curl -> 200" in shown, shown
             # another port on the same loopback: not listed, not reached, whatever the way
             r = env.run(f"curl -sS -m 5 http://127.0.0.1:{other.port}/direct; "
                         f"curl -sS -m 5 --noproxy '' http://127.0.0.1:{other.port}/proxied; "

@@ -84,7 +84,7 @@ def test_the_hosts_own_caches_are_neither_read_nor_written(attacker):
     listing = {top: sorted(str(x) for x in (attacker.home / top).rglob("*")) for top in tops}
     attacker.own(attacker.home)
     script = ('for v in XDG_CACHE_HOME PIP_CACHE_DIR UV_CACHE_DIR npm_config_cache YARN_CACHE_FOLDER '
-              'npm_config_store_dir CARGO_HOME GOPATH GOCACHE; do eval d=\\$$v; mkdir -p "$d" && '
+              'PNPM_HOME CARGO_HOME GOPATH GOCACHE; do eval d=\\$$v; mkdir -p "$d" && '
               'echo poisoned > "$d/poisoned" || echo "cannot write $v"; done; '
               'cat ~/.cache/pip/http/secret ~/.npm/_cacache/secret ~/.cargo/registry/secret '
               '~/.cache/uv/secret ~/go/pkg/mod/secret 2>&1; '

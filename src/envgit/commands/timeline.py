@@ -3,7 +3,7 @@
 
 from ..inert import inert
 from ..paths import find_project
-from ..view.names import what_ran
+from ..view.names import origin, what_ran
 from . import (
     STEP_HELP,
     Usage,
@@ -148,8 +148,9 @@ def cmd_show(args):
         print(f"  looked up {inert(', '.join(s.dns_names))} ({s.dns_queries} lookups, none answered)")
     for r in s.requests:
         answer = f", {r['answer']} by {r.get('answered_by')} ({r.get('answered_how')})" if r.get("answer") else ""
-        print(inert(f"  request   {r.get('decision', '?'):5} {r.get('method', '')} {r.get('scheme', '')}://"
-                    f"{r.get('host', '')}{r.get('path', '')} -> {r.get('status', '-')}  ({r.get('rule', '')}{answer})"))
+        where = origin(r.get("scheme", ""), r.get("host", ""), r.get("port"))
+        print(inert(f"  request   {r.get('decision', '?'):5} {r.get('method', '')} {where}"
+                    f"{r.get('path', '')} -> {r.get('status', '-')}  ({r.get('rule', '')}{answer})"))
     for a in s.approvals:
         q = a.get("question", {})
         at = iso_utc(a.get("at")) if isinstance(a.get("at"), (int, float)) else a.get("at")

@@ -169,7 +169,9 @@ CACHE_VARS = {
     "UV_CACHE_DIR": "uv",
     "npm_config_cache": "npm",
     "YARN_CACHE_FOLDER": "yarn",
-    "npm_config_store_dir": "pnpm-store",       # pnpm's content-addressed store
+    # pnpm's content-addressed store is $PNPM_HOME/store (an npm_config_store_dir would make
+    # every `npm install` warn `Unknown env config "store-dir"`)
+    "PNPM_HOME": "pnpm",
     "CARGO_HOME": "cargo",                      # its registry index, .crate files and git checkouts
     "GOPATH": "go",                             # GOMODCACHE (go/pkg/mod) and the sumdb cache
     "GOCACHE": "go-build",

@@ -98,6 +98,12 @@ def channel_of(a: dict) -> str:
     return "other"
 
 
+def origin(scheme, host, port) -> str:
+    """scheme://host, with :port unless it is the scheme's own (a dev server's :5173 is kept)."""
+    default = {"http": 80, "https": 443, "ws": 80, "wss": 443}.get(scheme or "")
+    return f"{scheme}://{host}" + ("" if port in (None, default) else f":{port}")
+
+
 def grant_line(g: dict) -> str:
     """What a grant covers, in one inert line."""
     s = g["scope"]
