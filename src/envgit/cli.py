@@ -97,6 +97,7 @@ def _parser(json_errors):
     p = Parser(prog="envgit", description="version control for the environment an AI coding "
                "agent works in", epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"envgit {__version__}")
+    p.set_defaults(parser_root=p)       # `envgit completion` reads the whole tree from it
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     _hot_path_parsers(sub, commands)
     import importlib
