@@ -17,7 +17,7 @@ def add_parsers(sub, argparse):
     s.set_defaults(fn=cmd_init)
 
     s = command(sub, "demo", help="a scripted agent against a local git remote: push denied, "
-                "history destroyed, rewind recovers it (about 10 s, no API key)",
+                "history destroyed, rewind recovers it (about 5 s, no API key)",
                 example=["envgit demo", "envgit demo --keep /tmp/envgit-demo"])
     s.add_argument("--keep", metavar="DIR", help="build the demo in DIR and leave it there to explore")
     s.add_argument("--policy", metavar="FILE", help="run the demo under this envgit.yaml instead ({remote} in it "
