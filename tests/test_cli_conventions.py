@@ -285,6 +285,7 @@ def test_json_keys_are_the_documented_ones(netproj):
     emitted["diff.changes"] = d["changes"][0]
     emitted["diff.parts"] = d["parts"][0]
     emitted["doctor"] = j("doctor")[0]
+    emitted["ps"] = j("ps")
     emitted["policy.check"] = j("policy", "check")
     good = (p.root / "envgit.yaml").read_text()
     p.write_policy("version: 1\nfilesystem:\n  deny_reed: []\n")

@@ -111,9 +111,13 @@ def _hot_path_parsers(sub, commands):
     `--help` and their line in `envgit --help`."""
     import argparse
     s = commands.command(sub, "run", help="run a command as one sandboxed, recorded step",
-                         usage="envgit run [--] CMD [ARG…]",
+                         usage="envgit run [-p [HOST_PORT:]PORT]… [--] CMD [ARG…]",
                          example=["envgit run -- npm install",
+                                  "envgit run -p 5173 -- npm run dev   # open http://127.0.0.1:5173/",
                                   "envgit run -- python3 --help     # the command's own --help"])
+    s.add_argument("-p", "--publish", action="append", metavar="[HOST_PORT:]PORT",
+                   help="let the person reach a server the step starts on PORT, at the host's "
+                        "127.0.0.1:HOST_PORT (default the same port), while the step runs")
     s.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD [ARG…]",
                    help="the command and its arguments; `--` first when the command's own "
                         "start with `-`")

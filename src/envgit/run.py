@@ -43,11 +43,21 @@ def fail(msg, code=FAILED):
 
 
 def run(argv: list[str]) -> int:
+    publish = []                    # -p PORT, -p HOST_PORT:STEP_PORT (sandbox/publish.py)
+    while argv and (argv[0] in ("-p", "--publish") or argv[0].startswith(("-p", "--publish="))):
+        if argv[0] in ("-p", "--publish"):
+            if len(argv) < 2:
+                return fail(f"envgit: {argv[0]} needs a port: envgit run -p 5173 -- CMD", 2)
+            publish.append(argv[1])
+            argv = argv[2:]
+        else:
+            publish.append(argv[0].split("=", 1)[1] if argv[0].startswith("--") else argv[0][2:])
+            argv = argv[1:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        return fail("envgit: no command given: envgit run [--] CMD [ARGS…] (see envgit run --help)")
-    return step(argv, dict(os.environ))
+        return fail("envgit: no command given: envgit run [-p PORT]… [--] CMD [ARGS…] (see envgit run --help)")
+    return step(argv, dict(os.environ), publish)
 
 
 def _progress_line(frame, shown):
@@ -60,7 +70,7 @@ def _progress_line(frame, shown):
         shown.append(1)
 
 
-def step(argv: list[str], env: dict) -> int:
+def step(argv: list[str], env: dict, publish: list[str] | None = None) -> int:
     """Run `argv` as one recorded step with `env` as the environment asked for (the daemon
     scrubs it by the policy): `envgit run`, and agents/steprun.py for the Codex exec-server.
     Returns the exit status, or dies of the signal the command died of."""
@@ -79,7 +89,8 @@ def step(argv: list[str], env: dict) -> int:
         reply = conn.request({"op": "begin", "argv": argv, "cwd": os.path.realpath(cwd),
                               "env": env, "pid": os.getpid(),
                               "uid": os.getuid(), "session": os.environ.get("ENVGIT_SESSION"),
-                              "tool_call_id": os.environ.get("ENVGIT_TOOL_CALL_ID")})
+                              "tool_call_id": os.environ.get("ENVGIT_TOOL_CALL_ID"),
+                              **({"publish": publish} if publish else {})})
     except (DaemonError, OSError) as e:
         return fail(("\r\x1b[K" if shown else "") + f"envgit: {e}")
     if shown:
@@ -94,6 +105,9 @@ def step(argv: list[str], env: dict) -> int:
         if sig:
             die_of(sig)
         return code
+    for host_port, step_port in reply.get("published") or ():
+        print(f"envgit: step {reply['step']}: port {step_port} published at http://127.0.0.1:{host_port}/ "
+              "while it runs", file=sys.stderr)
     code, sig = execute(conn, reply["step"], reply["bwrap"], reply["env"], reply.get("bind"), project.root)
     if sig:
         die_of(sig)

@@ -23,3 +23,4 @@ class LiveStep:
     said: set = field(default_factory=set)   # denials already said on its stderr (said once a step)
     stderr_fd: int | None = None    # an inner step's caller's stderr (inner.py): notices go there
     proc: Any = None                # an inner step's process (inner.py)
+    published: Any = None           # the ports it publishes, listened for on the host (publish.py)

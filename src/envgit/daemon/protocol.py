@@ -6,8 +6,10 @@ Protocol: frames (see client.py: length + marshal'd dict, bounded by frames.py) 
 `.envgit/daemon.sock` (mode 0600, in `.envgit/`, which no sandbox can see). A client keeps its connection open
 for the length of its step; a connection that closes with its step still open marks the step `interrupted`.
 
-  {"op": "begin", "argv", "cwd", "env", "pid", "session"?, "tool_call_id"?}
-      -> {"step", "bwrap": [...], "env": {...}}      run it, then send `end`
+  {"op": "begin", "argv", "cwd", "env", "pid", "session"?, "tool_call_id"?, "publish"?}
+      -> {"step", "bwrap": [...], "env": {...}, "published"?}      run it, then send `end`
+      "publish": ports the step publishes (["5173", "8000:8080"], sandbox/publish.py),
+      listened for on the host's 127.0.0.1 before the step begins; "published" says where
       -> {"step", "refused": "message"}               a shell rule refused it (recorded)
       -> {"error": "message", "exit": 2}              bad policy or input (nothing recorded)
   {"op": "end", "step", "exit_code", "signal", "duration_ms", "marks"?, "extra"?, "dns"?}
@@ -57,7 +59,8 @@ reply carries "notices", lines the client prints after the step (a nested envgit
   {"op": "hello", "protocol"} -> {"ok": true, "protocol"}: a client's first request
       (client.connect), answered at once; a connection whose hello named another protocol
       (another build of envgit) gets OTHER_BUILD for every op but status and stop
-  {"op": "status"}  -> {"pid", "session", "live": [step ids], "version"}
+  {"op": "status"}  -> {"pid", "session", "live": [step ids], "version",
+                        "steps": [{"id", "argv", "published": [[host port, step port]…]}…]}
   {"op": "stop"}    -> {"ok": true}, then the daemon exits
 A request may carry "rid"; its reply then carries the same "rid". While a step runs, the
 daemon also pushes frames to that step's client, each with a "push" key:
@@ -171,7 +174,10 @@ async def _hello(sess, msg, conn):
 
 
 async def _status(sess, msg, conn):
-    return {"pid": os.getpid(), "session": sess.id, "live": sorted(sess.live), "version": __version__}
+    steps = [{"id": step, "argv": info.argv, "published": info.published.listing() if info.published else []}
+             for step, info in sorted(sess.live.items())]
+    return {"pid": os.getpid(), "session": sess.id, "live": sorted(sess.live), "steps": steps,
+            "version": __version__}
 
 
 async def _stop(sess, msg, conn):

@@ -8,6 +8,7 @@ daemon that imports them.
 
 import asyncio
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -20,12 +21,14 @@ from ..journal.rows import listed
 from ..policy import PolicyError, decide_command, marks
 from ..sandbox import resolver, routes
 from ..sandbox.network import Net
+from ..sandbox.publish import PublishError, ports
 from ..sandbox.spec import build
 from . import netadvice, special_bits, takeback
 from . import outside as outside_changes
 from .asks import user_name
 from .heldends import disk_full_notice, log_line
 from .livestep import LiveStep
+from .publish import Published
 from .serve import EXIT_DISK_FULL
 from .snapshots import SnapshotFailed
 
@@ -74,6 +77,14 @@ async def begin(sess, msg, conn=None, run_argv=None):
         sess.live[step] = LiveStep(argv=argv, policy=pol, conn=conn,
                                    routes=routes.before_step(sess.scan), tree_before=sess.last_tree)
         return {"step": step}
+    # Ports the step publishes are listened for before it begins: one taken is said at once,
+    # and no step is recorded for a command that did not run.
+    try:
+        published = await publish_ports(sess, pol, msg.get("publish"))
+    except PublishError as e:
+        return {"error": f"envgit: {e}", "exit": 125}
+    if published:
+        head["published"] = published.listing()
     step = sess.journal.begin_step(head)
     sess.starting += 1              # begun, not yet live: a rewind waits for it too
     try:
@@ -82,10 +93,13 @@ async def begin(sess, msg, conn=None, run_argv=None):
         spec = build(pol, sess.project.root, cwd, run_argv or argv, msg.get("env") or {},
                      sess.project.state, tmp, sess.scan,
                      {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session}, net,
-                     home=msg.get("home"))
+                     home=msg.get("home"),
+                     publish=(published.directory, [p for _, p in published.pairs]) if published else None)
     except Exception as e:          # never leave a begun step without an end
         if sess.gate is not None:
             sess.gate.close_step(step)
+        if published:
+            published.close()
         sess.journal.append(step, "interrupted", {"reason": f"sandbox set-up failed: {e}"})
         return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 125}
     finally:
@@ -99,8 +113,25 @@ async def begin(sess, msg, conn=None, run_argv=None):
         return await vm_begin(sess, step, pol, spec, argv, cwd, own_tmp, conn, net)
     sess.live[step] = LiveStep(masked=spec.masked + spec.denied_literal, argv=argv,
                                home=spec.env.get("HOME", ""), policy=pol, conn=conn, tmp=own_tmp,
-                               routes=routes.before_step(sess.scan), tree_before=sess.last_tree)
-    return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None}
+                               routes=routes.before_step(sess.scan), tree_before=sess.last_tree,
+                               published=published)
+    return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None,
+            **({"published": published.listing()} if published else {})}
+
+
+async def publish_ports(sess, pol, asked):
+    """The ports the step publishes (the policy's network.publish and the client's -p),
+    listened for on the host; None when there are none. PublishError says why not."""
+    values = list(getattr(pol, "network_publish", None) or []) + (list(asked) if isinstance(asked, list) else [])
+    if not values:
+        return None
+    if pol.backend == "vm":
+        raise PublishError("publishing a port is not supported with backend: vm yet; run the "
+                           "server with backend: bwrap, or reach it from inside the VM")
+    pairs = ports(values, pol.network_allow)
+    published = Published(sess.project.state_path("publish", secrets.token_hex(6)), pairs)
+    await published.open()
+    return published
 
 
 async def vm_begin(sess, step, pol, spec, argv, cwd, own_tmp, conn, net):
@@ -283,6 +314,8 @@ async def interrupted(sess, step, reason):
     if sess.gate is not None:
         sess.gate.close_step(step)
     sess.asks.end_step(step)
+    if info.published:
+        info.published.close()
     summary = await take_after(sess, info.policy)
     if sess.live.pop(step, None) is not None:
         drop_tmp(info.tmp)

@@ -30,6 +30,7 @@ class Step:
     dns_queries: int | None = None                  # how many lookups, names past 100 included
     tool_call_id: str | None = None
     pid: int | None = None
+    published: list = field(default_factory=list)   # [[host port, step port]…] (sandbox/publish.py)
     requests: list = field(default_factory=list)
     approvals: list = field(default_factory=list)
     snapshot: dict | None = None        # the tree after the step and what changed (end entry)
@@ -65,7 +66,7 @@ def fold_entry(out, seq, step, kind, at, text):
     if kind == "begin":
         s = out[step] = Step(id=step, started_ns=at, started_at=utc(at), last_seq=seq)
         for k in ("argv", "cwd", "session", "user", "policy_sha256", "tool_call_id", "pid", "marks",
-                  "baseline", "rewind"):
+                  "baseline", "rewind", "published"):
             if k in body:
                 setattr(s, k, body[k])
         return

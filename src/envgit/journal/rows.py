@@ -102,6 +102,11 @@ def _links(v):
         and _str(x.get("prev")) and _str(x.get("after_hash")) for x in v)
 
 
+def _port_pairs(v):
+    return isinstance(v, list) and all(
+        isinstance(x, list) and len(x) == 2 and all(type(p) is int and 0 < p < 65536 for p in x) for x in v)
+
+
 def _named(v):
     return isinstance(v, list) and all(
         isinstance(x, dict) and _int(x.get("seq")) and _opt_int(x.get("step"))
@@ -125,7 +130,7 @@ def listed(key: str, paths: list) -> dict:
 KINDS = {
     "begin": {"argv": _strs, "cwd": _str, "session": _str, "user": _str, "pid": _opt_int,
               "policy_sha256": _str, "tool_call_id": _opt_str, "marks": _strs,
-              "baseline": _baseline, "rewind": _rewind, "origin": _str},
+              "baseline": _baseline, "rewind": _rewind, "origin": _str, "published": _port_pairs},
     "end": {"exit_code": _opt_int, "signal": _opt_str, "duration_ms": _opt_num, "marks": _strs,
             "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
             "error": _str, "refused_by": _str, "policy_files": _strs, "dns_names": _strs,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..policy import resolve
 from ..policy.globs import has_magic
 from . import kernel, loopback, network
+from . import publish as pub
 from .environ import cache_env, credential_env, project_cache, scrub, withhold_real_values
 from .projectscan import ProjectScan
 from .view import build_view
@@ -30,14 +31,17 @@ class Spec:
 
 def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
           session_tmp: str, scan: ProjectScan, step_env: dict, net: network.Net | None = None,
-          inner_socket: str | None = None, agent: dict | None = None, home: str | None = None) -> Spec:
+          inner_socket: str | None = None, agent: dict | None = None, home: str | None = None,
+          publish: tuple[str, list[int]] | None = None) -> Spec:
     """`net`: the gate to reach, or None for a step with no network at all. `inner_socket`:
     the daemon's inner control socket to bind in (an agent's sandbox, whose shim asks for
     steps through it). `agent`: what an agent's own sandbox needs besides the policy, from
     its envgit adapter: {"read": [paths], "write": [paths], "protect": [paths inside those
     writable paths that stay read-only], "env": {name: value}}; the policy's denies still
     cover them. `home`: the home whose view the step gets, when not `host_env`'s HOME (a
-    step asked for from inside an agent's sandbox: its session's, never the request's)."""
+    step asked for from inside an agent's sandbox: its session's, never the request's).
+    `publish`: (the host directory of the socket files, the step ports) of the ports the
+    step publishes (publish.py)."""
     home = os.path.normpath(home or host_env.get("HOME") or os.path.expanduser("~"))
     rules = resolve(policy, project, home)
     agent = agent or {}
@@ -60,6 +64,9 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     view.args += kargs
     view.masked += kmasked
     ours = {"HOME": home, "TMPDIR": "/tmp", **step_env, **agent.get("env", {})}
+    if publish is not None and publish[1]:
+        view.args += pub.mounts(publish[0])
+        argv = pub.wrap(argv, publish[1])
     if net is not None:
         view.args += network.mounts(net)
         ours.update(network.environment(net))

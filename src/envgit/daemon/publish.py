@@ -1,0 +1,101 @@
+"""The host's side of a step's published ports (sandbox/publish.py): listeners on 127.0.0.1,
+one per port, each connection joined to the socket file the step's listener serves inside.
+
+The directory of socket files is the step's own (bound writable in its sandbox), so what a name
+in it is, is the step's choice: each is opened relative to the directory the daemon made,
+without following a link, must be a socket, and is connected to through that descriptor
+(/proc/self/fd/N): never a path the step could point elsewhere. (A hard link to a socket
+outside cannot be made: the directory is a mount of its own inside, and links do not cross one.)
+"""
+
+import asyncio
+import contextlib
+import os
+import shutil
+import stat
+
+from ..sandbox.publish import PublishError
+
+HOST = "127.0.0.1"
+CHUNK = 65536
+
+
+class Published:
+    """A step's published ports: (host port, step port) pairs, listened for until `close`."""
+
+    def __init__(self, directory: str, pairs: list[tuple[int, int]]):
+        self.directory = directory
+        self.pairs = pairs
+        self.servers: list[asyncio.base_events.Server] = []
+        self.dirfd: int | None = None
+        self.joined: set[asyncio.Task] = set()
+
+    async def open(self):
+        """Make the directory and listen on every host port; PublishError naming the port that
+        cannot be listened on (nothing is left listening then)."""
+        os.makedirs(self.directory, mode=0o700)
+        self.dirfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for host_port, step_port in self.pairs:
+                try:
+                    server = await asyncio.start_server(
+                        lambda r, w, p=step_port: self._join(r, w, p), HOST, host_port, reuse_address=True)
+                except OSError as e:
+                    why = "another program listens there" if e.errno == 98 else (e.strerror or str(e))
+                    raise PublishError(f"cannot publish port {step_port} at {HOST}:{host_port}: {why}; "
+                                       f"choose another host port: -p {host_port + 1}:{step_port}") from None
+                self.servers.append(server)
+        except BaseException:
+            self.close()
+            raise
+
+    def _join(self, reader, writer, step_port):
+        task = asyncio.ensure_future(self._pipe(reader, writer, step_port))
+        self.joined.add(task)
+        task.add_done_callback(self.joined.discard)
+
+    async def _pipe(self, reader, writer, step_port):
+        fd = None
+        try:
+            if self.dirfd is None:
+                return
+            fd = os.open(f"{step_port}.sock", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dirfd)
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                return
+            inner_r, inner_w = await asyncio.open_unix_connection(f"/proc/self/fd/{fd}")
+        except OSError:
+            writer.close()
+            return
+        finally:
+            if fd is not None:
+                os.close(fd)
+        try:
+            await asyncio.gather(_copy(reader, inner_w), _copy(inner_r, writer))
+        finally:
+            for w in (writer, inner_w):
+                w.close()
+
+    def close(self):
+        """Stop listening and end every joined connection; the directory goes too."""
+        for server in self.servers:
+            server.close()
+        self.servers = []
+        for task in list(self.joined):
+            task.cancel()
+        if self.dirfd is not None:
+            os.close(self.dirfd)
+            self.dirfd = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def listing(self) -> list[list[int]]:
+        return [[h, s] for h, s in self.pairs]
+
+
+async def _copy(reader, writer):
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+    with contextlib.suppress(OSError):
+        if writer.can_write_eof():
+            writer.write_eof()
