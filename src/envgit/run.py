@@ -56,7 +56,7 @@ def run(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        return fail("envgit: no command given: envgit run [-p PORT]… [--] CMD [ARGS…] (see envgit run --help)")
+        return fail("envgit: no command given: envgit run [--] CMD [ARGS…] (see envgit run --help)")
     return step(argv, dict(os.environ), publish)
 
 
