@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from envgit.daemon.client import connect
@@ -57,6 +58,25 @@ def test_an_inner_steps_chosen_130_is_not_a_death_by_sigint(proj):
     assert r.returncode == 130 and chosen["exit_code"] == 130 and chosen["signal"] is None, chosen
     r, died = _inner_step(proj, "agent-s2", "kill -INT $$; sleep 5")
     assert died["exit_code"] == 130 and died["signal"] == "SIGINT", died
+
+
+def test_a_step_whose_caller_the_agent_killed_ends_within_a_second(proj):
+    """Claude Code's Esc (Codex's /stop, a tool call's timeout) kills the agent's process that
+    asked for the step: the step's processes end with it, not minutes later, and the step says
+    how it ended. The oracle: the file the command writes after its sleep never appears."""
+    t0 = time.monotonic()
+    r, step = _inner_step(proj, "agent-s3", "echo started; sleep 6; echo late > late.txt",
+                          before=["timeout", "-s", "KILL", "2"])
+    assert r.returncode == 137 and "started" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    for _ in range(50):                             # its end may still be being written
+        if step["status"] != "running":
+            break
+        time.sleep(0.1)
+        step = next(s for s in json.loads(proj.envgit("log", "--json", check=True).stdout) if s["id"] == step["id"])
+    assert step["status"] != "running" and "interrupted-by-agent" in step["marks"], step
+    assert step["duration_ms"] < 4000, step          # killed at 2 s, ended within a second or so
+    time.sleep(max(0.0, 8 - (time.monotonic() - t0)))
+    assert not (proj.root / "late.txt").exists()
 
 
 def test_the_inner_socket_offers_only_run_and_status(proj):

@@ -237,8 +237,10 @@ class InnerSocket:
                 else:
                     msg = check_request(decode(_recv_exact(conn, size)), self.sess.project.root)
                     conn.settimeout(None)            # a step may run for hours
-                    fut = asyncio.run_coroutine_threadsafe(self._dispatch(msg, fds), self.loop)
+                    gone = asyncio.Event()           # set when the caller goes away (below)
+                    fut = asyncio.run_coroutine_threadsafe(self._dispatch(msg, fds, gone), self.loop)
                     fds = []                         # _dispatch closes them
+                    _watch_caller(conn, fut, lambda: self.loop.call_soon_threadsafe(gone.set))
                     reply = fut.result()
             except BadRequest as e:
                 reply = {"error": f"envgit: inner socket: {e}", "exit": 2}
@@ -254,7 +256,7 @@ class InnerSocket:
             except OSError:
                 pass
 
-    async def _dispatch(self, msg, fds):
+    async def _dispatch(self, msg, fds, gone=None):
         try:
             if msg["op"] == "status":
                 return {"session": self.session, "live": sorted(self.sess.live)}
@@ -262,7 +264,7 @@ class InnerSocket:
                 return await record_step(self.sess, msg, self.session)
             if len(fds) != 3:
                 return {"error": "envgit: run needs stdin, stdout and stderr passed as fds", "exit": 2}
-            return await run_step(self.sess, msg, fds, self.session, self.home)
+            return await run_step(self.sess, msg, fds, self.session, self.home, gone)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -281,8 +283,30 @@ async def record_step(sess, msg, session):
     return {"step": begin["step"]}
 
 
-async def run_step(sess, msg, fds, session, home):
-    """Begin a step, run it in its own sandbox on the given stdio fds, end it (snapshot)."""
+def _watch_caller(conn, fut, went_away, every_s=0.2):
+    """Until `fut` is done: if the caller closes its end (the agent killed it: Claude Code's
+    Esc, Codex's /stop, a tool call's timeout), call `went_away` once. A caller sends nothing
+    after its request, so a readable connection is its end."""
+    import select
+    while not fut.done():
+        try:
+            readable, _, _ = select.select([conn], [], [], every_s)
+            if readable and not conn.recv(4096):     # bytes after the request: ignored
+                went_away()
+                return
+        except (OSError, ValueError):
+            went_away()
+            return
+
+
+# How long an interrupted step's processes get to end after SIGTERM before SIGKILL.
+STOP_GRACE_S = 0.5
+
+
+async def run_step(sess, msg, fds, session, home, gone=None):
+    """Begin a step, run it in its own sandbox on the given stdio fds, end it (snapshot).
+    `gone` is set when the caller goes away: the step's processes are ended then (within a
+    second) and the step is marked `interrupted-by-agent`."""
     begin = await steps.begin(sess, {"argv": msg["argv"], "cwd": msg["cwd"], "env": msg["env"], "home": home,
                               "pid": None, "uid": os.getuid(), "session": session,
                               "tool_call_id": msg["tool_call_id"], "origin": "inner"},
@@ -297,6 +321,7 @@ async def run_step(sess, msg, fds, session, home):
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     launch = None
+    marks: list[str] = []
     dns = Resolver()              # the step's 127.0.0.1:53, answered on this loop
     try:
         # With the exit-status reporter, as envgit run: a command's chosen 130 is 130, a death
@@ -318,7 +343,9 @@ async def run_step(sess, msg, fds, session, home):
         except (OSError, ValueError, KeyError):
             pass                        # bwrap failed to start: its status says so
         launch.release()
-        rc = await proc.wait()
+        rc = await _wait_or_stop(proc, gone)
+        if gone is not None and gone.is_set():
+            marks.append("interrupted-by-agent")
         # asyncio's returncode -N is a death by signal N, M >= 0 an exit with M: as a wait status
         code, sig = launch.outcome(-rc if rc < 0 else rc << 8)
     except (LaunchError, OSError) as e:
@@ -337,13 +364,36 @@ async def run_step(sess, msg, fds, session, home):
     if fd is not None:
         os.close(fd)
     ended = await steps.end(sess, {"step": step, "exit_code": code, "signal": name, "dns": dns.summary(),
-                            "duration_ms": round((loop.time() - t0) * 1000, 3)})
+                            "duration_ms": round((loop.time() - t0) * 1000, 3), "marks": marks})
     for line in ended.get("notices") or ():          # what envgit run would print after the step
         try:
             os.write(fds[2], f"envgit: step {step}: {line}\n".encode())
         except OSError:
             pass
     return {"step": step, "exit_code": code, "signal": name}
+
+
+async def _wait_or_stop(proc, gone):
+    """The sandbox's exit status; if `gone` is set first, its process group is sent SIGTERM,
+    then (after STOP_GRACE_S) bwrap SIGKILL, which ends every process of the sandbox (its
+    pid namespace's init dies with bwrap)."""
+    if gone is None:
+        return await proc.wait()
+    waiting = asyncio.ensure_future(proc.wait())
+    stop = asyncio.ensure_future(gone.wait())
+    done, _ = await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
+    if waiting in done:
+        stop.cancel()
+        return waiting.result()
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)      # its own session: the group is the sandbox's
+    except OSError:
+        pass
+    try:
+        return await asyncio.wait_for(asyncio.shield(waiting), STOP_GRACE_S)
+    except TimeoutError:
+        proc.kill()
+        return await waiting
 
 
 def serve_resolver(loop, dns, pause_s=0.05):
