@@ -172,6 +172,39 @@ def test_ctrl_c_ends_claude_and_the_terminal_is_restored(cproj, claude_bin):
     assert session["exit_code"] == 0 and "agent-session" in session["marks"]
 
 
+def test_esc_during_a_long_bash_call_ends_the_command(cproj, claude_bin):
+    """Esc on a running Bash call: Claude says it was interrupted, and the command under envgit
+    ends too (as it does under plain claude), within seconds; the oracle is the file the command
+    writes after its sleep, which never appears. The step says how it ended."""
+    cmd = "echo started; sleep 8; echo finished > late.txt"
+    with ModelServer([bash(cmd)], final=ANSWER) as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            first_run(t)
+            t.wait_for(READY)
+            t.type(PROMPT)
+            time.sleep(0.5)
+            t.type("\r")
+            deadline = time.monotonic() + 120
+            running = []
+            while not running and time.monotonic() < deadline:
+                running = [s for s in steps(cproj) if s["argv"] == ["bash", "-c", cmd] and s["status"] == "running"]
+                time.sleep(0.2)
+            assert running, t.screen()
+            started = time.monotonic()
+            t.type("\x1b")
+            t.wait_for("Interrupted", timeout=30)
+            ended = []
+            while not ended and time.monotonic() - started < 10:
+                ended = [s for s in steps(cproj) if s["id"] == running[0]["id"] and s["status"] != "running"]
+                time.sleep(0.2)
+            assert ended and "interrupted-by-agent" in ended[0]["marks"], (ended, t.screen())
+            time.sleep(max(0.0, 10 - (time.monotonic() - started)))
+            assert not (cproj.root / "late.txt").exists()
+            assert exit_command(t) == 0
+            assert t.stty() == t.modes_before
+
+
 def test_claudes_state_persists_so_a_second_session_asks_nothing(cproj, claude_bin):
     with ModelServer([], final=ANSWER) as model:
         cproj.write_policy(policy(model))
