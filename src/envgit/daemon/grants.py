@@ -1,6 +1,6 @@
 """Remembered grants: a person's "allow, and remember" for one effect, kept in the journal.
 
-A grant is made from one pending question (the gate's `_question`, proxy/addon.py) and covers
+A grant is made from one pending question (the gate's `_question`, proxy/judge.py) and covers
 exactly the effect that question was about, on exactly its scheme, host and port:
 
   request   the same method (and every other method a server may act on: policy/acts.py's

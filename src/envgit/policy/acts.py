@@ -88,7 +88,7 @@ def methods(req) -> frozenset:
     among them when a POST's body that may carry `_method` was not read whole."""
     out = {req.method.upper()}
     for h in OVERRIDE_HEADERS:
-        if h in req.headers:                    # repetitions are joined by ", " (proxy/addon.py)
+        if h in req.headers:                    # repetitions are joined by ", " (proxy/flows.py)
             out.update(v.strip().upper() for v in req.headers[h].split(","))
     if req.query:
         out.update(_form(req.query))

@@ -1,5 +1,6 @@
 """The network gate: mitmproxy, embedded in the session daemon's event loop, with envgit's
-addon asking envgit.policy.network about every connection and request.
+addons (one job each: flowstate.py) asking envgit.policy.network about every connection and
+request.
 
     gate = Gate(get_policy, state_dir, resolve, record, ask, upstream_ca=None, ask_timeout=120)
     await gate.start()              # listens on state_dir/"proxy.sock"; start(tcp_port=0): also TCP

@@ -22,18 +22,15 @@ A body within BODY_CAP is buffered whole, as mitmproxy does by default.
 
 Responses: a stream callable may raise `Cut`; the chunk is not sent, both connections are
 closed (the step's client sees its body end early) and the flow's error says why
-(credentials.py cuts off a body carrying a real value it cannot rewrite).
+(echoguard.py cuts off a body carrying a real value it cannot rewrite).
 """
 
 import time
 import zlib
+from typing import Any
 
 from ..policy.netrequest import BODY_CAP
-
-PARTIAL = "envgit.partial"              # flow.metadata: the body was judged on its first bytes
-CUT = "envgit.cut"                      # flow.metadata: chunk -> reason to cut the request off, or ""
-ON_BODY = "envgit.on_body"              # flow.metadata: flow -> None, a buffered response's look
-                                        # before its request is recorded (addon.response)
+from .flowstate import CUT, PARTIAL
 
 
 class Cut(Exception):
@@ -142,10 +139,12 @@ def install() -> None:
             self.client_state = self.server_state = self.state_errored
             yield DropStream(self.stream_id)
 
-    layer.HttpStream.state_consume_request_body = state_consume_request_body
-    layer.HttpStream.state_stream_response_body = state_stream_response_body
-    layer.HttpStream.state_drop_request_body = state_drop_request_body
-    layer.HttpStream.state_stream_watched_body = state_stream_watched_body
+    # Two of mitmproxy's states replaced and two added: a patch of the class, untyped on purpose.
+    stream: Any = layer.HttpStream
+    stream.state_consume_request_body = state_consume_request_body
+    stream.state_stream_response_body = state_stream_response_body
+    stream.state_drop_request_body = state_drop_request_body
+    stream.state_stream_watched_body = state_stream_watched_body
     _installed = True
 
 

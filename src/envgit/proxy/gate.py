@@ -1,5 +1,7 @@
 """The gate: mitmproxy embedded in the caller's asyncio loop, listening on a unix socket, with
-envgit's addon judging every connection and request by the policy.
+envgit's addons (one job each, in this order: steps.py, judge.py, record.py, credentials.py,
+echoguard.py; flowstate.py says what they share) judging every connection and request by the
+policy.
 
 mitmproxy listens on TCP only, so the gate runs its own listeners (the unix socket, and a
 loopback TCP port for tests and benchmarks) and hands each accepted connection to a
@@ -19,12 +21,22 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..paths import UnixAddress
 from ..policy import hostnames, network
 from . import bodies, ca
-from .addon import EnvgitAddon
 from .credentials import CredentialSwap
+from .credvalues import CredentialValues
+from .echoguard import EchoGuard
+from .flowstate import Conn
+from .judge import Judge
+from .record import Record
+from .steps import Steps
+
+if TYPE_CHECKING:
+    from mitmproxy.master import Master
+    from mitmproxy.proxy.mode_servers import ServerInstance
 
 log = logging.getLogger("envgit.proxy")
 
@@ -121,6 +133,9 @@ class Counted:
         self.down += len(data)
         self._writer.write(data)
 
+    def close(self) -> None:
+        self._writer.close()
+
     def get_extra_info(self, name, default=None):
         if name in ("peername", "sockname") and self._peer[0] == "unix":
             return self._peer                      # mitmproxy wants (host, port) addresses
@@ -142,19 +157,22 @@ class Gate:
         self.resolve = {hostnames.norm_host(k): v for k, v in resolve.items()}
         self._record, self._ask = record, ask
         self.upstream_ca, self.ask_timeout = upstream_ca, ask_timeout
-        self.addon = EnvgitAddon(self)
-        self.credentials = CredentialSwap(self)   # after the addon: swaps only what it allowed
+        self.credentials = CredentialValues()    # the placeholders and real values the addons share
+        # In this order: each event runs on each in turn (flowstate.py); the swap after the
+        # judge swaps only what it allowed.
+        self.addons = [Steps(self), Judge(self), Record(self), CredentialSwap(self), EchoGuard(self)]
         self.tcp_address: tuple[str, int] | None = None
         self._creds: dict[str, tuple[str, int]] = {}      # user -> (password, step)
         self._pidns: dict[int, int] = {}                  # step -> its sandbox's pid namespace
         self._answers: dict[tuple, tuple] = {}            # effect -> (answer, who, how, at)
         self._asking: dict[tuple, asyncio.Future] = {}
-        self._counters: dict[tuple, Counted] = {}
+        self._conns: dict[tuple, Conn] = {}               # peer -> its connection (and Counted)
         self._routes: dict[str, tuple] = {}                # server id -> (name, port)
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
-        self.master = self._instance = None
+        self.master: Master | None = None
+        self._instance: ServerInstance | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -184,11 +202,10 @@ class Gate:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         confdir = ca.ca_dir(self.state_dir)
         opts = options.Options()
-        self.master = Master(opts, event_loop=asyncio.get_running_loop())
+        self.master = master = Master(opts, event_loop=asyncio.get_running_loop())
         servers = proxyserver.Proxyserver()
-        self.master.addons.add(core.Core(), servers, next_layer.NextLayer(),
-                               tlsconfig.TlsConfig(), disable_h2c.DisableH2C(), self.addon,
-                               self.credentials)
+        master.addons.add(core.Core(), servers, next_layer.NextLayer(),
+                          tlsconfig.TlsConfig(), disable_h2c.DisableH2C(), *self.addons)
         opts.update(
             mode=[],                          # mitmproxy listens on nothing; the gate does
             confdir=str(confdir),
@@ -204,7 +221,7 @@ class Gate:
             http2=False,
             websocket=True,
         )
-        await self.master.running()           # tlsconfig makes or loads the CA here
+        await master.running()                # tlsconfig makes or loads the CA here
         self._instance = ServerInstance.make("regular", servers)
         sock = self.socket_path
         sock.unlink(missing_ok=True)
@@ -224,8 +241,9 @@ class Gate:
             srv.close()
         # Closing the client sockets lets mitmproxy wind each connection down itself
         # (cancelling its task would leave its timeout watchdog pending).
-        for counted in list(self._counters.values()):
-            counted._writer.close()
+        for conn in list(self._conns.values()):
+            if conn.counter is not None:
+                conn.counter.close()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=2)
         for t in list(self._tasks):
@@ -245,17 +263,19 @@ class Gate:
         peer = tuple(peer[:2]) if isinstance(peer, tuple) and peer else ("unix", next(self._ids))
         sock = writer.get_extra_info("socket")
         counted = Counted(reader, writer, peer, _peer_pidns(sock))
-        self._counters[peer] = counted
+        self._conns[peer] = Conn(counter=counted)
         try:
             if sock is not None and sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await self._instance.handle_stream(counted, counted)
         finally:
-            self._counters.pop(peer, None)
+            self._conns.pop(peer, None)         # after mitmproxy's client_disconnected
             self._tasks.discard(task)
 
-    def counter_for(self, peername) -> Counted | None:
-        return self._counters.get(tuple(peername[:2])) if peername else None
+    def conn_of(self, client) -> Conn | None:
+        """What the gate knows of a mitmproxy client connection (flowstate.Conn), by its peer."""
+        peername = client.peername
+        return self._conns.get(tuple(peername[:2])) if peername else None
 
     # --- steps ---------------------------------------------------------------------------
 
@@ -303,7 +323,7 @@ class Gate:
             if getattr(self.policy(), "credentials", None):
                 # The one place every request's record passes: no text of it (an error a
                 # server's malformed answer made, quoting a token it echoed) keeps a real value.
-                self.credentials._scrub(rec)
+                self.credentials.scrub(self.policy(), rec)
             self._record(step_id, rec)
         except Exception:                         # a broken journal must not break the proxy
             log.exception("recording a request of step %s failed", step_id)
@@ -366,7 +386,7 @@ class Gate:
                 return
             # IPv4 first: the sandbox's host often has no IPv6 route, and only one is tried.
             infos.sort(key=lambda i: i[0] != socket.AF_INET)
-            addr = infos[0][4][0]
+            addr = str(infos[0][4][0])             # an IPv4 or IPv6 address (typed str | int)
             d = network.judge_address(self.policy(), host, port, addr)
             if d.action != "allow":
                 server.error = f"envgit: {d.reason} (rule {d.rule})"

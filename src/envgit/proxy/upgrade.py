@@ -6,7 +6,7 @@ neither that the request asked to upgrade (`Upgrade: websocket`, `Connection: up
 policy judges an upgrade by those, and refuses it on every judged host unless
 `network.l7[host].websocket: allow`) nor the handshake's `Sec-WebSocket-Accept`. A server the
 step controls could so open a WebSocket the policy never allowed, and its Ping frames pass
-unlooked at. Any other 101 is answered here (EnvgitAddon.responseheaders) with a 502, on
+unlooked at. Any other 101 is answered (judge.py, Judge.responseheaders) with a 502, on
 every host; mitmproxy then relays nothing after it.
 """
 

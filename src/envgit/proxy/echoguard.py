@@ -1,46 +1,39 @@
-"""Responses on their way back to the step (the response half of credentials.CredentialSwap,
-which mixes this in): every real value the gate knows, in any form a header or body holds it
+"""The echo guard: the addon that keeps real values out of what comes back to a step. Every
+real value the gate knows (credvalues.py), in any form a header or body holds it
 (credentials/echo.py), goes back as its placeholder, from any host; what cannot be rewritten
 is withheld (a buffered body: a 502; a streamed one: cut off), recorded with rule
-`credential-misuse`, kind `credential-echo`.
+`credential-misuse`, kind `credential-echo`. Runs last (flowstate.py gives the order).
 
 On a credential's own host (a server that was handed, or may know, the real value) a body
 the gate cannot decode whole and look at is withheld the same way, whatever its content: an
 unknown Content-Encoding (alone or in a stacked list), deflate with a preset dictionary, a
 decoding error, a compressed body cut short or with data after its end. The step's client may
 read what the gate could not. Elsewhere such a body passes unchanged, as downloads need.
-"""
 
-from typing import Any
+Events: `responseheaders` (headers, the reason phrase, and how the body is looked at),
+`response` (trailers), `websocket_message` (the server's messages), `error` (a real value in
+the error text mitmproxy would answer the step with).
+"""
 
 from mitmproxy import http
 
 from ..credentials import echo
 from ..policy import hostnames, network
+from ..policy.credcover import ECHO, RULE
 from ..policy.netrequest import BODY_CAP
 from . import bodies
-from .addon import _denial_text
+from .credentials import websocket_denial
+from .flows import denial_text, target
+from .flowstate import ANSWERED, ON_BODY, RECORD
 
-RULE = "credential-misuse"
-ECHO = "credential-echo"    # the kind of a response withheld for a real value it carried
 
+class EchoGuard:
+    """One gate's answers with credentials. `gate` supplies the policy, the credentials
+    (credvalues.CredentialValues) and the journal."""
 
-class Answers:
-    """Mixed into CredentialSwap, which has what is declared here."""
-
-    gate: Any
-
-    def _echoes(self, policy) -> echo.Echoes:
-        raise NotImplementedError
-
-    def _placeholders(self, policy) -> dict[str, tuple[dict, list[str]]]:
-        raise NotImplementedError
-
-    def _target(self, flow, conn) -> tuple[str, int]:
-        raise NotImplementedError
-
-    def _scrub(self, rec: dict) -> dict:
-        raise NotImplementedError
+    def __init__(self, gate):
+        self.gate = gate
+        self.known = gate.credentials
 
     def responseheaders(self, flow: http.HTTPFlow):
         """A server may echo what it was sent in its answer (a redirect's Location keeps the query,
@@ -51,7 +44,7 @@ class Answers:
         policy = self.gate.policy()
         if flow.response is None or not getattr(policy, "credentials", None):
             return
-        echoes = self._echoes(policy)
+        echoes = self.known.echoes(policy)
         if not echoes:
             return
         flow.response.headers.fields = self._scrub_fields(flow, flow.response.headers.fields, echoes)
@@ -59,8 +52,9 @@ class Answers:
         if found or left is not None:       # an error's text may quote the token it was sent
             flow.response.data.reason = b"" if left is not None else reason
             self._echoed(flow, found or [left])
-        if not flow.metadata.get("envgit.answered"):
+        if not flow.metadata.get(ANSWERED):
             self._body_watch(flow, echoes)
+
     def _scrub_fields(self, flow, fields, echoes) -> tuple:
         """Header (or trailer) fields with every real value put back as its placeholder, in
         every form a body may hold it (a redirect's Location percent-encodes, a debug header
@@ -86,14 +80,14 @@ class Answers:
         are sent on."""
         if flow.response is not None and flow.response.trailers and \
                 getattr(self.gate.policy(), "credentials", None):
-            echoes = self._echoes(self.gate.policy())
+            echoes = self.known.echoes(self.gate.policy())
             if echoes:
                 flow.response.trailers.fields = self._scrub_fields(flow, flow.response.trailers.fields, echoes)
 
     def _body_watch(self, flow, echoes) -> None:
         """The response body: one declared (Content-Length) within BODY_CAP and not an event
         stream is buffered whole and rewritten (`on_body`, called before the request is
-        recorded: bodies.ON_BODY); a compressed one without a declared length, not an event
+        recorded: flowstate.ON_BODY); a compressed one without a declared length, not an event
         stream, is gathered up to BODY_CAP and rewritten whole at its end (echo.Gather); any
         other is rewritten as it streams (echo.Stream), or cut off where it cannot be
         (compressed, base64, a length change under Content-Length)."""
@@ -104,7 +98,7 @@ class Answers:
         streaming = "text/event-stream" in r.headers.get("content-type", "").lower()
         if length.isdigit() and int(length) <= BODY_CAP and not streaming:
             r.stream = False
-            flow.metadata[bodies.ON_BODY] = lambda flow: self._on_body(flow, echoes)
+            flow.metadata[ON_BODY] = lambda flow: self._on_body(flow, echoes)
             return
         # A transfer coding other than chunked (`Transfer-Encoding: gzip, chunked`): the client
         # undoes it before the content coding, so it is read as the last content coding
@@ -176,15 +170,14 @@ class Answers:
             self._echoed(flow, names)
 
     def _echoed(self, flow, names) -> None:
-        rec = flow.metadata.get("envgit.record")
+        rec = flow.metadata.get(RECORD)
         if rec is not None:
             rec["credential_echo"] = ",".join(sorted(set(names)))
 
     def _withheld(self, flow, name, why="") -> str:
         """Record a response withheld (cut off) for the real value of credential `name` it
         carried; the text the step's client is given."""
-        conn = self.gate.addon.conns.get(flow.client_conn.id)
-        host, port = self._target(flow, conn)
+        host, port = target(flow)
         what = f"the real value of credential '{name}'" if name else \
             f"a body the gate could not read ({why})"
         d = network.Decision(
@@ -193,12 +186,12 @@ class Answers:
             hint="the server printed the credential it was sent; the step gets placeholders only"
             if name else "on a credential's host the gate passes only bodies it can read whole "
             "(gzip, deflate, br, zstd, identity); ask the server for one of those")
-        rec = flow.metadata.get("envgit.record")
+        rec = flow.metadata.get(RECORD)
         if rec is not None:
             rec.update(decision="deny", rule=RULE, reason=d.reason, kind=ECHO,
                        irreversible=False, **({"credential": name} if name else {}))
-            self._scrub(rec)
-        return _denial_text(flow, d)
+            self.known.scrub(self.gate.policy(), rec)
+        return denial_text(flow, d)
 
     def _withhold(self, flow, name, why="") -> None:
         """A buffered response that carries a real value the gate cannot rewrite (or, `name`
@@ -207,10 +200,41 @@ class Answers:
         flow.response = http.Response.make(502, text, {"Content-Type": "text/plain; charset=utf-8",
                                                        "X-Envgit-Rule": RULE})
 
-
     def _credential_host(self, flow) -> bool:
         """Is the response from one of a credential's hosts (any port its entry names)?"""
-        conn = self.gate.addon.conns.get(flow.client_conn.id)
-        host, port = self._target(flow, conn)
-        return any(hostnames.entry_matches(e, host, port)
-                   for cred, _ in self._placeholders(self.gate.policy()).values() for e in cred["hosts"])
+        return self.known.on_a_credential_host(self.gate.policy(), *target(flow))
+
+    def websocket_message(self, flow: http.HTTPFlow):
+        """A WebSocket message from the server (where network.l7 says `websocket: allow`),
+        before it is relayed: real values go back as placeholders; a message holding one that
+        cannot be is dropped and recorded. The step's messages: credentials.py."""
+        policy = self.gate.policy()
+        if flow.websocket is None or not getattr(policy, "credentials", None):
+            return
+        msg = flow.websocket.messages[-1]
+        if msg.from_client:
+            return
+        echoes = self.known.echoes(policy)
+        if not echoes:
+            return
+        clean, names, left = echoes.scrub(msg.content)
+        if left is not None:
+            msg.drop()
+            host, port = target(flow)
+            websocket_denial(self.gate, flow, network.Decision(
+                "deny", RULE, f"a WebSocket message from {hostnames.norm_host(host)}:{port} carried "
+                f"the real value of credential '{left}'; it was dropped, never passed on",
+                kind=ECHO), left)
+        elif names:
+            msg.content = clean
+
+    def error(self, flow: http.HTTPFlow):
+        """mitmproxy answers the step itself with an error's text (a 502 quoting a response
+        head it could not parse, with the token the server echoed in it): a flow whose error
+        holds a real value is killed, and the step gets the connection's close instead. (Its
+        record, made by Record before this, is scrubbed by Gate.emit.)"""
+        policy = self.gate.policy()
+        msg = flow.error.msg if flow.error else "error"
+        if getattr(policy, "credentials", None) and flow.killable and \
+                self.known.found_real(policy, [msg]):
+            flow.kill()

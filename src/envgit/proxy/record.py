@@ -1,0 +1,98 @@
+"""The record addon: what the journal gets of each request and tunnel.
+
+The record of a request is made by the judge (`make`, flow.metadata[RECORD]) and updated by the
+addons after it (an answer, a credential's misuse or echo); this addon counts its bytes both
+ways and sends it to the journal (Gate.emit, which scrubs real values from it) when the flow
+ends: `response` or `error`. A tunnel's record is sent when its client disconnects (its bytes
+are counted at the socket: gate.Counted). Records hold names, never values: the path's query
+values are redacted (flows.redact_path).
+
+Responses are streamed, counted on the way; with credentials a small one is buffered and looked
+at first (EchoGuard's flow.metadata[ON_BODY], called here before the record is made).
+"""
+
+import time
+
+from mitmproxy import http
+
+from .flows import redact_path
+from .flowstate import ANSWERED, COUNTED, ON_BODY, PARTIAL, RECORD, STEP
+
+
+def make(flow: http.HTTPFlow, d, **extra) -> dict:
+    """A request's record, as decided by `d` (a network.Decision); `extra` adds or overrides."""
+    r = flow.request
+    return {"method": r.method, "scheme": r.scheme, "host": r.pretty_host, "port": r.port,
+            "path": redact_path(r.path), "status": None, "bytes_up": 0, "bytes_down": 0,
+            "duration_ms": None, "decision": d.action, "rule": d.rule, "kind": d.kind,
+            "reason": d.reason, "irreversible": False,
+            "intercepted": True, "started_at": time.time(), **extra}
+
+
+class Record:
+    """One gate's records. `gate` supplies the connections (conn_of) and the journal (emit)."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def client_disconnected(self, client):
+        conn = self.gate.conn_of(client)
+        if conn is None or not conn.tunnelled or conn.step is None or conn.connect is None:
+            return
+        c = conn.counter
+        self.gate.emit(conn.step, {
+            "method": "CONNECT", "scheme": "https", "host": conn.connect[0],
+            "port": conn.connect[1], "path": "", "status": 200,
+            "bytes_up": getattr(c, "up", None), "bytes_down": getattr(c, "down", None),
+            "duration_ms": round((time.time() - conn.started) * 1000, 1),
+            "decision": "allow", "rule": "network.allow", "kind": "tunnel",
+            "irreversible": False, "intercepted": False, "started_at": conn.started})
+
+    def request(self, flow: http.HTTPFlow):
+        """After the judge: the request's bytes. A body streamed on past BODY_CAP (bodies.py) is
+        counted as it goes, the buffered part first."""
+        rec = flow.metadata.get(RECORD)
+        if rec is None or flow.metadata.get(COUNTED):   # the end of a body streamed on
+            return
+        flow.metadata[COUNTED] = True
+        rec["bytes_up"] = len(flow.request.raw_content or b"")
+        if flow.response is not None or not flow.metadata.get(PARTIAL):
+            return
+        rec["bytes_up"] = 0
+
+        def count(chunk: bytes) -> bytes:
+            rec["bytes_up"] += len(chunk)
+            return chunk
+        flow.request.stream = count
+
+    def responseheaders(self, flow: http.HTTPFlow):
+        rec = flow.metadata.get(RECORD)
+        if rec is None or flow.response is None or flow.metadata.get(ANSWERED):
+            return
+
+        def count(chunk: bytes) -> bytes:
+            rec["bytes_down"] += len(chunk)
+            return chunk
+        flow.response.stream = count
+
+    def response(self, flow: http.HTTPFlow):
+        on_body = flow.metadata.pop(ON_BODY, None)
+        if on_body is not None:         # a buffered body looked at before it is recorded and
+            on_body(flow)               # sent on (EchoGuard._on_body)
+        self._finish(flow)
+
+    def error(self, flow: http.HTTPFlow):
+        self._finish(flow, error=flow.error.msg if flow.error else "error")
+
+    def _finish(self, flow: http.HTTPFlow, error: str | None = None) -> None:
+        rec = flow.metadata.pop(RECORD, None)
+        if rec is None:
+            return
+        if flow.response is not None:
+            rec["status"] = flow.response.status_code
+            if not rec["bytes_down"] and flow.response.raw_content:
+                rec["bytes_down"] = len(flow.response.raw_content)   # answered by the gate
+        if error:
+            rec["error"] = error
+        rec["duration_ms"] = round((time.time() - rec["started_at"]) * 1000, 2)
+        self.gate.emit(flow.metadata.get(STEP), rec)
