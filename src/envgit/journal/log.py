@@ -77,9 +77,9 @@ class Journal:
     def _fill_open_steps(self):
         self.db.execute("DELETE FROM open_steps")
         self.db.executemany("INSERT INTO open_steps VALUES (?)",
-                            [(n,) for n in sorted(self._open_byfold_entry())])
+                            [(n,) for n in sorted(self._open_by_fold())])
 
-    def _open_byfold_entry(self) -> set[int]:
+    def _open_by_fold(self) -> set[int]:
         out: dict[int, Step] = {}
         for row in self.db.execute("SELECT seq, step, kind, at_ns, body FROM entries WHERE kind IN "
                                    "('begin', 'end', 'interrupted') ORDER BY seq"):
