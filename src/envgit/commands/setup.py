@@ -31,10 +31,11 @@ def add_parsers(sub, argparse):
     s.set_defaults(fn=cmd_doctor)
 
     s = command(sub, "policy", help="check, show or describe the policy",
-                example=["envgit policy check", "envgit policy show"])
+                example=["envgit policy check", "envgit policy show", "envgit policy presets"])
     s.set_defaults(fn=cmd_policy)
     psub = s.add_subparsers(dest="policy_cmd", metavar="ACTION", required=True)
-    x = command(psub, "check", help="validate envgit.yaml", example=["envgit policy check",
+    x = command(psub, "check", help="validate envgit.yaml (and your defaults): every error, each "
+                "with file:line:col and the fix", example=["envgit policy check",
                 "envgit policy check --json"])
     json_flag(x)
     x = command(psub, "show", help="the effective policy, defaults merged, with sources",
@@ -44,6 +45,10 @@ def add_parsers(sub, argparse):
             example="envgit policy schema > envgit.schema.json")
     x = command(psub, "protected", help="the escape routes: files a program outside the sandbox "
                 "obeys, read-only to a step or marked when changed", example="envgit policy protected")
+    json_flag(x)
+    x = command(psub, "presets", help="the network presets and the irreversible rules, each with "
+                "what it matches (hosts, methods, paths)",
+                example=["envgit policy presets", "envgit policy presets --json"])
     json_flag(x)
 
     s = command(sub, "daemon", help="the session daemon (plumbing)",
@@ -131,6 +136,13 @@ def cmd_policy(args):
     if args.policy_cmd == "schema":
         out(json_schema())
         return 0
+    if args.policy_cmd == "presets":
+        from ..policy.presetinfo import presets_json, render_presets
+        if args.json:
+            out(presets_json())
+        else:
+            sys.stdout.write(render_presets())
+        return 0
     if args.policy_cmd == "protected":
         from ..policy.defaults import ESCAPE_ROUTES, render_escape_routes
         if args.json:
@@ -142,15 +154,20 @@ def cmd_policy(args):
     try:
         pol = load_policy(project.policy)
     except PolicyError as e:
+        if args.policy_cmd == "check" and len(e.errors) > 1:
+            return _every_error(args, e.errors)
         raise Usage(str(e)) from None
     if args.policy_cmd == "check":
         from ..sandbox.tracked import tracked_denied, warning
         tracked = tracked_denied(pol, project.root, os.path.expanduser("~"))
         if args.json:
             out({"ok": True, "policy": project.policy, "sha256": pol.sha256,
+                 "defaults": pol.user_path or None,
                  "tracked_denied": tracked, "warnings": [warning(tracked)] if tracked else []})
             return 0
         print(f"{project.policy}: ok (sha256 {pol.sha256[:12]})")
+        if pol.user_path:
+            print(f"  read over your defaults {pol.user_path} (sha256 {pol.user_sha256[:12]})")
         if tracked:
             print(f"warning: {inert(warning(tracked))}")
     elif args.json:
@@ -158,6 +175,21 @@ def cmd_policy(args):
     else:
         sys.stdout.write(render(pol))
     return 0
+
+
+def _every_error(args, errors) -> int:
+    """`policy check` on a policy with several errors: each on a line of its own (file:line:col:
+    message and fix), in the order of the files' lines; with --json, the error document whose
+    `error` holds those lines."""
+    from . import EXIT_USAGE
+    lines = [str(e) for e in sorted(errors, key=lambda e: (str(e.path), e.line, e.col))]
+    if args.json:
+        out({"error": "\n".join(lines), "exit": EXIT_USAGE})
+    else:
+        for line in lines:
+            print(f"envgit: {inert(line)}", file=sys.stderr)
+        print(f"envgit: {len(lines)} errors; no step runs until each is fixed", file=sys.stderr)
+    return EXIT_USAGE
 
 
 # --- doctor ------------------------------------------------------------------------------

@@ -31,12 +31,15 @@ class PolicyFile:
         return self._policy
 
     def _stat(self):
+        from ..policy import userdefaults
         from ..policy.org import stat_key  # the organisation policy binds too (org.py)
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_ctime_ns, stat_key())
+        # and the person's own defaults, read under the project's file (userdefaults.py)
+        return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_ctime_ns, stat_key(),
+                userdefaults.stat_key())
 
     def for_gate(self):
         """The gate judges requests on the event loop: after an edit it keeps judging by the

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import defaults
-from .schema import MAX_BYTES, PolicyError, validate
+from .schema import MAX_BYTES, PolicyError, several, validate
 
 MCP_DEFAULTS = {"servers": {}, "rules": [], "max_return_bytes": 20 * 1024,
                 "flag_bytes_in": 100 * 1024, "flag_bytes_out": 1024}
@@ -51,6 +51,9 @@ class Policy:
     # the organisation policy this one was loaded under (policy/org.py), or ""
     org_path: str = ""
     org_sha256: str = ""
+    # the person's own defaults this one was read over (policy/userdefaults.py), or ""
+    user_path: str = ""
+    user_sha256: str = ""
     backend: str = "sandbox"        # "vm": steps run in the project's microVM (vm/)
     vm_memory: int = 512 << 20
     vm_cpus: int = 1
@@ -60,14 +63,26 @@ class Policy:
 
 
 def load_policy(path) -> Policy:
-    """The effective policy of the file at `path`, loaded under the organisation policy when
-    there is one (policy/org.py, orgmerge.py); PolicyError names file, line, column and fix."""
-    from . import hostentries, org, orgmerge
+    """The effective policy of the file at `path`, read over the person's own defaults when
+    there are some (policy/userdefaults.py) and loaded under the organisation policy when there
+    is one (policy/org.py, orgmerge.py); PolicyError names file, line, column and fix (and
+    holds every error of a file that has several: `envgit policy check` lists them)."""
+    from . import hostentries, org, orgmerge, userdefaults, writes
     path = Path(path)
-    data, where, sha = _read(path)
+    project_root = os.path.dirname(os.path.abspath(path))
+    home = os.path.expanduser("~")
+    errors: list[PolicyError] = []
+    data, where, sha = _read(path, errors=errors)
+    if errors:                          # and what else the lines that did validate hold
+        raise several(errors + writes.breaking(data, where, home, project_root))
     hostentries.refuse_in_project(where, path)
+    user_path = userdefaults.locate(project_root)
+    user_sha = ""
+    if user_path is not None:
+        udata, uwhere, user_sha = _read(Path(user_path))
+        data, where = userdefaults.combine(udata, uwhere, data, where)
     entries = hostentries.named(data, where, org=False)
-    org_path = org.locate(os.path.dirname(os.path.abspath(path)))
+    org_path = org.locate(project_root)
     org_sha, org_creds = "", []
     if org_path is not None:
         odata, owhere, org_sha = _read(Path(org_path), label=org.shown(org_path))
@@ -75,16 +90,20 @@ def load_policy(path) -> Policy:
         entries = hostentries.named(odata, owhere, org=True) + entries
         org_creds = sorted(odata.get("credentials") or {})
         data, where = orgmerge.combine(odata, owhere, data, where, os.path.expanduser("~"))
-        org.check_unwritable(data, where, org_path, os.path.expanduser("~"),
-                             os.path.dirname(os.path.abspath(path)))
+        org.check_unwritable(data, where, org_path, home, project_root)
+    bad = writes.breaking(data, where, home, project_root)
+    if bad:
+        raise several(bad)
+    userdefaults.check_unwritable(data, where, home, project_root)
     _credential_conflicts(data, where)
     pol = _merge(data, where, str(path), sha)
     pol.org_path, pol.org_sha256 = org.shown(org_path) if org_path else "", org_sha
+    pol.user_path, pol.user_sha256 = user_path or "", user_sha
     pol.host_entries, pol.org_credentials = entries, org_creds
     return pol
 
 
-def _read(path: Path, label=None) -> tuple[dict, dict, str]:
+def _read(path: Path, label=None, errors=None) -> tuple[dict, dict, str]:
     """One policy file checked against the format: (data, where, sha256 of its bytes). Errors
     and provenance name it `label` when given (the bucket object a local copy came from)."""
     try:
@@ -92,12 +111,14 @@ def _read(path: Path, label=None) -> tuple[dict, dict, str]:
     except FileNotFoundError:
         raise PolicyError(label or path, 0, 0, "no policy file; run `envgit init` to write the default "
                           "one") from None
-    return parse(raw, label or path)
+    return parse(raw, label or path, errors)
 
 
-def parse(raw: bytes, path) -> tuple[dict, dict, str]:
+def parse(raw: bytes, path, errors=None) -> tuple[dict, dict, str]:
     """A policy's bytes checked against the format: (data, where, sha256 of the bytes). Errors
-    and provenance name it `path` (a file, or the bucket object the bytes came from)."""
+    and provenance name it `path` (a file, or the bucket object the bytes came from). Every
+    error of the format is found: with an `errors` list they are appended to it (the data is
+    then what did validate), else the first is raised, holding them all."""
     import yaml
     if len(raw) > MAX_BYTES:          # refused before the YAML parser sees it (~1 s a MiB)
         raise PolicyError(path, raw[:MAX_BYTES].count(b"\n") + 1, 1,
@@ -124,10 +145,16 @@ def parse(raw: bytes, path) -> tuple[dict, dict, str]:
     if node is None:
         raise PolicyError(path, 1, 1, "the file is empty; it needs at least 'version: 1' "
                           "(`envgit init --force` writes the default policy)")
-    data, where = validate(node, str(path))
-    if data["version"] != 1:
-        raise PolicyError(path, int(where["version"].rsplit(":", 1)[1]), 1,
-                          f"version {data['version']} is not known to this envgit; use 'version: 1'")
+    found: list[PolicyError] = []
+    data, where = validate(node, str(path), found)
+    if data.get("version", 1) != 1:
+        found.append(PolicyError(path, int(where["version"].rsplit(":", 1)[1]), 1,
+                                 f"version {data['version']} is not known to this envgit; use "
+                                 "'version: 1'"))
+    if errors is None and found:
+        raise several(found)
+    if errors is not None:
+        errors += found
     return data, where, hashlib.sha256(raw).hexdigest()
 
 
@@ -251,6 +278,9 @@ def _network_allow(entries, where, prov, presets) -> list[str]:
 def render(pol: Policy) -> str:
     """`envgit policy show`: every effective value beside where it came from."""
     lines = [f"# effective policy of {pol.path} (sha256 {pol.sha256[:12]})"]
+    if pol.user_path:
+        lines.append(f"# read over your defaults {pol.user_path} (sha256 {pol.user_sha256[:12]}): "
+                     "their lists come first, the project's single values win")
     if pol.org_path:
         lines.append(f"# loaded under the organisation policy {pol.org_path} (sha256 "
                      f"{pol.org_sha256[:12]}): it can be tightened here, never loosened")

@@ -15,12 +15,27 @@ from .globs import GlobError, compile_glob
 
 
 class PolicyError(ValueError):
-    """A policy that cannot be used; str() is `file:line:col: message`."""
+    """A policy that cannot be used; str() is `file:line:col: message`. `errors` is every error
+    found in the file (this one first): `envgit policy check` lists them all."""
 
     def __init__(self, path, line, col, message):
         self.path, self.line, self.col, self.message = path, line, col, message
         where = f"{path}:{line}:{col}" if line else str(path)
+        self.errors: list[PolicyError] = [self]
         super().__init__(f"{where}: {message}")
+
+
+def several(errors: list[PolicyError]) -> PolicyError:
+    """One PolicyError for a file with `errors` (in the order found): the first, saying how many
+    more there are, with every one in `errors`."""
+    if len(errors) == 1:
+        return errors[0]
+    first = errors[0]
+    more = len(errors) - 1
+    e = PolicyError(first.path, first.line, first.col, f"{first.message} ({more} more "
+                    f"error{'s' if more > 1 else ''}: `envgit policy check` lists them)")
+    e.errors = list(errors)
+    return e
 
 
 def where_line(where_value: str) -> tuple[str, int]:
@@ -359,10 +374,25 @@ MAX_TEXT = 16384               # characters of one value (a path, glob, host, sh
 MAX_VALUES = 50_000             # values in the whole policy (aliases counted each time used)
 
 
-def validate(node, path) -> tuple[dict, dict]:
-    """(data, where): the plain data, and dotted key -> 'file:line' for every value."""
+BAD = object()      # a value that did not validate: left out of the data (its error is kept)
+
+
+def validate(node, path, errors: list | None = None) -> tuple[dict, dict]:
+    """(data, where): the plain data, and dotted key -> 'file:line' for every value. Every
+    error is found, not only the first: with an `errors` list they are appended to it and the
+    data holds what did validate (a bad map key left out, a bad list item as BAD, so the other
+    items keep their index); without one the first is raised, saying how many more."""
     where: dict[str, str] = {}
-    data = _check(SCHEMA, node, "", path, where)
+    found: list[PolicyError] = [] if errors is None else errors
+    try:
+        data = _check(SCHEMA, node, "", path, where, found)
+    except PolicyError as e:            # a limit: reading on is what it guards against
+        found.append(e)
+        data = BAD
+    if data is BAD:
+        data = {}
+    if errors is None and found:
+        raise several(found)
     return data, where
 
 
@@ -390,74 +420,103 @@ def _kind(node):
     return type(node).__name__.replace("Node", "").lower()  # scalar / sequence / mapping
 
 
-def _check(spec, node, key, path, where):
+def _check(spec, node, key, path, where, errors):
+    """The value of `node` as `spec` says, or BAD with its error appended to `errors`."""
+    try:
+        return _value(spec, node, key, path, where, errors)
+    except _Bad as e:
+        errors.append(e.error)
+        return BAD
+
+
+class _Bad(Exception):
+    """A value's own error: recorded, and validation goes on with the next value."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _bad(path, node, msg):
+    return _Bad(_err(path, node, msg))
+
+
+def _value(spec, node, key, path, where, errors):
     import yaml  # the daemon and `policy` commands only; never on the hot path
     where[key] = f"{path}:{node.start_mark.line + 1}"
     _limits(node, key, path, where)
     label = key or "the policy"
     if isinstance(spec, (Map, Dict, OneOf)):
         if not isinstance(node, yaml.MappingNode):
-            raise _err(path, node, f"{label} must be a mapping (key: value), not a {_kind(node)}")
+            raise _bad(path, node, f"{label} must be a mapping (key: value), not a {_kind(node)}")
         pairs = []
         for k, v in node.value:
             if not isinstance(k, yaml.ScalarNode):
-                raise _err(path, k, f"keys in {label} must be plain words")
+                raise _bad(path, k, f"keys in {label} must be plain words")
             pairs.append((k, v))
         seen = set()
         for k, _ in pairs:
             if k.value in seen:
-                raise _err(path, k, f"'{k.value}' appears twice in {label}; keep one")
+                raise _bad(path, k, f"'{k.value}' appears twice in {label}; keep one")
             seen.add(k.value)
         if isinstance(spec, OneOf):
             found = [k.value for k, _ in pairs if k.value in spec.choices]
             if len(found) != 1:
                 kinds = ", ".join(f"'{c}:'" for c in spec.choices)
-                raise _err(path, node, f"each entry of {label} needs exactly one of {kinds}")
+                raise _bad(path, node, f"each entry of {label} needs exactly one of {kinds}")
             spec = spec.choices[found[0]]
         if isinstance(spec, Dict):
             out = {}
             for k, v in pairs:
                 msg = spec.key.check(k.value) if spec.key.check else None
                 if msg:
-                    raise _err(path, k, msg)
-                out[k.value] = _check(spec.value, v, f"{key}.{k.value}", path, where)
+                    errors.append(_err(path, k, msg))
+                    continue
+                got = _check(spec.value, v, f"{key}.{k.value}", path, where, errors)
+                if got is not BAD:
+                    out[k.value] = got
             return out
         out = {}
+        failed = False                  # a required value did not validate: neither does this
         for k, v in pairs:
             if k.value not in spec.fields:
                 hint = difflib.get_close_matches(k.value, spec.fields, n=1)
                 fix = f"did you mean '{hint[0]}'?" if hint else \
                     "known keys: " + ", ".join(spec.fields)
-                raise _err(path, k, f"unknown key '{k.value}' in {label}; {fix}")
-            out[k.value] = _check(spec.fields[k.value], v, f"{key}.{k.value}".lstrip("."), path, where)
-        missing = [r for r in spec.required if r not in out]
+                errors.append(_err(path, k, f"unknown key '{k.value}' in {label}; {fix}"))
+                continue
+            got = _check(spec.fields[k.value], v, f"{key}.{k.value}".lstrip("."), path, where, errors)
+            if got is not BAD:
+                out[k.value] = got
+            elif k.value in spec.required:
+                failed = True
+        missing = [r for r in spec.required if r not in out and r not in {k.value for k, _ in pairs}]
         if missing:
-            raise _err(path, node, f"{label} is missing '{missing[0]}'")
-        return out
+            raise _bad(path, node, f"{label} is missing '{missing[0]}'")
+        return BAD if failed else out
     if isinstance(spec, List):
         if not isinstance(node, yaml.SequenceNode):
-            raise _err(path, node, f"{label} must be a list ([a, b] or '- a' lines), not a {_kind(node)}")
-        return [_check(spec.item, v, f"{key}[{i}]", path, where) for i, v in enumerate(node.value)]
+            raise _bad(path, node, f"{label} must be a list ([a, b] or '- a' lines), not a {_kind(node)}")
+        return [_check(spec.item, v, f"{key}[{i}]", path, where, errors) for i, v in enumerate(node.value)]
     if not isinstance(node, yaml.ScalarNode):
-        raise _err(path, node, f"{label} must be a single value, not a {_kind(node)}")
+        raise _bad(path, node, f"{label} must be a single value, not a {_kind(node)}")
     value = yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" else node.value
     if isinstance(spec, Int):
         if not isinstance(value, int) or isinstance(value, bool) or value < spec.minimum:
-            raise _err(path, node, f"{label} must be a whole number >= {spec.minimum}, not {node.value!r}")
+            raise _bad(path, node, f"{label} must be a whole number >= {spec.minimum}, not {node.value!r}")
         return value
     if isinstance(spec, Size):
         try:
             return parse_size(value)
         except ValueError as e:
-            raise _err(path, node, f"{label}: {e}") from None
+            raise _bad(path, node, f"{label}: {e}") from None
     if not isinstance(value, str):
-        raise _err(path, node, f"{label} must be text; quote it: \"{node.value}\"")
+        raise _bad(path, node, f"{label} must be text; quote it: \"{node.value}\"")
     if spec.enum and value not in spec.enum:
         hint = difflib.get_close_matches(value, spec.enum, n=1)
         fix = f"did you mean '{hint[0]}'?" if hint else "use one of: " + ", ".join(spec.enum)
-        raise _err(path, node, f"{label} is {value!r}; {fix}")
+        raise _bad(path, node, f"{label} is {value!r}; {fix}")
     if spec.check:
         msg = spec.check(value)
         if msg:
-            raise _err(path, node, f"{label}: {msg}")
+            raise _bad(path, node, f"{label}: {msg}")
     return value
