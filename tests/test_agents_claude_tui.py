@@ -10,6 +10,7 @@ Claude authenticates with ANTHROPIC_AUTH_TOKEN (as with a gateway): with an API 
 run checks it can reach api.anthropic.com before anything else, which nothing here can."""
 
 import json
+import re
 import shutil
 import signal
 import time
@@ -203,6 +204,27 @@ def test_esc_during_a_long_bash_call_ends_the_command(cproj, claude_bin):
             assert not (cproj.root / "late.txt").exists()
             assert exit_command(t) == 0
             assert t.stty() == t.modes_before
+
+
+def test_the_resume_hint_is_envgits_and_resumes_inside(cproj, claude_bin):
+    """Claude prints `claude --resume ID` on exit, which would run outside envgit: envgit says
+    `envgit claude --resume ID` after it, and that brings the conversation back inside."""
+    with ModelServer([], final=ANSWER) as model:
+        cproj.write_policy(policy(model))
+        with claude_tui(cproj, claude_bin, model) as t:
+            first_run(t)
+            ask(t)
+            mark = t.mark()
+            assert exit_command(t) == 0
+            said = t.shown_after(mark)
+        m = re.search(r"envgit claude --resume ([0-9a-f-]{36})", said)
+        assert m, said
+        with claude_tui(cproj, claude_bin, model, "--resume", m.group(1)) as t:
+            t.wait_for(READY)
+            t.wait_for(PROMPT, timeout=30)                  # the conversation, back on the screen
+            assert exit_command(t) == 0
+    sessions = [s for s in steps(cproj) if "agent-session" in s["marks"]]
+    assert [s["argv"][3:] for s in sessions] == [[], ["--resume", m.group(1)]]      # after --allowedTools Bash
 
 
 def test_claudes_state_persists_so_a_second_session_asks_nothing(cproj, claude_bin):

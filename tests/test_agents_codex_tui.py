@@ -7,6 +7,7 @@ session asks nothing the first one answered."""
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -29,8 +30,8 @@ def shell(cmd, **more):
     return Call("exec_command", {"cmd": cmd, **more})
 
 
-def codex_tui(proj, codex_bin):
-    return AgentTerminal([ENVGIT, "codex"], {**proj.env, "ENVGIT_CODEX_BIN": codex_bin}, proj.root)
+def codex_tui(proj, codex_bin, *args):
+    return AgentTerminal([ENVGIT, "codex", *args], {**proj.env, "ENVGIT_CODEX_BIN": codex_bin}, proj.root)
 
 
 def user_config(proj, model):
@@ -109,6 +110,24 @@ def test_a_typed_prompt_runs_shell_calls_as_steps_and_the_answer_is_shown(proj, 
                    (["/bin/bash", "-lc", "pwd"], c2, root, 0),
                    (["/bin/bash", "-lc", "pwd"], c3, root + "/sub", 0)]
     assert {s["session"] for s in steps(proj)} == {steps(proj)[0]["session"]}
+
+
+def test_the_resume_hint_is_envgits_and_resumes_inside(proj, codex_bin):
+    """Codex prints `codex resume ID` on exit, which would run outside envgit: envgit says
+    `envgit codex resume ID` after it, and that brings the conversation back inside."""
+    with ModelServer([], final=ANSWER) as model:
+        user_config(proj, model)
+        with codex_tui(proj, codex_bin) as t:
+            first_run(t)
+            ask(t)
+            mark = t.mark()
+            assert quit_with_ctrl_c(t) == 0
+            said = t.shown_after(mark)
+        m = re.search(r"envgit codex resume ([0-9a-f-]{36})", said)
+        assert m, said
+        with codex_tui(proj, codex_bin, "resume", m.group(1)) as t:
+            t.wait_for(PROMPT, timeout=60)                  # the conversation, back on the screen
+            assert quit_with_ctrl_c(t) == 0
 
 
 def test_a_killed_codex_leaves_the_terminal_as_it_was(proj, codex_bin):

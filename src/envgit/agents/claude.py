@@ -28,9 +28,10 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from urllib.parse import urlsplit
 
-from .session import AgentError, agent_binary, announce, new_session, project_here
+from .session import AgentError, agent_binary, announce, new_session, newest_conversation, project_here, say_resume
 
 EDIT_TOOLS = "Write|Edit|MultiEdit|NotebookEdit"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -244,8 +245,11 @@ def launch(argv: list[str]) -> int:
         # bind: Claude's own traffic goes through the gate on `step`, tied to its sandbox
         # hold_notices: the gate's notices (a host Claude tried) are said after Claude's
         # full-screen UI has exited, not drawn over it
+        started = time.time()
         code, _ = execute(conn, step, spec["bwrap"], spec["env"], spec.get("bind"), project.root,
                           hold_notices=True)
+        conversation = newest_conversation([(own or state_read[0], "projects/*/*.jsonl")], started)
+        say_resume(f"envgit claude --resume {conversation}" if conversation else None)
         return code
     finally:
         shutil.rmtree(top, ignore_errors=True)

@@ -10,8 +10,9 @@ holds two files of envgit's and is otherwise the person's own Codex home:
 Every other entry is a link to the person's Codex home (created if absent, as Codex does on its
 first run), config.toml included: Codex writes through it (its trust of this folder, the
 notices it showed), so its state is theirs and a second session asks nothing the first one
-answered, as without envgit. What Codex creates that was not there to link (sessions/ on a
-first run, its databases) is moved into their Codex home when it exits (`adopt`).
+answered, as without envgit (sessions/ is made there first, so its rollouts' recorded paths
+keep leading to them and `codex resume` finds them). What Codex creates that was not there to
+link (its databases on a first run) is moved into their Codex home when it exits (`adopt`).
 `--dangerously-bypass-approvals-and-sandbox` makes Codex send `sandbox: null`: envgit's
 sandbox is the one enforced, and Codex asks no approvals of its own (envgit's `ask` does).
 `--no-daemon`: the TUI runs its own app server, which ends with it; Codex's shared background
@@ -24,6 +25,7 @@ closed, and the project's .codex is a protected escape route.
 import json
 import os
 import sys
+import time
 
 from ..run import FAILED
 from .codex_trust import TrustError, hook_identity, trust_override
@@ -32,9 +34,11 @@ from .session import (
     agent_binary,
     announce,
     new_session,
+    newest_conversation,
     project_here,
     run_on_terminal,
     say_escape_routes,
+    say_resume,
     session_dir,
 )
 
@@ -55,6 +59,10 @@ def build_overlay(project, session: str, user_home: str) -> str:
     home = os.path.join(session_dir(project, session), "codex-home")
     os.makedirs(home, mode=0o700, exist_ok=True)
     os.makedirs(user_home, mode=0o700, exist_ok=True)
+    # sessions/ made in their home before a first run, so it is a link too: Codex records each
+    # rollout's path as it wrote it (this overlay's sessions/…), and `codex resume` later
+    # finds it there only if the path still leads to it
+    os.makedirs(os.path.join(user_home, "sessions"), mode=0o700, exist_ok=True)
     # config.toml even when absent: Codex creates it through the link, in their home
     for name in {*os.listdir(user_home), "config.toml"} - set(OURS):
         link = os.path.join(home, name)
@@ -127,6 +135,7 @@ def launch(argv: list[str]) -> int:
         print(f"envgit: Codex will not run envgit's hook ({e}): file steps will carry no "
               "tool-call id; commands still do", file=sys.stderr)
     announce("codex", session, "enforced: envgit is its exec-server")
+    started = time.time()
     try:
         return run_on_terminal(command(codex, argv, trust), env)
     finally:
@@ -134,3 +143,7 @@ def launch(argv: list[str]) -> int:
         for path in adopt(home, user_home):
             print(f"envgit: Codex's {os.path.basename(path)} of this session is kept in {path} "
                   f"({user_home} has its own)", file=sys.stderr)
+        # its rollouts: sessions/YYYY/MM/DD/rollout-<time>-<uuid>.jsonl, in their home once adopted
+        conversation = newest_conversation([(d, "sessions/*/*/*/rollout-*.jsonl") for d in (user_home, home)],
+                                           started)
+        say_resume(f"envgit codex resume {conversation}" if conversation else None)

@@ -161,3 +161,31 @@ def say_escape_routes(project, session: str):
 def announce(agent: str, session: str, how: str):
     print(f"envgit: {agent} session {session} ({how}); its steps: envgit log --session {session}",
           file=sys.stderr)
+
+
+# --- the agents' resume hints, inside envgit ---------------------------------------------------
+# Claude Code and Codex print how to resume a conversation on exit (`claude --resume ID`,
+# `codex resume ID`); followed as printed, that runs outside envgit. The same line is said the
+# envgit way, for the conversation this launch wrote.
+
+def newest_conversation(pattern_roots: list[tuple[str, str]], since: float) -> str | None:
+    """The id of the newest transcript changed since `since` (a time.time()), among the files
+    each (directory, glob) names; a transcript's id is its name's last 36 characters (a UUID)
+    before `.jsonl`. None when this launch wrote none."""
+    import glob
+    best = None
+    for root, pattern in pattern_roots:
+        for path in glob.glob(os.path.join(glob.escape(root), pattern)):
+            try:
+                mtime = os.stat(path).st_mtime
+            except OSError:
+                continue
+            name = os.path.basename(path)[:-len(".jsonl")]
+            if mtime >= since and len(name) >= 36 and (best is None or mtime > best[0]):
+                best = (mtime, name[-36:])
+    return best[1] if best else None
+
+
+def say_resume(line: str | None):
+    if line:
+        print(f"envgit: to go on with this conversation inside envgit: {line}", file=sys.stderr)
