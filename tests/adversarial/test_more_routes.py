@@ -3,8 +3,10 @@ todo list), a virtualenv's programs, and package managers', cargo's and CI's fil
 planted from inside a step; the oracle is a marker file the plant touches when the person later
 runs the real tool on the host, where one is here (git, a venv's pip). A protected route is
 read-only once it exists; a marked one stays writable, and the step that leaves it changed is
-marked `escape-route-written`, with the path, and told at its end. Beside each, the
-legitimate use still works: a rebase inside a step, pip install into a venv."""
+marked `escape-route-written`, with the path, and told at its end. What package managers write
+in a virtualenv as a matter of course (its pyvenv.cfg and programs) is listed quietly instead:
+mark `tool-files-written`, the path on the step and in one plain line (tests/test_routes_levels.py).
+Beside each, the legitimate use still works: a rebase inside a step, pip install into a venv."""
 
 import json
 import zipfile
@@ -31,6 +33,16 @@ def marked(a, r, *prefixes):
     for p in prefixes:
         assert any(e == p or e.startswith(p + "/") for e in s["escape_routes"]), (p, s["escape_routes"])
         assert p in r.stderr and NOTICE in r.stderr, r.stderr
+
+
+def listed_quietly(a, r, *paths):
+    """The step `r` ran lists `paths` as tool files: the mark, the paths in the journal and in
+    its one plain line, and no loud notice."""
+    s = last_step(a)
+    assert "tool-files-written" in s["marks"] and "escape-route-written" not in s["marks"], (s, r.stderr)
+    for p in paths:
+        assert p in s["escape_routes"], (p, s["escape_routes"])
+        assert p in r.stderr and NOTICE not in r.stderr, r.stderr
 
 
 def not_marked(a):
@@ -123,38 +135,42 @@ def make_venv(a, path=".venv"):
     person(a, f"/usr/bin/python3 -m venv {path}")
 
 
-def test_a_venv_pip_rewritten_is_marked_and_really_runs(attacker):
+def test_a_venv_pip_rewritten_is_listed_and_really_runs(attacker):
     a = attacker
     m = a.home / "pwned-venv-pip"
     make_venv(a)
     r = a.run(f"sed -i '1a import os; os.system(\"touch {m}\")' .venv/bin/pip")
     assert r.returncode == 0, r.stderr
     assert not m.exists()
-    marked(a, r, ".venv/bin/pip")
+    listed_quietly(a, r, ".venv/bin/pip")     # as `pip install -U pip` rewrites it
     a.host(".venv/bin/pip --version")
     assert m.exists()                        # the oracle is live
 
 
-@pytest.mark.parametrize("plant,route", [
-    ("rm .venv/bin/python && printf '#!/bin/sh\\ntouch {m}\\n' > .venv/bin/python", ".venv/bin/python"),
-    ("printf '[global]\\nindex-url = http://127.0.0.1:9/simple\\n' > .venv/pip.conf", ".venv/pip.conf"),
-    ("sed -i 's|^home = .*|home = /tmp/evil|' .venv/pyvenv.cfg", ".venv/pyvenv.cfg"),
+@pytest.mark.parametrize("plant,route,loud", [
+    ("rm .venv/bin/python && printf '#!/bin/sh\\ntouch {m}\\n' > .venv/bin/python", ".venv/bin/python", False),
+    ("printf '[global]\\nindex-url = http://127.0.0.1:9/simple\\n' > .venv/pip.conf", ".venv/pip.conf", True),
+    ("sed -i 's|^home = .*|home = /tmp/evil|' .venv/pyvenv.cfg", ".venv/pyvenv.cfg", False),
 ], ids=["python-replaced", "pip.conf", "pyvenv.cfg"])
-def test_a_venv_route_is_marked(attacker, plant, route):
+def test_a_venv_route_is_marked(attacker, plant, route, loud):
+    """pip.conf routes the person's index credentials: loud. The venv's programs and its
+    pyvenv.cfg are what `python -m venv` and pip write: listed quietly."""
     a = attacker
     make_venv(a)
     r = a.run(plant.format(m=a.home / "pwned"))
     assert r.returncode == 0, r.stderr
-    marked(a, r, route)
+    (marked if loud else listed_quietly)(a, r, route)
 
 
-def test_a_venv_made_and_planted_in_one_step_is_marked(attacker):
+def test_a_venv_made_and_planted_in_one_step_is_listed(attacker):
     """No pyvenv.cfg before the step: the venv is recognised as it is after."""
     a = attacker
     r = a.run("/usr/bin/python3 -m venv --without-pip tools/env && "
               "printf '#!/bin/sh\\necho hijacked\\n' > tools/env/bin/black && chmod +x tools/env/bin/black")
     assert r.returncode == 0, r.stderr
-    marked(a, r, "tools/env/bin/black")
+    s = last_step(a)
+    assert "tools/env/bin/black" in s["escape_routes"] and "tool-files-written" in s["marks"], s
+    assert "escape-route-written" not in s["marks"] and NOTICE not in r.stderr, r.stderr
 
 
 def _wheel(path):
@@ -169,7 +185,7 @@ def _wheel(path):
         z.writestr(f"{dist}/RECORD", "")
 
 
-def test_pip_install_into_a_venv_works_and_is_marked(attacker):
+def test_pip_install_into_a_venv_works_and_is_listed(attacker):
     a = attacker
     make_venv(a)
     _wheel(a.root / "hello-1.0-py3-none-any.whl")
@@ -177,17 +193,19 @@ def test_pip_install_into_a_venv_works_and_is_marked(attacker):
     r = a.run(".venv/bin/pip install -q --no-index --no-deps --no-cache-dir "
               "--disable-pip-version-check ./hello-1.0-py3-none-any.whl && .venv/bin/hello")
     assert r.returncode == 0 and "hello" in r.stdout, r.stderr
-    marked(a, r, ".venv/bin/hello")
+    listed_quietly(a, r, ".venv/bin/hello")
     # an ordinary file in the project beside the venv is not a route
     r = a.run("mkdir -p bin && echo x > bin/tool && echo y > .venv/notes.txt")
     assert r.returncode == 0, r.stderr
     not_marked(a)
+    assert "tool-files-written" not in last_step(a)["marks"]
 
 
-def test_node_modules_bin_is_not_a_route(attacker):
+def test_node_modules_bin_is_never_loud(attacker):
     """The line drawn (defaults.py): node_modules/.bin is rewritten by every install and runs
-    only when the person runs the project's scripts; a package's own .gitattributes or
-    bunfig.toml is read by no tool there."""
+    only when the person runs the project's scripts (listed quietly when a step leaves it
+    changed: tests/test_routes_levels.py); a package's own .gitattributes or bunfig.toml is read
+    by no tool there."""
     a = attacker
     r = a.run("mkdir -p node_modules/.bin node_modules/jest/.cargo && echo x > node_modules/.bin/jest && "
               "echo x > node_modules/jest/.gitattributes && echo x > node_modules/jest/bunfig.toml && "

@@ -243,14 +243,14 @@ async def end(sess, msg):
     faults.point("step-snapshotted")        # objects sealed, the end entry not yet written
     del sess.live[step]
     drop_tmp(info.tmp)
-    escapes = escape_routes_written(info, summary, sess.project.root, sess.scan)
+    escapes, tool_files = escape_routes_written(info, summary, sess.project.root, sess.scan)
     # the session's own notices, taken before the next await lets another step's settle add one
     notices = sess.tracked_denied_notice(info) + sess.outside_notices
     sess.outside_notices = []
     found = marks.Found(
         step=step, summary=summary, requests=info.requests, client_marks=msg.get("marks") or [],
         denied=marks.mentioned(info.argv, info.masked, sess.project.root, info.home),
-        escapes=escapes, vm_after=vm_after, memory=memory,
+        escapes=escapes, tool_files=tool_files, vm_after=vm_after, memory=memory,
         taken_back=takeback.to_take_back(info.policy, sess.project.root, escapes, sess.scan) if escapes else [],
         unreached=unreached_notices(sess, info, dns := dns_summary(msg.get("dns"))),
         policy_files=marks.policy_files_written(summary),
@@ -398,12 +398,14 @@ def escape_routes_written(info, summary, project, scan):
     """Escape routes this step created or changed (sandbox/routes.py): a hook, a git config, an
     .envrc, an .npmrc… An existing protected one is read-only, so this is one created where
     none was, or (should the mounts ever be got round) one modified or deleted, or a `mark`
-    route (a .pth file): any of them is said, with its path."""
+    route (a .pth file): any of them is said, with its path; and of those, the ones package
+    managers write on every install (a venv's programs), said quietly."""
     try:
-        return routes.written(info.policy, project, info.home or "", scan,
-                              info.routes or {}, summary)
+        escapes = routes.written(info.policy, project, info.home or "", scan,
+                                 info.routes or {}, summary)
+        return escapes, routes.tools_own(info.policy, project, info.home or "", scan, escapes)
     except Exception as e:              # never lose the step's end over it; say so
-        return [f"(escape routes could not be checked: {type(e).__name__}: {e})"]
+        return [f"(escape routes could not be checked: {type(e).__name__}: {e})"], []
 
 
 

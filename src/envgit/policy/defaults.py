@@ -64,16 +64,21 @@ ALLOW_WRITE = ["."]
 #            creating it, so a step that creates it is marked `escape-route-written` and told
 #            at the end of the step, naming the path
 #   mark     writable (tools write them legitimately), but any change is marked and told
+#   quiet    writable, and what package managers write there on every install (a virtualenv's
+#            programs and .pth files, node_modules/.bin): a change is listed on the step, mark
+#            `tool-files-written` and one plain line, never the loud notice (a person who is told
+#            of every `pip install` stops reading what is told)
 # A pattern without '**' names a path at the project root; '**/x' names x at any depth;
 # '<venv>/x' names x in every virtualenv (a directory holding pyvenv.cfg) at any depth.
 # The line drawn: a route is a file a program obeys WITHOUT the person choosing to run the
 # project's code: git, their shell (direnv, an activated venv), a package manager's install,
 # an editor or agent opening the folder, CI once pushed; or one that routes their credentials.
-# A Makefile, package.json scripts, justfile, test files or node_modules/.bin are not: the
-# person runs them by choosing to run the project (make, npm test, npx), and a step may change
-# any project code; that is what its diff is for. node_modules/.bin in particular is rewritten
-# by every npm/yarn/pnpm install and only links to code under node_modules/<pkg>, writable
-# anyway, so marking it would mark every install and close nothing.
+# A Makefile, package.json scripts, justfile or test files are not: the person runs them by
+# choosing to run the project (make, npm test), and a step may change any project code; that
+# is what its diff is for. node_modules/.bin is rewritten by every npm/yarn/pnpm install and
+# only links to code under node_modules/<pkg>, as a venv's bin/ is pip's: both are listed
+# quietly (`quiet`), so that what a step put on the person's PATH is on record without a loud
+# notice for every install.
 # Beyond these, sandbox/gitroutes.py adds what git itself reads in every repository found in
 # the project (nested ones, submodules, worktrees, a `.git` file's target, `commondir`), the
 # core.hooksPath directory named by any config source, and the files configs include.
@@ -159,17 +164,23 @@ ESCAPE_ROUTES = [
     ("**/site-packages/sitecustomize.py", "mark", "Python runs it at start-up"),
     ("**/site-packages/usercustomize.py", "mark", "Python runs it at start-up"),
     ("**/bin/activate", "mark", "sourced into the person's shell"),
-    ("**/pyvenv.cfg", "mark", "a virtualenv's `home`: where its Python loads the standard "
-                              "library from"),
-    ("<venv>/bin", "mark", "a virtualenv's python, pip and scripts: on the person's PATH once "
-                           "activated"),
+    # what `python -m venv` and pip write in a virtualenv as a matter of course
+    ("**/pyvenv.cfg", "quiet", "a virtualenv's `home`: where its Python loads the standard "
+                               "library from"),
+    ("<venv>/bin", "quiet", "a virtualenv's python, pip and scripts: on the person's PATH once "
+                            "activated"),
+    ("<venv>/lib/*/site-packages/*.pth", "quiet", "the virtualenv's Python runs their import "
+                                                  "lines at start-up (pip writes them)"),
+    ("**/node_modules/.bin", "quiet", "the package scripts npm, yarn and pnpm link there: run "
+                                      "by `npm run` and `npx`"),
     ("<venv>/pip.conf", "mark", "the index a virtualenv's pip installs from (and sends "
                                 "credentials to)"),
     (".pre-commit-config.yaml", "protect", "local hooks pre-commit runs on commit"),
     ("lefthook.yml", "protect", "commands lefthook runs on commit"),
     (".lefthook.yml", "protect", "commands lefthook runs on commit"),
     (".lfsconfig", "mark", "where git-lfs sends objects and credentials"),
-    (".env", "mark", "direnv's load_dotenv and dotenv tools load it into the person's shell"),
+    (".env", "mark", "direnv's load_dotenv and dotenv tools load it into the person's shell "
+                     "(listed quietly when it is a copy of its example: QUIET_IF_COPY_OF)"),
     ("mise.toml", "protect", "mise's env, hooks and tasks (trusted by path, not content)"),
     (".mise.toml", "protect", "mise's env, hooks and tasks (trusted by path, not content)"),
     (".config/mise.toml", "protect", "mise's env, hooks and tasks (trusted by path, not "
@@ -186,9 +197,14 @@ ESCAPE_ROUTES = [
     (".circleci", "mark", "CircleCI runs it with the project's secrets"),
 ]
 PROTECT = [p for p, action, _ in ESCAPE_ROUTES if action in ("protect", "git")]
-MARK = [p for p, action, _ in ESCAPE_ROUTES if action == "mark"]
+MARK = [p for p, action, _ in ESCAPE_ROUTES if action in ("mark", "quiet")]   # watched, writable
+QUIET = [p for p, action, _ in ESCAPE_ROUTES if action == "quiet"]           # of those, said quietly
+# A mark route said quietly when the step left it a byte-for-byte copy of one of these files
+# beside it (`cp .env.example .env`): the values are the example's, which the project shows.
+QUIET_IF_COPY_OF = {".env": (".env.example", ".env.sample", ".env.template", ".env.dist")}
 VENV = "<venv>/"
 MARK_IN_VENV = [p[len(VENV):] for p in MARK if p.startswith(VENV)]   # relative to the venv
+QUIET_IN_VENV = [p[len(VENV):] for p in QUIET if p.startswith(VENV)]
 MARK_IN_PROJECT = [p for p in MARK if not p.startswith(VENV)]
 # What git itself leaves in a gitdir: watched in every repository found, present or not
 MARK_IN_GITDIR = [p[len("**/.git/"):] for p in MARK if p.startswith("**/.git/")]
@@ -205,7 +221,10 @@ def render_escape_routes() -> str:
               "(nested ones, submodules, a .git file's target), the core.hooksPath directory "
               "named by any git config source (and its parent when it is husky's `_`), and the "
               "files those configs include",
-              "<venv> is any directory holding pyvenv.cfg (a virtualenv)"]
+              "<venv> is any directory holding pyvenv.cfg (a virtualenv)",
+              "protect: read-only (one a step creates is taken back); mark: writable, a change is "
+              "said loudly; quiet: writable, a change is listed on the step quietly (mark "
+              "tool-files-written), as is a .env left a copy of its example"]
     return "\n".join(lines) + "\n"
 
 

@@ -25,6 +25,7 @@ class Found:
     unreached: list[str] = field(default_factory=list)    # hosts it looked up and could not reach, said
     escapes: list[str] = field(default_factory=list)      # escape routes it wrote (sandbox/routes.py)
     taken_back: list[str] = field(default_factory=list)   # of those, the ones brought back (takeback.py)
+    tool_files: list[str] = field(default_factory=list)   # of those, package managers' own (routes.tools_own)
     policy_files: list[str] = field(default_factory=list)  # nested envgit.yaml / .envgit it made
     stripped: list[str] = field(default_factory=list)     # setuid/setgid bits removed (special_bits.py)
     vm_after: dict | None = None            # the VM's write-back (vm/host.py `after`)
@@ -94,7 +95,14 @@ def _unreached(f, marks):
 
 
 def _escape_routes(f, marks):
-    kept = [e for e in f.escapes if e not in f.taken_back]
+    # What package managers write on every install (a venv's programs, node_modules/.bin) is
+    # listed quietly: told loudly of every `pip install`, a person stops reading what is told.
+    # One taken back is the loud kind whatever its name.
+    escapes, back = set(f.escapes), set(f.taken_back)
+    quiet = [e for e in f.tool_files if e in escapes and e not in back]
+    said_quietly = set(quiet)
+    loud = [e for e in f.escapes if e not in said_quietly]
+    kept = [e for e in loud if e not in back]
     notices = []
     if f.taken_back:
         notices.append("took back what it wrote to escape routes, files a program outside the "
@@ -106,7 +114,10 @@ def _escape_routes(f, marks):
                        "(git, direnv, npm, an editor or agent): " + some(kept)
                        + f"; review before running anything here: envgit diff {f.step}; "
                        f"undo: envgit rewind {f.step}")
-    return (["escape-route-written"] if f.escapes else []), notices
+    if quiet:
+        notices.append(f"tool-files-written: {some(quiet, 5)} (what pip, npm or a venv put where "
+                       f"your shell and tools run it: envgit diff {f.step})")
+    return (["escape-route-written"] if loud else []) + (["tool-files-written"] if quiet else []), notices
 
 
 def _snapshot_error(f, marks):

@@ -7,6 +7,8 @@ to the same file. Before and after a step (`fingerprint`): every one, present or
 lstat'ed, so a route the step created (where none could be bound) or changed (should the mounts
 ever be got round) is marked `escape-route-written` on the step and told at its end, with
 its path. `mark` routes are only fingerprinted, never bound: tools write them legitimately.
+`quiet` ones too, and what package managers write there on every install (a venv's programs,
+node_modules/.bin) is said quietly (`tools_own`: mark `tool-files-written`, one plain line).
 """
 
 import os
@@ -95,7 +97,8 @@ class Routes:
             if _a_packages_copy(h):
                 continue        # a published package's copy: no tool reads it there
             if os.path.basename(h) == "pyvenv.cfg":     # a virtualenv: what its tools run
-                watch += [os.path.join(os.path.dirname(p), t) for t in defaults.MARK_IN_VENV]
+                watch += [os.path.join(os.path.dirname(p), t) for t in defaults.MARK_IN_VENV
+                          if not has_magic(t)]      # a glob's files: from the snapshot's paths
             if content_rx and content_rx(h):
                 rs.content_hits.append(p)
             base = os.path.basename(h)
@@ -177,13 +180,15 @@ def _gitdir_marks(gitdir):
 
 class _VenvPaths:
     """Whether a project-relative path is a `<venv>/…` route: below a directory holding
-    pyvenv.cfg (as it is after the step), under one of defaults.MARK_IN_VENV."""
+    pyvenv.cfg (as it is after the step), under one of `patterns` (defaults.MARK_IN_VENV)."""
 
-    def __init__(self, project):
+    def __init__(self, project, patterns=None):
         self.project, self.is_venv = project, {}
-        self.rx = _alt(defaults.MARK_IN_VENV)
+        self.rx = _alt(defaults.MARK_IN_VENV if patterns is None else patterns)
 
     def __call__(self, path):
+        if self.rx is None:
+            return False
         parts = path.split("/")
         for i in range(len(parts) - 1):
             d = "/".join(parts[:i])
@@ -380,6 +385,59 @@ def written(pol, project: str, home: str, scan, before: dict, summary) -> list[s
             out.add(os.path.join(project, path))
     out = {p for p in out if _holds(p, defaults.MARK_IF_CONTAINS.get(os.path.basename(p)))}
     return sorted({p[len(project) + 1:] if p.startswith(project + "/") else p for p in out})
+
+
+def tools_own(pol, project: str, home: str, scan, escapes: list[str]) -> list[str]:
+    """Of the routes a step wrote (`written`), the ones said quietly: what package managers
+    write as a matter of course (defaults.QUIET: a virtualenv's pyvenv.cfg, programs and .pth
+    files, node_modules/.bin), or a mark route the step left a byte-for-byte copy of its
+    example (defaults.QUIET_IF_COPY_OF: `cp .env.example .env`). Never one a protected route
+    names (a core.hooksPath pointed into a venv's bin/ is git's hooks, and loud): the
+    classification is by what obeys the file, not by its name alone."""
+    from ..policy import resolve
+    rules = resolve(pol, project, home or os.path.expanduser("~"))
+    protected = route_matcher([_rel_glob(project, e) or e[len(project) + 1:]
+                               for e, _ in rules.protect_abs if e.startswith(project + "/")])
+    bound = list(getattr(getattr(scan, "routes", None), "protect", ()) or ())
+    quiet = route_matcher([q for q in defaults.QUIET if not q.startswith(defaults.VENV)])
+    in_venv = _VenvPaths(project, defaults.QUIET_IN_VENV)
+    out = []
+    for rel in escapes:
+        if rel.startswith(("/", "(")):          # outside the project; a check's error: loud
+            continue
+        path = os.path.join(project, rel)
+        if protected(rel) or any(_inside(path, b) for b in bound):
+            continue
+        if quiet(rel) or in_venv(rel) or _a_copy_of_its_example(path):
+            out.append(rel)
+    return out
+
+
+def _a_copy_of_its_example(path: str) -> bool:
+    """`path` is a regular file with the same bytes as one of its examples beside it (neither
+    read through a symlink: a link would make the daemon compare what the step may not read)."""
+    examples = defaults.QUIET_IF_COPY_OF.get(os.path.basename(path))
+    if not examples:
+        return False
+    mine = _small_file(path)
+    return mine is not None and any(
+        _small_file(os.path.join(os.path.dirname(path), e)) == mine for e in examples)
+
+
+def _small_file(path: str, limit: int = 1 << 20) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        return os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def route_matcher(patterns):

@@ -21,7 +21,7 @@ TOP = 1 << 62
 
 # The marks a person filters by (the list), shown in the filter's menu; any other
 # mark a step carries can be typed into the URL (?mark=NAME) or reached from its badge.
-KNOWN_MARKS = ("denied-net", "denied-read", "asked", "irreversible", "escape-route-written",
+KNOWN_MARKS = ("denied-net", "denied-read", "asked", "irreversible", "escape-route-written", "tool-files-written",
                "credential-misuse", "read-much-return-little", "outside", "rewind",
                "policy-file-written", "setuid-stripped", "interrupted", "refused",
                "snapshot-failed")
