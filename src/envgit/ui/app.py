@@ -32,6 +32,7 @@ from .guard import Guard
 
 POLL_S = 0.5                    # how often a live page looks at the journal's head and the asks
 STREAM_S = 600                  # a stream ends after this long; the browser reconnects (Last-Event-ID)
+ROUTES_LISTED = 50              # escape routes a step page names (an install writes hundreds)
 ASSETS = {"ui.js": "text/javascript; charset=utf-8", "ui.css": "text/css; charset=utf-8"}
 
 
@@ -112,16 +113,30 @@ def make_app(project, token: str, host: str, port: int):
         n = request.path_params["n"]
         if _int(n) is None:             # past what the journal can hold: no such step
             return page.html("missing.html", status=404, what="this step")
+        under = _under(request)
         with query.journal(project.journal) as j:
             s = j.step(n) if j is not None else None
             if s is None:
                 return page.html("missing.html", status=404, what=f"step {n}")
             before = query.tree_before(j, s)
-            changes = stepview.changes(project, j, s, before)
+            changes = stepview.changes(project, j, s, before, under)
             head = query.head_seq(j)
         asks = [a for a in page.pending() if a.get("step") == n]
         return page.html("step.html", s=s, row=stepview.row(s), changes=changes, asks=asks, head=head,
-                         policy=stepview.policy(project, s, before))
+                         policy=stepview.policy(project, s, before), routes_listed=ROUTES_LISTED)
+
+    def step_files(request):
+        """The files under one folded directory of a step, as a fragment (ui.js puts it in
+        the folded line when it is opened)."""
+        n, under = request.path_params["n"], _under(request)
+        if _int(n) is None or under is None:
+            return Response("name a step and a directory (under=)", status_code=400, media_type="text/plain")
+        with query.journal(project.journal) as j:
+            s = j.step(n) if j is not None else None
+            if s is None:
+                return Response("no such step", status_code=404, media_type="text/plain")
+            changes = stepview.changes(project, j, s, query.tree_before(j, s), under)
+        return page.html("files.html", changes=changes)
 
     def rewind_plan(request):
         from ..view.errors import Refused
@@ -188,6 +203,7 @@ def make_app(project, token: str, host: str, port: int):
     routes = [
         Route("/", timeline),
         Route("/steps/{n:int}", step),
+        Route("/steps/{n:int}/files", step_files, methods=["GET"]),
         Route("/steps/{n:int}/rewind", rewind_plan, methods=["GET"]),
         Route("/steps/{n:int}/rewind", rewind_apply, methods=["POST"]),
         Route("/asks", asks_fragment, methods=["GET"]),
@@ -287,6 +303,12 @@ def _isotime(t):
         return iso_utc(t) or ""
     except (TypeError, ValueError, OverflowError):
         return str(t)
+
+
+def _under(request) -> str | None:
+    """The `under` parameter: a directory of the step's tree, as its changes name it."""
+    v = request.query_params.get("under")
+    return v.strip("/") if v and v.strip("/") else None
 
 
 def _int(text):

@@ -3,7 +3,9 @@
 against the current one, and what a row of the timeline says about it.
 
 Contents of paths the policy denies to steps are withheld (view/secrets.py `Secrets`), as
-`envgit diff` withholds them; the page has no --show-secrets.
+`envgit diff` withholds them; the page has no --show-secrets. A generated directory (a
+virtualenv, node_modules, build output, what the project's .gitignore ignores: view/generated.py)
+is one line with its count and size; its files are shown on asking (`under`).
 """
 
 import hashlib
@@ -44,17 +46,21 @@ def duration(ms) -> str:
     return f"{ms / 60_000:.0f} m {ms / 1000 % 60:02.0f} s"
 
 
-def changes(project, j, s, tree_before) -> dict:
-    """{"from", "to", "files": [...], "git": [lines per repository], "error"}: the step's diff."""
+def changes(project, j, s, tree_before, under=None) -> dict:
+    """{"from", "to", "files": [...], "folded": [generated directories], "git": [lines per
+    repository], "error"}: the step's diff, each generated directory folded to one line
+    (`folded`: path, files, bytes); `under`: only the files below that path, none folded."""
     from ..daemon.snapshots import display
     from ..snapshot import Store
     from ..snapshot.gitview import new_budget
+    from ..view import generated
     from ..view.diffs import Part, new_work, unified_lines
     from ..view.errors import Refused
     from ..view.secrets import Secrets
     snap = s.snapshot or {}
     to = snap.get("tree")
-    out = {"from": tree_before, "to": to, "files": [], "git": [], "error": None, "more": 0}
+    out = {"from": tree_before, "to": to, "files": [], "folded": [], "git": [], "error": None, "more": 0,
+           "under": under}
     if not to:
         out["error"] = snap.get("error") or "this step has no snapshot"
         return out
@@ -71,15 +77,27 @@ def changes(project, j, s, tree_before) -> dict:
         args = SimpleNamespace(paths=[], raw=False, stat=False)
         part = Part(store, args, secrets, {"from": "before", "to": f"step {s.id}", "from_tree": tree_before,
                                           "to_tree": to, "outside": False, "step": s.id}, new_budget())
-        out["git"] = [{"gitdir": r.gitdir, "lines": r.lines()} for r in part.repos]
+        if under is None:
+            out["git"] = [{"gitdir": r.gitdir, "lines": r.lines()} for r in part.repos]
+        ignore = generated.Ignore(_gitignore(store, to)) if under is None else None
+        folded: dict[str, dict] = {}
         budget, work = TEXT_BUDGET, new_work()
         for c in part.listed:
             if (c.new_type or c.old_type) == "dir":
                 continue
+            path = display(c.path)
+            if under is not None and not generated.under(path, under):
+                continue
+            key = generated.fold_key(path, ignore) if under is None else None
+            if key is not None:             # one line for the directory: no content read
+                g = folded.setdefault(key, {"path": key, "files": 0, "bytes": 0})
+                g["files"] += 1
+                g["bytes"] += (c.new_size if c.new_size is not None else c.old_size) or 0
+                continue
             if len(out["files"]) == FILES_LISTED:
                 out["more"] += 1
                 continue
-            f = {"path": display(c.path), "status": c.status, "old_size": c.old_size,
+            f = {"path": path, "status": c.status, "old_size": c.old_size,
                  "new_size": c.new_size, "withheld": None, "lines": None, "not_shown": None}
             why = part.withheld(c)
             if why:
@@ -94,6 +112,7 @@ def changes(project, j, s, tree_before) -> dict:
                     budget -= sum(len(x) for x in lines)
                     f["lines"] = [(_kind(x), x.rstrip("\n")) for x in lines]
             out["files"].append(f)
+        out["folded"] = [{**g, "size": size(g["bytes"])} for _, g in sorted(folded.items())]
     except Exception as e:
         from ..view.errors import operational
         said = operational(e)
@@ -103,6 +122,27 @@ def changes(project, j, s, tree_before) -> dict:
     finally:
         store.close()
     return out
+
+
+def _gitignore(store, tree) -> bytes | None:
+    """The project's top .gitignore as the step left it (None: none, or unreadable)."""
+    from ..snapshot import CorruptObject, StoreError
+    try:
+        return store.read_file(tree, b".gitignore")
+    except (OSError, ValueError, StoreError, CorruptObject):
+        return None
+
+
+def size(n: int) -> str:
+    """A byte count for a person: 812 bytes, 3.4 MB."""
+    if n < 1000:
+        return f"{n} bytes"
+    x = float(n)
+    for unit in ("KB", "MB", "GB"):
+        x /= 1000
+        if x < 1000 or unit == "GB":
+            break
+    return f"{x:.1f} {unit}"
 
 
 def _kind(line: str) -> str:

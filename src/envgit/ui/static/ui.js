@@ -91,6 +91,31 @@
     });
   }
 
+  // --- a folded directory (a virtualenv, node_modules): its files when it is opened -------
+  // The server renders the fragment (escaped); without JavaScript the line's link shows them.
+  // `toggle` does not bubble: it is caught on its way down.
+  document.addEventListener("toggle", async (ev) => {
+    const d = ev.target;
+    if (!(d instanceof HTMLDetailsElement) || !d.open || !d.dataset.files || d.dataset.loaded) return;
+    d.dataset.loaded = "1";
+    const body = d.querySelector(".part-body");
+    let r = null;
+    try {
+      r = await fetch(d.dataset.files, {credentials: "same-origin", cache: "no-store",
+                                        headers: {"X-Envgit-Token": token}});
+    } catch (e) { r = null; }
+    const part = r && r.ok ? fragment(await r.text()) : null;
+    if (!part) {
+      delete d.dataset.loaded;
+      const p = document.createElement("p");
+      p.className = "note";
+      p.textContent = "Not loaded" + (r ? ": HTTP " + r.status : "") + "; the link below shows them.";
+      body.prepend(p);
+      return;
+    }
+    body.replaceChildren(part);
+  }, true);
+
   // --- buttons ---------------------------------------------------------------------------
   document.addEventListener("click", async (ev) => {
     const b = ev.target.closest("button");
