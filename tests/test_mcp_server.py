@@ -121,6 +121,10 @@ def test_state_persists_across_calls_until_reset(mproj):
     assert text_of(c) == "1"
     assert text_of(d) == "undefined undefined"
     assert show(mproj, step_of(d))["extra"]["reset"] is True
+    # the text show: the code, the calls and the bytes, as a person reads the step
+    text = mproj.envgit("show", str(step_of(a)), check=True).stdout
+    assert "  code\n    const n = 41; function inc(x) { return x + 1 }\n" in text, text
+    assert "  calls     1 tool calls" in text and "  bytes     in " in text and ", out 2" in text, text
 
 
 def test_helpers_and_errors(mproj):

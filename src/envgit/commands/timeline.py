@@ -159,6 +159,7 @@ def cmd_show(args):
     for e in s.events:
         detail = " ".join(f"{k}={v}" for k, v in e.items() if k != "kind" and not isinstance(v, (dict, list)))
         print(inert(f"  event     {e['kind']} {detail}"))
+    _show_mcp(s.extra or {})
     snap = s.snapshot or {}
     if snap.get("tree"):
         left = snap.get("left_out", {})
@@ -181,3 +182,23 @@ def cmd_show(args):
     elif mem.get("error") or mem.get("reason"):
         print(f"  memory    {inert(str(mem.get('error') or mem.get('reason')))}")
     return 0
+
+
+def _show_mcp(extra):
+    """An MCP execution's own (mcp/execution.py records it on the step's end): its code, how
+    many tool calls it made, the bytes in and out; nothing for another step."""
+    if not isinstance(extra.get("code"), str):
+        return
+    ins = extra.get("bytes_in")
+    parts = [f"in {ins}" + (f" (upstream {extra.get('bytes_in_upstream')}, files {extra.get('bytes_in_files')})"
+                            if ins is not None else ""),
+             f"out {extra.get('bytes_out')}"]
+    if extra.get("cut"):
+        parts.append(f"printed {extra.get('bytes_printed')}, cut")
+    print(f"  calls     {extra.get('calls', 0)} tool calls" + (", fresh REPL" if extra.get("reset") else ""))
+    print(inert(f"  bytes     {', '.join(parts)}"))
+    if extra.get("error"):
+        print(inert(f"  error     {extra['error']}"))
+    print("  code")
+    for line in extra["code"].splitlines()[:200] or [""]:
+        print(inert(f"    {line}"))
