@@ -105,6 +105,29 @@ def test_execute_is_the_only_tool_and_declares_the_upstream_tools(mproj):
     assert "declare function sample<T>(value: T, n?: number): T;" in desc
 
 
+def test_an_upstream_that_dies_at_start_is_said_in_one_line_with_its_stderr(proj):
+    """A stdio upstream that exits at once (a missing module, a bad config): the model reads
+    why in the tool's declarations (and a call to it says it is not available), in one line:
+    the error itself, not the task group wrapping it, and the first lines of its stderr. The
+    working upstream beside it is still declared."""
+    proj.corpus = make_corpus(proj.home.parent)
+    broken = ("    broken:\n      command: /bin/sh\n"
+              "      args: [-c, \"echo 'Error: Cannot find module ./config-9d1e' >&2; exit 3\"]\n")
+    with open(proj.root / "envgit.yaml", "a") as f:
+        f.write(mcp_section(proj.corpus).replace("  rules:\n", broken + "  rules:\n"))
+    proj.envgit("trust", "--yes", check=True)
+
+    async def fn(client):
+        tools = (await client.list_tools()).tools
+        called = await execute(client, "await broken.anything({})")
+        return tools[0].description, called
+    desc, called = session(proj, fn)
+    line = next(ln for ln in desc.splitlines() if ln.startswith("// broken: not available"))
+    assert "Cannot find module ./config-9d1e" in line and "TaskGroup" not in line, line
+    assert "declare namespace corpus {" in desc
+    assert called.is_error
+
+
 # --- the REPL ------------------------------------------------------------------------------
 
 def test_state_persists_across_calls_until_reset(mproj):

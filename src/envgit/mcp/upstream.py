@@ -60,7 +60,7 @@ class Upstreams:
         self._stack = AsyncExitStack()
 
     async def __aenter__(self):
-        from mcp import Client
+        from mcp import Client, StdioServerParameters
         await self._stack.__aenter__()
         for name, spec in self.specs.items():
             up = self.servers[name] = Upstream(name)
@@ -71,13 +71,18 @@ class Upstreams:
                 print(f"envgit mcp: upstream server {name!r} is not started: {e}",
                       file=sys.stderr, flush=True)
                 continue
+            errlog = None
             try:
+                if isinstance(target, StdioServerParameters):   # its stderr kept, to say why
+                    from mcp.client.stdio import stdio_client
+                    errlog = StderrHead()
+                    target = stdio_client(target, errlog=errlog.file)
                 client = await self._stack.enter_async_context(
                     Client(target, read_timeout_seconds=CALL_TIMEOUT_S))
                 up.tools = await _list_tools(client)
                 up.client = client
             except Exception as e:       # one broken server must not take the others down
-                up.error = f"{type(e).__name__}: {e}"
+                up.error = did_not_start(e, errlog)
                 print(f"envgit mcp: upstream server {name!r} is not available: {up.error}",
                       file=sys.stderr, flush=True)
         return self
@@ -111,6 +116,49 @@ class Upstreams:
         if up.tool(tool).get("outputSchema") and result.structured_content is not None:
             return result.structured_content
         return text
+
+
+class StderrHead:
+    """A stdio server's stderr: passed on to envgit mcp's own as it comes, its first lines kept
+    (what a server that dies at start says about why)."""
+    KEEP = 5
+
+    def __init__(self):
+        import threading
+        r, w = os.pipe()
+        self.file = os.fdopen(w, "w")
+        self.lines: list[str] = []
+        self._r = r
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        with os.fdopen(self._r, "rb") as f:
+            for raw in f:
+                line = raw.decode(errors="replace").rstrip()
+                if line and len(self.lines) < self.KEEP:
+                    self.lines.append(line[:200])
+                try:
+                    sys.stderr.write(raw.decode(errors="replace"))
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
+
+    def head(self, wait_s=0.5) -> list[str]:
+        import time
+        deadline = time.monotonic() + wait_s      # what the dead server wrote may be in the pipe
+        while not self.lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return list(self.lines)
+
+
+def did_not_start(e: BaseException, errlog: "StderrHead | None") -> str:
+    """One line: the error itself (not the task group wrapping it) and the first lines the
+    server wrote to its stderr."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    said = errlog.head() if errlog is not None else []
+    return text + (f"; its stderr began: {' | '.join(said)}" if said else "")
 
 
 async def _list_tools(client) -> list[dict]:
