@@ -60,7 +60,7 @@ def test_allow_write_of_root_is_refused_by_check_and_by_load_at_its_line(tmp_pat
     f = env.root / "envgit.yaml"
     r = env.envgit("policy", "check")
     assert r.returncode == 2, r.stdout + r.stderr
-    assert f"{f}:5:" in r.stderr and "makes / (the whole machine) writable" in r.stderr, r.stderr
+    assert f"{f}:5:7:" in r.stderr and "makes / (the whole machine) writable" in r.stderr, r.stderr
     assert "remove it" in r.stderr
     r = env.run("echo should-not-run")
     assert "should-not-run" not in r.stdout and f"{f}:5:" in r.stderr, r.stdout + r.stderr

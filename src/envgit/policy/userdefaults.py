@@ -82,13 +82,14 @@ def check_unwritable(data: dict, where: dict, home: str, project_root: str, envi
     """No allow_write entry (of any file) may bring the person's envgit configuration into a
     step's view writable: a step could then write the defaults every later step runs under
     (or plant them where there are none yet). Resolved as decide.resolve does."""
-    from .writes import resolved_writes
+    from .writes import column_of, resolved_writes
     guarded = os.path.normpath(config_dir(environ, home))
     for t, entry, key in resolved_writes(data, home, project_root):
         for g in dict.fromkeys((guarded, os.path.realpath(guarded))):
             if g == t or g.startswith(t.rstrip("/") + "/"):
                 f, n = where_line(where.get(key, ""))
-                raise PolicyError(f, n, 1, f"filesystem.allow_write makes {entry} writable, which "
+                raise PolicyError(f, n, column_of(f, n, entry), f"filesystem.allow_write makes "
+                                  f"{entry} writable, which "
                                   f"holds your policy defaults ({guarded}): a step could rewrite "
                                   "what every project allows; remove it (name the directories "
                                   "a step needs, below it or beside it)")

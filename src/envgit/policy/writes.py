@@ -26,6 +26,23 @@ def resolved_writes(data: dict, home: str, project_root: str):
             yield t, entry, f"filesystem.allow_write[{i}]"
 
 
+def column_of(path: str, line: int, text: str) -> int:
+    """The column, from 1, where `text` is written on `line` of the file at `path` (1 when the
+    file cannot be read again or the text is not there as written): validate's provenance keeps
+    lines only."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, ln in enumerate(f, 1):
+                if n == line:           # after a key on the line ("allow_write: [...]")
+                    i = ln.find(text, ln.find(": ") + 1)
+                    if i > 0 and ln[i - 1] in "\"'":
+                        i -= 1          # where YAML puts a quoted value: at its quote
+                    return i + 1 if i >= 0 else 1
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
 def breaking(data: dict, where: dict, home: str, project_root: str) -> list[PolicyError]:
     """Every allow_write entry that would make `/`, a system directory or the home directory
     (or one above it) writable to every step, as a PolicyError at its line."""
@@ -49,7 +66,7 @@ def breaking(data: dict, where: dict, home: str, project_root: str) -> list[Poli
         seen.add(key)
         f, n = where_line(where.get(key, ""))
         shown = "" if entry == t else f" ({entry!r})"
-        out.append(PolicyError(f, n, 1, f"filesystem.allow_write makes {what} writable to every "
+        out.append(PolicyError(f, n, column_of(f, n, entry), f"filesystem.allow_write makes {what} writable to every "
                                f"step{shown}: that breaks every step, or hands it everything there; "
                                "remove it and name only the directories a step needs to write "
                                "(the project is writable already)"))
