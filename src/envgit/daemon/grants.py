@@ -28,6 +28,7 @@ grants in memory, read back from the journal when it starts, so a grant survives
 Standard library and envgit.policy only (the daemon's import chain, not the hot path's).
 """
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -122,7 +123,7 @@ class Grant:
     widened: dict | None = None        # {"path": glob, "who", "at"} when the person widened it
     revoked: dict | None = None        # {"who", "at", "how"}
     uses: int = 0
-    _glob: object = field(default=None, repr=False)
+    _glob: re.Pattern[str] | None = field(default=None, repr=False)   # path_glob compiled, once
 
     def live(self, now=None) -> bool:
         return self.revoked is None and (now or time.time()) < self.expires_at
