@@ -128,6 +128,27 @@ def test_an_upstream_that_dies_at_start_is_said_in_one_line_with_its_stderr(proj
     assert called.is_error
 
 
+def test_each_client_is_a_session_of_its_own_or_a_sub_session_of_its_agents(mproj):
+    """Two clients of `envgit mcp` are two sessions in the log; under an agent's session (its
+    ENVGIT_SESSION, as Claude's MCP servers inherit it) each is a sub-session of that one."""
+    def one(extra_env=None):
+        env = {**mproj.env, **(extra_env or {})}
+        params = StdioServerParameters(command=ENVGIT, args=["mcp", "--project", str(mproj.root)],
+                                       cwd=str(mproj.home), env=env)
+
+        async def main():
+            async with Client(params) as client:
+                return step_of(await execute(client, "1 + 1"))
+        return anyio.run(main)
+    a, b = one(), one()
+    c = one({"ENVGIT_SESSION": "claude-20261205-101010-ab12"})
+    sa, sb, sc = (show(mproj, n) for n in (a, b, c))
+    assert sa["session"] != sb["session"] and sa["agent"] == sb["agent"] == "mcp", (sa["session"], sb["session"])
+    assert sc["session"] == "claude-20261205-101010-ab12.mcp1" and sc["agent"] == "claude"
+    shown = mproj.envgit("log", check=True).stdout
+    assert "claude:ab12.mcp1" in shown, shown
+
+
 # --- the REPL ------------------------------------------------------------------------------
 
 def test_state_persists_across_calls_until_reset(mproj):

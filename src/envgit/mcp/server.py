@@ -32,10 +32,10 @@ class Approval(BaseModel):
 class ReplSession:
     """What one MCP session keeps between executions: its REPL."""
 
-    def __init__(self, app: "CodeMode"):
+    def __init__(self, app: "CodeMode", session_id: str):
         self.app = app
         self.daemon, self.cwd, self.upstreams = app.daemon, app.cwd, app.upstreams
-        self.session_id = app.session_id
+        self.session_id = session_id
         self.repl_lock = anyio.Lock()
         self._repl: Repl | None = None
 
@@ -69,8 +69,18 @@ class CodeMode:
         # stdio: one client per process; HTTP: one REPL per MCP session id
         key = (ctx.headers or {}).get("mcp-session-id", "") if ctx is not None else ""
         if key not in self.sessions:
-            self.sessions[key] = ReplSession(self)
+            self.sessions[key] = ReplSession(self, self.client_session(len(self.sessions) + 1))
         return self.sessions[key]
+
+    def client_session(self, n: int) -> str:
+        """The session the steps of one MCP client are recorded in: inside an agent's session
+        (ENVGIT_SESSION: `envgit mcp` as that agent's server), a sub-session of it,
+        `<its id>.mcp<n>`; else one of its own, `mcp-<time>-<random>`, so one client's work is
+        told from another's."""
+        if self.session_id:
+            return f"{self.session_id}.mcp{n}"
+        from ..agents.session import new_session
+        return new_session("mcp")
 
     def description(self) -> str:
         cap = self.settings["max_return_bytes"]
