@@ -100,3 +100,21 @@ def test_what_cannot_be_published_is_said_before_anything_runs(tmp_path):
         finally:
             taken.close()
             env.stop()
+
+
+def test_a_port_the_policy_publishes_is_published_for_every_step(tmp_path):
+    port = _free_port()
+    env = project(tmp_path, policy=f"version: 1\nnetwork:\n  publish: [{port}]\n")
+    (env.root / "hello.txt").write_text("from the policy's port\n")
+    try:
+        p = _start(env, ["--", PY, "-m", "http.server", str(port), "--bind", "127.0.0.1"])
+        assert _get(port) == "from the policy's port\n"
+        p.terminate()
+        p.communicate(timeout=30)
+        assert _get(port, tries=3) is None
+    finally:
+        env.stop()
+    env.write_policy('version: 1\nnetwork:\n  publish: [80, "web"]\n')
+    r = env.envgit("policy", "check")
+    assert r.returncode == 2 and "envgit.yaml:3" in r.stderr and "cannot listen on port 80" in r.stderr, r.stderr
+    assert "is not a port to publish" in r.stderr, r.stderr       # every error, each with its line

@@ -122,7 +122,7 @@ async def begin(sess, msg, conn=None, run_argv=None):
 async def publish_ports(sess, pol, asked):
     """The ports the step publishes (the policy's network.publish and the client's -p),
     listened for on the host; None when there are none. PublishError says why not."""
-    values = list(getattr(pol, "network_publish", None) or []) + (list(asked) if isinstance(asked, list) else [])
+    values = list(pol.network_publish) + (list(asked) if isinstance(asked, list) else [])
     if not values:
         return None
     if pol.backend == "vm":
@@ -243,6 +243,8 @@ async def end(sess, msg):
     faults.point("step-snapshotted")        # objects sealed, the end entry not yet written
     del sess.live[step]
     drop_tmp(info.tmp)
+    if info.published:              # the person's way in ends with the step
+        info.published.close()
     escapes, tool_files = escape_routes_written(info, summary, sess.project.root, sess.scan)
     # the session's own notices, taken before the next await lets another step's settle add one
     notices = sess.tracked_denied_notice(info) + sess.outside_notices

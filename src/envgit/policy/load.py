@@ -41,6 +41,7 @@ class Policy:
     # where the daemon reads each real value, never the value (credentials/)
     credentials: dict = field(default_factory=dict)
     network_deny: list[str] = field(default_factory=list)   # also in irreversible, as rules
+    network_publish: list = field(default_factory=list)   # ports steps publish (sandbox/publish.py)
     escape_routes_allow: list[str] = field(default_factory=list)   # routes a step may create
     env_deny: list[str] = field(default_factory=list)
     # every credential and MCP server the policy makes the host read, run or connect to
@@ -222,6 +223,7 @@ def _merge(data, where, path, sha) -> Policy:
         mcp=given("mcp", {**MCP_DEFAULTS, **data["mcp"]} if "mcp" in data else None, dict(MCP_DEFAULTS)),
     )
     pol.network_deny = extend("network.deny", [], net.get("deny", []))
+    pol.network_publish = extend("network.publish", [], net.get("publish", []))
     pol.env_deny = extend("env.deny", [], env_deny)
     if len(pol.env_pass) != len([k for k in prov if k.startswith("env.pass[")]):
         _reindex(prov, "env.pass", pol.env_pass, defaults.ENV_PASS, env.get("pass", []), where)

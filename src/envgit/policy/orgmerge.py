@@ -101,6 +101,7 @@ class _Combiner:
     def network(self):
         self.concat("network.allow")
         self.concat("network.deny")
+        self.concat("network.publish")
         odeny = [(d, self.ow[f"network.deny[{i}]"])
                  for i, d in enumerate(self.get("o", "network.deny", []))]
         for i, entry in enumerate(self.get("p", "network.allow", [])):

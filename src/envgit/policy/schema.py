@@ -91,6 +91,15 @@ class Size:
 
 
 @dataclass
+class Port:
+    """A published port: PORT (an integer) or "HOST_PORT:STEP_PORT" (policy/ports.py)."""
+    doc: str = ""
+
+    def json(self):
+        return {"type": ["integer", "string"], "pattern": "^([0-9]+:)?[0-9]+$", "description": self.doc}
+
+
+@dataclass
 class List:
     item: Any
     doc: str = ""
@@ -267,6 +276,10 @@ SCHEMA = Map({
             "'*.domain'): a request to one is refused at the gate; in an organisation policy, a "
             "project's network.allow naming or covering one is an error")),
         "ask_timeout": Int("seconds an `ask` waits for a person before it is a deny", minimum=1),
+        "publish": List(Port(), doc=(
+            "ports a step's server is reached at from the host's 127.0.0.1 while the step runs: "
+            "PORT or 'HOST_PORT:STEP_PORT' (as `envgit run -p`); not a port a loopback entry "
+            "of network.allow names")),
         "l7": Dict(Str(check=check_host), Map({
             "methods": List(Str(enum=METHODS)),
             "paths": List(Str()),
@@ -509,6 +522,13 @@ def _value(spec, node, key, path, where, errors):
             return parse_size(value)
         except ValueError as e:
             raise _bad(path, node, f"{label}: {e}") from None
+    if isinstance(spec, Port):
+        from .ports import PublishError, parse
+        try:
+            parse(value)
+        except PublishError as e:
+            raise _bad(path, node, f"{label}: {e}") from None
+        return value
     if not isinstance(value, str):
         raise _bad(path, node, f"{label} must be text; quote it: \"{node.value}\"")
     if spec.enum and value not in spec.enum:

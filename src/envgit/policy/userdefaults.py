@@ -172,6 +172,15 @@ def combine(user: dict, uwhere: dict, proj: dict, pwhere: dict) -> tuple[dict, d
         elif u is not None:
             _put(data, key, u)
             where[key] = uwhere[key]
+    # Published ports are a project's: a host port serves one project's steps at a time.
+    if _get(user, "network.publish") is not None:
+        f, n = where_line(uwhere["network.publish"])
+        raise PolicyError(f, n, 1, "network.publish is a project's (a host port serves one project's "
+                          "steps at a time): remove it from your defaults and name it in the project's "
+                          "envgit.yaml, or use `envgit run -p PORT`")
+    if _get(proj, "network.publish") is not None:
+        _put(data, "network.publish", _get(proj, "network.publish"))
+        _copy_where(where, pwhere, "network.publish", "network.publish")
     _irreversible(user, uwhere, proj, pwhere, data, where)
     _mcp_rules(user, uwhere, proj, pwhere, data, where)
     for key in ("mcp", "vm"):           # the sections a scalar above may have left unmarked

@@ -16,12 +16,12 @@ port (ports 80 and 443): such a host is reachable through the proxy only, e.g.
 `curl --noproxy '' http://localhost/`.
 """
 
+from ..policy.ports import FIRST_PORT  # nobody in the sandbox may bind a port below it
 from . import network
 
 LOOPBACK_V4 = ("127.0.0.1",)
 LOOPBACK_V6 = ("::1",)
 LOOPBACK_NAMES = ("localhost",)
-FIRST_PORT = 1024          # net.ipv4.ip_unprivileged_port_start's default in a new namespace
 
 
 def forwards(network_allow: list[str]) -> list[tuple[str, int]]:

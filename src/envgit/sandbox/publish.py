@@ -15,35 +15,13 @@ that network.allow forwards to the host (loopback.py: a server on the host the s
 cannot also be published: the forwarder already listens there inside.
 """
 
+from ..policy.ports import PublishError, parse
 from . import loopback, network
+
+__all__ = ["PublishError", "parse", "ports", "mounts", "wrap"]
 
 INSIDE = "/run/envgit/publish"
 MAX_PORTS = 32
-
-
-class PublishError(ValueError):
-    pass
-
-
-def parse(value) -> tuple[int, int]:
-    """A published port as (host port, step port): 5173, "5173", or "HOST:STEP" ("8000:8080",
-    as docker's -p says it)."""
-    text = str(value).strip() if not isinstance(value, bool) else ""
-    host, _, inside = text.rpartition(":")
-    try:
-        step_port = int(inside)
-        host_port = int(host) if host else step_port
-    except ValueError:
-        raise PublishError(f"{value!r} is not a port to publish: give PORT or HOST_PORT:STEP_PORT, "
-                           "e.g. 5173 or 8000:8080") from None
-    for port in (host_port, step_port):
-        if not 1 <= port <= 65535:
-            raise PublishError(f"{value!r}: a port is a number from 1 to 65535")
-    if step_port < loopback.FIRST_PORT:
-        raise PublishError(f"{value!r}: a step cannot listen on port {step_port} (below "
-                           f"{loopback.FIRST_PORT}, nobody in the sandbox may bind one); run the "
-                           f"server on a higher port and publish that, e.g. -p {host_port}:8080")
-    return host_port, step_port
 
 
 def ports(values, network_allow) -> list[tuple[int, int]]:
