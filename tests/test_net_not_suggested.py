@@ -40,3 +40,19 @@ def test_split_offered_keeps_ports_and_says_why():
     assert [h for h, _ in withheld] == ["169.254.169.254:80", "db.internal:8443"]
     text = netadvice.withheld_notice(withheld)
     assert "allow" not in text and "cloud metadata address" in text and "db.internal:8443" in text
+
+
+def test_an_agents_own_hosts_are_advised_exactly_never_as_a_preset(tmp_path):
+    """A step's npm host is advised as preset:npm (its client's other hosts come with it); the
+    hosts an agent contacted for its own housekeeping (its agent-session step) are advised as
+    themselves: a preset would open its other hosts to every step for nothing seen."""
+    from envgit.policy import load_policy
+    (tmp_path / "envgit.yaml").write_text("version: 1\nnetwork:\n  allow: [\"example.com\"]\n")
+    pol = load_policy(str(tmp_path / "envgit.yaml"))
+    step = netadvice.advice(pol, ["api.github.com"])
+    agent = netadvice.advice(pol, ["api.github.com"], exact=True)
+    assert '"preset:github"' in step, step
+    assert "preset:" not in agent and '"api.github.com"' in agent, agent
+    said = netadvice.denial_notice(3, {"decision": "deny", "rule": "network.allow", "host": "api.github.com",
+                                       "port": 443}, pol, set(), exact=True)
+    assert "preset:" not in said and "api.github.com" in said, said

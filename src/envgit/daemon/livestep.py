@@ -24,3 +24,4 @@ class LiveStep:
     stderr_fd: int | None = None    # an inner step's caller's stderr (inner.py): notices go there
     proc: Any = None                # an inner step's process (inner.py)
     published: Any = None           # the ports it publishes, listened for on the host (publish.py)
+    agent_session: bool = False     # an agent's own (marked agent-session): its hosts advised exactly

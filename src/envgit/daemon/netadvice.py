@@ -57,10 +57,12 @@ def withheld_notice(withheld) -> str:
             "(only a person who means it names it exactly in the policy)")
 
 
-def entry_for(host: str) -> str:
+def entry_for(host: str, exact: bool = False) -> str:
     """What to add to network.allow for `host`: the preset that names it (the client's other
-    hosts come with it, e.g. preset:npm), else the host itself."""
-    presets = defaults.presets_naming(host)
+    hosts come with it, e.g. preset:npm), else the host itself. `exact`: the host itself
+    always (what an agent contacted for its own housekeeping is not a reason to open a
+    preset's other hosts to every step)."""
+    presets = [] if exact else defaults.presets_naming(host)
     return presets[0] if presets else host
 
 
@@ -70,12 +72,12 @@ def direct_lookups(policy, hosts) -> list[str]:
     return [h for h in hosts if policy.network_allow and allowed_by(policy, norm_host(h), 443)]
 
 
-def advice(policy, hosts: list[str]) -> str:
+def advice(policy, hosts: list[str], exact: bool = False) -> str:
     """One line: which hosts, that they are not in network.allow (file:line), and the exact
-    line that allows them."""
+    line that allows them (`exact`: the hosts themselves, never a preset)."""
     entries = []
     for h in hosts:
-        e = entry_for(h)
+        e = entry_for(h, exact)
         if e not in entries:
             entries.append(e)
     what = some(hosts, 8)
@@ -156,7 +158,7 @@ def _child(node, key):
     return None, None
 
 
-def denial_notice(step, rec, policy, said):
+def denial_notice(step, rec, policy, said, exact=False):
     """The line a step's stderr is shown for a denied request `rec` (None: said already this
     step, so a client's retries of a denied host are not said again; `said` is the step's
     record of what was). A host network.allow lacks is said with the line that allows it."""
@@ -168,7 +170,8 @@ def denial_notice(step, rec, policy, said):
             return None
         said.add(entry)
         offered, withheld = split_offered([entry])
-        return f"envgit: step {step}: " + (advice(policy, offered) if offered else withheld_notice(withheld))
+        return f"envgit: step {step}: " + (advice(policy, offered, exact) if offered
+                                           else withheld_notice(withheld))
     key = (rec.get("rule"), rec.get("method"), rec.get("host"))
     if key in said:
         return None

@@ -157,7 +157,7 @@ class Session:
         if info is None:
             return
         info.requests.append(rec)
-        text = netadvice.denial_notice(step, rec, info.policy, info.said)
+        text = netadvice.denial_notice(step, rec, info.policy, info.said, exact=info.agent_session)
         if text:
             self.push(info, {"push": "notice", "text": text})
 

@@ -75,7 +75,8 @@ async def begin(sess, msg, conn=None, run_argv=None):
     if msg.get("record_only"):
         step = sess.journal.begin_step({**head, "marks": list(msg.get("marks") or [])})
         sess.live[step] = LiveStep(argv=argv, policy=pol, conn=conn,
-                                   routes=routes.before_step(sess.scan), tree_before=sess.last_tree)
+                                   routes=routes.before_step(sess.scan), tree_before=sess.last_tree,
+                                   agent_session="agent-session" in (msg.get("marks") or []))
         return {"step": step}
     # Ports the step publishes are listened for before it begins: one taken is said at once,
     # and no step is recorded for a command that did not run.
@@ -371,7 +372,7 @@ def unreached_notices(sess, info, dns) -> list[str]:
     hosts = [h for h in netadvice.wanted_hosts(dns["names"]) if h not in said]
     direct = netadvice.direct_lookups(info.policy, hosts)
     missing, withheld = netadvice.split_offered([h for h in hosts if h not in direct])
-    out = [netadvice.advice(info.policy, missing)] if missing else []
+    out = [netadvice.advice(info.policy, missing, exact=info.agent_session)] if missing else []
     out += [netadvice.withheld_notice(withheld)] if withheld else []
     return out + ([netadvice.direct_advice(direct)] if direct else [])
 
