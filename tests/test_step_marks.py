@@ -69,3 +69,24 @@ def test_gc_keeps_every_snapshot_without_a_rule_and_the_newest_always():
     assert retained(steps, None, 1.5, 5 * 10**9) == {4, 5}      # begun within 1.5 s of now
     assert retained(steps, None, 0.001, 100 * 10**9) == {5}     # the newest, whatever its age
     assert retained([], 1, None, 0) == set()
+
+
+def test_the_daemon_refuses_a_request_field_of_the_wrong_type_in_one_line():
+    """protocol.REQUESTS: a frame is anyone's bytes; a field of the wrong type is refused before
+    any handler reads it (in process, with a session that has nothing to do)."""
+    import asyncio
+
+    from envgit.daemon import protocol
+
+    async def nothing():
+        return None
+    sess = SimpleNamespace(unrecorded=[], orphans_pending=False, load_policy_off_loop=nothing)
+    for msg, field in (({"op": "begin", "argv": "rm -rf /", "cwd": "/p"}, "`argv` must be a list of text"),
+                       ({"op": "begin", "argv": ["ls"], "env": {"A": 1}}, "`env` must be an object of text"),
+                       ({"op": "rewind", "step": 1, "apply": "yes"}, "`apply` must be true or false"),
+                       ({"op": "sandbox", "step": 1, "pidns": "4026531836"}, "`pidns` must be a whole number"),
+                       ({"op": "begin", "argv": ["ls"], "publish": [True]}, "`publish` must be a list of ports")):
+        reply = asyncio.run(protocol.dispatch(sess, msg))
+        assert reply["exit"] == 2 and field in reply["error"] and "\n" not in reply["error"], reply
+    assert protocol.wrong_field("begin", {"argv": ["ls"], "cwd": "/p", "env": {"A": "1"}, "pid": None,
+                                          "publish": [5173, "8000:8080"]}) is None

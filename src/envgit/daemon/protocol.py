@@ -95,6 +95,9 @@ async def dispatch(sess, msg, conn=None):
     if step is not None and (type(step) is not int or step < 0):     # a frame is anyone's bytes
         return {"error": f"envgit daemon: {op!r}: `step` must be a step number (a whole number), "
                          f"not {type(step).__name__} {str(step)[:40]!r}", "exit": 2}
+    bad = wrong_field(op, msg)
+    if bad:
+        return {"error": f"envgit daemon: {op!r}: {bad}", "exit": 2}
     if (sess.unrecorded or sess.orphans_pending) and op in WRITE_OPS:
         heldends.flush(sess)        # raises while the disk is still full: said as such
         heldends.close_orphans(sess)
@@ -104,6 +107,58 @@ async def dispatch(sess, msg, conn=None):
     if handler is None:
         return {"error": f"unknown op {op!r}", "exit": 2}
     return await handler(sess, msg, conn)
+
+
+# --- each op's request, typed ------------------------------------------------------------
+# The fields an op reads and the type each must have when present (None always allowed: the
+# handler says what a missing one means). A frame is anyone's bytes: a field of the wrong type
+# is refused here, in one line, before any handler reads it. `end` is not here on purpose: a
+# step always ends, so its handler leaves a wrong-typed value out rather than refusing.
+
+def _list_of(kind):
+    return lambda v: isinstance(v, list) and all(isinstance(x, kind) and not isinstance(x, bool) for x in v)
+
+
+def _str_dict(v):
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+
+
+def _int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_STRS = (_list_of(str), "a list of text")
+_STR = (lambda v: isinstance(v, str), "text")
+_INT = (_int, "a whole number")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_OBJ = (lambda v: isinstance(v, dict), "an object")
+_ENV = (_str_dict, "an object of text values")
+_PORTS = (_list_of((int, str)), "a list of ports (5173 or \"8000:8080\")")
+
+REQUESTS: dict[str, dict] = {
+    "begin": {"argv": _STRS, "cwd": _STR, "env": _ENV, "pid": _INT, "uid": _INT, "session": _STR,
+              "tool_call_id": _STR, "publish": _PORTS, "record_only": _BOOL, "marks": _STRS,
+              "origin": _STR, "home": _STR},
+    "spec": {"argv": _STRS, "cwd": _STR, "env": _ENV, "session": _STR, "inner": _BOOL,
+             "read": _STRS, "write": _STRS, "protect": _STRS, "set_env": _ENV},
+    "event": {"kind": _STR, "body": _OBJ},
+    "ask": {"question": _OBJ},
+    "rewind": {"undo": _BOOL, "paths": _STRS, "policy": _BOOL, "apply": _BOOL, "uid": _INT},
+    "answer": {"answer": _STR, "how": _STR, "uid": _INT, "or_once": _BOOL},
+    "grant-revoke": {"id": _STR, "how": _STR, "uid": _INT},
+    "grants": {"all": _BOOL},
+    "sandbox": {"pidns": _INT},
+    "hello": {"protocol": _INT},
+}
+
+
+def wrong_field(op, msg) -> str | None:
+    """What is wrong with a field of `op`'s request (None: nothing REQUESTS checks)."""
+    for name, (ok, want) in REQUESTS.get(op, {}).items():
+        value = msg.get(name)
+        if value is not None and not ok(value):
+            return f"`{name}` must be {want}, not {type(value).__name__} {str(value)[:40]!r}"
+    return None
 
 
 async def _begin(sess, msg, conn):
