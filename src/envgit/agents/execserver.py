@@ -90,8 +90,7 @@ class ExecServer:
         self.write_lock = threading.Lock()
         self.procs: dict[str, Process] = {}
         self.pool = ThreadPoolExecutor(max_workers=32)
-        self._policy = None
-        self._policy_key = None
+        self.policy = None          # the project's policy file (daemon/policyfile.py), on first use
 
     # --- wire --------------------------------------------------------------------------
 
@@ -403,15 +402,16 @@ class ExecServer:
 
     def decide(self, path) -> str | None:
         """Why the sandbox would not show `path` (the same decision its mounts follow), or None."""
-        from ..policy import PolicyError, decide_path, load_policy
+        from ..daemon.policyfile import PolicyFile
+        from ..paths import POLICY_FILE
+        from ..policy import PolicyError, decide_path
+        if self.policy is None:
+            self.policy = PolicyFile(os.path.join(self.root, POLICY_FILE))
         try:
-            st = os.stat(os.path.join(self.root, "envgit.yaml"))
-            key = (st.st_ino, st.st_mtime_ns, st.st_size)
-            if key != self._policy_key:
-                self._policy, self._policy_key = load_policy(os.path.join(self.root, "envgit.yaml")), key
+            policy = self.policy.current()      # re-read when it (or the org's, or yours) changes
         except (OSError, PolicyError) as e:
             return f"the policy cannot be read: {e}"
-        d = decide_path(self._policy, os.path.normpath(path), self.root, self.home)
+        d = decide_path(policy, os.path.normpath(path), self.root, self.home)
         return d.rule if d.access == "none" else None
 
 

@@ -5,7 +5,7 @@ import stat
 import sys
 
 from ..inert import inert
-from ..paths import find_project
+from ..paths import POLICY_FILE, find_project
 from . import Usage, command, json_flag, out
 
 
@@ -77,7 +77,7 @@ def cmd_init(args):
                     "would be visible and writable to every step; run `envgit init` in a project's "
                     "directory (or pass --force)")
     said = []                           # what was done, line by line (the text answer)
-    policy = os.path.join(root, "envgit.yaml")
+    policy = os.path.join(root, POLICY_FILE)
     wrote = not os.path.exists(policy) or args.force
     if not wrote and not args.json:     # --json says it as wrote_policy: false
         print(f"envgit: {policy} exists; keeping it (use --force to overwrite)", file=sys.stderr)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from .. import faults, steporder
 from ..journal.reseal import headless, named_steps  # steps `fsck --repair` set entries of aside
-from ..paths import POLICY_FILE as POLICY_NAME
+from ..paths import POLICY_FILE
 from ..policy import PolicyError
 from ..snapshot import StoreError
 from . import outside
@@ -29,7 +29,7 @@ from .snapshots import SnapshotFailed, display
 if TYPE_CHECKING:
     from ..snapshot import RestorePlan
 
-POLICY_FILE = POLICY_NAME.encode()   # the one name (paths.py), as the store's bytes
+POLICY_PATH = POLICY_FILE.encode()   # the one name (paths.py), as the store's bytes
 LISTED = 1000               # paths listed in a plan (write, delete); the counts are always whole
 PROGRESS_EVERY_S = 0.1      # progress frames at most this often
 
@@ -177,7 +177,7 @@ def crossed(journal, target) -> list[str]:
 
 
 def _is_policy(path: bytes) -> bool:
-    return path == POLICY_FILE or path.startswith(POLICY_FILE + b"/")
+    return path == POLICY_PATH or path.startswith(POLICY_PATH + b"/")
 
 
 def keep_policy(p, restore_policy: bool) -> bool:
@@ -186,7 +186,7 @@ def keep_policy(p, restore_policy: bool) -> bool:
     if differs and not restore_policy:
         p.write = [i for i in p.write if not _is_policy(i.path)]
         p.delete = [i for i in p.delete if not _is_policy(i.path)]
-        p.keep.append((POLICY_FILE, 0, "the policy is yours: kept as it is (`--policy` restores it)"))
+        p.keep.append((POLICY_PATH, 0, "the policy is yours: kept as it is (`--policy` restores it)"))
     return differs
 
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..inert import some
+from ..paths import POLICY_FILE, STATE_DIR
 
 
 @dataclass
@@ -53,7 +54,7 @@ def policy_files_written(summary):
     for p in (summary or {}).get("paths", []):
         parts = p["path"].split("/")
         # (the root's envgit.yaml is read-only to a step: a change there is the person's)
-        if len(parts) > 1 and (parts[-1] == "envgit.yaml" or ".envgit" in parts):
+        if len(parts) > 1 and (parts[-1] == POLICY_FILE or STATE_DIR in parts):
             out.append(p["path"])
     return out
 
