@@ -286,11 +286,14 @@ async def record_step(sess, msg, session):
 def _watch_caller(conn, fut, went_away, every_s=0.2):
     """Until `fut` is done: if the caller closes its end (the agent killed it: Claude Code's
     Esc, Codex's /stop, a tool call's timeout), call `went_away` once. A caller sends nothing
-    after its request, so a readable connection is its end."""
+    after its request, so a readable connection is its end. poll, not select: a daemon holding
+    many connections (a step's to its gate) gives this one a descriptor past FD_SETSIZE."""
     import select
+    poller = select.poll()
+    poller.register(conn, select.POLLIN)
     while not fut.done():
         try:
-            readable, _, _ = select.select([conn], [], [], every_s)
+            readable = poller.poll(every_s * 1000)
             if readable and not conn.recv(4096):     # bytes after the request: ignored
                 went_away()
                 return
