@@ -398,6 +398,12 @@ class Agent:
                 try:
                     fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
                 except OSError:
+                    # not readable now (a step's chmod 000: the guest's root has no DAC
+                    # override): not taken as synced, so the next collect tries it again
+                    if rel in self.manifest:
+                        now[rel] = self.manifest[rel]
+                    else:
+                        del now[rel]
                     continue
                 try:
                     for off, data, last, size in wire.file_pieces(fd):      # sparse: data only
