@@ -6,13 +6,16 @@ in it is, is the step's choice: each is opened relative to the directory the dae
 without following a link, must be a socket, and is connected to through that descriptor
 (/proc/self/fd/N): never a path the step could point elsewhere. (A hard link to a socket
 outside cannot be made: the directory is a mount of its own inside, and links do not cross one.)
+What the step leaves in the directory is removed in a thread (a step can leave it a hundred
+thousand files: never on the daemon's loop), through directory descriptors only (the step's
+processes may still be dying) and through directories it made unreadable.
 """
 
 import asyncio
 import contextlib
 import os
-import shutil
 import stat
+import threading
 
 from ..sandbox.publish import PublishError
 
@@ -85,7 +88,7 @@ class Published:
         if self.dirfd is not None:
             os.close(self.dirfd)
             self.dirfd = None
-        shutil.rmtree(self.directory, ignore_errors=True)
+        threading.Thread(target=remove, args=(self.directory,), daemon=True).start()
 
     def listing(self) -> list[list[int]]:
         return [[h, s] for h, s in self.pairs]
@@ -99,3 +102,60 @@ async def _copy(reader, writer):
     with contextlib.suppress(OSError):
         if writer.can_write_eof():
             writer.write_eof()
+
+
+def remove(path):
+    """The directory `path` and everything in it, as far as can be: each name opened relative
+    to its directory without following a link, each directory made its owner's (0700) before
+    it is listed, and listed once. Iterative: a deep tree costs a descriptor a level, not the
+    stack."""
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    # (descriptor, name in its parent, its subdirectories still to remove)
+    stack = [(top, path, _clear(top))]
+    while stack:
+        dfd, me, subdirs = stack[-1]
+        name = next(subdirs, None)
+        if name is not None:
+            if (sub := _open_dir(name, dfd)) is not None:
+                stack.append((sub, name, _clear(sub)))
+            continue
+        stack.pop()
+        os.close(dfd)
+        with contextlib.suppress(OSError):
+            if stack:
+                os.rmdir(me, dir_fd=stack[-1][0])
+            else:
+                os.rmdir(path)
+
+
+def _clear(dfd):
+    """Every name in the directory but its subdirectories unlinked; an iterator of those."""
+    subdirs = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(dfd):
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except IsADirectoryError:
+                subdirs.append(name)
+            except OSError:
+                pass
+    return iter(subdirs)
+
+
+def _open_dir(name, dfd) -> int | None:
+    """The directory `name` in `dfd` opened for listing, made its owner's first; None for a
+    link, anything else, or a directory that cannot be opened."""
+    try:
+        ref = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return None
+    try:
+        os.chmod(f"/proc/self/fd/{ref}", 0o700)     # the directory itself: no name to swap
+        return os.open(f"/proc/self/fd/{ref}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        os.close(ref)
