@@ -21,6 +21,9 @@ from ..sandbox.publish import PublishError
 
 HOST = "127.0.0.1"
 CHUNK = 65536
+# Connections joined at once, per step: each holds two of the daemon's descriptors, which every
+# step and client of the project share; a browser opens a handful to a dev server.
+MAX_JOINED = 256
 
 
 class Published:
@@ -31,7 +34,7 @@ class Published:
         self.pairs = pairs
         self.servers: list[asyncio.base_events.Server] = []
         self.dirfd: int | None = None
-        self.joined: set[asyncio.Task] = set()
+        self.joined: dict[asyncio.Task, asyncio.StreamWriter] = {}     # and the person's end
 
     async def open(self):
         """Make the directory and listen on every host port; PublishError naming the port that
@@ -53,18 +56,21 @@ class Published:
             raise
 
     def _join(self, reader, writer, step_port):
+        if len(self.joined) >= MAX_JOINED:      # held open by the step's server: refused
+            writer.close()
+            return
         task = asyncio.ensure_future(self._pipe(reader, writer, step_port))
-        self.joined.add(task)
-        task.add_done_callback(self.joined.discard)
+        self.joined[task] = writer
+        task.add_done_callback(lambda t: self.joined.pop(t, None))
 
     async def _pipe(self, reader, writer, step_port):
         fd = None
         try:
             if self.dirfd is None:
-                return
+                raise OSError("the step has ended")
             fd = os.open(f"{step_port}.sock", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dirfd)
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-                return
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):     # the person's connection closed too
+                raise OSError("not a socket")
             inner_r, inner_w = await asyncio.open_unix_connection(f"/proc/self/fd/{fd}")
         except OSError:
             writer.close()
@@ -83,8 +89,9 @@ class Published:
         for server in self.servers:
             server.close()
         self.servers = []
-        for task in list(self.joined):
+        for task, writer in list(self.joined.items()):
             task.cancel()
+            writer.close()          # a task cancelled before it ran would leave it open
         if self.dirfd is not None:
             os.close(self.dirfd)
             self.dirfd = None
