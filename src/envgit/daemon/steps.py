@@ -86,7 +86,12 @@ async def begin(sess, msg, conn=None, run_argv=None):
         return {"error": f"envgit: {e}", "exit": 125}
     if published:
         head["published"] = published.listing()
-    step = sess.journal.begin_step(head)
+    try:
+        step = sess.journal.begin_step(head)
+    except BaseException:           # not begun (a full disk): nor listened for
+        if published:
+            published.close()
+        raise
     sess.starting += 1              # begun, not yet live: a rewind waits for it too
     try:
         net = await net_for(sess, pol, step)
