@@ -284,19 +284,25 @@ async def record_step(sess, msg, session):
 
 
 def _watch_caller(conn, fut, went_away, every_s=0.2):
-    """Until `fut` is done: if the caller closes its end (the agent killed it: Claude Code's
-    Esc, Codex's /stop, a tool call's timeout), call `went_away` once. A caller sends nothing
-    after its request, so a readable connection is its end. poll, not select: a daemon holding
-    many connections (a step's to its gate) gives this one a descriptor past FD_SETSIZE."""
+    """Until `fut` is done: if the caller closes its connection (the agent killed it: Claude
+    Code's Esc, Codex's /stop, a tool call's timeout), call `went_away` once. Bytes after the
+    request are ignored; a caller that only shuts its sending side (a request-then-reply
+    client's half-close) still waits for its reply: only the hang-up of its whole end counts,
+    which its death brings. poll, not select: a daemon holding many connections (a step's to
+    its gate) gives this one a descriptor past FD_SETSIZE."""
     import select
     poller = select.poll()
     poller.register(conn, select.POLLIN)
     while not fut.done():
         try:
-            readable = poller.poll(every_s * 1000)
-            if readable and not conn.recv(4096):     # bytes after the request: ignored
+            events = poller.poll(every_s * 1000)
+            if not events:
+                continue
+            if events[0][1] & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
                 went_away()
                 return
+            if not conn.recv(4096):                  # half-closed: only a hang-up from now on
+                poller.modify(conn, 0)
         except (OSError, ValueError):
             went_away()
             return
@@ -326,6 +332,7 @@ async def run_step(sess, msg, fds, session, home, gone=None):
     launch = None
     marks: list[str] = []
     dns = Resolver()              # the step's 127.0.0.1:53, answered on this loop
+    sandbox = None                # its pid 1, held by a pidfd: ended directly when stopped
     try:
         # With the exit-status reporter, as envgit run: a command's chosen 130 is 130, a death
         # by SIGINT is SIGINT (bwrap alone says 128+N for both).
@@ -339,6 +346,7 @@ async def run_step(sess, msg, fds, session, home, gone=None):
         sess.live[step].proc = proc
         try:
             info = await asyncio.to_thread(launch.ready)
+            sandbox = _pidfd(info.get("child-pid"))
             if await asyncio.to_thread(dns.plant, info.get("child-pid")):
                 serve_resolver(loop, dns)
             if begin.get("bind") and sess.gate is not None:
@@ -346,7 +354,7 @@ async def run_step(sess, msg, fds, session, home, gone=None):
         except (OSError, ValueError, KeyError):
             pass                        # bwrap failed to start: its status says so
         launch.release()
-        rc = await _wait_or_stop(proc, gone)
+        rc = await _wait_or_stop(proc, gone, sandbox)
         if gone is not None and gone.is_set():
             marks.append("interrupted-by-agent")
         # asyncio's returncode -N is a death by signal N, M >= 0 an exit with M: as a wait status
@@ -360,6 +368,8 @@ async def run_step(sess, msg, fds, session, home, gone=None):
         dns.close()
         if launch is not None:
             launch.close()
+        if sandbox is not None:
+            os.close(sandbox)
     name = signal.Signals(sig).name if sig else None
     fd = None
     if (live := sess.live.get(step)) is not None:
@@ -376,10 +386,11 @@ async def run_step(sess, msg, fds, session, home, gone=None):
     return {"step": step, "exit_code": code, "signal": name}
 
 
-async def _wait_or_stop(proc, gone):
+async def _wait_or_stop(proc, gone, sandbox=None):
     """The sandbox's exit status; if `gone` is set first, its process group is sent SIGTERM,
-    then (after STOP_GRACE_S) bwrap SIGKILL, which ends every process of the sandbox (its
-    pid namespace's init dies with bwrap)."""
+    then (after STOP_GRACE_S) bwrap SIGKILL, and the sandbox's pid 1 (`sandbox`, a pidfd)
+    SIGKILL, which ends every process of the sandbox: bwrap's --die-with-parent does not when
+    bwrap dies in the first milliseconds of its start (the command then ran on, unrecorded)."""
     if gone is None:
         return await proc.wait()
     waiting = asyncio.ensure_future(proc.wait())
@@ -397,6 +408,22 @@ async def _wait_or_stop(proc, gone):
     except TimeoutError:
         proc.kill()
         return await waiting
+    finally:
+        if sandbox is not None:
+            try:
+                signal.pidfd_send_signal(sandbox, signal.SIGKILL)
+            except OSError:
+                pass                            # ended with bwrap, as it should
+
+
+def _pidfd(pid) -> int | None:
+    """A pidfd of `pid` (the sandbox's pid 1, alive until the command is let run), or None."""
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
 
 
 def serve_resolver(loop, dns, pause_s=0.05):
