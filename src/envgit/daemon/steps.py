@@ -156,7 +156,7 @@ async def vm_begin(sess, step, pol, spec, argv, cwd, own_tmp, conn, net):
     try:
         notices = await asyncio.to_thread(sess.vm.ensure, pol, progress)
         if net is not None:         # the guest's connections reach the gate from this process
-            sess.gate.bind_step(step, os.stat("/proc/sess/ns/pid").st_ino)
+            sess.gate.bind_step(step, os.stat("/proc/self/ns/pid").st_ino)
         vm = await asyncio.to_thread(sess.vm.prepare, step, argv, cwd, spec.env, pol, masked, net,
                                      spec.protected)
     except Exception as e:          # never leave a begun step without an end
