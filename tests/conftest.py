@@ -155,10 +155,25 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "machine_wide(why): changes what every step on the machine "
                             "sees (files in /etc, /opt): dev/run runs these alone, after the rest")
     _start_user_pool(config)
+    _terminal_signals_at_default()
     missing = [t for t in ("bwrap", "git") if shutil.which(t) is None]
     if missing:
         raise pytest.UsageError(f"the tests need {', '.join(missing)}: run `dev/run test`, "
                                 "which installs them")
+
+
+def _terminal_signals_at_default():
+    """The suite plays a person at a terminal, whose shell starts commands with SIGINT and
+    SIGQUIT at their defaults. A runner that started it with them ignored (a script's `cmd &`
+    ignores both, by POSIX, when job control is off) would pass the ignore on to every command
+    the tests start, and envgit rightly keeps a signal its caller ignored ignored in the step
+    (sandbox/launch.py): every Ctrl-C test would then fail. Put them back (in the controller
+    and in each worker, which inherit the ignore)."""
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def _with_reason(node, name):
