@@ -75,6 +75,12 @@ def upstream_ca_from_env(environ=os.environ) -> Path | None:
     return Path(p) if p else None
 
 
+# A sandbox's open connections to the gate at once: each holds descriptors of the daemon, which
+# every step and client of the project share, so one step's flood must not use them up. A
+# package manager opens tens; past this a new one is closed at once.
+MAX_CONNECTIONS_PER_SANDBOX = 512
+
+
 def _peer_pidns(sock):
     """The pid namespace (inode) of a unix-socket peer, from SO_PEERCRED; None for TCP."""
     if sock is None or sock.family != socket.AF_UNIX:
@@ -171,6 +177,7 @@ class Gate:
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task] = set()
         self._ids = itertools.count(1)
+        self._open_from: dict[int, int] = {}              # sandbox pid namespace -> its open connections
         self.master: Master | None = None
         self._instance: ServerInstance | None = None
 
@@ -262,7 +269,14 @@ class Gate:
         peer = writer.get_extra_info("peername")
         peer = tuple(peer[:2]) if isinstance(peer, tuple) and peer else ("unix", next(self._ids))
         sock = writer.get_extra_info("socket")
-        counted = Counted(reader, writer, peer, _peer_pidns(sock))
+        pidns = _peer_pidns(sock)
+        if pidns is not None and self._open_from.get(pidns, 0) >= MAX_CONNECTIONS_PER_SANDBOX:
+            writer.close()                      # a step's flood: its own connections only
+            self._tasks.discard(task)
+            return
+        if pidns is not None:
+            self._open_from[pidns] = self._open_from.get(pidns, 0) + 1
+        counted = Counted(reader, writer, peer, pidns)
         self._conns[peer] = Conn(counter=counted)
         try:
             if sock is not None and sock.family != socket.AF_UNIX:
@@ -271,6 +285,12 @@ class Gate:
         finally:
             self._conns.pop(peer, None)         # after mitmproxy's client_disconnected
             self._tasks.discard(task)
+            if pidns is not None:
+                left = self._open_from.get(pidns, 1) - 1
+                if left > 0:
+                    self._open_from[pidns] = left
+                else:
+                    self._open_from.pop(pidns, None)
 
     def conn_of(self, client) -> Conn | None:
         """What the gate knows of a mitmproxy client connection (flowstate.Conn), by its peer."""
