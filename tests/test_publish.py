@@ -118,3 +118,29 @@ def test_a_port_the_policy_publishes_is_published_for_every_step(tmp_path):
     r = env.envgit("policy", "check")
     assert r.returncode == 2 and "envgit.yaml:3" in r.stderr and "cannot listen on port 80" in r.stderr, r.stderr
     assert "is not a port to publish" in r.stderr, r.stderr       # every error, each with its line
+
+
+def test_the_policys_port_held_by_a_running_step_leaves_the_other_steps_running(tmp_path):
+    """network.publish is every step's: while the dev server's step holds the port, the
+    project's other steps run (without it); a port another program holds is said, not a
+    failure; a port asked for with -p that cannot be had still is one."""
+    port, other = _free_port(), _free_port()
+    env = project(tmp_path, policy=f"version: 1\nnetwork:\n  publish: [{port}, {other}]\n")
+    (env.root / "hello.txt").write_text("still served\n")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", other))
+    taken.listen()
+    try:
+        p = _start(env, ["--", PY, "-m", "http.server", str(port), "--bind", "127.0.0.1"])
+        assert _get(port) == "still served\n"
+        r = env.run("echo another step")
+        assert r.returncode == 0 and "another step" in r.stdout, r.stderr
+        assert f"port {other} is not published" in r.stderr and "another program listens there" in r.stderr
+        assert _get(port) == "still served\n"            # the dev server's step keeps its port
+        r = env.envgit("run", "-p", str(port), "--", "true")
+        assert r.returncode == 125 and "still running, publishes it" in r.stderr, r.stderr
+        p.terminate()
+        p.communicate(timeout=30)
+    finally:
+        taken.close()
+        env.stop()

@@ -105,6 +105,8 @@ def step(argv: list[str], env: dict, publish: list[str] | None = None) -> int:
         if sig:
             die_of(sig)
         return code
+    for line in reply.get("notices") or ():
+        print(f"envgit: step {reply['step']}: {line}", file=sys.stderr)
     for host_port, step_port in reply.get("published") or ():
         print(f"envgit: step {reply['step']}: port {step_port} published at http://127.0.0.1:{host_port}/ "
               "while it runs", file=sys.stderr)

@@ -1,7 +1,8 @@
 """A step asked for through the inner socket is ended when its caller goes away (inner.py's
-watch on the caller's connection). A step of the same project holds a thousand and more
-connections to its gate (the proxy socket inside its sandbox: every one is a descriptor of the
-daemon's), so the daemon's next descriptors are past select()'s FD_SETSIZE (1024): an agent's
+watch on the caller's connection). Steps of the same project hold a thousand and more
+connections to their gate (the proxy socket inside each sandbox: every one is a descriptor of
+the daemon's; the gate keeps at most MAX_CONNECTIONS_PER_SANDBOX from one sandbox, so three
+steps flood at once), so the daemon's next descriptors are past select()'s FD_SETSIZE (1024): an agent's
 next tool call must still run to its end, not be taken for a caller that went away and killed
 at once. The oracle: the marker the inner step writes after its sleep."""
 
@@ -21,9 +22,10 @@ from envgit.paths import Project
 pytestmark = pytest.mark.both_uids("the daemon's descriptors are counted against the step's uid's limits")
 
 HOLD = 1200
+FLOODS = 3
 
 FLOOD = f"""
-import os, resource, socket, time
+import os, resource, socket, sys, time
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 held = []
@@ -31,7 +33,7 @@ for _ in range({HOLD}):
     s = socket.socket(socket.AF_UNIX)
     s.connect("/run/envgit/proxy.sock")
     held.append(s)
-open("held", "w").close()
+open("held-" + sys.argv[1], "w").close()
 # and one more every few ms: a descriptor the daemon frees meanwhile is taken again at once
 while not os.path.exists("done") and len(held) < 4 * {HOLD}:
     s = socket.socket(socket.AF_UNIX)
@@ -55,15 +57,17 @@ def test_an_inner_step_runs_on_while_the_daemon_holds_many_descriptors(attacker)
     spec = conn.request({"op": "spec", "argv": ["true"], "cwd": str(attacker.root), "env": {},
                          "session": "agent-fds", "inner": True})
     path = spec["bwrap"][spec["bwrap"].index("/run/envgit/control.sock") - 1]
-    argv = [ENVGIT, "run", "--", "python3", "-c", FLOOD]
-    if attacker.user:
-        argv = ["runuser", "-u", attacker.user, "--", *argv]
-    flood = subprocess.Popen(argv, cwd=attacker.root, env=attacker.env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+    floods = []
+    for i in range(FLOODS):
+        argv = [ENVGIT, "run", "--", "python3", "-c", FLOOD, str(i)]
+        if attacker.user:
+            argv = ["runuser", "-u", attacker.user, "--", *argv]
+        floods.append(subprocess.Popen(argv, cwd=attacker.root, env=attacker.env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True))
     try:
         end = time.monotonic() + 60
-        while not (attacker.root / "held").exists():
-            assert time.monotonic() < end and flood.poll() is None, flood.poll()
+        while not all((attacker.root / f"held-{i}").exists() for i in range(FLOODS)):
+            assert time.monotonic() < end and all(f.poll() is None for f in floods), [f.poll() for f in floods]
             time.sleep(0.1)
         deadline = time.monotonic() + 20
         while _fds(pid) <= 1100 and time.monotonic() < deadline:
@@ -95,8 +99,9 @@ def test_an_inner_step_runs_on_while_the_daemon_holds_many_descriptors(attacker)
     finally:
         (attacker.root / "done").write_text("")
         attacker.own(attacker.root / "done")
-        try:
-            flood.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            flood.kill()
-            flood.communicate()
+        for flood in floods:
+            try:
+                flood.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                flood.kill()
+                flood.communicate()

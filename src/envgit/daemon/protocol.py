@@ -7,7 +7,7 @@ Protocol: frames (see client.py: length + marshal'd dict, bounded by frames.py) 
 for the length of its step; a connection that closes with its step still open marks the step `interrupted`.
 
   {"op": "begin", "argv", "cwd", "env", "pid", "session"?, "tool_call_id"?, "publish"?}
-      -> {"step", "bwrap": [...], "env": {...}, "published"?}      run it, then send `end`
+      -> {"step", "bwrap": [...], "env": {...}, "published"?, "notices"?}   run it, then send `end`
       "publish": ports the step publishes (["5173", "8000:8080"], sandbox/publish.py),
       listened for on the host's 127.0.0.1 before the step begins; "published" says where
       -> {"step", "refused": "message"}               a shell rule refused it (recorded)

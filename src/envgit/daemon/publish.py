@@ -34,13 +34,17 @@ class Published:
         self.pairs = pairs
         self.servers: list[asyncio.base_events.Server] = []
         self.dirfd: int | None = None
+        self.skipped: list[str] = []       # the policy's ports left out (open: `optional`)
         self.joined: dict[asyncio.Task, asyncio.StreamWriter] = {}     # and the person's end
 
-    async def open(self):
+    async def open(self, optional=frozenset()):
         """Make the directory and listen on every host port; PublishError naming the port that
-        cannot be listened on (nothing is left listening then)."""
+        cannot be listened on (nothing is left listening then). A host port in `optional`
+        (one the policy publishes for every step) that cannot be listened on is left out and
+        said in `self.skipped` instead: the step runs without it."""
         os.makedirs(self.directory, mode=0o700)
         self.dirfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        kept = []
         try:
             for host_port, step_port in self.pairs:
                 try:
@@ -48,12 +52,17 @@ class Published:
                         lambda r, w, p=step_port: self._join(r, w, p), HOST, host_port, reuse_address=True)
                 except OSError as e:
                     why = "another program listens there" if e.errno == 98 else (e.strerror or str(e))
+                    if host_port in optional:
+                        self.skipped.append(f"port {step_port} is not published at {HOST}:{host_port}: {why}")
+                        continue
                     raise PublishError(f"cannot publish port {step_port} at {HOST}:{host_port}: {why}; "
                                        f"choose another host port: -p {host_port + 1}:{step_port}") from None
                 self.servers.append(server)
+                kept.append((host_port, step_port))
         except BaseException:
             self.close()
             raise
+        self.pairs = kept
 
     def _join(self, reader, writer, step_port):
         if len(self.joined) >= MAX_JOINED:      # held open by the step's server: refused

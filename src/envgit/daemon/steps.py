@@ -84,7 +84,7 @@ async def begin(sess, msg, conn=None, run_argv=None):
         published = await publish_ports(sess, pol, msg.get("publish"))
     except PublishError as e:
         return {"error": f"envgit: {e}", "exit": 125}
-    if published:
+    if published and published.pairs:
         head["published"] = published.listing()
     try:
         step = sess.journal.begin_step(head)
@@ -122,21 +122,36 @@ async def begin(sess, msg, conn=None, run_argv=None):
                                routes=routes.before_step(sess.scan), tree_before=sess.last_tree,
                                published=published)
     return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None,
-            **({"published": published.listing()} if published else {})}
+            **({"published": published.listing()} if published and published.pairs else {}),
+            **({"notices": [inert(n) for n in published.skipped]} if published and published.skipped else {})}
 
 
 async def publish_ports(sess, pol, asked):
     """The ports the step publishes (the policy's network.publish and the client's -p),
     listened for on the host; None when there are none. PublishError says why not."""
-    values = list(pol.network_publish) + (list(asked) if isinstance(asked, list) else [])
+    asked = list(asked) if isinstance(asked, list) else []
+    values = list(pol.network_publish) + asked
     if not values:
         return None
     if pol.backend == "vm":
         raise PublishError("publishing a port is not supported with backend: vm yet; run the "
                            "server with backend: bwrap, or reach it from inside the VM")
     pairs = ports(values, pol.network_allow)
+    # The policy's ports are every step's: one a running step of this project already holds
+    # (its dev server) is left to it, and one another program holds is said, not a failure.
+    # A port the client asked for (-p) must be had, or the step does not begin.
+    held = {h: n for n, info in sess.live.items() if info.published for h, _ in info.published.pairs}
+    from_policy = {h for h, _ in ports(pol.network_publish, pol.network_allow)}
+    from_client = {h for h, _ in ports(asked, pol.network_allow)}
+    for h, s in pairs:
+        if h in from_client and h in held:
+            raise PublishError(f"cannot publish port {s} at 127.0.0.1:{h}: step {held[h]} of this project, "
+                               f"still running, publishes it; choose another host port: -p {h + 1}:{s}")
+    pairs = [(h, s) for h, s in pairs if h not in held]
+    if not pairs:
+        return None
     published = Published(sess.project.state_path("publish", secrets.token_hex(6)), pairs)
-    await published.open()
+    await published.open(optional=frozenset(from_policy - from_client))
     return published
 
 

@@ -40,6 +40,8 @@ def ports(values, network_allow) -> list[tuple[int, int]]:
                 f"step reaches a server on the host at that port, so one the step starts cannot "
                 f"listen there too; publish another port (-p {host_port}:{step_port + 1} with the "
                 f"server on {step_port + 1}) or take the loopback entry out of network.allow")
+        if (host_port, step_port) in out:
+            continue                    # the policy's and -p's alike: once
         if any(h == host_port for h, _ in out):
             raise PublishError(f"host port {host_port} is published twice")
         out.append((host_port, step_port))
