@@ -22,6 +22,7 @@ import stat
 
 from . import orgcopy
 from .schema import PolicyError, where_line
+from .writes import resolved_writes
 
 ORG_POLICY_PATH = "/etc/envgit/policy.yaml"
 ORG_POLICY_ENV = "ENVGIT_ORG_POLICY"
@@ -115,20 +116,12 @@ def check_unwritable(data: dict, where: dict, org_path: str, home: str, project_
     above it, writable inside the sandbox: a step (as root) could then rewrite it. Entries are
     resolved as decide.resolve does (a relative one against the project: `../..` leaves it)."""
     real = os.path.realpath(org_path)
-    for i, entry in enumerate(data.get("filesystem", {}).get("allow_write", [])):
-        if entry == "~" or entry.startswith("~/"):
-            target = home + entry[1:]
-        elif entry.startswith("/"):
-            target = entry
-        else:
-            target = os.path.join(project_root, entry)
-        target = os.path.normpath(target)
-        for t in {target, os.path.realpath(target)}:
-            if real == t or real.startswith(t.rstrip("/") + "/"):
-                f, n = where_line(where[f"filesystem.allow_write[{i}]"])
-                raise PolicyError(f, n, 1, f"filesystem.allow_write makes {entry} writable, which "
-                                  f"holds the organisation policy {org_path}: a step could rewrite "
-                                  "it; remove it")
+    for t, entry, key in resolved_writes(data, home, project_root):
+        if real == t or real.startswith(t.rstrip("/") + "/"):
+            f, n = where_line(where[key])
+            raise PolicyError(f, n, 1, f"filesystem.allow_write makes {entry} writable, which "
+                              f"holds the organisation policy {org_path}: a step could rewrite "
+                              "it; remove it")
 
 
 def stat_key(environ=None):
