@@ -17,7 +17,7 @@ import os
 import stat
 import threading
 
-from ..sandbox.publish import PublishError
+from ..policy.ports import PublishError
 
 HOST = "127.0.0.1"
 CHUNK = 65536

@@ -19,9 +19,10 @@ from ..inert import inert
 from ..journal import JournalError
 from ..journal.rows import listed
 from ..policy import PolicyError, decide_command, marks
+from ..policy.ports import PublishError
 from ..sandbox import resolver, routes
 from ..sandbox.network import Net
-from ..sandbox.publish import PublishError, ports
+from ..sandbox.publish import ports
 from ..sandbox.spec import build
 from . import netadvice, special_bits, takeback
 from . import outside as outside_changes

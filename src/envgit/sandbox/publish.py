@@ -18,8 +18,6 @@ cannot also be published: the forwarder already listens there inside.
 from ..policy.ports import PublishError, parse
 from . import loopback, network
 
-__all__ = ["PublishError", "parse", "ports", "mounts", "wrap"]
-
 INSIDE = "/run/envgit/publish"
 MAX_PORTS = 32
 
