@@ -9,14 +9,24 @@ the daemon runs, the resident stat cache and inotify watcher make that a look at
 directories that had events (well under a millisecond when nothing changed); a daemon just
 started walks the directory once with the stat cache read from disk, which the step's own
 snapshot would otherwise have done after it. Nothing is checked while another step runs: a
-change then cannot be told from that step's own (an agent's session step, a long `envgit run`).
+change then cannot be told from that step's own (a long `envgit run`). While only agents'
+session steps run (`envgit claude`'s, open until the agent exits), the escape routes alone are
+(record_routes): what no sandbox could write there was written from outside, by the person.
 """
 
 import os
+import time
+import weakref
 
 from .. import steporder
+from ..sandbox import routes
+from ..snapshot.capture import Snapshot
+from ..snapshot.diff import read_tree
+from ..snapshot.encoding import DIR, encode_tree
+from ..snapshot.ids import TREE, CorruptObject
+from ..snapshot.objects import StoreError
 from . import special_bits
-from .snapshots import SnapshotFailed
+from .snapshots import SnapshotFailed, summarize
 
 
 def record(sess, pol, before: str) -> int | None:
@@ -35,12 +45,15 @@ def record(sess, pol, before: str) -> int | None:
     return write(sess, summary, before)
 
 
-def write(sess, summary, before: str) -> int:
-    """The `outside` step for a snapshot already taken (its summary against sess.last_tree)."""
+def write(sess, summary, before: str, extra: dict | None = None) -> int:
+    """The `outside` step for a snapshot already taken (its summary against sess.last_tree).
+    `extra`: more of the entry's body (record_routes: its paths were found writable from no
+    sandbox, so the sandboxes alive are not counted)."""
     last = steporder.newest_tree(sess.journal)     # newest in time: steps run at once
     since = last.step if last is not None and last.tree == sess.last_tree else None
-    body = {"snapshot": summary, "session": sess.id, "user": _me(), "since_step": since, "before": before}
-    alive = sandboxes_holding(sess.project.root)
+    body = {"snapshot": summary, "session": sess.id, "user": _me(), "since_step": since, "before": before,
+            **(extra or {})}
+    alive = sandboxes_holding(sess.project.root) if extra is None else 0
     if alive:           # a sandbox outlived its step (the MCP REPL): not only the person could write
         body["sandboxes_alive"] = alive
     # No setuid/setgid bit stays in the project, however it got there (special_bits.py): one
@@ -57,6 +70,178 @@ def write(sess, summary, before: str) -> int:
         sess.outside_notices[-1] = sess.outside_notices[-1].replace("{step}", str(step))
     sess.last_tree, sess.tree_unknown = summary["tree"], False
     return step
+
+
+# --- while an agent's session is open ---------------------------------------------------------
+
+class RouteWatch:
+    """What record_routes keeps between two looks, per session daemon."""
+
+    def __init__(self):
+        self.stamps: dict | None = None     # the routes' fingerprint at the last look
+        self.mounts: dict | None = None     # mount namespace -> [(mount point, read-only)] then
+        self.agents: frozenset = frozenset()  # the agents' session steps running then
+
+
+_WATCH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def agent_sessions_only(live) -> dict:
+    """{step: LiveStep} when every running step is an agent's session step (record-only,
+    marked agent-session): nothing but the agent's own sandbox, where the routes are read-only,
+    is at work; else {}. Read on the event loop (the look runs in a thread)."""
+    return dict(live) if live and all(info.agent_session for info in live.values()) else {}
+
+
+def record_routes(sess, pol, before: str, agents: dict, ending: int | None = None) -> int | None:
+    """While only agents' session steps run: the escape routes (sandbox/routes.py, the list the
+    last view bound) changed since the last snapshot by no sandbox, recorded as an `outside`
+    step of those paths alone. The directory as a whole cannot be recorded then: the agent's
+    own edits not yet recorded (a Claude Write before its PostToolUse step) are in it, and are
+    a step's. The look is a stat of each route (~the fingerprint a step takes); only when one
+    moved is the directory snapshotted (the resident cache makes it a look at what changed)
+    and each changed route checked in every sandbox holding the project (/proc/PID/mountinfo):
+    read-only there, or its read-only mount gone since the last look (only a rename or removal
+    from outside detaches one), it was written from outside. `ending`: the agent's session step
+    that is ending, its sandbox gone: what was read-only in the sandboxes seen at the last look
+    counts, and nothing when that look was not during this session (its sandbox never seen).
+    Returns the step's id, or None. Call with the session's tree lock held."""
+    rs = getattr(sess.scan, "routes", None)
+    if rs is None or sess.last_tree is None or sess.tree_unknown:
+        return None
+    watch = _WATCH.setdefault(sess, RouteWatch())
+    now = routes.fingerprint(rs.watch)
+    if now == watch.stamps or (ending is not None and ending not in watch.agents):
+        return None
+    root = sess.project.root
+    known, watch.stamps = watch.mounts, now
+    mounts = watch.mounts = sandbox_mounts(root)
+    watch.agents = frozenset(agents)
+    last = sess.last_tree
+    try:
+        whole = sess.snapshotter.take(pol, last)
+    except (SnapshotFailed, OSError) as e:
+        print(f"envgit daemon: escape routes changed outside could not be looked for: {e}", flush=True)
+        return None
+    if whole["tree"] == last:
+        return None
+    tops = [os.fsencode(os.path.relpath(w, root)) for w in rs.watch if w.startswith(root + "/")]
+    snapshotter = sess.snapshotter
+    with snapshotter.lock:              # against the tree the snapshot was compared with, still
+        if sess.last_tree != last:
+            return None
+        objects = snapshotter.store.objects
+        try:
+            changed = [c.path for c in snapshotter.store.diff(last, whole["tree"])
+                       if any(c.path == t or c.path.startswith(t + b"/") for t in tops)]
+            picked = sorted({p for p in changed if not any(p.startswith(q + b"/") for q in changed)})
+            picked = [p for p in picked if not _writable(os.path.join(root, os.fsdecode(p)), mounts, known)]
+            if not picked:
+                return None
+            tree = _graft(objects, bytes.fromhex(last), bytes.fromhex(whole["tree"]),
+                          [tuple(p.split(b"/")) for p in picked])
+            objects.flush()
+            summary = summarize(Snapshot(tree.hex(), [], whole["ms"], whole["stats"]),
+                                snapshotter.store.diff(last, tree.hex()))
+        except (StoreError, CorruptObject, OSError) as e:   # the next step carries them, as before
+            print(f"envgit daemon: escape routes changed outside could not be recorded: {e}", flush=True)
+            return None
+        summary["taken_at"] = time.time_ns()
+        step = write(sess, summary, before, {"agent_session": sorted(agents)})
+    _known_to_agents(agents.values(), now, [os.path.join(root, os.fsdecode(p)) for p in picked])
+    return step
+
+
+def _known_to_agents(infos, now: dict, paths: list[str]):
+    """The routes recorded as changed outside are no longer the agents' session steps' to
+    answer for at their end (their fingerprint is the one from when they began)."""
+    def related(k):
+        return any(k == p or k.startswith(p + "/") or p.startswith(k + "/") for p in paths)
+    for info in infos:
+        if info.routes is not None:
+            for k in [k for k in info.routes.keys() | now.keys() if related(k)]:
+                info.routes[k] = now.get(k)
+
+
+def _writable(path: str, mounts: dict, known: dict | None) -> bool:
+    """Whether a sandbox could have written `path`: in a mount namespace holding the project,
+    the mount it lies on is not read-only, unless it lay on a read-only one at the last look
+    that is gone now (a mount point renamed over or removed from outside); a namespace gone
+    since the last look answers as it was then."""
+    known = known or {}
+    for ns in mounts.keys() | known.keys():
+        if ns in mounts:
+            point, ro = _mount_of(path, mounts[ns])
+            if ro:
+                continue
+            was, was_ro = _mount_of(path, known.get(ns, []))
+            if was_ro and was != point and was not in {m for m, _ in mounts[ns]}:
+                continue
+            return True
+        if not _mount_of(path, known[ns])[1]:
+            return True
+    return False
+
+
+def _mount_of(path: str, mounts: list) -> tuple[str | None, bool]:
+    """(mount point, read-only) of the mount `path` lies on; the last one mounted at the
+    longest point above it is the one seen."""
+    best, ro = None, False
+    for point, is_ro in mounts:
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and \
+                (best is None or len(point) >= len(best)):
+            best, ro = point, is_ro
+    return best, ro
+
+
+def sandbox_mounts(root: str) -> dict:
+    """{mount namespace: [(mount point, read-only)]} for each other mount namespace that has
+    the project (or a path in it) mounted: a sandbox. One /proc walk (~1-2 ms)."""
+    try:
+        mine = os.readlink("/proc/self/ns/mnt")
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return {}
+    out: dict = {}
+    for pid in pids:
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/mnt")
+            if ns == mine or ns in out:
+                continue
+            with open(f"/proc/{pid}/mountinfo", "rb") as f:
+                fields = [line.split(b" ", 6) for line in f]
+            mounts = [(_unescape(x[4]), b"ro" in x[5].split(b",")) for x in fields]
+        except (OSError, IndexError):
+            continue
+        if any(p == root or p.startswith(root.rstrip("/") + "/") for p, _ in mounts):
+            out[ns] = mounts
+    return out
+
+
+def _graft(objects, old: bytes | None, new: bytes | None, paths: list[tuple]) -> bytes:
+    """The tree `old` with each of `paths` (split into names) as it is in the tree `new`:
+    taken from it whole, or removed where `new` has none. A directory on the way that `old`
+    lacks is made as `new` has it, with the grafted paths alone."""
+    olds = {e.name: e for e in read_tree(objects, old)} if old else {}
+    news = {e.name: e for e in read_tree(objects, new)} if new else {}
+    below: dict = {}
+    for parts in paths:
+        below.setdefault(parts[0], []).append(parts[1:])
+    for name, rests in below.items():
+        n, o = news.get(name), olds.get(name)
+        if any(not r for r in rests):
+            if n is None:
+                olds.pop(name, None)
+            else:
+                olds[name] = n
+            continue
+        n_dir = n if n is not None and n.type == DIR else None
+        if o is not None and o.type == DIR:
+            olds[name] = o._replace(oid=_graft(objects, o.oid, n_dir and n_dir.oid, rests))
+        elif o is None and n_dir is not None:
+            olds[name] = n_dir._replace(oid=_graft(objects, None, n_dir.oid, rests))
+        # else: a file of `old` on the way (its type changed too), not a route: left to a step
+    return objects.put(TREE, encode_tree(sorted(olds.values(), key=lambda e: e.name)))
 
 
 def sandboxes_holding(root: str) -> int:

@@ -204,8 +204,10 @@ async def net_for(sess, pol, step):
 
 async def settle(sess, pol, look_outside=True, before="step", conn=None):
     """Before a step: the first step's baseline, or, when no step runs, the changes made
-    outside envgit since the last one, recorded as their own step (outside.py). The
-    baseline of a big project takes a while: `conn`'s client is shown its progress."""
+    outside envgit since the last one, recorded as their own step (outside.py); when only
+    agents' session steps run, the escape routes changed from outside alone (the agent's own
+    edits are in the directory too, and are a step's). The baseline of a big project takes a
+    while: `conn`'s client is shown its progress."""
     async with sess.tree_lock:
         if sess.last_tree is None:
             counters = {}
@@ -213,6 +215,8 @@ async def settle(sess, pol, look_outside=True, before="step", conn=None):
                                      counters, conn)
         elif look_outside and not sess.live and not sess.tree_unknown:
             await asyncio.to_thread(outside_changes.record, sess, pol, before)
+        elif look_outside and (agents := outside_changes.agent_sessions_only(sess.live)):
+            await asyncio.to_thread(outside_changes.record_routes, sess, pol, before, agents)
 
 
 async def with_progress(sess, work, counters, conn, after_s=None, every_s=0.5):
@@ -252,6 +256,11 @@ async def end(sess, msg):
     if sess.gate is not None:
         sess.gate.close_step(step)
     sess.asks.end_step(step)
+    if info.agent_session and (agents := outside_changes.agent_sessions_only(sess.live)):
+        # the routes the person changed since the session's last step are not its own
+        async with sess.tree_lock:
+            await asyncio.to_thread(outside_changes.record_routes, sess, info.policy, "agent-end",
+                                    agents, step)
     vm_after = memory = None
     if info.vm and sess.vm is not None:     # the guest's changes onto the host first
         try:

