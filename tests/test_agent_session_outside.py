@@ -6,13 +6,18 @@ could have written (the agent's own sandbox, a step) is still charged to a step.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 
+import pytest
+
+from conftest import ENVGIT
 from envgit.daemon.client import connect
 from envgit.paths import Project
 from envgit.sandbox.seccomp import program
+from modelserver import Call, ModelServer, agent_bin, agent_command, claude_env
 
 
 class AgentSession:
@@ -156,3 +161,50 @@ def test_a_route_the_person_replaced_is_theirs_and_then_writable_in_the_agents_s
         assert [paths_of(s) for s in outside] == [["envgit.yaml"]], outside
     finally:
         agent.end()
+
+
+def test_the_persons_edits_while_the_real_claude_waits_for_its_model_are_theirs(proj):
+    """The real Claude Code in its sandbox (`envgit claude -p`, the scripted model server):
+    between its two Bash calls, while it waits for the model, the person saves envgit.yaml the
+    way most editors do (a new file renamed over it, which detaches Claude's read-only bind)
+    and adds a git hook. The second call's step wrote no escape route, nothing is taken back,
+    the person's two paths are an `outside` step, and the session's step is not charged."""
+    if shutil.which("socat") is None:
+        pytest.skip("socat is not installed (Claude reaches its model only through the gate)")
+    claude = agent_bin("claude")
+    hook = proj.root / ".git" / "hooks" / "pre-commit"
+
+    def persons_edit():
+        policy = proj.root / "envgit.yaml"
+        new = proj.root / ".envgit.yaml.swp"
+        new.write_text(policy.read_text() + "# the person's note\n")
+        os.replace(new, policy)
+        hook.write_text("#!/bin/sh\necho the person's hook\n")
+        hook.chmod(0o755)
+
+    class PersonBetweenCalls(ModelServer):
+        def _next(self, body):
+            main, item = super()._next(body)
+            if main and item[0] == "call" and item[3]["command"] == "echo second":
+                persons_edit()          # Claude waits for this answer: its first call has ended
+            return main, item
+
+    bash = [Call("Bash", {"command": c, "description": "scripted"}) for c in ("true", "echo second")]
+    proj.env["ENVGIT_RESOLVE"] = "model.example.test=127.0.0.1"
+    with PersonBetweenCalls(bash) as model:
+        proj.write_policy(f'version: 1\nnetwork:\n  allow: ["model.example.test:{model.port}"]\n')
+        r = subprocess.run([*agent_command(ENVGIT, "claude"), "-p", "go", "--dangerously-skip-permissions"],
+                           cwd=proj.root, env={**proj.env, **claude_env(f"http://model.example.test:{model.port}"),
+                                               "ENVGIT_CLAUDE_BIN": claude},
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "second" in model.results()[-1][2], model.results()
+    assert "escape route" not in r.stderr.lower(), r.stderr      # said at the agent's exit, if any
+    assert hook.exists() and "the person's note" in (proj.root / "envgit.yaml").read_text()
+    steps = log(proj)
+    session = next(s for s in steps.values() if "agent-session" in s["marks"])
+    second = next(i for i, s in steps.items() if s["argv"] == ["bash", "-c", "echo second"])
+    outside = [s for i, s in steps.items() if session["id"] < i < second and "outside" in s["marks"]]
+    assert [paths_of(s) for s in outside] == [[".git/hooks/pre-commit", "envgit.yaml"]], steps
+    for s in (steps[second], steps[session["id"]]):
+        assert "escape-route-written" not in s["marks"] and not s.get("escape_routes"), s

@@ -154,13 +154,25 @@ def record_routes(sess, pol, before: str, agents: dict, ending: int | None = Non
 
 def _known_to_agents(infos, now: dict, paths: list[str]):
     """The routes recorded as changed outside are no longer the agents' session steps' to
-    answer for at their end (their fingerprint is the one from when they began)."""
+    answer for at their end: in the fingerprint each took as it began, those paths, the
+    directories above them and what is now below them take today's stamps. A path it did not
+    fingerprint (nor a directory above it) stays out of it: its end would walk a directory
+    that was never compared."""
     def related(k):
         return any(k == p or k.startswith(p + "/") or p.startswith(k + "/") for p in paths)
     for info in infos:
-        if info.routes is not None:
-            for k in [k for k in info.routes.keys() | now.keys() if related(k)]:
-                info.routes[k] = now.get(k)
+        before = info.routes
+        if not before:
+            continue
+        for k in [k for k in before.keys() | now.keys() if related(k)]:
+            if k in before or any(a in before for a in _parents(k)):
+                before[k] = now.get(k)
+
+
+def _parents(path: str):
+    while (up := os.path.dirname(path)) != path:
+        yield up
+        path = up
 
 
 def _writable(path: str, mounts: dict, known: dict | None) -> bool:
