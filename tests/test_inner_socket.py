@@ -95,7 +95,7 @@ def test_the_inner_socket_offers_only_run_and_status(proj):
         size = int.from_bytes(s.recv(4), "big")
         reply = json.loads(s.recv(size))
         s.close()
-        assert "offers run, record and status" in reply["error"], (op, reply)
+        assert "offers run, record, mcp and status" in reply["error"], (op, reply)
     assert conn.request({"op": "status"})["pid"]          # the daemon is still fine
 
 

@@ -2,7 +2,7 @@
 
 A step may (1) try to answer its own question, with `remember`, over every socket it can reach
 (the daemon's `.envgit/daemon.sock` is not in its view; `/run/envgit/control.sock` is an
-agent session's inner socket, which offers run/record/status only), in the daemon's framing
+agent session's inner socket, which offers run/record/mcp/status only), in the daemon's framing
 and in JSON, while its request waits; (2) given a grant for one effect, try to stretch it: a
 method-override header, other spellings of the path, another port's or host's name, a Host
 header that differs from the CONNECT target. The oracle is the stub server's record of what

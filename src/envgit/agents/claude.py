@@ -25,12 +25,14 @@ envgit's settings are added with `--settings`: the user's own settings, the proj
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 import time
 from urllib.parse import urlsplit
 
+from .claude_shim import envgit_mcp
 from .session import AgentError, agent_binary, announce, new_session, newest_conversation, project_here, say_resume
 
 EDIT_TOOLS = "Write|Edit|MultiEdit|NotebookEdit"
@@ -41,7 +43,8 @@ ATOMICFILE = os.path.join(os.path.dirname(HERE), "atomicfile.py")    # claude_ho
 # The user's variables Claude Code itself reads (credentials, endpoint, model, its switches):
 # a policy's env.pass is for steps, these are for the agent's own process only.
 CLAUDE_VARS = ("ANTHROPIC_", "CLAUDE_", "DISABLE_", "MAX_THINKING_TOKENS", "BASH_DEFAULT_TIMEOUT_MS",
-               "BASH_MAX_TIMEOUT_MS", "MCP_TIMEOUT", "MCP_TOOL_TIMEOUT", "AWS_BEARER_TOKEN_BEDROCK")
+               "BASH_MAX_TIMEOUT_MS", "MCP_TIMEOUT", "MCP_TOOL_TIMEOUT", "MCP_CONNECT_TIMEOUT_MS",
+               "MAX_MCP_OUTPUT_TOKENS", "ENABLE_TOOL_SEARCH", "AWS_BEARER_TOKEN_BEDROCK")
 
 
 def python_inside() -> tuple[str, list[str]]:
@@ -81,11 +84,37 @@ def write_scripts(python: str) -> tuple[str, str, str]:
     return top, bin_dir, state
 
 
-def settings(hook_pre: str, hook_post: str) -> dict:
-    return {"hooks": {
+def settings(hook_pre: str, hook_post: str, project_root: str | None = None) -> dict:
+    """envgit's --settings: its hooks, and the approval of the project's `.mcp.json` entries
+    that start envgit's own MCP server (the shim hands those to the daemon, whatever else the
+    entry says, so approving them runs nothing of the entry's): Claude would otherwise ask,
+    and fail to save the answer in `.claude/settings.local.json`, read-only inside."""
+    out: dict = {"hooks": {
         "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": hook_pre, "timeout": 30}]}],
         "PostToolUse": [{"matcher": EDIT_TOOLS, "hooks": [{"type": "command", "command": hook_post,
                                                           "timeout": 60}]}]}}
+    ours = envgit_mcp_servers(project_root) if project_root else []
+    if ours:
+        out["enabledMcpjsonServers"] = ours
+    return out
+
+
+def envgit_mcp_servers(project_root: str) -> list[str]:
+    """The names of the project's `.mcp.json` stdio servers that are `envgit mcp`."""
+    try:
+        with open(os.path.join(project_root, ".mcp.json"), encoding="utf-8") as f:
+            servers = json.load(f).get("mcpServers") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    names = []
+    for name, entry in servers.items() if isinstance(servers, dict) else ():
+        if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+            continue
+        args = entry.get("args") or []
+        if isinstance(args, list) and all(isinstance(a, str) for a in args) and \
+                envgit_mcp(shlex.join([entry["command"], *args])) is not None:
+            names.append(name)
+    return sorted(names)
 
 
 # In ~/.claude, the only paths writable inside: what Claude Code writes for a session to work
@@ -199,7 +228,7 @@ def launch(argv: list[str]) -> int:
         pre, post = f"{hook} pre", f"{hook} post"
         settings_file = os.path.join(bin_dir, "settings.json")
         with open(settings_file, "w") as f:
-            json.dump(settings(pre, post), f, indent=2)
+            json.dump(settings(pre, post, project.root), f, indent=2)
         set_env = {k: v for k, v in os.environ.items() if k.startswith(CLAUDE_VARS)}
         # ENVGIT_CLAUDE_CALLS (a directory: one file per Bash call, claude_hook.py) stays
         # writable inside Claude's sandbox, so Claude's own Write tool could put an id there:

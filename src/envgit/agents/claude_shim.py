@@ -15,6 +15,10 @@ Three kinds of string arrive here, told apart by their shape:
                      succeeds (the daemon's cwd_file), so a `cd` holds in the next call, as in
                      Claude Code without envgit
   envgit's own hook  (its exact command line, in $ENVGIT_CLAUDE_HOOKS) -> run as is
+  envgit's MCP server `envgit mcp [--project DIR]` (an MCP server entry of the person's, as
+                     docs/MCP.md sets it up) -> over the inner control socket, run by the daemon
+                     on the host on this process's stdin/stdout/stderr: inside, envgit's state
+                     is read-only and its upstream servers would lose the person's tokens
   anything else      the user's hooks, stdio MCP servers, status lines -> run as is, inside
                      Claude's sandbox, as Claude would without envgit
 """
@@ -40,6 +44,28 @@ def model_command(composed: str):
     except ValueError:
         return None
     return " ".join(words), m.group("cwdfile")      # what `eval` runs: its words, space-joined
+
+
+def envgit_mcp(composed: str):
+    """The `--project` of an `envgit mcp` server's command line (`envgit mcp`, a path to envgit,
+    or `python -m envgit`), "" without one; None for any other string (`--http` included:
+    that server is the person's to run, outside)."""
+    try:
+        words = shlex.split(composed)
+    except ValueError:
+        return None
+    if len(words) >= 3 and words[1:3] == ["-m", "envgit"] and os.path.basename(words[0]).startswith("python"):
+        words = words[2:]
+    if len(words) < 2 or os.path.basename(words[0]) != "envgit" or words[1] != "mcp":
+        return None
+    rest = words[2:]
+    if not rest:
+        return ""
+    if len(rest) == 2 and rest[0] == "--project":
+        return rest[1]
+    if len(rest) == 1 and rest[0].startswith("--project="):
+        return rest[0].split("=", 1)[1]
+    return None
 
 
 def call_key(command: str) -> str:
@@ -82,11 +108,14 @@ def main(argv=None) -> int:
     composed = argv[0]
     ours = os.environ.get("ENVGIT_CLAUDE_HOOKS", "").split("\n")
     call = None if composed in ours else model_command(composed)
-    if call is None:
+    mcp = None if call is not None or composed in ours else envgit_mcp(composed)
+    if call is None and mcp is None:
         os.execv("/bin/sh", ["/bin/sh", "-c", composed])
-    cmd, cwd_file = call
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import inner_shim  # type: ignore[import-not-found]  # copied beside this script
+    if call is None:
+        return inner_shim.mcp_exit_code(mcp or None)
+    cmd, cwd_file = call
     return inner_shim.exit_code(["bash", "-c", cmd], tool_call_id=take_call(cmd), cwd_file=cwd_file)
 
 

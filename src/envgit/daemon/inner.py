@@ -19,6 +19,10 @@ One socket per agent session, bound read-only into that session's sandbox at
       Marked `from-inner` (and `origin: "inner"` on its begin entry): what it claims is the
       agent's word; the only mark it may add is `agent-edit`
   {"op": "status"}                                                -> {"session", "live"}
+  {"op": "mcp", "project"?}  + 3 fds                              -> {"exit_code"}
+      envgit's own MCP server for the agent, run on the host on the caller's fds until it
+      exits or the caller goes away (mcphost.py); `project`, when the agent's MCP config
+      names one, must be this session's project.
 Steps from it always belong to its session and its project: a cwd outside the project is
 refused.
 
@@ -40,7 +44,7 @@ import threading
 
 from ..sandbox.launch import Launch, LaunchError
 from ..sandbox.resolver import PER_WAKE, Resolver
-from . import steps
+from . import mcphost, steps
 
 MAX_FRAME = 4 * 1024 * 1024          # a frame from inside: argv + env of one command
 MAX_ARGS = 65536
@@ -152,18 +156,28 @@ def tracking_cwd(argv, cwd_file):
 
 FIELDS = {"run": {"op", "argv", "cwd", "env", "tool_call_id", "cwd_file"},
           "record": {"op", "argv", "cwd", "tool_call_id", "marks", "body"},
-          "status": {"op"}}
+          "status": {"op"},
+          "mcp": {"op", "project"}}
 
 
 def check_request(msg: dict, root: str) -> dict:
     """The request with every field checked (BadRequest says which is wrong)."""
     op = msg.get("op")
     if op not in FIELDS:
-        raise BadRequest(f"the inner socket offers run, record and status, not {str(op)[:40]!r}")
+        raise BadRequest(f"the inner socket offers run, record, mcp and status, not {str(op)[:40]!r}")
     extra = set(msg) - FIELDS[op]
     if extra:
         raise BadRequest(f"{op} does not take {', '.join(sorted(str(k)[:40] for k in extra)[:5])}")
     if op == "status":
+        return {"op": op}
+    if op == "mcp":
+        project = msg.get("project")
+        if project is not None:
+            real = os.path.realpath(_str(project, "project", 4096))
+            if real != root:
+                raise BadRequest(f"envgit mcp here serves this session's project {root}, not {project} "
+                                 "(drop --project from the MCP server's entry, or run the agent in that "
+                                 "project)")
         return {"op": op}
     out = {"op": op, "tool_call_id": _call_id(msg.get("tool_call_id"))}
     if op == "run":
@@ -180,9 +194,10 @@ def check_request(msg: dict, root: str) -> dict:
 
 
 class InnerSocket:
-    def __init__(self, sess, session: str, path: str, loop, home: str):
+    def __init__(self, sess, session: str, path: str, loop, home: str, launch_env=None):
         self.sess, self.session, self.path, self.loop = sess, session, path, loop
         self.home = home        # from the agent's launch: a frame's env.HOME never picks the view
+        self.launch_env = dict(launch_env or {})     # the person's, for the MCP server (mcphost.py)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -263,7 +278,10 @@ class InnerSocket:
             if msg["op"] == "record":
                 return await record_step(self.sess, msg, self.session)
             if len(fds) != 3:
-                return {"error": "envgit: run needs stdin, stdout and stderr passed as fds", "exit": 2}
+                return {"error": f"envgit: {msg['op']} needs stdin, stdout and stderr passed as fds", "exit": 2}
+            if msg["op"] == "mcp":
+                return await mcphost.serve(self.sess.project.root, fds, self.session, self.launch_env,
+                                           gone or asyncio.Event())
             return await run_step(self.sess, msg, fds, self.session, self.home, gone)
         finally:
             for fd in fds:

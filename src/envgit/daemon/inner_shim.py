@@ -51,6 +51,11 @@ def run(argv, env=None, tool_call_id=None, cwd_file=None) -> dict:
            "tool_call_id": tool_call_id or os.environ.get("ENVGIT_TOOL_CALL_ID")}
     if cwd_file:
         msg["cwd_file"] = cwd_file          # inner.py: the shell's last directory goes there
+    return _ask(msg)
+
+
+def _ask(msg: dict) -> dict:
+    """Send `msg` with this process's stdin, stdout and stderr; the daemon's reply."""
     data = frame(msg)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(os.environ.get("ENVGIT_INNER_SOCKET", "/run/envgit/control.sock"))
@@ -62,8 +67,18 @@ def run(argv, env=None, tool_call_id=None, cwd_file=None) -> dict:
 
 def exit_code(argv, tool_call_id=None, cwd_file=None) -> int:
     """Run ARGV as a step; its exit status, or envgit's own when it could not run."""
+    return _status(lambda: run(argv, tool_call_id=tool_call_id, cwd_file=cwd_file))
+
+
+def mcp_exit_code(project=None) -> int:
+    """envgit's own MCP server, run by the daemon on the host on this process's stdio (the
+    daemon's mcphost.py); its exit status."""
+    return _status(lambda: _ask({"op": "mcp", **({"project": project} if project else {})}))
+
+
+def _status(ask) -> int:
     try:
-        reply = run(argv, tool_call_id=tool_call_id, cwd_file=cwd_file)
+        reply = ask()
     except (OSError, EOFError) as e:
         print(f"envgit: cannot reach the envgit daemon from inside the sandbox: {e}", file=sys.stderr)
         return 125

@@ -116,7 +116,7 @@ class Session:
             if outside:
                 return {"error": outside, "exit": 2}
             # The agent's launch (this spec) fixes the home its inner steps' views are built on.
-            inner = self.inner_socket(session, (msg.get("env") or {}).get("HOME")) if msg.get("inner") else None
+            inner = self.inner_socket(session, msg.get("env") or {}) if msg.get("inner") else None
             agent = {k: msg[k] for k in ("read", "write", "protect") if msg.get(k)}
             if msg.get("set_env"):
                 agent["env"] = dict(msg["set_env"])
@@ -136,7 +136,10 @@ class Session:
     async def interrupted(self, step, reason):
         await steps.interrupted(self, step, reason)
 
-    def inner_socket(self, session, home=None) -> str:
+    def inner_socket(self, session, launch_env) -> str:
+        """The session's inner control socket (made on first use); `launch_env` is the agent
+        launcher's environment: its HOME picks the inner steps' home view, and envgit's own
+        MCP server runs with it (inner.py, mcphost.py)."""
         if session not in self.inner:
             d = self.project.state_path("inner")
             os.makedirs(d, mode=0o700, exist_ok=True)
@@ -145,7 +148,7 @@ class Session:
                 import tempfile
                 path = os.path.join(tempfile.mkdtemp(prefix="envgit-inner-"), "control.sock")
             self.inner[session] = InnerSocket(self, session, path, asyncio.get_running_loop(),
-                                              home or os.path.expanduser("~"))
+                                              launch_env.get("HOME") or os.path.expanduser("~"), launch_env)
         return self.inner[session].path
 
     # --- the gate's callbacks ----------------------------------------------------------

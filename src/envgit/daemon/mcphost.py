@@ -1,0 +1,58 @@
+"""`envgit mcp` for an agent whose MCP servers start inside its own sandbox (Claude Code under
+`envgit claude`): asked for over the inner control socket (inner.py's op `mcp`), it runs on the
+host, as the person started it, on the caller's stdin, stdout and stderr.
+
+Why not inside: the server is envgit's own client of the daemon (each execution is a step with
+its snapshot), it writes envgit's state (read-only inside, as it must stay), and its upstream
+servers run outside the sandbox with the person's tokens (docs/MCP.md). Why it is safe to
+start on a request from inside: what runs is fixed here (this interpreter's envgit, `mcp`, the
+session's own project), never a command line from the request; its upstreams come from
+envgit.yaml, which nothing inside can write; its executions run in sandboxes as every step
+does. The environment is the one the agent's launcher ran with (the person's, from the
+`spec` request that started the agent), plus ENVGIT_SESSION: the server's executions are a
+sub-session of the agent's (`<session>.mcpN`, mcp/server.py).
+"""
+
+import asyncio
+import os
+import signal
+import sys
+
+STOP_GRACE_S = 2.0       # after SIGTERM, before SIGKILL, once the caller has gone
+
+
+def argv(project_root: str) -> list[str]:
+    return [sys.executable, "-m", "envgit", "mcp", "--project", project_root]
+
+
+async def serve(project_root, fds, session, env, gone) -> dict:
+    """Run the server on `fds` (stdin, stdout, stderr) until it exits, or until the caller goes
+    away (`gone`: Claude stopped the server, or exited); its exit status."""
+    env = {**env, "ENVGIT_SESSION": session}
+    env.pop("ENVGIT_STEP", None)
+    try:
+        proc = await asyncio.create_subprocess_exec(*argv(project_root), stdin=fds[0], stdout=fds[1],
+                                                    stderr=fds[2], env=env, cwd=project_root,
+                                                    start_new_session=True)
+    except OSError as e:
+        os.write(fds[2], f"envgit: envgit mcp could not start: {e}\n".encode())
+        return {"exit_code": 125}
+    waiting = asyncio.ensure_future(proc.wait())
+    stop = asyncio.ensure_future(gone.wait())
+    done, _ = await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
+    if waiting not in done:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            await asyncio.wait_for(asyncio.shield(waiting), STOP_GRACE_S)
+        except TimeoutError:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            await waiting
+    stop.cancel()
+    rc = proc.returncode
+    return {"exit_code": rc if rc >= 0 else 128 - rc}
