@@ -139,3 +139,44 @@ def test_in_the_tui_envgits_mcp_json_server_asks_no_approval_and_answers(proj, c
         results = model.results()
     assert "MCP server" not in shown and "settings.local.json" not in shown, shown[-3000:]
     assert [text for _, _, text in results if "ran-42" in text], results
+
+
+def test_an_agent_session_runs_at_most_eight_envgit_mcp_servers_at_once(proj):
+    """A process inside the agent's sandbox asks for MCP servers in a loop: each is a host
+    process, so past eight at once the ask is refused, and the daemon serves on."""
+    import array
+    import socket
+
+    from envgit.daemon.client import connect
+    from envgit.daemon.inner import MAX_MCP_SERVERS, encode
+    from envgit.paths import Project
+    proj.run("true")
+    conn = connect(Project(str(proj.root)))
+    spec = conn.request({"op": "spec", "argv": ["true"], "cwd": str(proj.root), "env": proj.env,
+                         "session": "agent-mcp", "inner": True})
+    path = spec["bwrap"][spec["bwrap"].index("/run/envgit/control.sock") - 1]
+    held, pipes = [], []
+    try:
+        for _ in range(MAX_MCP_SERVERS + 1):
+            r, w = os.pipe()                   # the server's stdin, held open: it keeps running
+            pipes += [r, w]
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            data = encode({"op": "mcp"})
+            s.sendmsg([data[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r, 2, 2]))])
+            s.sendall(data[4:])
+            held.append(s)
+            time.sleep(0.3)
+        last = held[-1]
+        last.settimeout(30)
+        size = int.from_bytes(last.recv(4), "big")
+        reply = json.loads(last.recv(size))
+        assert f"at most {MAX_MCP_SERVERS}" in reply["error"], reply
+        assert len(servers_left(proj.root, 0)) == MAX_MCP_SERVERS
+    finally:
+        for s in held:
+            s.close()
+        for fd in pipes:
+            os.close(fd)
+    assert not servers_left(proj.root)         # each caller gone: its server ended
+    assert conn.request({"op": "status"})["pid"]

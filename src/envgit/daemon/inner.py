@@ -55,6 +55,7 @@ MAX_BODY_KEYS = 32
 RECV_TIMEOUT_S = 30                  # a caller that stops mid-frame does not hold a thread for ever
 RECORD_MARKS = ("agent-edit",)       # the marks a record from inside may carry
 MAX_CONNECTIONS = 64                 # at once, per socket: each holds a thread (and a step)
+MAX_MCP_SERVERS = 8                  # at once, per socket: each is a host process (~60 MB)
 
 
 class BadRequest(ValueError):
@@ -210,6 +211,7 @@ class InnerSocket:
             os.umask(old)
         self.sock.listen(64)
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.mcp_servers = 0             # running (mcphost.py), counted on the loop
         threading.Thread(target=self._accept, daemon=True, name=f"inner-{session}").start()
 
     def close(self):
@@ -280,8 +282,15 @@ class InnerSocket:
             if len(fds) != 3:
                 return {"error": f"envgit: {msg['op']} needs stdin, stdout and stderr passed as fds", "exit": 2}
             if msg["op"] == "mcp":
-                return await mcphost.serve(self.sess.project.root, fds, self.session, self.launch_env,
-                                           gone or asyncio.Event())
+                if self.mcp_servers >= MAX_MCP_SERVERS:
+                    return {"error": f"envgit: at most {MAX_MCP_SERVERS} envgit MCP servers run at once "
+                                     "for one agent session", "exit": 1}
+                self.mcp_servers += 1
+                try:
+                    return await mcphost.serve(self.sess.project.root, fds, self.session, self.launch_env,
+                                               gone or asyncio.Event())
+                finally:
+                    self.mcp_servers -= 1
             return await run_step(self.sess, msg, fds, self.session, self.home, gone)
         finally:
             for fd in fds:
