@@ -68,9 +68,19 @@ def paths_of(step):
     return sorted(p["path"] for p in (step.get("snapshot") or {}).get("paths", []))
 
 
+def save_by_rename(path, more):
+    """An editor's save (vim, emacs, JetBrains): a new file renamed over the old one, which
+    detaches a read-only bind a sandbox has on it (the kernel drops a mount on a dentry
+    renamed over)."""
+    new = path.parent / f".{path.name}.swp"
+    new.write_text(path.read_text() + more)
+    os.replace(new, path)
+
+
 def test_the_persons_edit_of_escape_routes_during_an_agent_session_is_theirs(proj):
-    """The person edits envgit.yaml and adds a git hook from the host while the agent's
-    session is open and its sandbox holds a draft it has not recorded yet: the next step
+    """The person saves envgit.yaml and adds a git hook from the host while the agent's
+    session is open (before its first step) and its sandbox holds a draft it has not recorded
+    yet: the next step
     (`true`) is not told it wrote an escape route, nothing is taken back, and an `outside`
     step holds exactly the person's two paths (the draft is not in it); the hook edited again
     after that step is theirs too when the session ends, not the session step's."""
@@ -78,8 +88,7 @@ def test_the_persons_edit_of_escape_routes_during_an_agent_session_is_theirs(pro
     agent = AgentSession(proj, "claude-outside-1", "echo draft > notes.txt; exec sleep 60")
     try:
         agent.wait_for(proj.root / "notes.txt", "wrote its draft")
-        with open(proj.root / "envgit.yaml", "a") as f:          # the person's editor, in place
-            f.write("# the person's note\n")
+        save_by_rename(proj.root / "envgit.yaml", "# the person's note\n")
         hook = proj.root / ".git" / "hooks" / "pre-commit"
         hook.write_text("#!/bin/sh\necho the person's hook\n")
         hook.chmod(0o755)
@@ -108,22 +117,23 @@ def test_the_persons_edit_of_escape_routes_during_an_agent_session_is_theirs(pro
 
 def test_what_a_sandbox_could_write_is_still_a_steps_escape_route(proj):
     """The same session, where the agent's own sandbox also writes a `mark` route (writable in
-    every sandbox) and the next step creates an .envrc: both are that step's escape routes
-    (said loudly, the .envrc taken back); only the person's envgit.yaml edit is theirs."""
+    every sandbox) and creates a protected one that was absent when it started (so never bound
+    there), and the next step creates an .envrc: all three are that step's escape routes (said
+    loudly, the protected ones taken back); only the person's envgit.yaml edit is theirs."""
     assert proj.run("true").returncode == 0
     agent = AgentSession(proj, "claude-outside-2",
-                         "echo '*.bin filter=x' > .gitattributes; exec sleep 60")
+                         "echo '*.bin filter=x' > .gitattributes; echo '{}' > .mcp.json; exec sleep 60")
     try:
-        agent.wait_for(proj.root / ".gitattributes", "wrote .gitattributes")
-        with open(proj.root / "envgit.yaml", "a") as f:
+        agent.wait_for(proj.root / ".mcp.json", "wrote .mcp.json")
+        with open(proj.root / "envgit.yaml", "a") as f:          # the person's editor, in place
             f.write("# the person's note\n")
         r = proj.run("echo 'eval $(curl x)' > .envrc")
         assert "WROTE AN ESCAPE ROUTE" in r.stderr and ".gitattributes" in r.stderr, r.stderr
-        assert "took back" in r.stderr and ".envrc" in r.stderr, r.stderr
-        assert not (proj.root / ".envrc").exists()
+        assert "took back" in r.stderr and ".envrc" in r.stderr and ".mcp.json" in r.stderr, r.stderr
+        assert not (proj.root / ".envrc").exists() and not (proj.root / ".mcp.json").exists()
         steps = log(proj)
         step = max(i for i, s in steps.items() if s["argv"][:2] == ["sh", "-c"] and ".envrc" in s["argv"][2])
-        assert sorted(steps[step]["escape_routes"]) == [".envrc", ".gitattributes"], steps[step]
+        assert sorted(steps[step]["escape_routes"]) == [".envrc", ".gitattributes", ".mcp.json"], steps[step]
         outside = [s for i, s in steps.items() if agent.step < i < step and "outside" in s["marks"]]
         assert [paths_of(s) for s in outside] == [["envgit.yaml"]], outside
     finally:
@@ -142,9 +152,7 @@ def test_a_route_the_person_replaced_is_theirs_and_then_writable_in_the_agents_s
     try:
         assert proj.run("true").returncode == 0          # a step of the session before the edit
         policy = proj.root / "envgit.yaml"
-        new = proj.root / "envgit.yaml.new"
-        new.write_text(policy.read_text() + "# the person's note\n")
-        os.replace(new, policy)
+        save_by_rename(policy, "# the person's note\n")
         r = proj.run("true")
         assert "ESCAPE ROUTE" not in r.stderr and "took back" not in r.stderr, r.stderr
         (agent.tmp / "go").write_text("")
@@ -175,10 +183,7 @@ def test_the_persons_edits_while_the_real_claude_waits_for_its_model_are_theirs(
     hook = proj.root / ".git" / "hooks" / "pre-commit"
 
     def persons_edit():
-        policy = proj.root / "envgit.yaml"
-        new = proj.root / ".envgit.yaml.swp"
-        new.write_text(policy.read_text() + "# the person's note\n")
-        os.replace(new, policy)
+        save_by_rename(proj.root / "envgit.yaml", "# the person's note\n")
         hook.write_text("#!/bin/sh\necho the person's hook\n")
         hook.chmod(0o755)
 
@@ -208,3 +213,20 @@ def test_the_persons_edits_while_the_real_claude_waits_for_its_model_are_theirs(
     assert [paths_of(s) for s in outside] == [[".git/hooks/pre-commit", "envgit.yaml"]], steps
     for s in (steps[second], steps[session["id"]]):
         assert "escape-route-written" not in s["marks"] and not s.get("escape_routes"), s
+
+
+def test_the_persons_edit_after_the_sessions_last_step_is_theirs_at_its_end(proj):
+    """A session that ran no step: the person saves envgit.yaml while it is open. Its end
+    records the change as theirs (an `outside` step before the session step's end), neither
+    charged to the session step nor taken back to the version it began with."""
+    assert proj.run("true").returncode == 0
+    agent = AgentSession(proj, "claude-outside-4", "exec sleep 60")
+    try:
+        time.sleep(0.3)                 # its sandbox is up (it has the project mounted)
+        save_by_rename(proj.root / "envgit.yaml", "# the person's note\n")
+    finally:
+        ended = agent.end()
+    assert "escape-route-written" not in ended["marks"] and not ended.get("notices"), ended
+    assert "# the person's note" in (proj.root / "envgit.yaml").read_text()
+    outside = [s for i, s in log(proj).items() if i > agent.step and "outside" in s["marks"]]
+    assert [(paths_of(s), s["outside"]["before"]) for s in outside] == [(["envgit.yaml"], "agent-end")], outside

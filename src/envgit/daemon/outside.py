@@ -22,7 +22,7 @@ from .. import steporder
 from ..sandbox import routes
 from ..snapshot.capture import Snapshot
 from ..snapshot.diff import read_tree
-from ..snapshot.encoding import DIR, encode_tree
+from ..snapshot.encoding import DIR, SYMLINK, encode_tree
 from ..snapshot.ids import TREE, CorruptObject
 from ..snapshot.objects import StoreError
 from . import special_bits
@@ -101,19 +101,21 @@ def record_routes(sess, pol, before: str, agents: dict, ending: int | None = Non
     a step's. The look is a stat of each route (~the fingerprint a step takes); only when one
     moved is the directory snapshotted (the resident cache makes it a look at what changed)
     and each changed route checked in every sandbox holding the project (/proc/PID/mountinfo):
-    read-only there, or its read-only mount gone since the last look (only a rename or removal
-    from outside detaches one), it was written from outside. `ending`: the agent's session step
-    that is ending, its sandbox gone: what was read-only in the sandboxes seen at the last look
-    counts, and nothing when that look was not during this session (its sandbox never seen).
-    Returns the step's id, or None. Call with the session's tree lock held."""
+    read-only there, or its read-only mount gone (only a rename or removal from outside detaches
+    one: since the last look, or, in a sandbox not seen before, a protected route the agents'
+    sessions began with, which their sandboxes bound), it was written from outside. `ending`:
+    the agent's session step that is ending, its sandbox gone: the sandboxes seen at the last
+    look answer as they were then, and, if none was seen during this session, its own as one
+    with no mount left. Returns the step's id, or None. Call with the session's tree lock held."""
     rs = getattr(sess.scan, "routes", None)
     if rs is None or sess.last_tree is None or sess.tree_unknown:
         return None
     watch = _WATCH.setdefault(sess, RouteWatch())
     now = routes.fingerprint(rs.watch)
-    if now == watch.stamps or (ending is not None and ending not in watch.agents):
+    if now == watch.stamps:
         return None
     root = sess.project.root
+    unseen = ending is not None and ending not in watch.agents     # its sandbox, gone unseen
     known, watch.stamps = watch.mounts, now
     mounts = watch.mounts = sandbox_mounts(root)
     watch.agents = frozenset(agents)
@@ -135,7 +137,10 @@ def record_routes(sess, pol, before: str, agents: dict, ending: int | None = Non
             changed = [c.path for c in snapshotter.store.diff(last, whole["tree"])
                        if any(c.path == t or c.path.startswith(t + b"/") for t in tops)]
             picked = sorted({p for p in changed if not any(p.startswith(q + b"/") for q in changed)})
-            picked = [p for p in picked if not _writable(os.path.join(root, os.fsdecode(p)), mounts, known)]
+            began = _BoundAtStart(objects, root, rs.protect, [info.tree_before for info in agents.values()])
+            picked = [p for p in picked if not _writable(os.path.join(root, os.fsdecode(p)),
+                                                         {**mounts, None: []} if unseen else mounts,
+                                                         known, began)]
             if not picked:
                 return None
             tree = _graft(objects, bytes.fromhex(last), bytes.fromhex(whole["tree"]),
@@ -175,24 +180,60 @@ def _parents(path: str):
         path = up
 
 
-def _writable(path: str, mounts: dict, known: dict | None) -> bool:
+def _writable(path: str, mounts: dict, known: dict | None, began) -> bool:
     """Whether a sandbox could have written `path`: in a mount namespace holding the project,
-    the mount it lies on is not read-only, unless it lay on a read-only one at the last look
-    that is gone now (a mount point renamed over or removed from outside); a namespace gone
-    since the last look answers as it was then."""
+    the mount it lies on is not read-only, unless a read-only one it lay on is gone (a mount
+    point renamed over or removed from outside): one seen at the last look, or, in a namespace
+    not seen then, a protected route the agents' sessions began with (`began`). A namespace
+    gone since the last look answers as it was then."""
     known = known or {}
     for ns in mounts.keys() | known.keys():
         if ns in mounts:
             point, ro = _mount_of(path, mounts[ns])
             if ro:
                 continue
-            was, was_ro = _mount_of(path, known.get(ns, []))
-            if was_ro and was != point and was not in {m for m, _ in mounts[ns]}:
+            points = {m for m, _ in mounts[ns]}
+            if ns in known:
+                was, was_ro = _mount_of(path, known[ns])
+                if was_ro and was != point and was not in points:
+                    continue
+            elif began.detached(path, points):
                 continue
             return True
         if not _mount_of(path, known[ns])[1]:
             return True
     return False
+
+
+class _BoundAtStart:
+    """Which protected routes the agents' sandboxes bound read-only: those present, not as a
+    symlink (never bound at the link), in the tree each agent's session step began from (its
+    sandbox's view is built right after). Read under the snapshot lock."""
+
+    def __init__(self, objects, root: str, protect, trees: list):
+        self.objects, self.root, self.protect, self.trees = objects, root, set(protect), trees
+
+    def detached(self, path: str, points: set) -> bool:
+        """`path`, or a directory above it, is such a route and no mount point now."""
+        for a in [path, *_parents(path)]:
+            if not a.startswith(self.root + "/"):
+                return False
+            if a in self.protect and a not in points and all(self._held(t, a) for t in self.trees):
+                return True
+        return False
+
+    def _held(self, tree: str | None, path: str) -> bool:
+        if tree is None:
+            return False
+        entries = read_tree(self.objects, bytes.fromhex(tree))
+        *dirs, last = os.fsencode(os.path.relpath(path, self.root)).split(b"/")
+        for name in dirs:
+            e = next((e for e in entries if e.name == name), None)
+            if e is None or e.type != DIR or e.oid is None:
+                return False
+            entries = read_tree(self.objects, e.oid)
+        e = next((e for e in entries if e.name == last), None)
+        return e is not None and e.type != SYMLINK
 
 
 def _mount_of(path: str, mounts: list) -> tuple[str | None, bool]:
