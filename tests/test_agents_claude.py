@@ -72,16 +72,28 @@ def test_the_shim_finds_the_model_command_in_claudes_string():
     assert model_command("npx -y @modelcontextprotocol/server-filesystem .") is None   # an MCP server
 
 
-def test_a_policy_that_does_not_reach_the_model_is_said_at_launch(proj):
-    from envgit.agents.claude import check_model_reachable
+def test_the_hosts_claude_needs_and_the_policy_lacks_are_said_at_launch(proj, tmp_path):
+    import io
+
+    from envgit.agents.claude import needs
+    from envgit.agents.hostoffer import offer
     from envgit.paths import Project
     project = Project(str(proj.root))
-    warning = check_model_reachable(project, {})
-    assert "api.anthropic.com:443" in warning and "network.allow" in warning
-    proj.write_policy('version: 1\nnetwork:\n  allow: ["api.anthropic.com"]\n')
-    assert check_model_reachable(project, {}) is None
-    assert "model.example.test:8080" in check_model_reachable(
-        project, {"ANTHROPIC_BASE_URL": "http://model.example.test:8080"})
+    home = str(tmp_path)
+
+    def said(env, cfg=None):
+        out = io.StringIO()
+        offer(project, "Claude", needs(env, cfg, home), stdin=io.StringIO(), out=out)
+        return out.getvalue()
+    first = said({})              # a first launch: the model, and the connectivity check's hosts
+    assert "api.anthropic.com" in first and "platform.claude.com" in first and "network.allow" in first
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
+    later = said({"ANTHROPIC_BASE_URL": "http://model.example.test:8080"}, str(tmp_path / "cfg"))
+    assert '"model.example.test:8080"' in later and "platform.claude.com" not in later
+    assert "platform.claude.com" not in said({"ANTHROPIC_AUTH_TOKEN": "t"})     # a gateway's token
+    proj.write_policy('version: 1\nnetwork:\n  allow: ["api.anthropic.com", "platform.claude.com"]\n')
+    assert said({}) == ""
 
 
 def test_steps_are_the_tool_calls_in_order(cproj, claude_bin):
@@ -198,3 +210,23 @@ def test_push_behind_a_variable_is_refused_at_the_request(tmp_path, remote, clau
         assert any(q["decision"] == "deny" and "git-receive-pack" in q["path"] for q in push["requests"])
     finally:
         env.stop()
+
+
+def test_a_declined_host_offer_is_not_asked_again_in_the_project(proj):
+    import io
+
+    from envgit.agents.hostoffer import offer
+    from envgit.paths import Project
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    project = Project(str(proj.root))
+    needs = [("model.example.test", 8080, "its model API")]
+    out = Tty()
+    offer(project, "Claude", needs, stdin=Tty("n\n"), out=out)
+    assert "[y/N]" in out.getvalue() and "not asked again" in out.getvalue()
+    out = Tty()
+    offer(project, "Claude", needs, stdin=Tty("y\n"), out=out)          # not read: not asked
+    assert "[y/N]" not in out.getvalue() and '"model.example.test:8080"' in out.getvalue()
+    assert "model.example.test" not in (proj.root / "envgit.yaml").read_text()

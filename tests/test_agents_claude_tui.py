@@ -339,3 +339,20 @@ def test_a_killed_claude_leaves_the_terminal_as_it_was(cproj, claude_bin):
                     pass
             assert t.wait(30) == 128 + signal.SIGKILL
             assert t.stty() == t.modes_before
+
+
+def test_a_first_launch_offers_the_model_host_the_policy_lacks_and_then_reaches_it(cproj, claude_bin):
+    """The policy does not name the model's host: before Claude's UI starts, envgit names it
+    and offers to add it; accepted, envgit.yaml has it and Claude reaches its model."""
+    with ModelServer([bash("echo offered")], final=ANSWER) as model:
+        cproj.write_policy("version: 1\nnetwork:\n  allow: []\n")
+        with claude_tui(cproj, claude_bin, model) as t:
+            t.answer("add them to network.allow now? [y/N]", "y\r")
+            t.wait_for("added")
+            first_run(t)
+            ask(t)
+            assert exit_command(t) == 0
+            shown = t.text()
+    assert f"{MODEL_HOST}:{model.port}" in shown and "its model API" in shown
+    assert f'"{MODEL_HOST}:{model.port}"' in (cproj.root / "envgit.yaml").read_text()
+    assert [out.strip() for _, _, out in model.results()] == ["offered"]

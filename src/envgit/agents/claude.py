@@ -32,6 +32,7 @@ import tempfile
 import time
 from urllib.parse import urlsplit
 
+from . import hostoffer
 from .claude_shim import envgit_mcp
 from .session import AgentError, agent_binary, announce, new_session, newest_conversation, project_here, say_resume
 
@@ -188,19 +189,32 @@ def model_endpoint(env: dict) -> tuple[str, int]:
     return u.hostname or "", u.port or (80 if u.scheme == "http" else 443)
 
 
-def check_model_reachable(project, env) -> str | None:
-    """A warning when the policy does not let Claude reach its model API."""
-    from ..policy import PolicyError, load_policy
-    from ..policy.network import allowed_by
+# Claude Code's first launch (its onboarding not done in the config it runs with) checks it
+# can reach these, whatever ANTHROPIC_BASE_URL says, and exits when it cannot (its binary's
+# preflight: BASE_API_URL + /api/hello, TOKEN_URL's origin + /v1/oauth/hello); not with a
+# gateway's ANTHROPIC_AUTH_TOKEN, Bedrock or Vertex, which skip it.
+FIRST_LAUNCH_CHECK = ("api.anthropic.com", "platform.claude.com")
+
+
+def needs(env, config_dir: str | None, home: str) -> list[tuple[str, int, str]]:
+    """(host, port, why) of what Claude reaches before it can work: its model API, and on a
+    first launch its connectivity check's hosts."""
     host, port = model_endpoint(env)
+    out = [(host, port, "its model API")]
+    if not _onboarded(config_dir, home) and not any(env.get(k) for k in (
+            "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")):
+        out += [(h, 443, "the connectivity check of Claude's first launch") for h in FIRST_LAUNCH_CHECK
+                if (h, 443) != (host, port)]
+    return out
+
+
+def _onboarded(config_dir, home) -> bool:
+    path = os.path.join(config_dir, ".claude.json") if config_dir else persons_state(home)[1]
     try:
-        pol = load_policy(project.policy)
-    except (OSError, PolicyError):
-        return None                       # the daemon says what is wrong with it
-    if allowed_by(pol, host, port) is None:
-        return (f"the policy's network.allow does not name {host}:{port} (Claude's model API): "
-                f"Claude will not reach it; add \"{host}\" to network.allow in envgit.yaml")
-    return None
+        with open(path) as f:
+            return json.load(f).get("hasCompletedOnboarding") is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def launch(argv: list[str]) -> int:
@@ -214,9 +228,6 @@ def launch(argv: list[str]) -> int:
     except (AgentError, LaunchError) as e:
         print(f"envgit: {e}", file=sys.stderr)
         return 2
-    warning = check_model_reachable(project, os.environ)
-    if warning:
-        print(f"envgit: {warning}", file=sys.stderr)
     session = new_session("claude")
     home = os.path.expanduser("~")
     python, python_dirs = python_inside()
@@ -248,6 +259,7 @@ def launch(argv: list[str]) -> int:
         if own:
             set_env["CLAUDE_CONFIG_DIR"] = own
             state_write.append(own)
+        hostoffer.offer(project, "Claude", needs(os.environ, own, home))
         try:
             conn = connect(project)
             conn.request({"op": "baseline"})

@@ -54,5 +54,5 @@ async def serve(project_root, fds, session, env, gone) -> dict:
                 pass
             await waiting
     stop.cancel()
-    rc = proc.returncode
+    rc = waiting.result()
     return {"exit_code": rc if rc >= 0 else 128 - rc}
