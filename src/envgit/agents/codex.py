@@ -18,6 +18,8 @@ sandbox is the one enforced, and Codex asks no approvals of its own (envgit's `a
 `--no-daemon`: the TUI runs its own app server, which ends with it; Codex's shared background
 server would outlive the session (its running work, and its exec-server, carrying this
 session's id into the next one) and install a 400 MB copy of itself in the overlay.
+The person's stdio MCP servers Codex would refuse here: envgit's own is started for the
+session over HTTP, the others are said (codex_mcp.py).
 The model's commands never see any of this: a step's home view has no ~/.codex, .envgit/ is
 closed, and the project's .codex is a protected escape route.
 """
@@ -135,10 +137,17 @@ def launch(argv: list[str]) -> int:
         print(f"envgit: Codex will not run envgit's hook ({e}): file steps will carry no "
               "tool-call id; commands still do", file=sys.stderr)
     announce("codex", session, "enforced: envgit is its exec-server")
+    from .codex_mcp import prepare
+    mcp, server = prepare(codex, env, argv, project, session,
+                          os.path.join(session_dir(project, session), "mcp-server.log"))
+    if server is not None:
+        env["ENVGIT_MCP_TOKEN"] = server.token
     started = time.time()
     try:
-        return run_on_terminal(command(codex, argv, trust), env)
+        return run_on_terminal(command(codex, argv, [*trust, *mcp]), env)
     finally:
+        if server is not None:
+            server.stop()
         say_escape_routes(project, session)
         for path in adopt(home, user_home):
             print(f"envgit: Codex's {os.path.basename(path)} of this session is kept in {path} "

@@ -2,9 +2,12 @@
 
 USAGE = """usage: envgit mcp [--project DIR] [--http [HOST:]PORT]
   Serves MCP on stdin/stdout (the way agents start servers), or streamable HTTP at
-  http://HOST:PORT/mcp (HOST defaults to 127.0.0.1). The project is the envgit project at or
-  above DIR (default: the current directory); upstream servers, tool rules and limits are
-  the `mcp:` section of its envgit.yaml."""
+  http://HOST:PORT/mcp (HOST defaults to 127.0.0.1; port 0 picks a free one, said on stderr
+  once serving). Over HTTP, set ENVGIT_MCP_TOKEN: every request must then carry
+  `Authorization: Bearer <it>` (without it any local user can run code under the upstream
+  servers' tokens). The project is the envgit project at or above DIR (default: the current
+  directory); upstream servers, tool rules and limits are the `mcp:` section of its
+  envgit.yaml."""
 
 
 def _parse(argv):

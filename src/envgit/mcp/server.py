@@ -6,8 +6,10 @@ the model. Each execution is a record-only step; a tool call under an `ask` rule
 the person through MCP elicitation (a request mid-call up to protocol 2025-11-25, an
 `InputRequiredResult` round from 2026-07-28), and refused when the client cannot ask."""
 
+import hmac
 import os
 import secrets
+import sys
 from typing import Annotated
 
 import anyio
@@ -22,6 +24,7 @@ from .typescript import declarations
 from .upstream import Upstreams
 
 INPUT_REQUIRED_VERSION = "2026-07-28"
+TOKEN_VAR = "ENVGIT_MCP_TOKEN"      # over HTTP: the bearer token every request must carry
 ASK_KEY = "envgit-ask"
 
 
@@ -183,6 +186,15 @@ execution is recorded as a step of the project (envgit log / envgit show)."""
 
 async def serve(project, policy, transport: str, host: str, port: int) -> int:
     from mcp.server.mcpserver import Context, MCPServer
+    listener = None
+    if transport == "http":
+        import socket
+        try:
+            # bound before the upstreams start: a taken port is said at once, and port 0 works
+            listener = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        except OSError as e:
+            print(f"envgit mcp: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
+            return 2
     async with Upstreams(policy) as upstreams, \
             anyio.create_task_group() as group:
         mode = CodeMode(project, policy, upstreams, group)
@@ -195,11 +207,62 @@ async def serve(project, policy, transport: str, host: str, port: int) -> int:
 
         app.add_tool(execute, name="execute", description=mode.description(), structured_output=False)
         try:
-            if transport == "http":
-                await app.run_streamable_http_async(host=host, port=port)
+            if listener is not None:
+                await _serve_http(app, host, listener)
             else:
                 await app.run_stdio_async()
         finally:
             await mode.close()
             group.cancel_scope.cancel()
     return 0
+
+
+async def _serve_http(app, host: str, listener) -> None:
+    import uvicorn
+    token = os.environ.get(TOKEN_VAR)
+    asgi = app.streamable_http_app(host=host)
+    if token:
+        asgi = BearerOnly(asgi, token)
+    else:
+        print(f"envgit mcp: {TOKEN_VAR} is not set: any local user can run code here with the "
+              "upstream servers' tokens; set it, and have the client send it as a bearer token",
+              file=sys.stderr)
+    server = uvicorn.Server(uvicorn.Config(asgi, log_level=app.settings.log_level.lower()))
+    # said once the upstreams are up, so a client started on this line finds the tools ready
+    # (`envgit codex` waits for it: with port 0 it is the only way to learn the port)
+    print(f"envgit mcp: serving http://{_url_host(host)}:{listener.getsockname()[1]}/mcp",
+          file=sys.stderr, flush=True)
+    await server.serve(sockets=[listener])
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+class BearerOnly:
+    """Every HTTP request must carry `Authorization: Bearer <token>`, else 401 (the MCP
+    session's code runs with the upstream servers' tokens: no other local user may reach it)."""
+
+    def __init__(self, app, token: str):
+        self.app, self.token = app, token.encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket" and not self.allowed(scope):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] == "http" and not self.allowed(scope):
+            body = b"envgit mcp: a bearer token is required (Authorization: Bearer $ENVGIT_MCP_TOKEN)\n"
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="envgit mcp"')]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+    def allowed(self, scope) -> bool:
+        got = b""
+        for name, value in scope.get("headers") or []:
+            if name.lower() == b"authorization":
+                got = value
+        scheme, _, token = got.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.token)
