@@ -10,7 +10,10 @@ session's own project), never a command line from the request; its upstreams com
 envgit.yaml, which nothing inside can write; its executions run in sandboxes as every step
 does. The environment is the one the agent's launcher ran with (the person's, from the
 `spec` request that started the agent), plus ENVGIT_SESSION: the server's executions are a
-sub-session of the agent's (`<session>.mcpN`, mcp/server.py).
+sub-session of the agent's (`<session>.mcpN`, mcp/server.py). The interpreter itself starts
+as the daemon did (importpath.py): `-P` from "/", with the daemon's own PYTHON* variables, not
+the launcher's: nothing the sandbox writes in the project (a planted `envgit/`, a `json.py`, a
+PYTHONPATH of the person's naming the project's `src`) is on the host server's import path.
 """
 
 import asyncio
@@ -18,21 +21,31 @@ import os
 import signal
 import sys
 
+from ..importpath import PYTHON_ARGS, SPAWN_CWD
+
 STOP_GRACE_S = 2.0       # after SIGTERM, before SIGKILL, once the caller has gone
 
 
 def argv(project_root: str) -> list[str]:
-    return [sys.executable, "-m", "envgit", "mcp", "--project", project_root]
+    return [sys.executable, *PYTHON_ARGS, "-m", "envgit", "mcp", "--project", project_root]
+
+
+def server_env(launch_env: dict, session: str) -> dict:
+    """The launcher's environment for what the server starts, the daemon's for the interpreter."""
+    env = {k: v for k, v in launch_env.items() if not k.startswith("PYTHON")}
+    env.update((k, v) for k, v in os.environ.items() if k.startswith("PYTHON"))
+    env["ENVGIT_SESSION"] = session
+    env.pop("ENVGIT_STEP", None)
+    return env
 
 
 async def serve(project_root, fds, session, env, gone) -> dict:
     """Run the server on `fds` (stdin, stdout, stderr) until it exits, or until the caller goes
     away (`gone`: Claude stopped the server, or exited); its exit status."""
-    env = {**env, "ENVGIT_SESSION": session}
-    env.pop("ENVGIT_STEP", None)
+    env = server_env(env, session)
     try:
         proc = await asyncio.create_subprocess_exec(*argv(project_root), stdin=fds[0], stdout=fds[1],
-                                                    stderr=fds[2], env=env, cwd=project_root,
+                                                    stderr=fds[2], env=env, cwd=SPAWN_CWD,
                                                     start_new_session=True)
     except OSError as e:
         os.write(fds[2], f"envgit: envgit mcp could not start: {e}\n".encode())
