@@ -35,11 +35,13 @@ reply (or the connection closed) and the daemon serves on. The caller's side is 
 
 import array
 import asyncio
+import errno
 import json
 import os
 import shlex
 import signal
 import socket
+import struct
 import threading
 
 from ..sandbox.launch import Launch, LaunchError
@@ -234,12 +236,15 @@ class InnerSocket:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
+        caller = _caller_pidfd(conn)        # at once: the process that connected, while it runs
         try:
-            self._serve_one(conn)
+            self._serve_one(conn, caller)
         finally:
+            if caller is not None and caller >= 0:
+                os.close(caller)
             self.slots.release()
 
-    def _serve_one(self, conn):
+    def _serve_one(self, conn, caller=None):
         fds = []
         with conn:
             try:
@@ -257,7 +262,7 @@ class InnerSocket:
                     gone = asyncio.Event()           # set when the caller goes away (below)
                     fut = asyncio.run_coroutine_threadsafe(self._dispatch(msg, fds, gone), self.loop)
                     fds = []                         # _dispatch closes them
-                    _watch_caller(conn, fut, lambda: self.loop.call_soon_threadsafe(gone.set))
+                    _watch_caller(conn, fut, lambda: self.loop.call_soon_threadsafe(gone.set), caller)
                     reply = fut.result()
             except BadRequest as e:
                 reply = {"error": f"envgit: inner socket: {e}", "exit": 2}
@@ -310,29 +315,55 @@ async def record_step(sess, msg, session):
     return {"step": begin["step"]}
 
 
-def _watch_caller(conn, fut, went_away, every_s=0.2):
+def _watch_caller(conn, fut, went_away, caller=None, every_s=0.2):
     """Until `fut` is done: if the caller closes its connection (the agent killed it: Claude
-    Code's Esc, Codex's /stop, a tool call's timeout), call `went_away` once. Bytes after the
+    Code's Esc, Codex's /stop, a tool call's timeout), or the process that connected ends
+    (`caller`, its pidfd: the caller can hand its end of the connection to the very server or
+    step it asked for, whose hang-up then never comes), call `went_away` once. Bytes after the
     request are ignored; a caller that only shuts its sending side (a request-then-reply
     client's half-close) still waits for its reply: only the hang-up of its whole end counts,
     which its death brings. poll, not select: a daemon holding many connections (a step's to
     its gate) gives this one a descriptor past FD_SETSIZE."""
     import select
+    if caller == -1:                                 # it had ended before it was looked at
+        went_away()
+        return
     poller = select.poll()
     poller.register(conn, select.POLLIN)
+    if caller is not None:
+        poller.register(caller, select.POLLIN)       # readable once the process has exited
     while not fut.done():
         try:
             events = poller.poll(every_s * 1000)
-            if not events:
-                continue
-            if events[0][1] & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+            if any(fd == caller or ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                   for fd, ev in events):
                 went_away()
                 return
-            if not conn.recv(4096):                  # half-closed: only a hang-up from now on
+            if events and not conn.recv(4096):       # half-closed: only a hang-up from now on
                 poller.modify(conn, 0)
         except (OSError, ValueError):
             went_away()
             return
+
+
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)    # Linux 6.5
+
+
+def _caller_pidfd(conn) -> int | None:
+    """A pidfd of the process that connected (taken at its connect(): no pid reuse), -1 when it
+    has already ended, None when the kernel cannot say (the hang-up alone then counts)."""
+    try:
+        return conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError as e:
+        if e.errno == errno.ESRCH:
+            return -1
+    try:
+        pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        return os.pidfd_open(pid) if pid > 0 else None
+    except ProcessLookupError:
+        return -1
+    except (OSError, AttributeError):
+        return None
 
 
 # How long an interrupted step's processes get to end after SIGTERM before SIGKILL.
