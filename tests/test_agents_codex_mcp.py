@@ -184,3 +184,21 @@ def test_the_http_server_without_a_token_says_so(proj):
     finally:
         server.terminate()
         server.communicate(timeout=30)
+
+
+def test_a_server_that_does_not_start_is_said_and_nothing_is_overridden(tmp_path, codex_bin, capsys):
+    """`envgit mcp` exiting at start (here: no envgit project where it is pointed): said with its
+    last line and its log, and Codex is given no entry pointing nowhere."""
+    from types import SimpleNamespace
+
+    from envgit.agents.codex_mcp import prepare
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(f'[mcp_servers.envgit]\ncommand = "{ENVGIT}"\nargs = ["mcp"]\n')
+    log = tmp_path / "mcp-server.log"
+    args, server = prepare(codex_bin, {**os.environ, "CODEX_HOME": str(home)}, [],
+                           SimpleNamespace(root=str(tmp_path / "not-a-project")), "codex-x", str(log))
+    assert (args, server) == ([], None)
+    said = capsys.readouterr().err
+    assert "envgit's MCP server for Codex did not start (it exited with status 2: envgit mcp:" in said, said
+    assert f"its log: {log}" in said and 'Codex will not have "envgit"' in said
