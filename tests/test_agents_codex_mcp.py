@@ -202,3 +202,36 @@ def test_a_server_that_does_not_start_is_said_and_nothing_is_overridden(tmp_path
     said = capsys.readouterr().err
     assert "envgit's MCP server for Codex did not start (it exited with status 2: envgit mcp:" in said, said
     assert f"its log: {log}" in said and 'Codex will not have "envgit"' in said
+
+
+def test_the_override_replaces_an_entry_whose_name_has_a_dot(proj, codex_bin, capsys, monkeypatch):
+    """Codex splits a `-c` key at every dot: the override is one `mcp_servers` table, which Codex
+    itself then lists with the person's entry disabled and the session's beside it."""
+    from envgit.agents.codex_mcp import prepare
+    home = proj.home / ".codex"
+    home.mkdir()
+    (home / "config.toml").write_text('[mcp_servers."my.envgit"]\ncommand = "envgit"\n'
+                                      'args = ["mcp", "--project", "/elsewhere"]\ntool_timeout_sec = 200\n')
+    env = {**proj.env, "CODEX_HOME": str(home)}
+    monkeypatch.chdir(proj.root)        # where Codex reads a project's .codex/config.toml
+    args, server = prepare(codex_bin, env, [], proj, "codex-20261205-000000-abcd",
+                           str(proj.home / "mcp-server.log"))
+    try:
+        assert server is not None, capsys.readouterr().err
+        listed = subprocess.run([codex_bin, "mcp", "list", "--json", *args], env=env, cwd=proj.root,
+                                capture_output=True, text=True, timeout=60)
+        entries = {e["name"]: e for e in json.loads(listed.stdout)}
+        assert entries["my.envgit"]["enabled"] is False
+        new = entries["my.envgit_session"]
+        assert new["enabled"] and new["tool_timeout_sec"] == 200
+        assert new["transport"]["type"] == "streamable_http"
+        assert new["transport"]["bearer_token_env_var"] == "ENVGIT_MCP_TOKEN"
+        url = new["transport"]["url"]
+        assert f'"my.envgit" runs at {url} for this session (as "my.envgit_session")' in capsys.readouterr().err
+        port = int(re.search(r":(\d+)/mcp$", url).group(1))
+        assert post(port, {})[0] == 401
+        assert post(port, {"Authorization": f"Bearer {server.token}"})[0] == 200
+    finally:
+        if server is not None:
+            server.stop()
+    assert servers_running(proj) == []

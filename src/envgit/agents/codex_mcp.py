@@ -6,10 +6,10 @@ with a `command` is refused. For the entries that start envgit's own server (`en
 `python -m envgit mcp`) envgit starts that server itself, on the host, over HTTP on a free
 port of 127.0.0.1, for the project and session of this run (ENVGIT_SESSION: its executions
 are steps of the agent's session, a sub-session `<session>.mcpN`), with a random bearer token
-(ENVGIT_MCP_TOKEN) that only Codex is given. Codex is pointed at it by `-c` overrides: an
-override merges into the person's table (a `url` beside their `command` is refused), so their
-entry is disabled and an entry `NAME_session` with the `url` added. Other stdio servers are
-said, once: Codex will not start them.
+(ENVGIT_MCP_TOKEN) that only Codex is given. Codex is pointed at it by one `-c mcp_servers={…}`
+override: an override merges into the person's table (a `url` beside their `command` is
+refused), so their entry is disabled and an entry `NAME_session` with the `url` added. Other
+stdio servers are said, once: Codex will not start them.
 
 The entries are Codex's own view of its configuration (`codex mcp list --json`, with the
 person's `-c` overrides): their config.toml, a trusted project's .codex/config.toml, managed
@@ -152,8 +152,15 @@ def entry_name(name: str, taken: set[str]) -> str:
     return new
 
 
-def _toml(value) -> str:
-    return json.dumps(value)        # a JSON string or number is valid TOML
+def _inline(pairs) -> str:
+    """A TOML inline table of (key, value) pairs; a value is a dict, str, number or bool."""
+    def value(v):
+        if isinstance(v, dict):
+            return _inline(v.items())
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return json.dumps(v)        # a JSON string or number is valid TOML
+    return "{" + ", ".join(f"{json.dumps(k)} = {value(v)}" for k, v in pairs) + "}"
 
 
 def prepare(codex: str, env: dict, argv: list[str], project, session: str, log_path: str):
@@ -182,7 +189,7 @@ def prepare(codex: str, env: dict, argv: list[str], project, session: str, log_p
               f"Codex will not have {', '.join(_quoted(s['name']) for s in ours)}", file=sys.stderr)
         return [], None
     taken = {s["name"] for s in servers}
-    args = []
+    entries = []
     for s in ours:
         name = entry_name(s["name"], taken)
         taken.add(name)
@@ -190,19 +197,14 @@ def prepare(codex: str, env: dict, argv: list[str], project, session: str, log_p
         for key in ("startup_timeout_sec", "tool_timeout_sec"):
             if isinstance(s.get(key), (int, float)):
                 fields[key] = s[key]
-        table = ", ".join(f"{k} = {_toml(v)}" for k, v in fields.items())
-        args += ["-c", f"mcp_servers.{_key(s['name'])}.enabled=false",
-                 "-c", f"mcp_servers.{_key(name)}={{{table}}}"]
+        entries += [(s["name"], {"enabled": False}), (name, fields)]
         print(f"envgit: Codex cannot start stdio MCP servers in a remote environment; envgit's MCP "
               f"server {_quoted(s['name'])} runs at {url} for this session (as {_quoted(name)})",
               file=sys.stderr)
-    return args, server
+    # one table for them all: Codex splits a -c key at every dot, even inside quotes, so
+    # `mcp_servers.NAME.enabled` cannot name a server whose name has one
+    return ["-c", f"mcp_servers={_inline(entries)}"], server
 
 
 def _quoted(name: str) -> str:
     return json.dumps(name)
-
-
-def _key(name: str) -> str:
-    """A TOML key: bare when it can be, else quoted."""
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
