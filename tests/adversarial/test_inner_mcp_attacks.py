@@ -8,7 +8,9 @@ table (`envgit mcp --project ROOT` processes left)."""
 
 import json
 import os
+import shlex
 import signal
+import subprocess
 import sys
 import time
 
@@ -73,8 +75,8 @@ def agent_runs(attacker, inside, *args, extra_env=None, timeout=180):
     (attacker.root / "agent.py").write_text(AGENT)
     attacker.own(attacker.root / "inside.py", attacker.root / "agent.py")
     attacker.run("true", check=True)              # the daemon up, as the person's envgit started it
-    r = attacker.host(f"{sys.executable} agent.py {attacker.root} '{json.dumps(extra_env or {})}' "
-                      + " ".join(args), timeout=timeout)
+    r = attacker.host(shlex.join([sys.executable, "agent.py", str(attacker.root), json.dumps(extra_env or {}),
+                                  *args]), timeout=timeout)
     return r.stdout + r.stderr
 
 
@@ -190,3 +192,80 @@ def test_the_host_mcp_server_ends_with_its_caller_even_when_handed_the_callers_c
         end_servers(attacker.root)
     assert "HANDED OVER" in out, out
     assert not left, f"envgit mcp processes {left} outlived the agent's sandbox"    # the oracle
+
+
+# --- 3. A caller's stderr that is full: what the daemon says there must not stop it ---------
+
+FULL_STDERR = r'''
+import fcntl, threading
+root, argv, hold_s = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+r, w = os.pipe()                 # stderr: filled, then never read (r is held open)
+flags = fcntl.fcntl(w, fcntl.F_GETFL)
+fcntl.fcntl(w, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+try:
+    while True:
+        os.write(w, b"x" * 65536)
+except BlockingIOError:
+    pass
+fcntl.fcntl(w, fcntl.F_SETFL, flags)      # blocking again, for whoever writes next
+null = os.open("/dev/null", os.O_RDWR)
+replies = []
+def asking():
+    replies.append(ask({"op": "run", "argv": argv, "cwd": root, "env": {}}, [null, null, w], wait_s=hold_s))
+t = threading.Thread(target=asking, daemon=True)
+t.start()
+time.sleep(2)
+open(os.path.join(root, "sent"), "w").close()
+t.join(hold_s + 5)
+print("REPLY", json.dumps(replies))
+'''
+
+
+def daemon_answers_while(attacker, inside_args, hold_s=30):
+    """Run FULL_STDERR in the agent's sandbox; once its request is in, `envgit run -- true`
+    from the host: whether it finished in time (the daemon serving on), and what the sandbox
+    printed."""
+    import threading
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=agent_runs(attacker, FULL_STDERR, str(attacker.root),
+                                                                  *inside_args, str(hold_s))))
+    t.start()
+    deadline = time.monotonic() + 60
+    while not (attacker.root / "sent").exists() and time.monotonic() < deadline and t.is_alive():
+        time.sleep(0.2)
+    try:
+        r = attacker.envgit("run", "--", "true", timeout=hold_s - 5)
+        served = r.returncode == 0
+        said = f"envgit run -> {r.returncode} {r.stderr[-500:]}"
+    except subprocess.TimeoutExpired:
+        served, said = False, f"envgit run -- true: no answer in {hold_s - 5} s"
+    t.join(hold_s + 120)
+    return served, said + "\n" + out.get("r", "")
+
+
+def test_a_refusal_told_to_a_full_stderr_does_not_stop_the_daemon(attacker):
+    """The `shell:` deny rule `envgit init` writes refuses the inner step; the refusal is
+    written to the caller's stderr, a pipe the caller filled and never reads: the daemon
+    (every session's steps, the network gate) must serve on meanwhile."""
+    served, out = daemon_answers_while(attacker, [json.dumps(["git", "push"])])
+    assert (attacker.root / "sent").exists(), out
+    assert served, out                                                      # the oracle
+    told = agent_runs(attacker, TOLD, str(attacker.root))      # a stderr with room is still told
+    assert "TOLD envgit: refused by shell[0]" in told, told
+
+
+def test_a_notice_told_to_a_full_stderr_at_the_steps_end_does_not_stop_the_daemon(attacker):
+    """The same full stderr, on a step that tries to reach a host: its `tried to reach`
+    notice is written there at the step's end."""
+    served, out = daemon_answers_while(attacker, [json.dumps(["sh", "-c", "getent hosts x.never.invalid"])])
+    assert (attacker.root / "sent").exists(), out
+    assert served, out                                                      # the oracle
+
+
+TOLD = r'''
+r, w = os.pipe()
+null = os.open("/dev/null", os.O_RDWR)
+reply = ask({"op": "run", "argv": ["git", "push"], "cwd": sys.argv[1], "env": {}}, [null, null, w])
+os.close(w)
+print("TOLD", os.read(r, 65536).decode(), json.dumps(reply))
+'''

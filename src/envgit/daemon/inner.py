@@ -36,11 +36,13 @@ reply (or the connection closed) and the daemon serves on. The caller's side is 
 import array
 import asyncio
 import errno
+import fcntl
 import json
 import os
 import shlex
 import signal
 import socket
+import stat
 import struct
 import threading
 
@@ -382,9 +384,9 @@ async def run_step(sess, msg, fds, session, home, gone=None):
         return begin
     step = begin["step"]
     if "refused" in begin:
-        os.write(fds[2], (begin["refused"] + "\n").encode())
+        say(fds[2], begin["refused"] + "\n")
         return {"step": step, "exit_code": 126, "signal": None}
-    sess.live[step].stderr_fd = os.dup(fds[2])       # denial notices go to the step's stderr
+    sess.live[step].stderr_fd = teller(fds[2])       # denial notices go to the step's stderr
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     launch = None
@@ -418,7 +420,7 @@ async def run_step(sess, msg, fds, session, home, gone=None):
         # asyncio's returncode -N is a death by signal N, M >= 0 an exit with M: as a wait status
         code, sig = launch.outcome(-rc if rc < 0 else rc << 8)
     except (LaunchError, OSError) as e:
-        os.write(fds[2], f"envgit: the sandbox could not start: {e}\n".encode())
+        say(fds[2], f"envgit: the sandbox could not start: {e}\n")
         code, sig = 125, 0
     finally:
         if dns.fileno() is not None:
@@ -437,10 +439,7 @@ async def run_step(sess, msg, fds, session, home, gone=None):
     ended = await steps.end(sess, {"step": step, "exit_code": code, "signal": name, "dns": dns.summary(),
                             "duration_ms": round((loop.time() - t0) * 1000, 3), "marks": marks})
     for line in ended.get("notices") or ():          # what envgit run would print after the step
-        try:
-            os.write(fds[2], f"envgit: step {step}: {line}\n".encode())
-        except OSError:
-            pass
+        say(fds[2], f"envgit: step {step}: {line}\n")
     return {"step": step, "exit_code": code, "signal": name}
 
 
@@ -494,6 +493,37 @@ def serve_resolver(loop, dns, pause_s=0.05):
             loop.remove_reader(fd)
             loop.call_later(pause_s, lambda: dns.fileno() == fd and loop.add_reader(fd, readable))
     loop.add_reader(fd, readable)
+
+
+def teller(fd) -> int | None:
+    """A descriptor for what the daemon tells a caller on its stderr `fd` (on the daemon's
+    loop) that never blocks: a pipe or terminal the caller filled and never reads would stop
+    every session's steps and the network gate. Its own open file description with O_NONBLOCK
+    (the caller's flags stay the caller's), reopened only with the write access the caller's
+    fd has; a file or another device as is (neither waits for a reader); None for a socket,
+    whose O_NONBLOCK would be the caller's too: nothing is told there."""
+    try:
+        st = os.fstat(fd)
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY or stat.S_ISSOCK(st.st_mode):
+            return None
+        if stat.S_ISFIFO(st.st_mode) or os.isatty(fd):
+            return os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        return os.dup(fd)
+    except OSError:
+        return None
+
+
+def say(fd, text: str):
+    """`text` on a caller's stderr, if it can take it now (teller)."""
+    out = teller(fd)
+    if out is None:
+        return
+    try:
+        os.write(out, text.encode())
+    except OSError:
+        pass
+    finally:
+        os.close(out)
 
 
 def _recv_with_fds(conn, n):

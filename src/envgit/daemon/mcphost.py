@@ -48,7 +48,8 @@ async def serve(project_root, fds, session, env, gone) -> dict:
                                                     stderr=fds[2], env=env, cwd=SPAWN_CWD,
                                                     start_new_session=True)
     except OSError as e:
-        os.write(fds[2], f"envgit: envgit mcp could not start: {e}\n".encode())
+        from .inner import say
+        say(fds[2], f"envgit: envgit mcp could not start: {e}\n")
         return {"exit_code": 125}
     waiting = asyncio.ensure_future(proc.wait())
     stop = asyncio.ensure_future(gone.wait())
