@@ -1,0 +1,80 @@
+"""`envgit compare`: branches side by side, from what their journals and stores hold.
+
+A side is the main tree (`main`), a fork branch (its id: its own project directory, journal
+and store, registry.py) or a rewound branch (`r<R>`: the steps rewind R stepped over, in the
+main journal, rewound.py). Each side has a fork point (a tree), a tree now (its newest
+snapshot) and the steps between; what is compared:
+- per side: its steps, how many failed, the requests its steps made (denied, asked), its
+  marks, its files changed since the fork point;
+- across sides: every path some side changed, with a letter per distinct content, so two
+  branches that wrote the same file the same way show the same letter.
+
+Content is compared by content id (the store's hash of a file's bytes), never by reading
+files: a side's tree is read from its own store (a fork's store holds the fork point too: its
+packs are the main store's, linked at the fork).
+"""
+
+from dataclasses import dataclass, field
+
+# Marks worth a column: what a person weighs when choosing a branch (docs/FORMAT.md).
+NOTABLE_MARKS = ("escape-route-written", "escape-route-taken-back", "denied-net", "irreversible",
+                 "asked", "policy-file-written", "setuid-stripped", "interrupted-by-agent")
+
+
+class CompareError(Exception):
+    """A side that cannot be compared, worded for the person."""
+
+
+@dataclass
+class Side:
+    name: str                        # "main", "1", "r12"
+    kind: str                        # main | fork | rewound
+    root: str | None                 # its working tree (None: a rewound branch has none)
+    store_path: str
+    from_step: int | None
+    from_tree: str | None
+    tree: str | None = None
+    steps: list = field(default_factory=list)     # journal Steps, in order
+    changes: list = field(default_factory=list)   # snapshot Changes from the fork point
+
+    def summary(self) -> dict:
+        ran = [s for s in self.steps if s.argv]
+        requests = [r for s in ran for r in s.requests]
+        marks: dict[str, int] = {}
+        for s in ran:
+            for m in s.marks:
+                if m in NOTABLE_MARKS:
+                    marks[m] = marks.get(m, 0) + 1
+        return {"name": self.name, "kind": self.kind, "dir": self.root, "from_step": self.from_step,
+                "from_tree": self.from_tree, "tree": self.tree,
+                "steps": len(ran), "failed": sum(1 for s in ran if s.exit_code not in (0, None)),
+                "commands": [{"step": s.id, "argv": s.argv, "exit_code": s.exit_code} for s in ran],
+                "requests": len(requests),
+                "denied": sum(1 for r in requests if r.get("decision") == "deny"),
+                "asked": sum(len(s.approvals) for s in ran),
+                "marks": marks, "files_changed": len([c for c in self.changes if c.new_type != "dir"])}
+
+
+def file_matrix(sides: list[Side]) -> list[dict]:
+    """Every path a side changed since its fork point: per side, its status letter (A, M, D, T
+    or "" when unchanged) and a content letter shared by sides whose content is the same."""
+    from ..daemon.snapshots import display
+    by_side = [{c.path: c for c in s.changes if (c.new_type or c.old_type) != "dir"} for s in sides]
+    paths = sorted(set().union(*by_side)) if by_side else []
+    rows = []
+    for path in paths:
+        letters: dict[str, str] = {}
+        cells = []
+        for changes in by_side:
+            c = changes.get(path)
+            if c is None:
+                cells.append({"status": "", "content": ""})
+                continue
+            key = "deleted" if c.status == "deleted" else f"{c.new_type}:{c.new_id or c.new_target!r}"
+            if key not in letters:
+                letters[key] = "-" if c.status == "deleted" else "abcdefghijklmnopqrstuvwxyz"[len(letters) % 26]
+            cells.append({"status": {"added": "A", "modified": "M", "deleted": "D"}.get(c.status, "T"),
+                          "content": letters[key]})
+        rows.append({"path": display(path), "sides": cells,
+                     "same": len({(x["status"] != "", x["content"]) for x in cells}) == 1})
+    return rows
