@@ -269,3 +269,136 @@ reply = ask({"op": "run", "argv": ["git", "push"], "cwd": sys.argv[1], "env": {}
 os.close(w)
 print("TOLD", os.read(r, 65536).decode(), json.dumps(reply))
 '''
+
+
+# --- 4. Odd descriptors, odd frames, a race on the cap ------------------------------------
+
+ODD = r'''
+import socket as so
+root = sys.argv[1]
+results = {}
+null = os.open("/dev/null", os.O_RDWR)
+r, w = os.pipe()
+d = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+p = os.open(root + "/envgit.yaml", os.O_PATH)
+ro = os.open(root + "/envgit.yaml", os.O_RDONLY)        # protected: read-only in here
+lst = so.socket(so.AF_UNIX)
+lst.bind("\0envgit-odd-" + str(os.getpid()))
+lst.listen(1)
+cases = {
+    "directory stdin": [d, null, null],
+    "O_PATH all three": [p, p, p],
+    "one pipe end thrice": [w, w, w],            # its stdin the write end
+    "read-only policy file as stdout and stderr": [null, ro, ro],
+    "listening socket": [lst.fileno(), lst.fileno(), lst.fileno()],
+    "two fds": [null, null],
+    "no fds": [],
+}
+for name, fds in cases.items():
+    results[name] = ask({"op": "mcp"}, fds, wait_s=60)
+    results[name + ": then status"] = ask({"op": "status"}, [])
+for name, msg in {"env in the frame": {"op": "mcp", "env": {"PYTHONPATH": root}},
+                  "argv in the frame": {"op": "mcp", "argv": ["sh", "-c", "id"]},
+                  "cwd in the frame": {"op": "mcp", "cwd": root + "/sub"},
+                  "a subdirectory's project": {"op": "mcp", "project": root + "/sub"},
+                  "a symlink to a subdirectory": {"op": "mcp", "project": root + "/to-sub"},
+                  "a relative project": {"op": "mcp", "project": "sub"},
+                  "a project with NUL": {"op": "mcp", "project": root + "\0/sub"}}.items():
+    results[name] = ask(msg, [null, null, null], wait_s=60)
+print("RESULTS", json.dumps(results))
+'''
+
+
+def test_odd_descriptors_and_frames_start_nothing_of_the_sandboxs_and_the_daemon_serves_on(attacker):
+    """The mcp op with a directory, O_PATH descriptors, one pipe end thrice (the server then
+    holds the write end of its own stdin), the protected policy opened read-only as its
+    output, a listening socket, too few fds; and frames that carry an environment, a command
+    line, a cwd, or name as the project a subdirectory holding an envgit.yaml whose MCP
+    server would write the marker. Nothing the sandbox named runs, envgit.yaml is unchanged,
+    every server ends, and the daemon answers each time."""
+    marker = attacker.home / "host-marker"
+    sub = attacker.root / "sub"
+    sub.mkdir()
+    (sub / "envgit.yaml").write_text("version: 1\nmcp:\n  servers:\n    planted:\n      command: sh\n"
+                                     f"      args: [-c, \"echo planted > {marker}\"]\n")
+    (attacker.root / "to-sub").symlink_to(sub)
+    attacker.own(sub, sub / "envgit.yaml", attacker.root / "to-sub")
+    policy = (attacker.root / "envgit.yaml").read_bytes()
+    try:
+        out = agent_runs(attacker, ODD, str(attacker.root))
+        left = servers_left(attacker.root, 10)
+    finally:
+        end_servers(attacker.root)
+    assert "RESULTS" in out, out
+    results = json.loads(out.split("RESULTS", 1)[1].strip().splitlines()[0])
+    for name, reply in results.items():
+        if name.endswith("then status"):
+            assert reply.get("session") == "agent-mcp-attack", (name, reply)
+        elif name in ("two fds", "no fds"):
+            assert "needs stdin, stdout and stderr" in reply.get("error", ""), (name, reply)
+        elif "frame" in name:
+            assert "mcp does not take" in reply.get("error", ""), (name, reply)
+        elif "project" in name or "symlink" in name:
+            assert "serves this session's project" in reply.get("error", "") or \
+                "must be a non-empty string" in reply.get("error", ""), (name, reply)
+        else:                          # the server ran on them, and ended
+            assert isinstance(reply.get("exit_code"), int), (name, reply)
+    assert not left, left
+    assert (attacker.root / "envgit.yaml").read_bytes() == policy
+    assert not marker.exists()                                              # the oracle
+
+
+RACE = r'''
+import threading
+replies, socks = [], []
+null = os.open("/dev/null", os.O_RDWR)
+r, w = os.pipe()                 # every server's stdin: held open, so each runs until its caller goes
+go = threading.Event()
+def one():
+    body = json.dumps({"op": "mcp"}).encode()
+    data = len(body).to_bytes(4, "big") + body
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/envgit/control.sock")
+    socks.append(s)
+    go.wait()
+    s.sendmsg([data[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r, null, null]))])
+    s.sendall(data[4:])
+    s.settimeout(12)
+    try:
+        size = int.from_bytes(s.recv(4), "big")
+        replies.append(json.loads(s.recv(size)))
+    except OSError:
+        replies.append("held")
+threads = [threading.Thread(target=one) for _ in range(24)]
+for t in threads:
+    t.start()
+time.sleep(1)
+go.set()                         # all 24 at once
+open(sys.argv[1] + "/sent", "w").close()
+for t in threads:
+    t.join()
+print("RACE", json.dumps(replies))
+'''
+
+
+def test_twenty_four_mcp_asks_at_once_start_at_most_eight_servers(attacker):
+    """The cap on envgit MCP servers, raced: 24 connections send their ask in the same
+    instant. At no time do more than eight run on the host; the rest are refused."""
+    import threading
+    out, most = {}, [0]
+    t = threading.Thread(target=lambda: out.update(r=agent_runs(attacker, RACE, str(attacker.root))))
+    t.start()
+    try:
+        while t.is_alive():
+            most[0] = max(most[0], len(servers_left(attacker.root, 0)))
+            time.sleep(0.1)
+        left = servers_left(attacker.root, 10)
+    finally:
+        t.join()
+        end_servers(attacker.root)
+    assert "RACE" in out["r"], out["r"]
+    replies = json.loads(out["r"].split("RACE", 1)[1].strip().splitlines()[0])
+    refused = [x for x in replies if isinstance(x, dict) and "at most 8" in x.get("error", "")]
+    assert len(replies) == 24 and len(refused) >= 16, replies
+    assert 0 < most[0] <= 8, most[0]                                        # the oracle
+    assert not left, left
