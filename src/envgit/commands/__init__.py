@@ -45,7 +45,7 @@ __all__ = ["EXIT_DAEMON", "EXIT_FAILED", "EXIT_JOURNAL", "EXIT_STORE", "EXIT_USA
 
 # The command modules, in the order `envgit --help` lists them.
 MODULES = ("setup", "timeline", "diff", "snapshot", "rewind", "gc", "asks", "grants", "stats", "export", "ui", "fsck",
-           "remote", "trust", "completion", "ps", "compare")
+           "remote", "trust", "completion", "ps", "compare", "branch")
 
 
 # --- parsers ----------------------------------------------------------------------------
