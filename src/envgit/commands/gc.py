@@ -42,9 +42,13 @@ def cmd_gc(args):
     r = ask_daemon(project, {"op": "gc", "keep_last": args.keep_last, "keep_within_s": within})
     if args.json:
         out({"dropped": r["dropped"], "kept": r["kept"], "freed": r["freed"],
+             "kept_by_branches": r.get("kept_by_branches", []),
              "memory_dropped": r.get("memory_dropped", []), "memory_freed": r.get("memory_freed", 0)})
     else:
         print(f"gc: dropped the snapshots of {len(r['dropped'])} step(s), freed {r['freed']} bytes")
+        if r.get("kept_by_branches"):
+            print(f"gc: kept the snapshots of {len(r['kept_by_branches'])} step(s) that branches reach "
+                  "(`envgit branches` lists them; `envgit branch rm ID` lets gc drop them)")
         if r.get("memory_dropped"):
             print(f"gc: removed {len(r['memory_dropped'])} VM memory snapshot(s), freed "
                   f"{r['memory_freed']} bytes")

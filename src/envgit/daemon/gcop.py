@@ -1,11 +1,15 @@
 """`envgit gc` as the session daemon runs it: the retention rule chooses the steps whose
 snapshots are dropped, the drop is journaled, then the store deletes every object nothing kept
-reaches (snapshot/maintenance.py) and the VM's memory snapshots follow their steps."""
+reaches (snapshot/maintenance.py) and the VM's memory snapshots follow their steps. Branches
+keep what they reach whatever the rule says (branch/rewound.py: a rewound branch's steps, a
+fork branch's fork point) until `envgit branch rm` removes them."""
 
 import asyncio
 import time
 
 from .. import faults
+from ..branch.registry import BadRecord
+from ..branch.rewound import kept_steps
 from ..policy import PolicyError
 from ..snapshot import CorruptObject, StoreError
 from .snapshots import SnapshotFailed
@@ -23,6 +27,12 @@ async def collect(sess, msg, conn=None):
     dropped_before = sess.journal.dropped_snapshots()
     with_tree = [s for s in steps if s.snapshot and s.snapshot.get("tree") and s.id not in dropped_before]
     keep = retained(with_tree, last, within, time.time_ns())
+    try:
+        by_branches = {s.id for s in with_tree if s.id not in keep} & kept_steps(steps, sess.project)
+    except (BadRecord, OSError) as e:       # what a branch reaches cannot be told: keep all
+        return {"error": f"envgit: gc deleted nothing: a branch record cannot be read ({e}); "
+                "fix or remove it (`envgit branches` lists them)", "exit": 2}
+    keep |= by_branches
     drop = [s.id for s in with_tree if s.id not in keep]
     roots = set(sess.journal.live_trees(dropping=drop))
     if sess.last_tree:
@@ -39,7 +49,8 @@ async def collect(sess, msg, conn=None):
     # The drop is journaled before the store deletes anything: a gc killed midway has
     # dropped exactly what its row says, and the next gc finishes the store's part.
     if drop:
-        sess.journal.append(0, "gc", {"dropped": drop, "kept": sorted(keep)})
+        sess.journal.append(0, "gc", {"dropped": drop, "kept": sorted(keep),
+                                      **({"branches": sorted(by_branches)} if by_branches else {})})
     faults.point("gc-journaled")
     try:
         freed = await asyncio.to_thread(sess.snapshotter.gc, roots, progress)
@@ -56,7 +67,7 @@ async def collect(sess, msg, conn=None):
     sess.journal.append(0, "gc-done", {"freed": freed})
     from ..vm import memstore  # memory snapshots (backend: vm) follow their steps
     mem_freed, mem_dropped = await asyncio.to_thread(memstore.collect, sess.project, keep)
-    return {"dropped": drop, "freed": freed, "kept": sorted(keep),
+    return {"dropped": drop, "freed": freed, "kept": sorted(keep), "kept_by_branches": sorted(by_branches),
             "memory_freed": mem_freed, "memory_dropped": mem_dropped}
 
 
