@@ -47,10 +47,8 @@ async def serve(project_root, fds, session, env, gone) -> dict:
         proc = await asyncio.create_subprocess_exec(*argv(project_root), stdin=fds[0], stdout=fds[1],
                                                     stderr=fds[2], env=env, cwd=SPAWN_CWD,
                                                     start_new_session=True)
-    except OSError as e:
-        from .inner import say
-        say(fds[2], f"envgit: envgit mcp could not start: {e}\n")
-        return {"exit_code": 125}
+    except OSError as e:         # said by the caller (inner_shim.py): never a write here that could block
+        return {"error": f"envgit: envgit mcp could not start: {e}", "exit": 125}
     waiting = asyncio.ensure_future(proc.wait())
     stop = asyncio.ensure_future(gone.wait())
     done, _ = await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
