@@ -402,3 +402,49 @@ def test_twenty_four_mcp_asks_at_once_start_at_most_eight_servers(attacker):
     assert len(replies) == 24 and len(refused) >= 16, replies
     assert 0 < most[0] <= 8, most[0]                                        # the oracle
     assert not left, left
+
+
+STEP_SELF_HELD = r'''
+# a run whose step gets the client end of its own connection as stdout: then the caller exits
+body = json.dumps({"op": "run", "argv": ["sh", "-c", "sleep 4242; sleep 4243"], "cwd": sys.argv[1],
+                   "env": {}}).encode()
+data = len(body).to_bytes(4, "big") + body
+null = os.open("/dev/null", os.O_RDWR)
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/envgit/control.sock")
+s.sendmsg([data[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [null, s.fileno(), null]))])
+s.sendall(data[4:])
+time.sleep(3)
+print("HANDED OVER", flush=True)
+os._exit(0)
+'''
+
+
+def sleeps_left(within_s=10):
+    deadline = time.monotonic() + within_s
+    while True:
+        left = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:2] == [b"sleep", b"4242"]:
+                        left.append(int(pid))
+            except OSError:
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def test_a_step_handed_its_own_callers_connection_ends_with_the_caller(attacker):
+    """The same hand-over on a `run`: the step's sandbox holds the client end of the
+    connection that asked for it; once the caller (and the agent's sandbox) has ended, so
+    has the step."""
+    try:
+        out = agent_runs(attacker, STEP_SELF_HELD, str(attacker.root))
+        left = sleeps_left(10)
+    finally:
+        for pid in sleeps_left(0):
+            os.kill(pid, signal.SIGKILL)
+    assert "HANDED OVER" in out, out
+    assert not left, f"the step's processes {left} outlived its caller"     # the oracle
