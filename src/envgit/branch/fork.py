@@ -77,7 +77,7 @@ def _fork_one(project, step, tree, branch_id, final, progress) -> dict:
     os.mkdir(state, 0o700)
     share_store(project.state_path("objects"), os.path.join(state, "objects"))
     faults.point("fork-linked")
-    written = _restore(os.path.join(state, "objects"), tree, tmp, step, progress)
+    written = _restore(os.path.join(state, "objects"), tree, tmp, progress)
     _write_statcache(os.path.join(state, "statcache"), tmp, written)
     registry.write_parent(tmp, {"version": registry.VERSION, "parent": os.path.realpath(project.root),
                                 "id": branch_id, "from_step": step, "from_tree": tree})
@@ -121,13 +121,13 @@ def _link(src: str, dst: str) -> None:
         shutil.copy2(src, dst)       # another file system (or links refused): a copy
 
 
-def _restore(objects_dir: str, tree: str, target: str, step: int, progress) -> list:
-    from ..commands.restoreplan import plan as restore_plan
-    from ..snapshot import Store
-    from ..snapshot.restore import apply_plan
+def _restore(objects_dir: str, tree: str, target: str, progress) -> list:
+    from ..snapshot import Filter, Store
+    from ..snapshot.restore import apply_plan, make_plan
     store = Store(objects_dir)
     try:
-        plan = restore_plan(store, tree, target, [], False, step)
+        # from the empty directory to the tree: every path written, parents first
+        plan = make_plan(store.objects, None, [], bytes.fromhex(tree), Filter(), None)
         apply_plan(store.objects, target, plan, progress)
     finally:
         store.close()
