@@ -44,8 +44,8 @@ __all__ = ["EXIT_DAEMON", "EXIT_FAILED", "EXIT_JOURNAL", "EXIT_STORE", "EXIT_USA
            "ask_daemon", "open_journal", "progress", "Usage"]
 
 # The command modules, in the order `envgit --help` lists them.
-MODULES = ("setup", "timeline", "diff", "snapshot", "rewind", "gc", "asks", "grants", "stats", "export", "ui", "fsck",
-           "remote", "trust", "completion", "ps", "compare", "branch")
+MODULES = ("setup", "timeline", "diff", "snapshot", "rewind", "adopt", "gc", "asks", "grants", "stats", "export",
+           "ui", "fsck", "remote", "trust", "completion", "ps", "compare", "branch")
 
 
 # --- parsers ----------------------------------------------------------------------------

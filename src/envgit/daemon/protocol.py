@@ -35,6 +35,8 @@ A long-lived sandboxed helper (the MCP REPL) gets its command line without being
       -> the preview; with apply, done (progress pushes while it writes). Before a step or
       rewind begins with no step running, changes made outside envgit since the last snapshot
       are recorded as a step of their own (outside.py)
+  {"op": "adopt", "branch": "r<R>" | "N", "tree"?, "policy"?, "apply": bool, "uid"}
+      -> the preview; with apply, done: the working tree becomes the branch's (adopt.py)
   {"op": "snapshot"}  -> {"tree"}: the working tree now (for `envgit diff` against it)
   {"op": "gc", "keep": [step ids]}  -> {"freed", "dropped": [step ids]}
   {"op": "sandbox", "step", "pidns"} -> {"ok"}: a step with network ("bind" in its begin or
@@ -71,7 +73,8 @@ daemon also pushes frames to that step's client, each with a "push" key:
                                                  how far a long operation (gc) has got
 
 The handlers reach the session (server.py's Session) only through what they are given:
-this module imports no other part of the daemon but heldends.py, steps.py, gcop.py and client.py.
+this module imports no other part of the daemon but adopt.py, heldends.py, steps.py, gcop.py and
+client.py.
 """
 
 import os
@@ -79,11 +82,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import __version__
-from . import gcop, heldends, steps
+from . import adopt, gcop, heldends, steps
 from .client import PROTOCOL
 
-WRITE_OPS = frozenset(("begin", "event", "rewind", "gc", "baseline"))
-POLICY_OPS = frozenset(("begin", "spec", "baseline", "ask", "rewind", "snapshot", "gc"))
+WRITE_OPS = frozenset(("begin", "event", "rewind", "adopt", "gc", "baseline"))
+POLICY_OPS = frozenset(("begin", "spec", "baseline", "ask", "rewind", "adopt", "snapshot", "gc"))
 
 # An op's handler: (session, request, connection) -> the reply
 Handler = Callable[[Any, dict, Any], Awaitable[dict]]
@@ -144,6 +147,7 @@ REQUESTS: dict[str, dict] = {
     "event": {"kind": _STR, "body": _OBJ},
     "ask": {"question": _OBJ},
     "rewind": {"undo": _BOOL, "paths": _STRS, "policy": _BOOL, "apply": _BOOL, "uid": _INT},
+    "adopt": {"branch": _STR, "tree": _STR, "policy": _BOOL, "apply": _BOOL, "uid": _INT},
     "answer": {"answer": _STR, "how": _STR, "uid": _INT, "or_once": _BOOL},
     "grant-revoke": {"id": _STR, "how": _STR, "uid": _INT},
     "grants": {"all": _BOOL},
@@ -215,6 +219,10 @@ async def _rewind(sess, msg, conn):
     return await sess.rewind(msg, conn)
 
 
+async def _adopt(sess, msg, conn):
+    return await adopt.op(sess, msg, conn)
+
+
 async def _snapshot(sess, msg, conn):
     return await sess.snapshot_now(msg)
 
@@ -243,6 +251,6 @@ async def _stop(sess, msg, conn):
 OPS: dict[str, Handler] = {
     "begin": _begin, "end": _end, "event": _event, "spec": _spec, "baseline": _baseline,
     "sandbox": _sandbox, "ask": _ask, "answer": _answer, "pending": _pending,
-    "grants": _grants, "grant-revoke": _grant_revoke, "rewind": _rewind, "snapshot": _snapshot,
+    "grants": _grants, "grant-revoke": _grant_revoke, "rewind": _rewind, "adopt": _adopt, "snapshot": _snapshot,
     "gc": _gc, "hello": _hello, "status": _status, "stop": _stop,
 }

@@ -267,24 +267,37 @@ def preview(sess, step, undo, paths, restore_policy) -> dict:
 def apply(sess, step: int | None, undo: bool, paths: list[str] | None, restore_policy: bool, user: str,
           progress=None) -> dict:
     """The rewind itself. The caller holds the session's tree lock (no step begins meanwhile)."""
-    if sess.live or getattr(sess, "starting", 0):
-        which = f"step {min(sess.live)} is running" if sess.live else "a step is starting"
-        raise RewindError(f"{which}; rewind when no step runs")
+    idle(sess, "rewind")
     target = resolve(sess.journal, step, undo)
     restore_policy = restore_policy or target["policy"]
+    name = ["--undo"] if undo else [str(step)]
+    argv = ["envgit", "rewind", *name, *(["--policy"] if restore_policy and not target["policy"] else []),
+            *(["--", *paths] if paths else [])]
+    return apply_target(sess, target, argv, paths, restore_policy, user, progress)
+
+
+def idle(sess, what: str) -> None:
+    if sess.live or getattr(sess, "starting", 0):
+        which = f"step {min(sess.live)} is running" if sess.live else "a step is starting"
+        raise RewindError(f"{which}; {what} when no step runs")
+
+
+def apply_target(sess, target: dict, argv: list[str], paths: list[str] | None, restore_policy: bool,
+                 user: str, progress=None) -> dict:
+    """Bring the directory to target["tree"] as one step recorded with `argv`, in the order the
+    module's docstring gives. An adopt (daemon/adopt.py) comes here too: its target carries
+    `adopt` (which branch), recorded in the step's `rewind`, and its objects are in the store."""
     p, shown, now = plan(sess, target, paths, restore_policy)
     undo_step = undo_point(sess, now)
     faults.point("rewind-undo-recorded")
     pol = sess.policy()
-    name = ["--undo"] if undo else [str(step)]
+    adopt = target.get("adopt")
     rewind_step = sess.journal.begin_step({
-        "argv": ["envgit", "rewind", *name, *(["--policy"] if restore_policy and not target["policy"] else []),
-                 *(["--", *paths] if paths else [])],
-        "cwd": sess.project.root, "session": sess.id, "user": user, "policy_sha256": pol.sha256,
-        "marks": ["rewind"],
+        "argv": argv, "cwd": sess.project.root, "session": sess.id, "user": user, "policy_sha256": pol.sha256,
+        "marks": ["rewind", "adopt"] if adopt else ["rewind"],
         "rewind": {"to_step": target["to_step"], "target_tree": target["tree"], "undo_tree": p.current_tree_id,
                    "undo_step": undo_step, "undoes": target["undoes"], "paths": paths or None,
-                   "policy": restore_policy}})
+                   "policy": restore_policy, **({"adopt": adopt} if adopt else {})}})
     faults.point("rewind-begun")
     try:
         sess.snapshotter.restore(p, throttled(progress))
@@ -295,9 +308,10 @@ def apply(sess, step: int | None, undo: bool, paths: list[str] | None, restore_p
             raise                       # the store is damaged: said as such (exit 4)
         raise RewindError(f"{e}; `envgit rewind {undo_step}` returns to where the rewind started") from None
     faults.point("rewind-restored")
-    memory = vm_memory(sess, pol, target["to_step"], undo_step, rewind_step, paths)
+    memory = None if adopt else vm_memory(sess, pol, target["to_step"], undo_step, rewind_step, paths)
     summary = snapshot_after(sess, pol, p.current_tree_id)
-    sess.journal.append(rewind_step, "end", {"exit_code": 0, "marks": ["rewind"], "snapshot": summary,
+    sess.journal.append(rewind_step, "end", {"exit_code": 0, "marks": ["rewind", "adopt"] if adopt else ["rewind"],
+                                             "snapshot": summary,
                                              **({"memory": memory} if memory else {})})
     return {**shown, "rewind_step": rewind_step, "undo_step": undo_step, "snapshot": summary,
             **({"memory": memory} if memory else {})}
