@@ -77,3 +77,22 @@ def test_an_undone_rewind_keeps_the_steps_made_after_the_rewind(proj):
     r = proj.envgit("rewind", str(R + 1), "--yes")
     assert r.returncode == 0, r.stderr
     assert (proj.root / "after-rewind").read_text() == "kept\n"
+
+
+def test_gc_keeps_a_fork_branchs_fork_point_until_the_branch_is_removed(proj, tmp_path):
+    for i in range(1, 4):
+        assert proj.run(f"echo v{i} > f").returncode == 0
+    made = json.loads(proj.envgit("fork", "1", "--at", "2", "--json", check=True).stdout)
+    [b] = made["branches"]
+    for i in range(4, 7):
+        assert proj.run(f"echo v{i} > f").returncode == 0
+    gc = json.loads(proj.envgit("gc", "--keep-last", "1", "--json", check=True).stdout)
+    assert gc["kept_by_branches"] == [2] and 2 not in gc["dropped"], gc
+    r = proj.envgit("restore", "2", "--target", str(tmp_path / "two"))
+    assert r.returncode == 0 and (tmp_path / "two" / "f").read_text() == "v2\n", r.stderr
+    r = proj.envgit("branch", "rm", str(b["id"]), "--force")
+    assert r.returncode == 0, r.stderr
+    gc = json.loads(proj.envgit("gc", "--keep-last", "1", "--json", check=True).stdout)
+    assert 2 in gc["dropped"] and gc["kept_by_branches"] == [], gc
+    fsck = proj.envgit("fsck", "--json")
+    assert fsck.returncode == 0 and json.loads(fsck.stdout)["ok"], fsck.stdout
