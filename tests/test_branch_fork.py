@@ -100,6 +100,8 @@ def test_fork_makes_working_trees_that_are_projects_of_their_own(forked):
     assert len(log.splitlines()) == 1
     fsck_ok(proj)
     fsck_ok(one)
+    seen = json.loads(one.envgit("branches", "--json", check=True).stdout)
+    assert seen == {"branches": [], "parent": parent | {"id": 1}}
     rows = {b["id"]: b for b in listing(proj)}
     assert rows[1]["steps"] == 1 and rows[1]["last_step"] == 1 and rows[1]["running"] == []
     assert rows[2]["steps"] == 0 and rows[2]["tree"] == made["tree"]

@@ -122,12 +122,16 @@ def _link(src: str, dst: str) -> None:
 
 
 def _restore(objects_dir: str, tree: str, target: str, progress) -> list:
-    from ..snapshot import Filter, Store
-    from ..snapshot.restore import apply_plan, make_plan
+    from ..snapshot import Item, RestorePlan, Store
+    from ..snapshot.diff import walk_changes
+    from ..snapshot.encoding import TYPE_NAMES
+    from ..snapshot.restore import apply_plan
     store = Store(objects_dir)
     try:
-        # from the empty directory to the tree: every path written, parents first
-        plan = make_plan(store.objects, None, [], bytes.fromhex(tree), Filter(), None)
+        # from the empty directory to the tree: every path added, in path order (parents first)
+        plan = RestorePlan(tree)
+        plan.write = [Item(path, TYPE_NAMES[e.type], e.mode, e.size, e.oid, e.chunked, e.target)
+                      for path, _status, _old, e in walk_changes(store.objects, None, bytes.fromhex(tree))]
         apply_plan(store.objects, target, plan, progress)
     finally:
         store.close()

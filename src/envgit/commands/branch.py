@@ -141,11 +141,19 @@ def _marks(steps) -> list[str]:
 
 
 def cmd_branches(args):
+    from ..branch import registry
     project = find_project()
     rows = listing(project)
+    try:
+        parent = registry.parent_of(project)
+    except registry.BadRecord as e:
+        raise Usage(str(e)) from None
     if args.json:
-        out({"branches": rows})
+        out({"branches": rows, "parent": parent})
         return 0
+    if parent is not None:
+        print(inert(f"this project is branch {parent['id']} of {parent['parent']} (forked at step "
+                    f"{parent['from_step']})"))
     if not rows:
         print("no branches; `envgit fork N` makes some")
         return 0
@@ -223,7 +231,7 @@ def _owned(project, d: str, branch_id: int) -> bool:
         mine = registry.parent_of(d)
     except registry.BadRecord:
         return False
-    return bool(mine) and mine["parent"] == os.path.realpath(project.root) and mine["id"] == branch_id
+    return mine is not None and mine["parent"] == os.path.realpath(project.root) and mine["id"] == branch_id
 
 
 def _changed_since_last_step(branch, rec) -> str | None:
