@@ -158,6 +158,22 @@ def test_adopt_a_fork_branch_with_git_ignored_files_and_a_venv_then_undo(proj):
         branch.stop()
 
 
+def test_adopt_refuses_a_directory_that_is_not_this_projects_branch(proj):
+    assert proj.run("echo one > a.txt").returncode == 0
+    n, branch = make_fork(proj)
+    try:
+        assert branch.run("echo two > a.txt").returncode == 0
+        record = branch.root / ".envgit" / "branch.json"
+        rec = json.loads(record.read_text())
+        record.write_text(json.dumps({**rec, "parent": str(proj.home / "elsewhere")}))
+        before = tree_of(proj.root)
+        r = proj.envgit("adopt", str(n), "--yes")
+        assert r.returncode == 2 and f"is not branch {n} of this project" in r.stderr, r.stderr
+        assert tree_of(proj.root) == before
+    finally:
+        branch.stop()
+
+
 def test_adopt_refuses_a_fork_branch_while_a_step_runs_there(proj):
     assert proj.run("echo one > a.txt").returncode == 0
     n, branch = make_fork(proj)

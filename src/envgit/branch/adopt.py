@@ -62,6 +62,14 @@ def fork_branch(project, n: int) -> dict:
     if not os.path.isdir(store_path(rec["dir"])):
         raise AdoptError(f"branch {n}'s directory {rec['dir']} holds no envgit store (moved or "
                          f"deleted?); `envgit branch rm {n}` forgets it")
+    try:
+        parent = registry.parent_of(rec["dir"])
+    except registry.BadRecord:
+        parent = None
+    root = os.path.realpath(getattr(project, "root", project))
+    if parent is None or os.path.realpath(parent["parent"]) != root or parent["id"] != n:
+        raise AdoptError(f"{rec['dir']} is not branch {n} of this project (its .envgit/branch.json "
+                         f"names another, or none); nothing was changed: `envgit branch rm {n}` forgets it")
     return rec
 
 
