@@ -31,11 +31,11 @@ def add_parsers(sub, argparse):
     s.set_defaults(fn=cmd_branches)
 
     s = command(sub, "branch", help="remove a branch (envgit branch rm ID)",
-                example=["envgit branch rm 2", "envgit branch rm r14", "envgit branch rm 3 --force"],
-                usage="envgit branch rm ID [--force] [--json]")
+                example=["envgit branch rm 2", "envgit branch rm r14", "envgit branch rm 3 --force"])
     verbs = s.add_subparsers(dest="verb", metavar="rm", required=True)
-    rm = verbs.add_parser("rm", help="remove a fork branch (its directory and record) or a rewound "
-                          "branch (its steps no longer kept from gc)")
+    rm = command(verbs, "rm", help="remove a fork branch (its directory and record) or a rewound "
+                 "branch (its steps no longer kept from gc)",
+                 example=["envgit branch rm 2", "envgit branch rm r14", "envgit branch rm 3 --force"])
     rm.add_argument("id", metavar="ID", help="a fork's number, or r<R> for a rewound branch")
     rm.add_argument("--force", action="store_true", help="remove a fork branch even when its "
                     "directory has changes since its last step")
