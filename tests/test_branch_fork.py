@@ -136,6 +136,14 @@ def test_branch_rm_refuses_changes_since_the_last_step_unless_forced(forked):
     assert not d.exists() and listing(proj) == []
     r = proj.envgit("branch", "rm", "7")
     assert r.returncode != 0 and "no fork branch 7" in r.stderr
+    # a branch directory the person removed themselves: listed as missing, its record dropped by rm
+    d = Path(fork(proj, "1")["branches"][0]["dir"])
+    subprocess.run(["rm", "-rf", str(d)], check=True)
+    assert [(b["id"], b["exists"]) for b in listing(proj)] == [(2, False)]
+    assert "directory missing" in proj.envgit("branches", check=True).stdout
+    r = proj.envgit("branch", "rm", "2")
+    assert r.returncode == 0 and "its directory was gone" in r.stdout, r.stderr
+    assert listing(proj) == []
 
 
 def test_branch_rm_refuses_while_a_step_runs_there(forked):

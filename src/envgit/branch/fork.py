@@ -51,7 +51,11 @@ def fork(project, step: int, tree: str, count: int, into: str | None = None, pro
         where = os.path.realpath(into)
         if inside(where, os.path.realpath(project.root)):
             raise ForkError(f"{into}: inside the project; a branch is made beside it (pick a directory outside)")
-        os.makedirs(where, exist_ok=True)
+        try:
+            os.makedirs(where, exist_ok=True)
+        except OSError as e:
+            raise ForkError(f"{into}: cannot make branches there ({e.strerror or e}); pick another "
+                            "directory") from None
     made = []
     with registry.locked(project):
         recover(project, locked=True)
@@ -72,6 +76,27 @@ def _fork_one(project, step, tree, branch_id, final, progress) -> dict:
               "from_step": step, "from_tree": tree, "created_ns": time.time_ns()}
     marker = _marker(project, branch_id)
     write_atomic(marker, json.dumps({**record, "tmp": tmp}) + "\n", 0o600, chmod=0o600)
+    try:
+        _make(project, step, tree, branch_id, tmp, progress)
+        _rename_noreplace(tmp, final)
+    except BaseException as e:
+        # undone at once (a kill is undone by the next recover(): the marker says what)
+        remove_tree(tmp)
+        os.unlink(marker)
+        if isinstance(e, OSError):
+            raise ForkError(f"branch {branch_id} could not be made in {parent_dir}: "
+                            f"{e.strerror or e} (nothing was left there; `--into DIR` picks another "
+                            "place)") from None
+        raise
+    faults.point("fork-renamed")
+    registry.add(project, record)
+    faults.point("fork-recorded")
+    os.unlink(marker)
+    return record
+
+
+def _make(project, step, tree, branch_id, tmp, progress) -> None:
+    """The branch, whole, in the temporary directory `tmp`."""
     os.mkdir(tmp, 0o700)
     state = os.path.join(tmp, STATE_DIR)
     os.mkdir(state, 0o700)
@@ -83,12 +108,6 @@ def _fork_one(project, step, tree, branch_id, final, progress) -> dict:
                                 "id": branch_id, "from_step": step, "from_tree": tree})
     os.chmod(tmp, stat.S_IMODE(os.stat(project.root).st_mode))
     faults.point("fork-restored")
-    _rename_noreplace(tmp, final)
-    faults.point("fork-renamed")
-    registry.add(project, record)
-    faults.point("fork-recorded")
-    os.unlink(marker)
-    return record
 
 
 def share_store(src: str, dst: str) -> None:
