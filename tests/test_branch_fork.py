@@ -124,7 +124,9 @@ def test_fork_at_a_step_into_a_directory(forked, tmp_path):
 
 def test_branch_rm_refuses_changes_since_the_last_step_unless_forced(forked):
     proj = forked
+    assert proj.run("mkdir -p ro/deeper && echo x > ro/deeper/f && chmod 555 ro/deeper ro").returncode == 0
     made = fork(proj, "1")
+    assert (Path(made["branches"][0]["dir"]) / "ro").stat().st_mode & 0o777 == 0o555
     d = Path(made["branches"][0]["dir"])
     (d / "unsaved.txt").write_text("work\n")
     r = proj.envgit("branch", "rm", "1")

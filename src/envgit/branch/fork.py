@@ -257,9 +257,26 @@ def remove_tree(path: str) -> None:
     for dirpath, dirnames, _ in os.walk(path):      # top-down: each made writable before entered
         for name in [""] + dirnames:
             p = os.path.join(dirpath, name) if name else dirpath
-            try:
-                if not os.path.islink(p):
-                    os.chmod(p, stat.S_IMODE(os.lstat(p).st_mode) | stat.S_IRWXU)
-            except OSError:
-                pass
-    shutil.rmtree(path)
+            _writable_dir(p)
+    shutil.rmtree(path)      # (fd-based on Linux: a symlink in the tree is removed, never followed)
+
+
+def _writable_dir(p: str) -> None:
+    """u+rwx on the directory `p` itself, never through a symlink put in its place."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        # unreadable to its owner (mode 0o000 or 0o111): by name, after checking it is a directory
+        try:
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):
+                os.chmod(p, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+        except OSError:
+            pass
+        return
+    try:
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_IRWXU)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
