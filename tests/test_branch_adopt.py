@@ -86,6 +86,19 @@ def test_adopt_a_rewound_branch_then_undo_it(proj):
     assert f"r{R}" in [b["id"] for b in listed]      # the branch stays until branch rm
 
 
+def test_a_rewound_branch_is_adoptable_after_later_steps_and_a_gc(proj):
+    for i in range(1, 6):
+        assert proj.run(f"echo v{i} > f{i}").returncode == 0
+    five = tree_of(proj.root)
+    R = j(proj.envgit("rewind", "2", "--yes", "--json"))["rewind_step"]
+    for i in range(3):
+        assert proj.run(f"echo other{i} > g").returncode == 0
+    j(proj.envgit("gc", "--keep-last", "1", "--json"))
+    assert j(proj.envgit("adopt", f"r{R}", "--yes", "--json"))["adopt"]["steps"] == [3, 5]
+    assert tree_of(proj.root) == five
+    fsck_clean(proj)
+
+
 def test_adopt_refuses_what_names_no_branch(proj):
     for i in range(1, 4):
         assert proj.run(f"echo {i} > f").returncode == 0
