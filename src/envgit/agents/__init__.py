@@ -3,6 +3,7 @@
     envgit.agents.main("codex", argv)     envgit is Codex's exec-server (enforced)
     envgit.agents.main("claude", argv)    Claude Code runs inside the sandbox, each Bash call a step
     envgit.agents.main("copilot", argv)   hooks route each bash call through envgit (recorded only)
+    envgit.agents.main(AGENT, ["--fork", "3", …])   the agent in 3 new branches at once (forkrun.py)
 
 Each module exposes `launch(argv) -> int`; nothing here reimplements a step: every command an
 agent runs goes through the real `envgit run` client and the project's session daemon."""
@@ -16,5 +17,16 @@ def main(agent: str, argv: list[str]) -> int:
     if agent not in AGENTS:
         import sys
         print(f"envgit: no adapter for {agent!r}; known: {', '.join(AGENTS)}", file=sys.stderr)
+        return 2
+    from .forkrun import ForkError, split_fork
+    from .session import AgentError
+    try:
+        n, argv = split_fork(list(argv))
+        if n is not None:
+            from .forkrun import launch
+            return launch(agent, n, argv)
+    except (ForkError, AgentError) as e:
+        import sys
+        print(f"envgit: {e}", file=sys.stderr)
         return 2
     return importlib.import_module(f".{agent}", __name__).launch(list(argv))

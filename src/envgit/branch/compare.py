@@ -58,7 +58,6 @@ class Side:
 def file_matrix(sides: list[Side]) -> list[dict]:
     """Every path a side changed since its fork point: per side, its status letter (A, M, D, T
     or "" when unchanged) and a content letter shared by sides whose content is the same."""
-    from ..daemon.snapshots import display
     by_side = [{c.path: c for c in s.changes if (c.new_type or c.old_type) != "dir"} for s in sides]
     paths = sorted(set().union(*by_side)) if by_side else []
     rows = []
@@ -75,6 +74,7 @@ def file_matrix(sides: list[Side]) -> list[dict]:
                 letters[key] = "-" if c.status == "deleted" else "abcdefghijklmnopqrstuvwxyz"[len(letters) % 26]
             cells.append({"status": {"added": "A", "modified": "M", "deleted": "D"}.get(c.status, "T"),
                           "content": letters[key]})
-        rows.append({"path": display(path), "sides": cells,
+        # the path as the journal shows it: undecodable bytes as \xNN
+        rows.append({"path": path.decode("utf-8", "backslashreplace"), "sides": cells,
                      "same": len({(x["status"] != "", x["content"]) for x in cells}) == 1})
     return rows
