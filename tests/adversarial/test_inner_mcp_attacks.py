@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 # Run on the host, as the person: the agent's sandbox (the daemon's `spec` with `inner`, run
 # as an agent adapter runs it) with inside.py running in it. argv: root, the launcher's extra
 # environment (JSON), the arguments for inside.py.
@@ -448,3 +450,67 @@ def test_a_step_handed_its_own_callers_connection_ends_with_the_caller(attacker)
             os.kill(pid, signal.SIGKILL)
     assert "HANDED OVER" in out, out
     assert not left, f"the step's processes {left} outlived its caller"     # the oracle
+
+
+
+# --- 5. A descriptor whose close() waits: closed where it holds nothing up ----------------
+
+LINGER = r'''
+import socket as so, struct
+root, op, hold_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
+lst = so.socket()
+lst.setsockopt(so.SOL_SOCKET, so.SO_RCVBUF, 4096)
+lst.bind(("127.0.0.1", 0))
+lst.listen(1)
+c = so.socket()
+c.setsockopt(so.SOL_SOCKET, so.SO_SNDBUF, 4096)
+c.connect(lst.getsockname())
+peer, _ = lst.accept()           # held, never read: what c sends stays unsent
+c.setblocking(False)
+try:
+    while True:
+        c.send(b"x" * 65536)
+except BlockingIOError:
+    pass
+c.setblocking(True)
+c.setsockopt(so.SOL_SOCKET, so.SO_LINGER, struct.pack("ii", 1, 3600))   # its last close() waits an hour
+body = json.dumps({"op": "status"} if op == "status" else
+                  {"op": op, "argv": ["true"], "cwd": root, "env": {}}).encode()
+data = len(body).to_bytes(4, "big") + body
+s = so.socket(so.AF_UNIX)
+s.connect("/run/envgit/control.sock")
+s.sendmsg([data[:4]], [(so.SOL_SOCKET, so.SCM_RIGHTS, array.array("i", [c.fileno()] * 3))])
+os.close(c.detach())             # the daemon's copy is the last one
+s.sendall(data[4:])
+open(os.path.join(root, "sent"), "w").close()
+s.settimeout(hold_s)
+try:
+    print("REPLY", s.recv(65536)[4:].decode())
+except OSError as e:
+    print("REPLY none", e)
+time.sleep(max(0, hold_s - 10))
+'''
+
+
+@pytest.mark.parametrize("op", ["status", "run"])
+def test_a_lingering_socket_passed_as_a_descriptor_does_not_stop_the_daemon(attacker, op):
+    """A TCP socket (inside the sandbox's own loopback) with unsent data and SO_LINGER of an
+    hour, passed as the three fds and closed inside: the daemon's close of it is the last, and
+    waits. It must not wait on the daemon's loop."""
+    import threading
+    out, hold_s = {}, 30
+    t = threading.Thread(target=lambda: out.update(r=agent_runs(attacker, LINGER, str(attacker.root), op,
+                                                                  str(hold_s))))
+    t.start()
+    deadline = time.monotonic() + 60
+    while not (attacker.root / "sent").exists() and time.monotonic() < deadline and t.is_alive():
+        time.sleep(0.2)
+    time.sleep(2)
+    try:
+        r = attacker.envgit("run", "--", "true", timeout=hold_s - 10)
+        served, said = r.returncode == 0, f"envgit run -> {r.returncode} {r.stderr[-500:]}"
+    except subprocess.TimeoutExpired:
+        served, said = False, f"envgit run -- true: no answer in {hold_s - 10} s"
+    t.join(hold_s + 120)
+    assert (attacker.root / "sent").exists(), out.get("r")
+    assert served, said + "\n" + out.get("r", "")                          # the oracle

@@ -262,8 +262,8 @@ class InnerSocket:
                     msg = check_request(decode(_recv_exact(conn, size)), self.sess.project.root)
                     conn.settimeout(None)            # a step may run for hours
                     gone = asyncio.Event()           # set when the caller goes away (below)
+                    # the fds are closed here, not on the loop: a socket's close can wait (SO_LINGER)
                     fut = asyncio.run_coroutine_threadsafe(self._dispatch(msg, fds, gone), self.loop)
-                    fds = []                         # _dispatch closes them
                     _watch_caller(conn, fut, lambda: self.loop.call_soon_threadsafe(gone.set), caller)
                     reply = fut.result()
             except BadRequest as e:
@@ -281,27 +281,24 @@ class InnerSocket:
                 pass
 
     async def _dispatch(self, msg, fds, gone=None):
-        try:
-            if msg["op"] == "status":
-                return {"session": self.session, "live": sorted(self.sess.live)}
-            if msg["op"] == "record":
-                return await record_step(self.sess, msg, self.session)
-            if len(fds) != 3:
-                return {"error": f"envgit: {msg['op']} needs stdin, stdout and stderr passed as fds", "exit": 2}
-            if msg["op"] == "mcp":
-                if self.mcp_servers >= MAX_MCP_SERVERS:
-                    return {"error": f"envgit: at most {MAX_MCP_SERVERS} envgit MCP servers run at once "
-                                     "for one agent session", "exit": 1}
-                self.mcp_servers += 1
-                try:
-                    return await mcphost.serve(self.sess.project.root, fds, self.session, self.launch_env,
-                                               gone or asyncio.Event())
-                finally:
-                    self.mcp_servers -= 1
-            return await run_step(self.sess, msg, fds, self.session, self.home, gone)
-        finally:
-            for fd in fds:
-                os.close(fd)
+        """The reply to a checked request; `fds` stay the caller's thread's to close."""
+        if msg["op"] == "status":
+            return {"session": self.session, "live": sorted(self.sess.live)}
+        if msg["op"] == "record":
+            return await record_step(self.sess, msg, self.session)
+        if len(fds) != 3:
+            return {"error": f"envgit: {msg['op']} needs stdin, stdout and stderr passed as fds", "exit": 2}
+        if msg["op"] == "mcp":
+            if self.mcp_servers >= MAX_MCP_SERVERS:
+                return {"error": f"envgit: at most {MAX_MCP_SERVERS} envgit MCP servers run at once "
+                                 "for one agent session", "exit": 1}
+            self.mcp_servers += 1
+            try:
+                return await mcphost.serve(self.sess.project.root, fds, self.session, self.launch_env,
+                                           gone or asyncio.Event())
+            finally:
+                self.mcp_servers -= 1
+        return await run_step(self.sess, msg, fds, self.session, self.home, gone)
 
 
 async def record_step(sess, msg, session):
@@ -501,16 +498,18 @@ def teller(fd) -> int | None:
     every session's steps and the network gate. Its own open file description with O_NONBLOCK
     (the caller's flags stay the caller's), reopened only with the write access the caller's
     fd has; a file or another device as is (neither waits for a reader); None for a socket,
-    whose O_NONBLOCK would be the caller's too: nothing is told there."""
+    whose O_NONBLOCK would be the caller's too, or anything else: nothing is told there."""
     try:
         st = os.fstat(fd)
         if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY or stat.S_ISSOCK(st.st_mode):
             return None
         if stat.S_ISFIFO(st.st_mode) or os.isatty(fd):
             return os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        return os.dup(fd)
+        if stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode):
+            return os.dup(fd)
     except OSError:
-        return None
+        pass
+    return None
 
 
 def say(fd, text: str):
