@@ -14,7 +14,10 @@ files: a side's tree is read from its own store (a fork's store holds the fork p
 packs are the main store's, linked at the fork).
 """
 
+import os
 from dataclasses import dataclass, field
+
+from ..paths import Project
 
 # Marks worth a column: what a person weighs when choosing a branch (docs/FORMAT.md).
 NOTABLE_MARKS = ("escape-route-written", "escape-route-taken-back", "denied-net", "irreversible",
@@ -78,3 +81,71 @@ def file_matrix(sides: list[Side]) -> list[dict]:
         rows.append({"path": path.decode("utf-8", "backslashreplace"), "sides": cells,
                      "same": len({(x["status"] != "", x["content"]) for x in cells}) == 1})
     return rows
+
+
+def load_sides(project, ids) -> list[Side]:
+    """The Side of each id, its changes since its fork point read from its own store (journals
+    read as they are: the caller repairs one a killed daemon left, commands/compare.py)."""
+    from ..snapshot import Store
+    from ..steporder import newest_tree
+    from . import registry
+    j = _journal(project)
+    steps = j.steps() if j else []
+    by_id = {s.id: s for s in steps}
+    forks = {str(r["id"]): r for r in registry.forks(project)}
+    rewound = _rewound(project, steps)
+    sides: list = []
+    for name in ids:
+        if name == "main":
+            sides.append(None)             # once the others' fork point is known
+        elif name in forks:
+            rec = forks[name]
+            bj = _journal(Project(rec["dir"])) if os.path.isdir(rec["dir"]) else None
+            if bj is None:
+                raise CompareError(f"branch {name}: its directory {rec['dir']} has no journal; "
+                            f"`envgit branch rm {name}` drops the record")
+            bsteps = bj.steps()
+            newest = newest_tree(bj)
+            sides.append(Side(name, "fork", rec["dir"], Project(rec["dir"]).state_path("objects"),
+                              rec["from_step"], rec["from_tree"], newest.tree if newest else rec["from_tree"],
+                              [s for s in bsteps if s.argv]))
+        elif name in rewound:
+            b = rewound[name]
+            first, last = b["steps"]
+            rw = by_id.get(b["rewind_step"])
+            target = (rw.rewind or {}).get("target_tree") if rw else None
+            sides.append(Side(name, "rewound", None, project.state_path("objects"), first - 1, target,
+                              b["tree"], [by_id[i] for i in range(first, last + 1) if i in by_id]))
+        else:
+            raise CompareError(f"{name!r} is not a branch: `envgit branches` lists them (`main` is this tree)")
+    if None in sides:
+        points = [s.from_step for s in sides if s is not None and s.from_step is not None]
+        at = min(points) if points else None
+        from_tree = by_id[at].snapshot.get("tree") if at in by_id and by_id[at].snapshot else None
+        newest = newest_tree(j) if j else None
+        main = Side("main", "main", project.root, project.state_path("objects"), at, from_tree,
+                    newest.tree if newest else None,
+                    [s for s in steps if s.argv and (at is None or s.id > at)])
+        sides = [main if s is None else s for s in sides]
+    for side in sides:
+        try:
+            store = Store(side.store_path)
+            side.changes = store.diff(side.from_tree, side.tree) if side.tree else []
+        except Exception as e:              # a damaged or missing store: said, not a traceback
+            raise CompareError(f"branch {side.name}: its snapshots cannot be read ({type(e).__name__}: "
+                               f"{e}); `envgit fsck` in {side.root or project.root} says what is wrong") from None
+    return sides
+
+
+def _journal(project):
+    from ..journal import Journal
+    try:
+        return Journal(project.journal, readonly=True)
+    except FileNotFoundError:
+        return None
+
+
+def _rewound(project, steps) -> dict:
+    from . import rewound
+    gone = rewound.removed(project)
+    return {b["id"]: b for b in rewound.rewound(steps) if b["rewind_step"] not in gone}

@@ -8,7 +8,7 @@ import time
 
 from ..inert import inert
 from ..paths import Project, find_project
-from . import Usage, command, json_flag, open_journal, out
+from . import Usage, command, json_flag, out
 from .snapshot import para
 
 
@@ -49,75 +49,18 @@ def cmd_compare(args):
 
 
 def _sides(project, ids):
-    from ..branch.compare import CompareError
+    from ..branch import registry
+    from ..branch.compare import CompareError, load_sides
     from ..branch.registry import BadRecord
+    from ..daemon.repair import repair_if_no_daemon
     try:
+        repair_if_no_daemon(project)
+        for rec in registry.forks(project):
+            if rec["dir"] and str(rec["id"]) in ids and os.path.isdir(rec["dir"]):
+                repair_if_no_daemon(Project(rec["dir"]))
         return load_sides(project, ids)
     except (CompareError, BadRecord) as e:
         raise Usage(str(e)) from None
-
-
-def load_sides(project, ids):
-    """The Side of each id, its changes since its fork point read from its own store."""
-    from ..branch import registry
-    from ..branch.compare import CompareError, Side
-    from ..snapshot import Store
-    from ..steporder import newest_tree
-    j = open_journal(project)
-    steps = j.steps() if j else []
-    by_id = {s.id: s for s in steps}
-    forks = {str(r["id"]): r for r in registry.forks(project)}
-    rewound = _rewound(project, steps)
-    sides: list = []
-    for name in ids:
-        if name == "main":
-            sides.append(None)             # once the others' fork point is known
-        elif name in forks:
-            rec = forks[name]
-            bj = open_journal(Project(rec["dir"])) if os.path.isdir(rec["dir"]) else None
-            if bj is None:
-                raise Usage(f"branch {name}: its directory {rec['dir']} has no journal; "
-                            f"`envgit branch rm {name}` drops the record")
-            bsteps = bj.steps()
-            newest = newest_tree(bj)
-            sides.append(Side(name, "fork", rec["dir"], Project(rec["dir"]).state_path("objects"),
-                              rec["from_step"], rec["from_tree"], newest.tree if newest else rec["from_tree"],
-                              [s for s in bsteps if s.argv]))
-        elif name in rewound:
-            b = rewound[name]
-            first, last = b["steps"]
-            rw = by_id.get(b["rewind_step"])
-            target = (rw.rewind or {}).get("target_tree") if rw else None
-            sides.append(Side(name, "rewound", None, project.state_path("objects"), first - 1, target,
-                              b["tree"], [by_id[i] for i in range(first, last + 1) if i in by_id]))
-        else:
-            raise Usage(f"{name!r} is not a branch: `envgit branches` lists them (`main` is this tree)")
-    if None in sides:
-        points = [s.from_step for s in sides if s is not None and s.from_step is not None]
-        at = min(points) if points else None
-        from_tree = by_id[at].snapshot.get("tree") if at in by_id and by_id[at].snapshot else None
-        newest = newest_tree(j) if j else None
-        main = Side("main", "main", project.root, project.state_path("objects"), at, from_tree,
-                    newest.tree if newest else None,
-                    [s for s in steps if s.argv and (at is None or s.id > at)])
-        sides = [main if s is None else s for s in sides]
-    for side in sides:
-        try:
-            store = Store(side.store_path)
-            side.changes = store.diff(side.from_tree, side.tree) if side.tree else []
-        except Exception as e:              # a damaged or missing store: said, not a traceback
-            raise CompareError(f"branch {side.name}: its snapshots cannot be read ({type(e).__name__}: "
-                               f"{e}); `envgit fsck` in {side.root or project.root} says what is wrong") from None
-    return sides
-
-
-def _rewound(project, steps) -> dict:
-    try:
-        from ..branch import rewound
-    except ImportError:
-        return {}
-    gone = rewound.removed(project)
-    return {b["id"]: b for b in rewound.rewound(steps) if b["rewind_step"] not in gone}
 
 
 def run_in_each(sides, cmd) -> list[dict]:
