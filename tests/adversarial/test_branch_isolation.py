@@ -72,9 +72,8 @@ def three(attacker):
         a.own(t / "mark.txt")
     yield a, trees
     for d in dirs:
-        b = Env(a.home, d)
-        a.envgit("daemon", "stop", cwd=d)
-        del b
+        if d.exists():
+            a.envgit("daemon", "stop", cwd=d)
 
 
 def _attack_from(a, trees, i):
@@ -158,3 +157,25 @@ def test_a_push_from_a_branch_is_refused_and_recorded_in_that_branch(netfork, re
     assert len(m) == 1 and not m[0]["requests"]                  # the main journal saw none of it
     rows = json.loads(main.envgit("branches", "--json", check=True).stdout)["branches"]
     assert rows[0]["marks"] and "denied-net" in rows[0]["marks"]
+
+
+def test_what_a_step_leaves_in_a_branch_cannot_make_branch_rm_reach_outside_it(three):
+    """Symlinks to the main tree (a file, a directory), read-only and unreadable directories:
+    `envgit branch rm --force` removes the branch and nothing it points at, and changes no mode
+    outside it."""
+    a, trees = three
+    main, one = trees[0], trees[1]
+    before = {p: (p.stat().st_mode, p.read_text()) for p in (main / "mark.txt", main / "src.txt")}
+    main_mode = main.stat().st_mode
+    script = (f"ln -s {main} tomain && ln -s {main}/mark.txt tomark && ln -s .. up && "
+              "mkdir -p ro/deep/er && echo x > ro/deep/er/f && ln -s /etc ro/deep/etc && "
+              "chmod 000 ro/deep/er && chmod 555 ro/deep ro")
+    r = a.envgit("run", "--", "sh", "-c", script, cwd=one)
+    assert r.returncode == 0, r.stderr
+    r = a.envgit("branch", "rm", "1", "--force")
+    assert r.returncode == 0, r.stderr
+    assert not one.exists()
+    assert {p: (p.stat().st_mode, p.read_text()) for p in before} == before
+    assert main.stat().st_mode == main_mode and (main / ".git" / "config").exists()
+    assert os.stat("/etc").st_mode & 0o777 == 0o755
+    assert a.envgit("fsck").returncode == 0

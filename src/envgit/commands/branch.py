@@ -217,9 +217,17 @@ def _rm_fork(args, project, branch_id: int):
                     raise Usage(f"branch {branch_id} ({d}) has changes since its last step ({changed}); "
                                 "`envgit adopt` or run a step there to keep them, or --force to remove it anyway")
             _stop_daemon(branch)
+        # the record first (never one naming nothing), then the directory out of its name at
+        # once (never a half-removed branch under it), then its contents
         registry.remove(project, branch_id)
         if owned:
-            forking.remove_tree(d)
+            gone = os.path.join(os.path.dirname(d), f".{os.path.basename(d)}.removing-{os.urandom(4).hex()}")
+            os.rename(d, gone)
+            try:
+                forking.remove_tree(gone)
+            except OSError as e:
+                raise Usage(f"branch {branch_id} is removed, but not all of its files: {e}; "
+                            f"remove {gone} yourself", 1) from None
     return _said(args, {"id": branch_id, "kind": "fork", "dir": d, "removed": True},
                  f"removed branch {branch_id}" + (f" and {d}" if owned else " (its directory was gone)"))
 
