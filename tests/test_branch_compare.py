@@ -3,8 +3,14 @@
 
 import json
 
+import pytest
+
 from envgit.branch import registry
 from envgit.paths import Project
+from uikit import UI, browser, have_browser, wait_for
+
+needs_browser = pytest.mark.skipif(not have_browser(), reason="Chromium and chromedriver are not installed "
+                                   "(dev/run test installs them)")
 
 
 def compare(proj, *args, check=True):
@@ -71,3 +77,39 @@ def test_the_steps_a_rewind_stepped_over_beside_the_tree_it_went_back_to(proj):
     assert sides[rid]["kind"] == "rewound" and sides[rid]["steps"] == 1
     files = {f["path"]: [c["status"] + c["content"] for c in f["sides"]] for f in got["files"]}
     assert files["c.txt"] == ["Aa", ""] and files["a.txt"][0] != files["a.txt"][1]
+
+
+@needs_browser
+def test_the_page_compares_the_branches_chosen_on_it(proj):
+    (proj.root / "a.txt").write_text("base\n")
+    proj.run("true", check=True)
+    dirs = fork_dirs(proj, 2)
+    try:
+        proj.run("echo one > a.txt", cwd=dirs["1"], check=True)
+        proj.run("echo two > a.txt; echo x > '<b>.txt'", cwd=dirs["2"], check=True)
+        with UI(proj) as ui, browser() as b:
+            b.get(ui.link("/compare"))
+            wait_for(lambda: "Branches side by side" in b.find_element("tag name", "h1").text, what="the page")
+            for box in b.find_elements("css selector", "input[name=ids]"):
+                if box.get_attribute("value") in ("1", "2"):
+                    box.click()
+            b.find_element("css selector", ".compare-pick button").click()
+            wait_for(lambda: b.find_elements("css selector", "table.files"), what="the comparison")
+            heads = [th.text for th in b.find_elements("css selector", "table.compare thead th")][:3]
+            assert heads == ["", "1", "2"], heads
+            rows = {r.find_element("tag name", "code").text: [td.text for td in r.find_elements("tag name", "td")][1:]
+                    for r in b.find_elements("css selector", "table.files tbody tr")}
+            assert rows["a.txt"] == ["M:a", "M:b"] and rows["<b>.txt"] == ["–", "A:a"], rows
+            assert not b.find_elements("css selector", "table.files b")       # a name is text, never markup
+    finally:
+        for d in dirs.values():
+            proj.envgit("daemon", "stop", cwd=d)
+
+
+def test_the_compare_page_answers_a_bad_choice_with_its_reason_never_a_500(proj):
+    proj.run("true", check=True)
+    with UI(proj) as ui:
+        for query in ("ids=main&ids=../../etc", "ids=main&ids=r" + "9" * 40, "ids=main", "ids=" + "x" * 5000):
+            status, _, body = ui.get("/compare?" + query)
+            assert status == 200 and "Branches side by side" in body, (query, status)
+        assert "is not a branch" in ui.get("/compare?ids=main&ids=7")[2]

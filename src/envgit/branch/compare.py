@@ -137,6 +137,17 @@ def load_sides(project, ids) -> list[Side]:
     return sides
 
 
+def branch_list(project) -> list[dict]:
+    """`main`, then every fork branch and rewound branch not removed: {"id", "kind", "from_step"}."""
+    from . import registry
+    j = _journal(project)
+    steps = j.steps() if j else []
+    out = [{"id": "main", "kind": "main", "from_step": None}]
+    out += [{"id": str(r["id"]), "kind": "fork", "from_step": r["from_step"]} for r in registry.forks(project)]
+    out += [{"id": b["id"], "kind": "rewound", "from_step": b["to_step"]} for b in _rewound(project, steps).values()]
+    return out
+
+
 def _journal(project):
     from ..journal import Journal
     try:

@@ -193,6 +193,26 @@ def make_app(project, token: str, host: str, port: int):
         seq = _int(request.headers.get("last-event-id")) or _int(request.query_params.get("since"))
         return EventSourceResponse(_stream(request, page, f, only, seq), ping=15, send_timeout=30)
 
+    def compare(request):
+        """Branches side by side (branch/compare.py), chosen on the page: `ids` repeated."""
+        from ..branch.compare import CompareError, branch_list, load_sides
+        from ..branch.registry import BadRecord
+        chosen = [i for i in request.query_params.getlist("ids") if i][:8]
+        ctx: dict = {"branches": [], "chosen": chosen, "sides": [], "files": [], "marks": [], "error": None}
+        try:
+            ctx["branches"] = branch_list(project)
+            if len(chosen) >= 2:
+                from ..branch.compare import file_matrix
+                sides = load_sides(project, chosen)
+                ctx["sides"] = [x.summary() for x in sides]
+                ctx["files"] = file_matrix(sides)
+                ctx["marks"] = sorted({m for x in ctx["sides"] for m in x["marks"]})
+            elif chosen:
+                ctx["error"] = "choose at least two"
+        except (CompareError, BadRecord) as e:
+            ctx["error"] = str(e)
+        return page.html("compare.html", **ctx)
+
     def asset(request):
         name = request.path_params["name"]
         if name not in ASSETS:          # a fixed list: no path from the request reaches a file
@@ -209,6 +229,7 @@ def make_app(project, token: str, host: str, port: int):
         Route("/asks", asks_fragment, methods=["GET"]),
         Route("/asks/{aid:int}", answer, methods=["POST"]),
         Route("/events", events),
+        Route("/compare", compare),
         Route("/static/{name}", asset),
     ]
 
