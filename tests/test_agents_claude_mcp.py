@@ -180,3 +180,10 @@ def test_an_agent_session_runs_at_most_eight_envgit_mcp_servers_at_once(proj):
             os.close(fd)
     assert not servers_left(proj.root)         # each caller gone: its server ended
     assert conn.request({"op": "status"})["pid"]
+
+
+def test_the_server_run_for_an_agent_puts_its_asks_to_the_person():
+    from envgit.daemon.mcphost import server_env
+    env = server_env({"HOME": "/h", "PYTHONPATH": "/project/src", "ENVGIT_STEP": "4"}, "claude-x")
+    assert env["ENVGIT_MCP_ASKS"] == "elsewhere" and env["ENVGIT_SESSION"] == "claude-x"
+    assert "ENVGIT_STEP" not in env and env.get("PYTHONPATH") != "/project/src"

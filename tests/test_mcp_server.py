@@ -42,16 +42,16 @@ def mproj(proj):
     return proj
 
 
-def server_params(proj):
+def server_params(proj, env=None):
     # started elsewhere, as an agent may start it: --project names the project
     return StdioServerParameters(command=ENVGIT, args=["mcp", "--project", str(proj.root)],
-                                 cwd=str(proj.home), env=proj.env)
+                                 cwd=str(proj.home), env={**proj.env, **(env or {})})
 
 
-def session(proj, fn, **client_kw):
+def session(proj, fn, server_env=None, **client_kw):
     """Run `await fn(client)` against envgit mcp over stdio; its return value."""
     async def main():
-        async with Client(server_params(proj), **client_kw) as client:
+        async with Client(server_params(proj, server_env), **client_kw) as client:
             with anyio.fail_after(120):
                 return await fn(client)
     return anyio.run(main)
@@ -290,6 +290,36 @@ def test_an_ask_without_elicitation_waits_for_envgit_approve(mproj, answer):
     assert note["answer"] == ("allow" if answer == "approve" else "deny")
     assert "did not declare elicitation" in note["how"] and f"envgit {answer}" in note["how"]
     assert step["approvals"] and step["approvals"][0]["how"] == f"envgit {answer}"
+
+
+def test_a_server_run_for_an_agents_sandbox_asks_the_person_never_the_client(mproj):
+    """The daemon runs envgit mcp for any process of an agent's sandbox (daemon/mcphost.py sets
+    ENVGIT_MCP_ASKS=elsewhere): an ask rule waits for `envgit approve`, even from a client that
+    offers to answer it."""
+    elicited = []
+
+    async def elicit(ctx, params):
+        elicited.append(params.message)
+        return types.ElicitResult(action="accept", content={"allow": True})
+
+    def deny_when_asked():
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            asks = json.loads(mproj.envgit("pending", "--json").stdout or "[]")
+            if asks:
+                mproj.envgit("deny", str(asks[0]["id"]))
+                return
+            time.sleep(0.1)
+    t = threading.Thread(target=deny_when_asked)
+    t.start()
+
+    async def fn(client):
+        return await execute(client, "await corpus.create_note({title: 'x', body: 'y'}); 'done'")
+    r = session(mproj, fn, server_env={"ENVGIT_MCP_ASKS": "elsewhere"}, elicitation_callback=elicit)
+    t.join()
+    assert elicited == [] and r.is_error and not (mproj.corpus.parent / "notes").exists()
+    [note] = [e for e in show(mproj, step_of(r))["events"] if e["kind"] == "note"]
+    assert note["answer"] == "deny" and "not the MCP client" in note["how"]
 
 
 def test_an_ask_without_elicitation_times_out_to_deny(mproj):

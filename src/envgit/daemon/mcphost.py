@@ -35,6 +35,10 @@ def server_env(launch_env: dict, session: str) -> dict:
     env = {k: v for k, v in launch_env.items() if not k.startswith("PYTHON")}
     env.update((k, v) for k, v in os.environ.items() if k.startswith("PYTHON"))
     env["ENVGIT_SESSION"] = session
+    # Whoever holds the fds is the MCP client, and any process of the agent's sandbox can ask
+    # for a server: its `ask` rules are put to the person out of band (`envgit approve`, the
+    # page), as the gate's are, never answered by the client (mcp/server.py).
+    env["ENVGIT_MCP_ASKS"] = "elsewhere"
     env.pop("ENVGIT_STEP", None)
     return env
 

@@ -157,8 +157,8 @@ class Execution:
                 "method": "MCP", "host": ask.server, "path": "/" + ask.tool, "kind": "mcp tool call",
                 "rule": ask.rule, "reason": ask.question}})
         except Exception as e:            # no daemon to ask: fail closed
-            return "deny", f"the MCP client did not declare elicitation and the daemon could not ask ({e})"
-        return r["answer"], f"the MCP client did not declare elicitation; {r['how']} ({r['who']})"
+            return "deny", f"{_why_elsewhere()} and the daemon could not ask ({e})"
+        return r["answer"], f"{_why_elsewhere()}; {r['how']} ({r['who']})"
 
     async def _record(self, record):
         self.calls.append(record)
@@ -204,3 +204,10 @@ class Execution:
 
 def _size(value) -> int:
     return len(value.encode()) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False).encode())
+
+
+def _why_elsewhere() -> str:
+    import os
+    if os.environ.get("ENVGIT_MCP_ASKS") == "elsewhere":
+        return "asked of the person, not the MCP client (a server run for an agent's sandbox)"
+    return "the MCP client did not declare elicitation"

@@ -111,8 +111,10 @@ class CodeMode:
         """Ask the person through the client; an InputRequiredResult to return when the
         protocol asks that way; None when the ask was settled here."""
         caps = ctx.client_capabilities if ctx is not None else None
-        if caps is None or caps.elicitation is None:
-            # nobody can be asked through the client: `envgit approve` from another terminal
+        if caps is None or caps.elicitation is None or os.environ.get("ENVGIT_MCP_ASKS") == "elsewhere":
+            # nobody can be asked through the client, or the client is not the person's to
+            # trust (the server run for an agent's sandbox: daemon/mcphost.py): `envgit
+            # approve` from another terminal, or the page
             ask.settle(*await ex.ask_elsewhere(ask))
             return None
         if ctx.protocol_version and is_version_at_least(ctx.protocol_version, INPUT_REQUIRED_VERSION):
