@@ -187,3 +187,34 @@ def test_the_server_run_for_an_agent_puts_its_asks_to_the_person():
     env = server_env({"HOME": "/h", "PYTHONPATH": "/project/src", "ENVGIT_STEP": "4"}, "claude-x")
     assert env["ENVGIT_MCP_ASKS"] == "elsewhere" and env["ENVGIT_SESSION"] == "claude-x"
     assert "ENVGIT_STEP" not in env and env.get("PYTHONPATH") != "/project/src"
+
+
+def test_a_stopping_daemon_ends_the_mcp_servers_it_runs(proj):
+    import array
+    import socket
+
+    from envgit.daemon.client import connect
+    from envgit.daemon.inner import encode
+    from envgit.paths import Project
+    proj.run("true")
+    conn = connect(Project(str(proj.root)))
+    spec = conn.request({"op": "spec", "argv": ["true"], "cwd": str(proj.root), "env": proj.env,
+                         "session": "agent-stop", "inner": True})
+    path = spec["bwrap"][spec["bwrap"].index("/run/envgit/control.sock") - 1]
+    r, w = os.pipe()                           # the server's stdin, held open: it keeps running
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        data = encode({"op": "mcp"})
+        s.sendmsg([data[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r, 2, 2]))])
+        s.sendall(data[4:])
+        deadline = time.monotonic() + 30
+        while not servers_left(proj.root, 0) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert servers_left(proj.root, 0)
+        proj.stop()
+        assert not servers_left(proj.root)
+    finally:
+        s.close()
+        os.close(r)
+        os.close(w)

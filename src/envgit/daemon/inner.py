@@ -215,11 +215,13 @@ class InnerSocket:
             os.umask(old)
         self.sock.listen(64)
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.mcp_servers = 0             # running (mcphost.py), counted on the loop
+        self.mcp_servers = 0             # asked for and not yet ended (mcphost.py), counted on the loop
+        self.mcp_pids: set[int] = set()  # those running: ended when the socket closes
         threading.Thread(target=self._accept, daemon=True, name=f"inner-{session}").start()
 
     def close(self):
         self.sock.close()
+        mcphost.stop(self.mcp_pids)      # the daemon is stopping: no server of it outlives it
         try:
             os.unlink(self.path)
             os.rmdir(os.path.dirname(self.path))     # a private temp dir, or .envgit/inner once empty
@@ -295,7 +297,7 @@ class InnerSocket:
             self.mcp_servers += 1
             try:
                 return await mcphost.serve(self.sess.project.root, fds, self.session, self.launch_env,
-                                           gone or asyncio.Event())
+                                           gone or asyncio.Event(), self.mcp_pids)
             finally:
                 self.mcp_servers -= 1
         return await run_step(self.sess, msg, fds, self.session, self.home, gone)

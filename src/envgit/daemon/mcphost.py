@@ -43,9 +43,10 @@ def server_env(launch_env: dict, session: str) -> dict:
     return env
 
 
-async def serve(project_root, fds, session, env, gone) -> dict:
+async def serve(project_root, fds, session, env, gone, running: set | None = None) -> dict:
     """Run the server on `fds` (stdin, stdout, stderr) until it exits, or until the caller goes
-    away (`gone`: Claude stopped the server, or exited); its exit status."""
+    away (`gone`: Claude stopped the server, or exited); its exit status. Its pid is in
+    `running` while it runs (the inner socket ends them all when it closes: stop())."""
     env = server_env(env, session)
     try:
         proc = await asyncio.create_subprocess_exec(*argv(project_root), stdin=fds[0], stdout=fds[1],
@@ -53,9 +54,28 @@ async def serve(project_root, fds, session, env, gone) -> dict:
                                                     start_new_session=True)
     except OSError as e:         # said by the caller (inner_shim.py): never a write here that could block
         return {"error": f"envgit: envgit mcp could not start: {e}", "exit": 125}
+    if running is not None:
+        running.add(proc.pid)
+    try:
+        return await _wait(proc, gone)
+    finally:
+        if running is not None:
+            running.discard(proc.pid)
+
+
+def stop(pids) -> None:
+    """End the servers still running (the daemon is stopping): each its own process group."""
+    for pid in list(pids):
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except OSError:
+            pass
+
+
+async def _wait(proc, gone) -> dict:
     waiting = asyncio.ensure_future(proc.wait())
-    stop = asyncio.ensure_future(gone.wait())
-    done, _ = await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
+    left = asyncio.ensure_future(gone.wait())
+    done, _ = await asyncio.wait({waiting, left}, return_when=asyncio.FIRST_COMPLETED)
     if waiting not in done:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -69,6 +89,6 @@ async def serve(project_root, fds, session, env, gone) -> dict:
             except OSError:
                 pass
             await waiting
-    stop.cancel()
+    left.cancel()
     rc = waiting.result()
     return {"exit_code": rc if rc >= 0 else 128 - rc}
