@@ -47,6 +47,8 @@ def _verify(project, args, repaired=None):
                 bar.total = total
                 bar.update(done - bar.n)
             problems += store.fsck(trees, advance)
+    from ..branch.check import problems as branch_problems
+    problems += branch_problems(project, j.steps() if j else [], trees)
     from ..vm import memstore  # the VM tier's memory snapshots (backend: vm)
     mem_problems, notes = memstore.check(project, {s.id for s in j.steps()} if j else None)
     problems += mem_problems
