@@ -30,8 +30,9 @@ def add_parsers(sub, argparse):
     json_flag(s)
     s.set_defaults(fn=cmd_doctor)
 
-    s = command(sub, "policy", help="check, show or describe the policy",
-                example=["envgit policy check", "envgit policy show", "envgit policy presets"])
+    s = command(sub, "policy", help="check, show, describe or replay the policy",
+                example=["envgit policy check", "envgit policy show", "envgit policy presets",
+                         "envgit policy replay candidate.yaml"])
     s.set_defaults(fn=cmd_policy)
     psub = s.add_subparsers(dest="policy_cmd", metavar="ACTION", required=True)
     x = command(psub, "check", help="validate envgit.yaml (and your defaults): every error, each "
@@ -50,6 +51,8 @@ def add_parsers(sub, argparse):
                 "what it matches (hosts, methods, paths)",
                 example=["envgit policy presets", "envgit policy presets --json"])
     json_flag(x)
+    from .replay import add_parser as add_replay
+    add_replay(psub, command)
 
     s = command(sub, "daemon", help="the session daemon (plumbing)",
                 example=["envgit daemon status", "envgit daemon stop"])
@@ -151,6 +154,9 @@ def cmd_policy(args):
             sys.stdout.write(render_escape_routes())
         return 0
     project = find_project()
+    if args.policy_cmd == "replay":
+        from .replay import cmd_replay
+        return cmd_replay(args, project)
     try:
         pol = load_policy(project.policy)
     except PolicyError as e:
