@@ -42,8 +42,8 @@ def policy(port, write_action="deny", preset=True, denied_host_allowed=False):
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    """Three steps: a GET and a refused POST to the API, a GET to a host the policy does not
-    allow, another GET to the API."""
+    """Three steps: a GET and a refused POST to the API; a GET to a host the policy does not
+    allow; another GET, a POST saying it is `npm publish` and an upgrade to the API."""
     api = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
     api.hits = []
     threading.Thread(target=api.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
@@ -60,7 +60,8 @@ def session(tmp_path_factory):
         env.run(f"curl -sS {url}/items && curl -sS -X POST -d '{{\"name\":\"x\"}}' "
                 f"-H 'Content-Type: application/json' {url}/items")
         env.run("curl -sS -m 5 http://denied.example.test/thing")
-        env.run(f"curl -sS {url}/items/1")
+        env.run(f"curl -sS {url}/items/1 && curl -sS -X POST -H 'npm-command: publish' -d x {url}/items; "
+                f"curl -sS -H 'Upgrade: websocket' -H 'Connection: Upgrade' {url}/ws")
         steps = json.loads(env.envgit("log", "--json", check=True).stdout)
         reqs = [(q["method"], q["host"], q["path"], q["decision"], q["rule"]) for s in steps
                 for q in s["requests"]]
@@ -69,7 +70,14 @@ def session(tmp_path_factory):
             ("GET", "127.0.0.1", "/items", "allow", "network.allow") in reqs, reqs
         assert ("POST", "127.0.0.1", "/items", "deny", "api-write") in reqs, reqs
         assert ("GET", "denied.example.test", "/thing", "deny", "network.allow") in reqs, reqs
+        assert ("GET", "127.0.0.1", "/ws", "deny", "builtin:upgrade") in reqs, reqs
         assert ("POST", "/items") not in api.hits and ("GET", "/items/1") in api.hits
+        # what the rules read beyond the request line is recorded, as facts
+        npm = [q for s in steps for q in s["requests"] if q["method"] == "POST"][1]
+        assert npm["facts"]["headers"] == {"npm-command": "publish"}, npm
+        assert npm["facts"]["body"]["pypi-upload"] is False and set(npm["facts"]) == {"body", "headers"}, npm
+        ws = next(q for s in steps for q in s["requests"] if q["path"] == "/ws")
+        assert ws["facts"]["upgrade"] == "websocket", ws
         yield env, port, tmp
     finally:
         env.stop()
@@ -94,9 +102,9 @@ def test_the_same_policy_changes_nothing(session):
     env, port, tmp = session
     r, j, doc = replay(env, policy(port), tmp, "same.yaml")
     assert r.returncode == 0 and j.returncode == 0, r.stderr + j.stderr
-    assert doc["steps"] == [] and doc["summary"]["requests"] >= 4, doc
+    assert doc["steps"] == [], doc
     s = doc["summary"]
-    assert s["unchanged"] == s["requests"] and s["cannot_replay"] == 0, s
+    assert s["requests"] >= 6 and s["unchanged"] == s["requests"] and s["cannot_replay"] == 0, s
     assert "0 newly allowed" in r.stdout and "Traceback" not in r.stderr
 
 
@@ -104,12 +112,14 @@ def test_a_candidate_allowing_the_denied_host_lists_it_newly_allowed(session):
     env, port, tmp = session
     r, j, doc = replay(env, policy(port, denied_host_allowed=True), tmp, "host.yaml")
     assert r.returncode == 0 and j.returncode == 0, r.stdout + r.stderr
-    assert changes(doc) == [("newly allowed", "GET", "denied.example.test", "/thing", "network.allow",
-                             "network.allow")], doc
+    assert changes(doc) == [
+        ("newly allowed", "GET", "denied.example.test", "/thing", "network.allow", "network.allow")], doc
     assert doc["summary"]["newly_allowed"] == 1 and doc["summary"]["irreversible_newly_allowed"] == 0
     assert "newly allowed  GET denied.example.test/thing" in r.stdout, r.stdout
     # --steps keeps to the range: the other host's step is the second
-    _, j, doc = replay(env, policy(port, denied_host_allowed=True), tmp, "host.yaml", "--steps", "3..")
+    _, j, doc = replay(env, policy(port, denied_host_allowed=True), tmp, "host.yaml", "--steps", "..2")
+    assert j.returncode == 0 and [c[3] for c in changes(doc)] == ["/thing"], doc
+    _, j, doc = replay(env, policy(port, denied_host_allowed=True), tmp, "host.yaml", "--steps", "1..1")
     assert j.returncode == 0 and changes(doc) == [], doc
 
 
@@ -120,8 +130,8 @@ def test_a_candidate_loosening_the_irreversible_rule_is_listed_and_exits_1(sessi
     want = 1 if action == "allow" else 0
     assert r.returncode == want and j.returncode == want, r.stdout + r.stderr
     label = "newly allowed" if action == "allow" else "newly asked"
-    assert changes(doc) == [(label, "POST", "127.0.0.1", "/items", "api-write", "api-write")], doc
-    assert doc["summary"]["irreversible_newly_allowed"] == want
+    assert changes(doc) == [(label, "POST", "127.0.0.1", "/items", "api-write", "api-write")] * 2, doc
+    assert doc["summary"]["irreversible_newly_allowed"] == 2 * want
     from test_cli_conventions import documented_keys  # the keys docs/JSON.md lists
     keys = documented_keys()
     assert set(doc) == keys["policy.replay"] and set(doc["summary"]) == keys["policy.replay.summary"]
@@ -137,20 +147,48 @@ def test_a_candidate_without_the_write_rule_newly_allows_what_it_refused(session
     text = f'version: 1\nnetwork:\n  allow: ["127.0.0.1:{port}"]\nirreversible: []\n'
     r, j, doc = replay(env, text, tmp, "none.yaml")
     assert r.returncode == 1 and j.returncode == 1, r.stdout + r.stderr
-    assert ("newly allowed", "POST", "127.0.0.1", "/items", "api-write", "network.allow") in changes(doc)
-    assert doc["summary"]["irreversible_newly_allowed"] == 1
+    # (with no request rule on the host, an upgrade is not judged: as unjudged as a tunnel)
+    assert changes(doc) == [("newly allowed", "POST", "127.0.0.1", "/items", "api-write", "network.allow")] * 2 + [
+        ("newly allowed", "GET", "127.0.0.1", "/ws", "builtin:upgrade", "network.allow")], doc
+    assert doc["summary"]["irreversible_newly_allowed"] == 2
 
 
-def test_without_the_write_rule_a_post_the_preset_reads_the_body_of_cannot_be_replayed(session):
-    # the default preset's pypi-upload rule reads a POST's body on any host: the record holds
-    # none, so the POST is counted as not replayable, never guessed allowed
+def test_the_recorded_facts_decide_what_the_preset_reads(session):
+    # without the project's own write rule, the default preset's rules decide the POSTs: they
+    # read the npm-command header and the body (an upload's fields), which the record keeps as
+    # facts. The plain POST is newly allowed (an irreversible rule refused it then: exit 1);
+    # the one saying `npm publish` is refused by the preset's rule now
     env, port, tmp = session
-    r, j, doc = replay(env, policy(port, preset=True).split("  - name: api-write")[0], tmp, "preset.yaml")
+    r, j, doc = replay(env, policy(port).split("  - name: api-write")[0], tmp, "preset.yaml")
+    assert r.returncode == 1 and j.returncode == 1, r.stdout + r.stderr
+    assert changes(doc) == [("newly allowed", "POST", "127.0.0.1", "/items", "api-write", "network.allow")], doc
+    assert doc["summary"]["unchanged"] == doc["summary"]["requests"] - 1, doc   # the npm POST too
+    assert f"newly allowed  POST 127.0.0.1:{port}/items  IRREVERSIBLE" in r.stdout, r.stdout
+
+
+def test_a_candidate_letting_websockets_through_newly_allows_the_upgrade(session):
+    env, port, tmp = session
+    text = policy(port).replace("irreversible:", f'  l7:\n    "127.0.0.1:{port}": {{ websocket: allow }}\n'
+                                "irreversible:")
+    r, j, doc = replay(env, text, tmp, "ws.yaml")
     assert r.returncode == 0 and j.returncode == 0, r.stdout + r.stderr
-    (q,) = [q for s in doc["steps"] for q in s["requests"]]
-    assert q["change"] == "cannot replay" and q["method"] == "POST", q
-    assert q["now"] is None and "(rule preset:default/" in q["lacks"], q
-    assert doc["summary"]["cannot_replay"] == 1 and "cannot replay  POST" in r.stdout
+    assert changes(doc) == [("newly allowed", "GET", "127.0.0.1", "/ws", "builtin:upgrade",
+                             f"network.l7[127.0.0.1:{port}]")], doc
+
+
+def test_a_record_without_facts_is_not_guessed(session):
+    # a record made before the gate kept facts: the preset's rules read what it lacks
+    from envgit.policy import load_policy
+    from envgit.policy.replay import judge
+    env, port, tmp = session
+    cand = tmp / "preset-old.yaml"
+    cand.write_text(policy(port).split("  - name: api-write")[0])
+    rec = {"method": "POST", "scheme": "http", "host": "127.0.0.1", "port": port, "path": "/items",
+           "decision": "deny", "rule": "api-write", "kind": "api-write", "intercepted": True}
+    o = judge(load_policy(cand), rec)
+    assert o.now is None and o.change == "cannot" and "(rule preset:default/" in o.lacks, o
+    assert judge(load_policy(cand), {**rec, "method": "GET", "decision": "allow",
+                                     "rule": "network.allow"}).change == ""
 
 
 def test_a_candidate_that_does_not_load_is_exit_2_with_file_and_line(session):

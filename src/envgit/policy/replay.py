@@ -4,26 +4,35 @@ network.judge_connect for a tunnel), compared with the decision recorded. Pure: 
 command (commands/replay.py) reads the journal and loads the candidate.
 
 A record holds the request line (method, scheme, host, port, path, the query's names with their
-values redacted), never headers or a body (docs/FORMAT.md). A request is judged again only when
-those facts decide it under the candidate: when a rule of the candidate that would be tried on
-it reads a body (a push's ref updates, a GraphQL operation, an upload's form, an LFS batch's
-operation) or a header, or the recorded decision was made on facts the record does not hold
-(a credential's placeholder, an Upgrade header, a Host header or TLS name that disagreed), the
+values redacted), and, on records made since the gate records them (`facts`, proxy/record.py
+with `request_facts` here, docs/FORMAT.md), the facts the request rules read beyond it: every
+other method a server may act on and every path a rewrite header routes to (policy/acts.py),
+the value of each header a rule reads (`npm-command`, among the values rules name), whether
+it asks for an upgrade (and whether to WebSocket), and each
+body predicate's outcome (netrules.BODY_PREDICATES: a push's ref updates, an upload, an LFS
+batch's operation, a GraphQL mutation or subscription), never a body or a header's other
+values. A record with facts is judged as a request rebuilt from them: the methods and paths as
+override and rewrite headers, the header, and a body chosen from a few made-up ones that the
+gate's own predicates find to have exactly the recorded outcomes.
+
+When the record lacks what a rule of the candidate that would be tried on the request reads
+(a record from before `facts`), or the recorded decision was made on facts no record holds (a
+credential's placeholder, an Upgrade header, a Host header or TLS name that disagreed), the
 request is listed as "cannot replay: the record lacks X" and counted, never guessed.
 
-Not seen by a replay: method-override and rewrite headers (X-HTTP-Method-Override,
-X-Original-URL; the record keeps the request line's method and path only), the address a name
-resolved to (network.judge_address), and remembered grants (an ask a grant would answer is
-still "ask")."""
+Not seen by a replay: the address a name resolved to (network.judge_address), and remembered
+grants (an ask a grant would answer is still "ask")."""
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
 from . import acts, network, urlpath
+from .netpresets import PRESET_RULES
 from .netrequest import Decision, Request
-from .netrules import rules_of
+from .netrules import BODY_PREDICATES, rules_of
 
 # What a body predicate reads (netrules.BODY_PREDICATES), as a person names it.
 BODY_FACTS = {
@@ -37,7 +46,8 @@ BODY_FACTS = {
 # Decisions made by a part of the gate on facts the record does not hold.
 DECIDED_ON = {
     "credential-misuse": "where the credential's placeholder was (the credential gate decided it)",
-    "builtin:upgrade": "the request's Upgrade and Connection headers (or the server's 101)",
+    # (a request's upgrade is a fact recorded since `facts`; the server's 101 is not)
+    "builtin:upgrade": "the request's Upgrade and Connection headers, or the server's 101",
     "builtin:authority-mismatch": "the request's Host header, TLS server name and tunnel target",
     "builtin:resolved-address": "the address the name resolved to",
 }
@@ -83,6 +93,93 @@ def irreversible_rule(rec: dict) -> bool:
         (bool(rec.get("kind")) or bool(rec.get("irreversible")))
 
 
+# --- the facts recorded beside the request line (proxy/record.py) ---------------------------
+
+# The headers request rules read, and the values they compare (any other is "(other)").
+RULE_HEADERS: dict[str, frozenset] = {}
+for _d in PRESET_RULES:
+    if _d.get("header"):
+        _name, _values = _d["header"]
+        RULE_HEADERS[_name] = RULE_HEADERS.get(_name, frozenset()) | frozenset(_values)
+OTHER = "(other)"
+_METHOD = re.compile(r"[A-Z][A-Z-]{0,31}|\(UNKNOWN\)")
+
+
+def request_facts(req: Request) -> dict:
+    """What the request rules read of `req` beyond its request line, as facts (never a body, a
+    query value or a header's value other than those rules name): `methods` every other method a
+    server may act on (an odd spelling as "(other)"), `paths` the rewrite headers' paths, `headers`
+    the value of each header a rule reads, `upgrade` the protocol an upgrade asks for ("" none
+    named, "websocket", "(other)"), `body` each body predicate's outcome (a body that could not
+    be decoded matches every one, as in network.decide_request), `body_complete` false when the
+    body was judged on its first BODY_CAP bytes."""
+    out: dict = {"body": {name: bool(req.body_error) or bool(pred(req))
+                          for name, pred in BODY_PREDICATES.items()}}
+    if not req.body_complete:       # judged on its first BODY_CAP bytes; the rest was watched
+        out["body_complete"] = False
+    others = sorted({m if _METHOD.fullmatch(m) else OTHER for m in acts.methods(req) - {req.method.upper()}})
+    if others:
+        out["methods"] = others[:16]
+    if acts.paths(req)[1:]:
+        out["paths"] = acts.paths(req)[1:]
+    heads = {}
+    for name, values in RULE_HEADERS.items():
+        if name in req.headers:
+            v = req.headers[name].strip().lower()
+            heads[name] = v if v in values else OTHER
+    if heads:
+        out["headers"] = heads
+    conn = req.headers.get("connection", "").lower()
+    if "upgrade" in req.headers or "upgrade" in conn:     # as network.decide_request tells one
+        want = req.headers.get("upgrade", "").strip().lower()
+        out["upgrade"] = want if want in ("", "websocket") else OTHER
+    return out
+
+
+def _bodies():
+    """Made-up bodies (content type, bytes) to find one with a record's predicate outcomes."""
+    yield "", None
+    yield "", b"0000"
+    for lfs in (None, "download"):
+        for gql in (None, "mutation { a }", "subscription { a }", "query { a }", "id"):
+            for upload in (False, True):
+                doc: dict = {}
+                if lfs:
+                    doc["operation"] = lfs
+                if gql == "id":
+                    doc["id"] = "x"             # a stored document: the gate cannot read it
+                elif gql:
+                    doc["query"] = gql
+                if upload:
+                    doc["note"] = ":action file_upload"
+                yield "application/json", json.dumps(doc).encode()
+
+
+def rebuilt(req: Request, facts: dict) -> Request | None:
+    """`req` with what `facts` say it carried: override and rewrite headers, the rule headers,
+    and a body the gate's predicates find to have the recorded outcomes (None: no made-up body
+    has them). The query is dropped: its values are redacted, and what rules read of it (a
+    `_method` field, GraphQL, an upload's fields) is in the facts."""
+    headers = {}
+    if facts.get("methods"):
+        headers["x-http-method-override"] = ", ".join(facts["methods"])
+    for name, path in zip(acts.PATH_HEADERS, facts.get("paths") or (), strict=False):   # one each
+        headers[name] = path
+    for name, value in (facts.get("headers") or {}).items():
+        headers[name] = "x-other" if value == OTHER else value
+    if "upgrade" in facts:
+        headers["connection"] = "upgrade"
+        if facts["upgrade"]:
+            headers["upgrade"] = "x-other" if facts["upgrade"] == OTHER else facts["upgrade"]
+    want = facts.get("body") or {}
+    for ctype, body in _bodies():
+        h = {**headers, "content-type": ctype} if ctype else headers
+        r = dataclasses.replace(req, query="", headers=h, body=body)
+        if all(bool(BODY_PREDICATES[n](r)) == v for n, v in want.items() if n in BODY_PREDICATES):
+            return r
+    return None
+
+
 def as_request(rec: dict) -> Request:
     """The request a record describes: its request line, no headers, no body."""
     path, _, query = str(rec.get("path") or "").partition("?")
@@ -119,7 +216,9 @@ def _rule_lacks(policy, req: Request, d: Decision) -> str:
 def judge(policy, rec: dict) -> Outcome:
     """One record judged again by `policy` (the candidate)."""
     rule = str(rec.get("rule") or "")
-    if rule in DECIDED_ON:
+    facts = rec.get("facts")
+    if rule in DECIDED_ON and not (rule == "builtin:upgrade" and rec.get("kind") != "upgrade"
+                                   and isinstance(facts, dict)):
         return Outcome(rec, None, DECIDED_ON[rule])
     req = as_request(rec)
     if req.method.upper() == "CONNECT":
@@ -128,6 +227,13 @@ def judge(policy, rec: dict) -> Outcome:
             return Outcome(rec, None, "the requests inside the tunnel (the candidate would "
                                       "judge each; they were tunnelled unread then)")
         return Outcome(rec, d)
+    if isinstance(facts, dict) and isinstance(facts.get("body"), dict) and \
+            set(BODY_PREDICATES) <= set(facts["body"]) and facts.get("body_complete", True):
+        r = rebuilt(req, facts)
+        if r is None:
+            return Outcome(rec, None, "a body with the recorded facts "
+                                      f"{sorted(k for k, v in facts['body'].items() if v)}")
+        return Outcome(rec, network.decide_request(policy, r))
     if _method_field(req.query):
         return Outcome(rec, None, "the value of the query's _method field (redacted)")
     d = network.decide_request(policy, req)

@@ -5,7 +5,9 @@ addons after it (an answer, a credential's misuse or echo); this addon counts it
 ways and sends it to the journal (Gate.emit, which scrubs real values from it) when the flow
 ends: `response` or `error`. A tunnel's record is sent when its client disconnects (its bytes
 are counted at the socket: gate.Counted). Records hold names, never values: the path's query
-values are redacted (flows.redact_path).
+values are redacted (flows.redact_path); a request's `facts` are what the request rules read
+beyond its request line (policy/replay.py `request_facts`: other methods, rewrite paths, a rule
+header's value among those rules name, each body predicate's outcome), never a body.
 
 Responses are streamed, counted on the way; with credentials a small one is buffered and looked
 at first (EchoGuard's flow.metadata[ON_BODY], called here before the record is made).
@@ -15,7 +17,8 @@ import time
 
 from mitmproxy import http
 
-from .flows import redact_path
+from ..policy.replay import request_facts
+from .flows import as_request, redact_path
 from .flowstate import ANSWERED, COUNTED, ON_BODY, PARTIAL, RECORD, STEP
 
 
@@ -55,6 +58,9 @@ class Record:
         if rec is None or flow.metadata.get(COUNTED):   # the end of a body streamed on
             return
         flow.metadata[COUNTED] = True
+        # what the request rules read beyond the request line, as facts (never a body or a
+        # header's value): what `envgit policy replay` judges a candidate policy on
+        rec["facts"] = request_facts(as_request(flow))
         rec["bytes_up"] = len(flow.request.raw_content or b"")
         if flow.response is not None or not flow.metadata.get(PARTIAL):
             return
