@@ -3,13 +3,11 @@ rewind --undo` (the daemon does the work: daemon/adopt.py; an adopt is a rewind 
 branch's tree, previewed and confirmed the same way)."""
 
 import os
-import sys
 
 from ..inert import inert
 from ..paths import Project, find_project
-from ..view.errors import Refused
 from . import Usage, ask_daemon, command, json_flag, out
-from .rewind import _print_summary
+from .rewind import _print_summary, confirm_and_apply
 
 
 def add_parsers(sub, argparse):
@@ -52,17 +50,9 @@ def cmd_adopt(args):
         else:
             print(f"nothing to change: the directory already is branch {inert(bid)}'s tree")
         return 0
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise Usage("not a terminal; pass --yes to adopt without asking")
-        answer = input(f"adopt branch {inert(bid)}? [y/N] ").strip().lower()
-        if answer not in ("y", "yes"):
-            print("nothing changed")
-            return 1
-    try:
-        done = ask_daemon(project, {**msg, "apply": True})
-    except Refused as e:                # refused or failed while applying: exit 1 (or its own)
-        raise Usage(str(e), e.code or 1) from None
+    done = confirm_and_apply(project, msg, args.yes, f"adopt branch {inert(bid)}?", "adopt")
+    if isinstance(done, int):
+        return done
     if args.json:
         out(done)
         return 0

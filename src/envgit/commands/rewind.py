@@ -59,17 +59,9 @@ def cmd_rewind(args):
         else:
             print(f"nothing to change: the directory already is as it was {what}")
         return 0
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise Usage("not a terminal; pass --yes to rewind without asking")
-        answer = input(f"rewind to {what}? [y/N] ").strip().lower()
-        if answer not in ("y", "yes"):
-            print("nothing changed")
-            return 1
-    try:
-        done = ask_daemon(project, {**msg, "apply": True})
-    except Refused as e:                # refused or failed while applying: exit 1 (or its own)
-        raise Usage(str(e), e.code or 1) from None
+    done = confirm_and_apply(project, msg, args.yes, f"rewind to {what}?", "rewind")
+    if isinstance(done, int):
+        return done
     if args.json:
         out(done)
         return 0
@@ -136,3 +128,19 @@ def _print_summary(p):
     for repo in p.get("git") or []:
         for line in repo.get("lines", []):
             print(f"  {inert(line)}")
+
+
+def confirm_and_apply(project, msg, yes: bool, question: str, verb: str) -> "dict | int":
+    """Ask `question` on the terminal (unless `yes`), then have the daemon apply `msg`: its
+    reply, or the exit code when the person said no. Shared by rewind and adopt (adopt.py)."""
+    if not yes:
+        if not sys.stdin.isatty():
+            raise Usage(f"not a terminal; pass --yes to {verb} without asking")
+        answer = input(f"{question} [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing changed")
+            return 1
+    try:
+        return ask_daemon(project, {**msg, "apply": True})
+    except Refused as e:                # refused or failed while applying: exit 1 (or its own)
+        raise Usage(str(e), e.code or 1) from None
