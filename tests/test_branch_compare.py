@@ -113,3 +113,14 @@ def test_the_compare_page_answers_a_bad_choice_with_its_reason_never_a_500(proj)
             status, _, body = ui.get("/compare?" + query)
             assert status == 200 and "Branches side by side" in body, (query, status)
         assert "is not a branch" in ui.get("/compare?ids=main&ids=7")[2]
+
+
+def test_a_fork_no_step_has_run_in_yet_is_its_fork_point(proj):
+    (proj.root / "a.txt").write_text("base\n")
+    proj.run("true", check=True)
+    fork_dirs(proj, 1)
+    proj.run("echo two > a.txt", check=True)
+    got = compare(proj, "main", "1")
+    sides = {s["name"]: s for s in got["sides"]}
+    assert sides["1"]["steps"] == 0 and sides["1"]["tree"] == sides["1"]["from_tree"]
+    assert {f["path"]: [c["status"] for c in f["sides"]] for f in got["files"]} == {"a.txt": ["M", ""]}

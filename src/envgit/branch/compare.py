@@ -100,15 +100,14 @@ def load_sides(project, ids) -> list[Side]:
             sides.append(None)             # once the others' fork point is known
         elif name in forks:
             rec = forks[name]
-            bj = _journal(Project(rec["dir"])) if os.path.isdir(rec["dir"]) else None
-            if bj is None:
-                raise CompareError(f"branch {name}: its directory {rec['dir']} has no journal; "
-                            f"`envgit branch rm {name}` drops the record")
-            bsteps = bj.steps()
-            newest = newest_tree(bj)
+            if not os.path.isdir(rec["dir"]):
+                raise CompareError(f"branch {name}: its directory {rec['dir']} is gone; "
+                                   f"`envgit branch rm {name}` drops the record")
+            bj = _journal(Project(rec["dir"]))        # None: no step has run there yet
+            newest = newest_tree(bj) if bj is not None else None
             sides.append(Side(name, "fork", rec["dir"], Project(rec["dir"]).state_path("objects"),
                               rec["from_step"], rec["from_tree"], newest.tree if newest else rec["from_tree"],
-                              [s for s in bsteps if s.argv]))
+                              [s for s in bj.steps() if s.argv] if bj is not None else []))
         elif name in rewound:
             b = rewound[name]
             first, last = b["steps"]
