@@ -38,6 +38,9 @@ def run_claude(env: Env, claude_bin, model, *extra, timeout=240):
                                              # MCP tools offered to the model at once, not behind
                                              # Claude's tool search (which the script does not drive)
                                              "ENABLE_TOOL_SEARCH": "false",
+                                             # a loaded machine (the suite at -n 6) can take seconds to
+                                             # start envgit mcp; Claude -p waits for it this long
+                                             "MCP_CONNECT_TIMEOUT_MS": "60000", "MCP_TIMEOUT": "60000",
                                              "ENVGIT_RESOLVE": f"{MODEL_HOST}=127.0.0.1"},
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
@@ -57,7 +60,8 @@ def test_envgit_mcp_in_mcp_json_is_envgits_server_for_the_session(proj, claude_b
             f"version: 1\nnetwork:\n  allow: [\"{MODEL_HOST}:{model.port}\"]\n")
         r = run_claude(proj, claude_bin, model)
         results = model.results()
-    assert any("42" in text for _, _, text in results), (results, r.stderr[-2000:])
+    status = [line[line.find('"mcp_servers"'):][:200] for line in r.stdout.splitlines() if '"mcp_servers"' in line]
+    assert any("42" in text for _, _, text in results), (results, status, r.stderr[-2000:])
     assert (proj.root / "from-mcp.txt").read_text() == "written"
     execs = [s for s in steps(proj) if s["argv"][:3] == ["envgit", "mcp", "execute"]]
     assert execs and execs[0]["session"].startswith("claude-") and ".mcp" in execs[0]["session"]

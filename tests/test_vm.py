@@ -190,7 +190,9 @@ def test_gc_removes_unreachable_memory_snapshots(vm):
     got = json.loads(r.stdout)
     assert got["memory_dropped"] and got["memory_freed"] > 0
     left = sorted(int(p.name) for p in mem.iterdir())
-    assert left == [got["kept"][-1]]
+    # memory snapshots follow their steps: the last one, and those of the steps a rewind
+    # stepped over, which gc keeps for their branch (r<R>) until `envgit branch rm`
+    assert got["kept"][-1] in left and set(left) <= set(got["kept"]), (left, got["kept"])
     assert vm.envgit("fsck").returncode == 0
     # the kept one still brings the machine back after a restart
     before = _get(vm)

@@ -63,7 +63,8 @@ async def collect(sess, msg, conn=None):
         except (StoreError, CorruptObject, SnapshotFailed, OSError, PolicyError) as e:
             return {"error": f"envgit: gc deleted nothing: {e}; `envgit fsck` lists what is "
                     "damaged (a kept snapshot must read back whole before gc can tell what it "
-                    "reaches; `envgit gc --keep-last N` can drop the damaged steps)", "exit": 4}
+                    "reaches; `envgit gc --keep-last N` can drop the damaged steps, once no branch keeps "
+                    "them: `envgit branches` lists those, `envgit branch rm ID` lets them go)", "exit": 4}
     sess.journal.append(0, "gc-done", {"freed": freed})
     from ..vm import memstore  # memory snapshots (backend: vm) follow their steps
     mem_freed, mem_dropped = await asyncio.to_thread(memstore.collect, sess.project, keep)
