@@ -7,7 +7,7 @@ import os
 from ..inert import inert
 from ..paths import Project, find_project
 from . import Usage, ask_daemon, command, json_flag, out
-from .rewind import _print_summary, confirm_and_apply
+from .rewind import confirm_and_apply, print_plan
 
 
 def add_parsers(sub, argparse):
@@ -94,20 +94,7 @@ def _print_preview(p):
     if copied and copied["copied_objects"]:
         print(f"copied {copied['copied_objects']} object(s) ({copied['copied_bytes']} bytes) from the "
               "branch's store into this project's")
-    if p.get("outside"):
-        o = p["outside"]
-        print(f"edits made outside envgit since the last step (+{o['added']} ~{o['modified']} "
-              f"-{o['deleted']}) are recorded first, as a step of their own: the undo point")
-    if c["write"] + c["delete"] <= 20 and p["listed_whole"]:
-        for title, items in (("write", p["write"]), ("delete", p["delete"])):
-            if items:
-                print(f"{title} ({len(items)}):")
-                for i in items:
-                    print(f"  {inert(i['path'])}")
-    else:
-        _print_summary(p)
-    for k in p["keep"]:
-        print(f"keep {inert(k['path'])}: {inert(k['reason'])}")
+    print_plan(p)
     if p["policy"]["differs"]:
         print("envgit.yaml differs from the branch's: " + ("it is taken (--policy)" if p["policy"]["restored"]
                                                            else "left as it is (yours); --policy takes it"))

@@ -83,10 +83,10 @@ def _what(p) -> str:
     return f"step {p['step']}"
 
 
-def _print_preview(p, what):
+def print_plan(p) -> None:
+    """What a restore plan will do, as rewind and adopt (adopt.py) preview it: the outside
+    edits recorded first, the paths written and deleted (or their summary), the paths kept."""
     c = p["counts"]
-    print(f"rewind to {what} (tree {p['target_tree'][:12]}): {c['write']} to write, "
-          f"{c['delete']} to delete")
     if p.get("outside"):
         o = p["outside"]
         print(f"edits made outside envgit since the last step (+{o['added']} ~{o['modified']} "
@@ -101,6 +101,13 @@ def _print_preview(p, what):
         _print_summary(p)
     for k in p["keep"]:
         print(f"keep {inert(k['path'])}: {inert(k['reason'])}")
+
+
+def _print_preview(p, what):
+    c = p["counts"]
+    print(f"rewind to {what} (tree {p['target_tree'][:12]}): {c['write']} to write, "
+          f"{c['delete']} to delete")
+    print_plan(p)
     if p["policy"]["differs"]:
         print("envgit.yaml differs from the one at the target: "
               + ("it is restored (--policy)" if p["policy"]["restored"]

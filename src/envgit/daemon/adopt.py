@@ -29,16 +29,8 @@ async def op(sess, msg, conn=None) -> dict:
         return {"error": "envgit: adopt needs a branch id (`envgit branches` lists them)", "exit": 2}
     try:
         if msg.get("apply"):
-            loop = asyncio.get_running_loop()
-
-            def progress(done, total):      # on the adopt's thread: the loop sends it
-                if conn is not None:
-                    loop.call_soon_threadsafe(sess.push_to, conn, {
-                        "push": "progress", "what": "adopt", "unit": "path", "done": done,
-                        "total": total, "text": f"adopt: {done}/{total} paths"})
-            async with sess.tree_lock:      # no step begins while the adopt writes
-                return await asyncio.to_thread(apply, sess, branch, tree, policy,
-                                               user_name(msg.get("uid")), progress)
+            return await rewind.applied(sess, conn, "adopt", apply, sess, branch, tree, policy,
+                                        user_name(msg.get("uid")))
         return await asyncio.to_thread(preview, sess, branch, tree, policy)
     except (rewind.RewindError, found.AdoptError, PolicyError) as e:
         return {"error": f"envgit: {e}", "exit": 2}

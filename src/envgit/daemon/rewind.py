@@ -16,6 +16,7 @@ restore it (`policy`), and the plan says when it differs.
 """
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .. import faults, steporder
@@ -274,6 +275,21 @@ def apply(sess, step: int | None, undo: bool, paths: list[str] | None, restore_p
     argv = ["envgit", "rewind", *name, *(["--policy"] if restore_policy and not target["policy"] else []),
             *(["--", *paths] if paths else [])]
     return apply_target(sess, target, argv, paths, restore_policy, user, progress)
+
+
+async def applied(sess, conn, what: str, fn: "Callable[..., dict]", *args) -> dict:
+    """`fn(*args, progress)` on a thread while no step may begin (the tree lock), its progress
+    pushed to `conn`'s client: how a rewind and an adopt (adopt.py) write the directory."""
+    import asyncio
+    loop = asyncio.get_running_loop()
+
+    def progress(done, total):      # on the worker thread: the loop sends it
+        if conn is not None:
+            loop.call_soon_threadsafe(sess.push_to, conn, {
+                "push": "progress", "what": what, "unit": "path", "done": done,
+                "total": total, "text": f"{what}: {done}/{total} paths"})
+    async with sess.tree_lock:
+        return await asyncio.to_thread(fn, *args, progress=progress)
 
 
 def idle(sess, what: str) -> None:

@@ -194,16 +194,8 @@ class Session:
         policy = msg.get("policy") is True
         try:
             if msg.get("apply"):
-                loop = asyncio.get_running_loop()
-
-                def progress(done, total):      # on the rewind's thread: the loop sends it
-                    if conn is not None:
-                        loop.call_soon_threadsafe(self.push_to, conn, {
-                            "push": "progress", "what": "rewind", "unit": "path", "done": done,
-                            "total": total, "text": f"rewind: {done}/{total} paths"})
-                async with self.tree_lock:      # no step begins while the rewind writes
-                    return await asyncio.to_thread(rewind.apply, self, step, undo, paths, policy,
-                                                   user_name(msg.get("uid")), progress)
+                return await rewind.applied(self, conn, "rewind", rewind.apply, self, step, undo, paths,
+                                            policy, user_name(msg.get("uid")))
             return await asyncio.to_thread(rewind.preview, self, step, undo, paths, policy)
         except (rewind.RewindError, PolicyError) as e:
             return {"error": f"envgit: {e}", "exit": 2}
