@@ -16,6 +16,7 @@ from conftest import ENVGIT, Env
 from envgit.agents.claude import settings
 from envgit.agents.claude_shim import envgit_mcp
 from envgit.daemon.inner import BadRequest, check_request
+from kit.mcpservers import servers_left
 from modelserver import Call, ModelServer, agent_bin, agent_command, claude_env
 
 MODEL_HOST = "model.example.test"
@@ -68,22 +69,6 @@ def test_envgit_mcp_in_mcp_json_is_envgits_server_for_the_session(proj, claude_b
     assert not servers_left(proj.root)       # Claude's exit ended the server it had started
 
 
-def servers_left(root, within_s=10):
-    """`envgit mcp --project ROOT` processes still running after `within_s`."""
-    deadline = time.monotonic() + within_s
-    while True:
-        left = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if b"mcp" in argv and str(root).encode() in argv:
-                left.append(pid)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 def test_the_shim_knows_envgits_mcp_server_from_anything_else():

@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from kit.mcpservers import servers_left
+
 # Run on the host, as the person: the agent's sandbox (the daemon's `spec` with `inner`, run
 # as an agent adapter runs it) with inside.py running in it. argv: root, the launcher's extra
 # environment (JSON), the arguments for inside.py.
@@ -82,22 +84,6 @@ def agent_runs(attacker, inside, *args, extra_env=None, timeout=180):
     return r.stdout + r.stderr
 
 
-def servers_left(root, within_s=10):
-    """Pids of `envgit mcp --project ROOT` processes still running after `within_s`."""
-    deadline = time.monotonic() + within_s
-    while True:
-        left = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if b"mcp" in argv and str(root).encode() in argv:
-                left.append(int(pid))
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 def end_servers(root):
