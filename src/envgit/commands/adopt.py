@@ -6,7 +6,7 @@ import os
 
 from ..inert import inert
 from ..paths import Project, find_project
-from . import Usage, ask_daemon, command, json_flag, out
+from . import Usage, ask_daemon, command, json_flag
 from .rewind import confirm_and_apply, print_plan
 
 
@@ -40,22 +40,11 @@ def cmd_adopt(args):
     preview = ask_daemon(project, msg)
     if not args.json:
         _print_preview(preview)
-    if args.dry_run:
-        if args.json:
-            out(preview)
-        return 0
-    if not (preview["counts"]["write"] or preview["counts"]["delete"]):
-        if args.json:
-            out(preview)
-        else:
-            print(f"nothing to change: the directory already is branch {inert(bid)}'s tree")
-        return 0
-    done = confirm_and_apply(project, msg, args.yes, f"adopt branch {inert(bid)}?", "adopt")
+    done = confirm_and_apply(project, msg, args, preview, False,
+                             f"nothing to change: the directory already is branch {inert(bid)}'s tree",
+                             f"adopt branch {inert(bid)}?", "adopt")
     if isinstance(done, int):
         return done
-    if args.json:
-        out(done)
-        return 0
     c = done["counts"]
     print(f"adopted branch {inert(bid)}: {c['write']} written, {c['delete']} deleted (recorded as step "
           f"{done['rewind_step']}); undo: `envgit rewind --undo` or `envgit rewind {done['undo_step']}`; "

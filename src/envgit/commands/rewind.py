@@ -48,23 +48,12 @@ def cmd_rewind(args):
     what = _what(preview)
     if not args.json:
         _print_preview(preview, what)
-    if args.dry_run:
-        if args.json:
-            out(preview)
-        return 0
     memory = (preview.get("memory") or {}).get("available")     # backend: vm
-    if not (preview["counts"]["write"] or preview["counts"]["delete"] or memory):
-        if args.json:
-            out(preview)
-        else:
-            print(f"nothing to change: the directory already is as it was {what}")
-        return 0
-    done = confirm_and_apply(project, msg, args.yes, f"rewind to {what}?", "rewind")
+    done = confirm_and_apply(project, msg, args, preview, bool(memory),
+                             f"nothing to change: the directory already is as it was {what}",
+                             f"rewind to {what}?", "rewind")
     if isinstance(done, int):
         return done
-    if args.json:
-        out(done)
-        return 0
     c = done["counts"]
     print(f"rewound to {what}: {c['write']} written, {c['delete']} deleted "
           f"(recorded as step {done['rewind_step']}); undo: `envgit rewind --undo` "
@@ -137,10 +126,19 @@ def _print_summary(p):
             print(f"  {inert(line)}")
 
 
-def confirm_and_apply(project, msg, yes: bool, question: str, verb: str) -> "dict | int":
-    """Ask `question` on the terminal (unless `yes`), then have the daemon apply `msg`: its
-    reply, or the exit code when the person said no. Shared by rewind and adopt (adopt.py)."""
-    if not yes:
+def confirm_and_apply(project, msg, args, preview, more_work: bool, nothing: str, question: str,
+                      verb: str) -> "dict | int":
+    """After a restore's preview (rewind, adopt.py): with --dry-run, or when the plan writes
+    nothing (and `more_work` is false), the preview (--json) or `nothing`, and exit 0; else
+    `question` on the terminal (unless --yes), then the daemon applies `msg`. Its reply to
+    print, or the exit code when nothing is left to print (--json printed it; the person said no)."""
+    if args.dry_run or not (preview["counts"]["write"] or preview["counts"]["delete"] or more_work):
+        if args.json:
+            out(preview)
+        elif not args.dry_run:
+            print(nothing)
+        return 0
+    if not args.yes:
         if not sys.stdin.isatty():
             raise Usage(f"not a terminal; pass --yes to {verb} without asking")
         answer = input(f"{question} [y/N] ").strip().lower()
@@ -148,6 +146,10 @@ def confirm_and_apply(project, msg, yes: bool, question: str, verb: str) -> "dic
             print("nothing changed")
             return 1
     try:
-        return ask_daemon(project, {**msg, "apply": True})
+        done = ask_daemon(project, {**msg, "apply": True})
     except Refused as e:                # refused or failed while applying: exit 1 (or its own)
         raise Usage(str(e), e.code or 1) from None
+    if args.json:
+        out(done)
+        return 0
+    return done
