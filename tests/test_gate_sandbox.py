@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ENVGIT, Env, make_home
 from kit.git_remote import git_remote  # noqa: F401  (the fixture `remote`)
+from modelserver import clone_for_push
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -28,13 +29,7 @@ def netproj(tmp_path, remote):
     home = make_home(tmp_path)
     root = home / "app"
     env = Env(home, root, {"ENVGIT_RESOLVE": remote.resolve, "ENVGIT_UPSTREAM_CA": str(remote.ca.cert_path)})
-    hostport = remote.url.split("/")[2]
-    subprocess.run(["git", "-c", f"http.curloptResolve={hostport}:127.0.0.1", "clone", "-q", remote.url,
-                    str(root)], check=True, capture_output=True,
-                   env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSL_CAINFO": str(remote.ca.cert_path)})
-    for k, v in (("user.email", "agent@example.test"), ("user.name", "agent")):
-        subprocess.run(["git", "-C", str(root), "config", k, v], check=True)
-    env.envgit("init", check=True)
+    clone_for_push(env, remote)          # a clone of the remote, envgit init; its policy below
     env.write_policy(policy(remote))
     yield env
     env.stop()

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import Env, make_home
 from kit.git_remote import git_remote  # noqa: F401  (the fixture `remote`)
+from modelserver import clone_for_push
 
 pytestmark = pytest.mark.both_uids(
     "as a non-root user bwrap builds the step's view in a user namespace, where the person's own "
@@ -121,12 +122,7 @@ def netfork(tmp_path, remote):
     root = home / "app"
     env = Env(home, root, {"ENVGIT_RESOLVE": remote.resolve, "ENVGIT_UPSTREAM_CA": str(remote.ca.cert_path)})
     hostport = remote.url.split("/")[2]
-    subprocess.run(["git", "-c", f"http.curloptResolve={hostport}:127.0.0.1", "clone", "-q", remote.url,
-                    str(root)], check=True, capture_output=True,
-                   env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSL_CAINFO": str(remote.ca.cert_path)})
-    for k, v in (("user.email", "agent@example.test"), ("user.name", "agent")):
-        subprocess.run(["git", "-C", str(root), "config", k, v], check=True)
-    env.envgit("init", check=True)
+    clone_for_push(env, remote)          # a clone of the remote, envgit init; its policy below
     env.write_policy(f"version: 1\nnetwork:\n  allow: [\"{hostport}\"]\nirreversible:\n  - preset: default\n"
                      "shell: []\n")
     assert env.run("true").returncode == 0
