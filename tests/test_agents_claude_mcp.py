@@ -39,8 +39,11 @@ def run_claude(env: Env, claude_bin, model, *extra, timeout=240):
                                              # MCP tools offered to the model at once, not behind
                                              # Claude's tool search (which the script does not drive)
                                              "ENABLE_TOOL_SEARCH": "false",
-                                             # a loaded machine (the suite at -n 6) can take seconds to
-                                             # start envgit mcp; Claude -p waits for it this long
+                                             # Claude -p sends its first request without waiting for
+                                             # its MCP servers unless told to wait (the model then
+                                             # finds no envgit tool); a loaded machine (the suite at
+                                             # -n 6) can take seconds to start envgit mcp
+                                             "MCP_CONNECTION_NONBLOCKING": "false",
                                              "MCP_CONNECT_TIMEOUT_MS": "60000", "MCP_TIMEOUT": "60000",
                                              "ENVGIT_RESOLVE": f"{MODEL_HOST}=127.0.0.1"},
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)

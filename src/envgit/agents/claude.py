@@ -45,7 +45,7 @@ ATOMICFILE = os.path.join(os.path.dirname(HERE), "atomicfile.py")    # claude_ho
 # a policy's env.pass is for steps, these are for the agent's own process only.
 CLAUDE_VARS = ("ANTHROPIC_", "CLAUDE_", "DISABLE_", "MAX_THINKING_TOKENS", "BASH_DEFAULT_TIMEOUT_MS",
                "BASH_MAX_TIMEOUT_MS", "MCP_TIMEOUT", "MCP_TOOL_TIMEOUT", "MCP_CONNECT_TIMEOUT_MS",
-               "MAX_MCP_OUTPUT_TOKENS", "ENABLE_TOOL_SEARCH", "AWS_BEARER_TOKEN_BEDROCK")
+               "MCP_CONNECTION_NONBLOCKING", "MAX_MCP_OUTPUT_TOKENS", "ENABLE_TOOL_SEARCH", "AWS_BEARER_TOKEN_BEDROCK")
 
 
 def python_inside() -> tuple[str, list[str]]:
