@@ -439,6 +439,20 @@ class AgentTerminal:
         with self._lock:
             return "\n".join(line.rstrip() for line in self._screen.display)
 
+    def drain(self, quiet_s=0.5, at_most_s=10) -> None:
+        """Once the program has exited: wait until its last output has been read (nothing new
+        for `quiet_s`; a loaded machine can be slow to hand the reader the final bytes)."""
+        import time
+        deadline = time.monotonic() + at_most_s
+        seen = -1
+        while time.monotonic() < deadline:
+            with self._lock:
+                now = len(self.raw)
+            if now == seen:
+                return
+            seen = now
+            time.sleep(quiet_s)
+
     def mark(self) -> int:
         """A place in the output: wait_for(…, after=mark) looks only at what came after it."""
         with self._lock:
@@ -463,7 +477,7 @@ class AgentTerminal:
             if self.shows(text, after):
                 return
             if self.proc.poll() is not None:
-                time.sleep(0.3)              # the last output may still be on its way
+                self.drain()                 # the last output may still be on its way
                 if self.shows(text, after):
                     return
                 break

@@ -122,6 +122,7 @@ def test_a_typed_prompt_runs_bash_calls_as_steps_and_a_cd_holds(cproj, claude_bi
             mark = t.mark()
             assert exit_command(t) == 0
             assert t.stty() == t.modes_before
+            t.drain()                   # what envgit says after Claude's exit, read whole
             said_after = t.shown_after(mark)
     sent = [json.dumps(e.body) for e in model.main_requests()]
     assert sent and PROMPT in sent[0]                        # what was typed reached the model
@@ -216,6 +217,7 @@ def test_the_resume_hint_is_envgits_and_resumes_inside(cproj, claude_bin):
             ask(t)
             mark = t.mark()
             assert exit_command(t) == 0
+            t.drain()                   # envgit's hint is the last thing printed, after Claude's
             said = t.shown_after(mark)
         m = re.search(r"envgit claude --resume ([0-9a-f-]{36})", said)
         assert m, said

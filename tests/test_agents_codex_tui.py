@@ -122,6 +122,7 @@ def test_the_resume_hint_is_envgits_and_resumes_inside(proj, codex_bin):
             ask(t)
             mark = t.mark()
             assert quit_with_ctrl_c(t) == 0
+            t.drain()                   # envgit's hint is the last thing printed, after Codex's
             said = t.shown_after(mark)
         m = re.search(r"envgit codex resume ([0-9a-f-]{36})", said)
         assert m, said
