@@ -236,3 +236,48 @@ def test_a_kill_during_an_adopt_leaves_the_tree_as_before_or_adopted(proj, point
         fsck_clean(proj)
     finally:
         branch.stop()
+
+
+def test_a_gc_waits_for_an_adopt_whose_copied_objects_no_step_names_yet(proj, tmp_path):
+    """Between copying a fork's objects into the main store and journaling the adopt, nothing
+    names those objects: a gc run then must wait for the adopt, not delete them."""
+    r = proj.run("echo one > a.txt && git add -A && git -c user.email=a@example.test -c user.name=a commit -qm one")
+    assert r.returncode == 0, r.stderr
+    n, branch = make_fork(proj)
+    try:
+        r = branch.run("echo two > a.txt && seq 1 20000 > new.txt && git add -A && "
+                       "git -c user.email=b@example.test -c user.name=b commit -qm two")
+        assert r.returncode == 0, r.stderr
+        adopted = tree_of(branch.root)
+        proj.stop()                 # the next daemon is started by the adopt, armed to pause
+        flag = tmp_path / "adopt-copied.paused"
+        env = {**proj.env, "ENVGIT_FAULT": "adopt-copied@2:pause", "ENVGIT_FAULT_DIR": str(tmp_path)}
+        adopt = subprocess.Popen([ENVGIT, "adopt", str(n), "--yes"], cwd=proj.root, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        gc = None
+        try:
+            for _ in range(600):
+                if flag.exists() or adopt.poll() is not None:
+                    break
+                time.sleep(0.1)
+            assert flag.exists(), adopt.communicate(timeout=10)
+            gc = subprocess.Popen([ENVGIT, "gc", "--keep-last", "1"], cwd=proj.root, env=proj.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(3)           # a gc of this small store is done well within this
+            assert gc.poll() is None, gc.communicate()      # it waits for the adopt
+        finally:
+            flag.unlink(missing_ok=True)
+        out, err = adopt.communicate(timeout=120)
+        assert adopt.returncode == 0 and "Traceback" not in err, out + err
+        out, err = gc.communicate(timeout=120)
+        assert gc.returncode == 0, out + err
+        assert tree_of(proj.root) == adopted
+        fsck_clean(proj)
+        r = proj.envgit("rewind", "--undo", "--yes")
+        assert r.returncode == 0, r.stderr
+        r = proj.envgit("adopt", str(n), "--yes")       # its objects still in the store after the gc
+        assert r.returncode == 0, r.stderr
+        assert tree_of(proj.root) == adopted
+        fsck_clean(proj)
+    finally:
+        branch.stop()

@@ -58,6 +58,8 @@ def add_parsers(sub, argparse):
     p.add_argument("--repair", action="store_true", help="fetch and check every object this machine "
                    "pushed, and upload again what is damaged (a push alone repairs what changed since "
                    "this machine last pushed, and what is missing)")
+    p.add_argument("--no-branches", action="store_true", help="push this project only, not its fork "
+                   "branches (each is pushed as <project>.envgit-<id>)")
     json_flag(p)
     p.set_defaults(fn=cmd_push)
 
@@ -79,10 +81,11 @@ def add_parsers(sub, argparse):
 def said(fn):
     """A remote's operational failure as one `envgit:` line (exit 1), never a traceback."""
     def wrapped(args):
+        from ..branch.registry import BadRecord
         from ..remote import RemoteError
         try:
             return fn(args)
-        except RemoteError as e:
+        except (RemoteError, BadRecord) as e:       # (a branch record: which project is this)
             raise Usage(str(e), EXIT_FAILED) from None
     return wrapped
 
@@ -227,19 +230,28 @@ def _refresh_org_policy(r):
 
 @said
 def cmd_push(args):
-    from ..paths import find_project
+    from ..paths import Project, find_project
     from ..remote import layout
     from ..remote.push import push
+    from .remotebranches import fork_roots, identity
     project = find_project()
     r = layout.load(args.name)
-    got = push(project, r, progress=None if args.json else progress, repair=args.repair)
+    todo = [(None, project)] + ([] if args.no_branches else
+                                [(n, Project(d)) for n, d in fork_roots(project)])
+    pushed = []
+    for n, p in todo:
+        name, branch = identity(p.root)
+        got = dict(push(p, r, progress=None if args.json else progress, repair=args.repair,
+                        name=name, branch=branch))
+        pushed.append({**got, "branch": n})
+        if not args.json:
+            print(("pushed " if n is None else f"pushed branch {n} as ") +
+                  f"{got['project']}/{got['machine']} to {r.name}: {got['packs']} pack(s) "
+                  f"({got['bytes']} bytes), {got['entries']} journal entr(ies) in {got['segments']} "
+                  f"segment(s); head {got['head']} at entry {got['seq']} ({got['ms']:.0f} ms)")
     _refresh_org_policy(r)
     if args.json:
-        out(dict(got))
-        return 0
-    print(f"pushed {got['project']}/{got['machine']} to {r.name}: {got['packs']} pack(s) "
-          f"({got['bytes']} bytes), {got['entries']} journal entr(ies) in {got['segments']} segment(s); "
-          f"head {got['head']} at entry {got['seq']} ({got['ms']:.0f} ms)")
+        out({**{k: v for k, v in pushed[0].items() if k != "branch"}, "branches": pushed[1:]})
     return 0
 
 
@@ -251,9 +263,11 @@ def auto_push(root: str) -> int:
     from ..remote import RemoteError, layout
     from ..remote.push import push
     code = 0
+    from .remotebranches import identity
     for r in layout.auto_remotes():
         try:
-            push(Project(root), r)
+            name, branch = identity(root)
+            push(Project(root), r, name=name, branch=branch)
             _refresh_org_policy(r)
         except RemoteError as e:
             print(f"envgit: auto-push to {r.name}: {e}", file=sys.stderr)
@@ -315,9 +329,9 @@ def _beside(target: str) -> str:
 
 def _here():
     from ..paths import NoProject, find_project
-    from ..remote import layout
+    from .remotebranches import identity
     try:
-        return layout.project_name(find_project().root)
+        return identity(find_project().root)[0]
     except NoProject:
         return None
 
@@ -330,6 +344,7 @@ def log_remote(args):
     from .steplist import print_steps, step_json
     r, bucket, sealer = _open(args.remote)
     p, m = pick_machine(bucket, r, args.project, args.machine, _here(), sealer)
+    from . import remotebranches
     view = MachineView(bucket, sealer, p, m, r.name)
     steps = view.steps()
     if args.session is not None:
@@ -339,13 +354,21 @@ def log_remote(args):
         steps = [s for s in steps if s.started_ns >= args.since]
     if args.n:
         steps = steps[-args.n:]
+    every = view.steps()
+    branches = remotebranches.listed(remotebranches.on_remote(bucket, sealer, p, m), every)
     if args.json:
-        out({"project": p, "machine": m, "problems": view.problems, "steps": [step_json(s) for s in steps]})
+        out({"project": p, "machine": m, "problems": view.problems, "steps": [step_json(s) for s in steps],
+             "branch": (view.head or {}).get("branch"), "branches": branches})
     else:
         for problem in view.problems:
             print(f"envgit: {inert(problem)}", file=sys.stderr)
         print(f"# {p}/{m} on {r.name}"
               + (f", head {view.head['version']} at entry {view.head['seq']}" if view.head else ""))
+        if (view.head or {}).get("branch"):
+            b = view.head["branch"]
+            print(f"# branch {b['id']} of {b['parent']}, forked at its step {b['from_step']}")
+        for b in branches:
+            print(f"# {remotebranches.line(b)}")
         print_steps(steps, args)
     return 1 if view.problems else 0
 

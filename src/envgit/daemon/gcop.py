@@ -16,7 +16,14 @@ from .snapshots import SnapshotFailed
 
 
 async def collect(sess, msg, conn=None):
-    """Drop the snapshots outside the retention rule, then every object nothing kept reaches."""
+    """Drop the snapshots outside the retention rule, then every object nothing kept reaches.
+    Under the tree lock, as a rewind and an adopt run: an adopt copies a fork's objects into
+    the store before its step names them, and a gc in between would delete them."""
+    async with sess.tree_lock:
+        return await _collect(sess, msg, conn)
+
+
+async def _collect(sess, msg, conn):
     if sess.live:
         return {"error": f"envgit: step {min(sess.live)} is running; gc when no step runs", "exit": 2}
     last, within = msg.get("keep_last"), msg.get("keep_within_s")

@@ -40,20 +40,22 @@ def read_head(bucket, sealer, project, machine) -> dict | None:
         raise RemoteError(f"{name}: {e}; `envgit fsck --remote {bucket.remote.name}` says more") from None
 
 
-def push(project, remote, progress=None, repair=False) -> Pushed:
+def push(project, remote, progress=None, repair=False, name=None, branch=None) -> Pushed:
     """Upload what `remote` lacks of `project`; returns counts. One push per project at a time
-    (a flock on .envgit/push.lock: the daemon's auto-push and a person's push wait in turn)."""
+    (a flock on .envgit/push.lock: the daemon's auto-push and a person's push wait in turn).
+    `name`: its project name on the remote (default layout.project_name); `branch`: for a fork
+    branch, whose branch it is, written into the head (commands/remotebranches.py)."""
     lock_fd = os.open(project.state_path("push.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        return _push(project, remote, progress, repair)
+        return _push(project, remote, progress, repair, name, branch)
     finally:
         os.close(lock_fd)
 
 
-def _push(project, remote, progress, repair=False) -> Pushed:
+def _push(project, remote, progress, repair=False, name=None, branch=None) -> Pushed:
     started = time.perf_counter()
-    P, M = layout.project_name(project.root), layout.machine_name()
+    P, M = name or layout.project_name(project.root), layout.machine_name()
     sealer = Sealer(remote.key())
     bucket = Bucket(remote)
     # the key check, the head and the listing: three requests at once
@@ -158,13 +160,13 @@ def _push(project, remote, progress, repair=False) -> Pushed:
     indexes = len({n for n in listing if n.startswith(layout.machine_prefix(P, M) + "indexes/")}
                   | {layout.index_name(P, M, t[1]) for t in todo})
     # 4. the head, last
-    if written or todo or not head or indexes != head.get("packs"):
+    if written or todo or not head or indexes != head.get("packs") or head.get("branch") != branch:
         step = max([head["step"] if head else 0] + [r[1] for q, r in rows.items() if q > done])
         h = rows[last][6] if last else segments.GENESIS
         version += 1
         name = layout.head_name(P, M)
         bucket.put(name, sealer.seal(name, segments.encode_head(P, M, version, last, h, step, indexes,
-                                                                time.time_ns())))
+                                                                time.time_ns(), branch)))
         layout.note_heads(remote.name, {f"{P}/{M}": version})
         # then the head's mark: a head put back to an older version is seen by any reader
         # (a mark past it), unless the marks are deleted too

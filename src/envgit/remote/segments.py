@@ -96,10 +96,12 @@ def chain(ranges, upto: int) -> tuple[list[tuple[int, int]], int]:
     return out, at
 
 
-def encode_head(project, machine, version, seq, h, step, packs, pushed_at) -> bytes:
-    return json.dumps({"format": HEAD_FORMAT, "project": project, "machine": machine,
-                       "version": version, "seq": seq, "hash": h, "step": step, "packs": packs,
-                       "pushed_at": pushed_at}, sort_keys=True).encode()
+def encode_head(project, machine, version, seq, h, step, packs, pushed_at, branch=None) -> bytes:
+    head = {"format": HEAD_FORMAT, "project": project, "machine": machine, "version": version,
+            "seq": seq, "hash": h, "step": step, "packs": packs, "pushed_at": pushed_at}
+    if branch is not None:      # a fork branch's push: whose branch it is (docs/FORMAT.md, "Head")
+        head["branch"] = branch
+    return json.dumps(head, sort_keys=True).encode()
 
 
 def decode_head(data: bytes, project, machine) -> dict:
@@ -116,6 +118,11 @@ def decode_head(data: bytes, project, machine) -> dict:
             raise BadSegment(f"its {k} is not a count")
     if not isinstance(head.get("hash"), str):
         raise BadSegment("no hash")
+    branch = head.get("branch")
+    if branch is not None and not (isinstance(branch, dict) and isinstance(branch.get("parent"), str)
+                                   and all(type(branch.get(k)) is int for k in ("id", "from_step"))
+                                   and isinstance(branch.get("from_tree"), str)):
+        raise BadSegment("its branch is not a fork branch's record")
     return head
 
 
