@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ENVGIT
-from envgit.agents.forkrun import ForkError, split_fork
+from envgit.agents.forkrun import ForkError, split_fork, split_worktree
 from envgit.branch import registry
 from envgit.paths import Project
 from modelserver import ModelServer, agent_bin, claude_env
@@ -59,6 +59,52 @@ def test_claude_runs_in_each_new_branch_and_the_branches_are_compared(proj):
             assert session and session[0]["exit_code"] == 0 and session[0]["argv"][0] == "claude"
         logs = r.stderr.split("their output: ", 1)[1].split("/\n", 1)[0]
         assert all("forked-answer" in open(f"{logs}/{f['id']}.log").read() for f in forks)
+    finally:
+        for f in forks:
+            subprocess.run([ENVGIT, "daemon", "stop"], cwd=f["dir"], env=proj.env, capture_output=True, timeout=30)
+
+
+def test_claudes_worktree_flag_is_read_wherever_it_is():
+    assert split_worktree(["-w", "fix", "-p", "go"]) == (True, "fix", ["-p", "go"])
+    assert split_worktree(["-p", "go", "--worktree"]) == (True, None, ["-p", "go"])
+    assert split_worktree(["--worktree", "-p", "go"]) == (True, None, ["-p", "go"])
+    assert split_worktree(["--worktree=x", "-p", "go"]) == (True, "x", ["-p", "go"])
+    assert split_worktree(["-p", "go", "--", "-w"]) == (False, None, ["-p", "go", "--", "-w"])
+
+
+@pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed (Claude reaches its model only "
+                    "through the gate)")
+def test_claude_with_worktree_works_in_a_new_branch_not_the_project(proj):
+    """`envgit claude --worktree NAME`: the session is a new envgit branch's (ignored files too),
+    its Bash calls steps there; the project's own tree is untouched."""
+    from modelserver import Call
+    claude = agent_bin("claude")
+    (proj.root / ".gitignore").write_text("secret-build/\n")
+    (proj.root / "secret-build").mkdir()
+    (proj.root / "secret-build" / "out.bin").write_text("built\n")
+    script = [Call("Bash", {"command": "cat secret-build/out.bin > seen.txt && pwd -P", "description": "s"})]
+    with ModelServer(script, final="worktree-answer") as model:
+        proj.write_policy(f'version: 1\nnetwork:\n  allow: ["{MODEL_HOST}:{model.port}"]\n')
+        proj.run("true", check=True)
+        env = {**proj.env, **claude_env(f"http://{MODEL_HOST}:{model.port}"), "ENVGIT_CLAUDE_BIN": claude,
+               "ENVGIT_RESOLVE": f"{MODEL_HOST}=127.0.0.1"}
+        r = subprocess.run([ENVGIT, "claude", "--worktree", "fix", "-p", "go", "--dangerously-skip-permissions"],
+                           cwd=proj.root, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=300)
+        results = model.results()
+    forks = registry.forks(Project(str(proj.root)))
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        [f] = forks
+        assert f"in branch {f['id']} of this project, {f['dir']}" in r.stderr
+        assert results and results[0][2].strip().endswith(f["dir"]), results
+        assert open(f"{f['dir']}/seen.txt").read() == "built\n"     # the ignored file was there
+        assert not (proj.root / "seen.txt").exists()
+        steps = json.loads(subprocess.run([ENVGIT, "log", "--json"], cwd=f["dir"], env=proj.env,
+                                          capture_output=True, text=True, check=True).stdout)
+        assert any(s["argv"][-1].startswith("cat secret-build") for s in steps), steps
+        main = json.loads(proj.envgit("log", "--json", check=True).stdout)
+        assert not any("agent-session" in s["marks"] for s in main)
     finally:
         for f in forks:
             subprocess.run([ENVGIT, "daemon", "stop"], cwd=f["dir"], env=proj.env, capture_output=True, timeout=30)

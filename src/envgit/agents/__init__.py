@@ -25,6 +25,14 @@ def main(agent: str, argv: list[str]) -> int:
         if n is not None:
             from .forkrun import launch
             return launch(agent, n, argv)
+        if agent == "claude":
+            from .forkrun import new_branch, split_worktree
+            worktree, name, argv = split_worktree(argv)
+            if worktree:
+                import os
+                where = new_branch(agent, name)
+                os.chdir(where)
+                os.environ["PWD"] = where
     except (ForkError, AgentError) as e:
         import sys
         print(f"envgit: {e}", file=sys.stderr)

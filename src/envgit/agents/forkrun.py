@@ -39,6 +39,42 @@ def split_fork(argv: list[str]) -> tuple[int | None, list[str]]:
     return int(n), rest
 
 
+def split_worktree(argv: list[str]) -> tuple[bool, str | None, list[str]]:
+    """(given, its name, the rest) for Claude's own `-w/--worktree [NAME]` anywhere before
+    `--` (an optional value, as Claude reads it: the next word unless it starts with `-`)."""
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a.startswith("--worktree="):
+            return True, a.split("=", 1)[1] or None, argv[:i] + argv[i + 1:]
+        if a in ("-w", "--worktree"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            name = nxt if nxt is not None and not nxt.startswith("-") else None
+            return True, name, argv[:i] + argv[i + 1 + (name is not None):]
+    return False, None, argv
+
+
+def new_branch(agent: str, name: str | None) -> str:
+    """`envgit claude --worktree [NAME]`: instead of the git worktree Claude would make (files
+    git tracks, inside the project, under the project's own session), a new envgit branch of
+    the project's last step (envgit fork 1): every file, the venv and ignored files too, its own
+    `.git`, its own session and journal. Returns its directory; the session is then started
+    there like any other."""
+    import json
+
+    from .session import project_here
+    project = project_here()
+    made = subprocess.run([sys.executable, "-m", "envgit", "fork", "1", "--json"], cwd=project.root,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if made.returncode != 0:
+        raise ForkError((made.stderr.strip() or "envgit fork failed").removeprefix("envgit: "))
+    [b] = json.loads(made.stdout)["branches"]
+    print(f"envgit: {agent} --worktree{' ' + name if name else ''}: in branch {b['id']} of this "
+          f"project, {b['dir']} (a fork of step {json.loads(made.stdout)['step']}; from {project.root}: "
+          f"`envgit compare main {b['id']}`, `envgit adopt {b['id']}`)", file=sys.stderr, flush=True)
+    return b["dir"]
+
+
 def launch(agent: str, n: int, argv: list[str]) -> int:
     from ..branch import registry
     from .session import project_here
