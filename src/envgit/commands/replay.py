@@ -1,6 +1,8 @@
 """`envgit policy replay CANDIDATE`: every request the journal recorded judged again by a
 candidate policy (policy/replay.py, on the gate's own network.decide_request), compared with
-what was recorded. Reads the journal and the candidate; writes nothing.
+what was recorded. `--against REV`: compared instead with what envgit.yaml as it is in git
+revision REV decides (the candidate defaults to envgit.yaml as it is now): a CI gate on a
+change to the policy. Reads the journal, the candidate and git; writes nothing.
 
 Exit 1 when the candidate newly allows a request an irreversible rule covers, 0 otherwise,
 2 when the candidate does not load (its file:line:col, as `envgit policy check` says it)."""
@@ -18,9 +20,15 @@ def add_parser(psub, command):
                 "per step what it newly allows, denies or asks (exit 1: it newly allows an "
                 "irreversible action)",
                 example=["envgit policy replay candidate.yaml", "envgit policy replay candidate.yaml "
-                         "--since 2h --json", "envgit policy replay candidate.yaml --steps 3..9"])
-    x.add_argument("candidate", metavar="CANDIDATE", help="the policy file to judge with (loaded as "
-                   "envgit.yaml would be: over your defaults, under the organisation's policy)")
+                         "--since 2h --json", "envgit policy replay candidate.yaml --steps 3..9",
+                         "envgit policy replay --against main"])
+    x.add_argument("candidate", metavar="CANDIDATE", nargs="?", default=None,
+                   help="the policy file to judge with (loaded as envgit.yaml would be: over your "
+                   "defaults, under the organisation's policy); with --against, envgit.yaml when left out")
+    x.add_argument("--against", metavar="REV", default=None,
+                   help="compare with envgit.yaml as it is in git revision REV of the project (a "
+                   "branch, tag or commit) instead of the recorded decisions: exit 1 when the "
+                   "candidate newly allows an irreversible action REV's policy does not")
     x.add_argument("--since", metavar="WHEN", type=since, default=None,
                    help="only requests since then: a duration back (30m, 2h, 1d) or an ISO-8601 time")
     x.add_argument("--steps", metavar="A..B", type=step_range, default=None,
@@ -39,39 +47,53 @@ def step_range(text) -> tuple[int, int]:
     return lo, hi
 
 
-def recorded(j, since_ns=None, steps=None) -> list[tuple[int, list[dict]]]:
-    """[(step, [request record, ...])] from the journal's request entries, in order."""
-    from ..journal.rows import read_body
-    if j is None:
-        return []
-    lo, hi = steps or (0, (1 << 63) - 1)
-    with j.lock:
-        rows = j.db.execute(
-            "SELECT step, body FROM entries WHERE kind = 'request' AND at_ns >= ? AND step BETWEEN ? AND ? "
-            "ORDER BY seq", (min(since_ns or 0, (1 << 63) - 1), lo, hi)).fetchall()
-    by_step: dict[int, list[dict]] = {}
-    for step, text in rows:
-        body, _ = read_body("request", text)
-        if body:
-            by_step.setdefault(step, []).append(body)
-    return sorted(by_step.items())
+def at_revision(project, rev: str) -> str:
+    """envgit.yaml's text as it is in git revision `rev` of the project."""
+    import subprocess
+    try:
+        def git(*argv):
+            return subprocess.run(["git", *argv], cwd=project.root, capture_output=True, text=True, timeout=60)
+        inside = git("rev-parse", "--is-inside-work-tree")
+    except FileNotFoundError:
+        raise Usage("git is not installed; --against reads envgit.yaml from a git revision "
+                    "(install git, or give the old policy as a file: envgit policy replay FILE)") from None
+    if inside.returncode != 0:
+        raise Usage(f"{project.root} is not in a git repository; --against reads envgit.yaml from a "
+                    "revision of it (git init and commit it, or replay a file instead)")
+    if rev.startswith("-") or git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0:
+        raise Usage(f"no revision {rev!r} in the git repository of {project.root}; name a branch, "
+                    "tag or commit (git log --oneline)")
+    shown = git("show", f"{rev}:./envgit.yaml")
+    if shown.returncode != 0:
+        raise Usage(f"revision {rev!r} has no envgit.yaml here; name a revision that has one "
+                    f"(git log --oneline -- envgit.yaml)")
+    return shown.stdout
 
 
 def cmd_replay(args, project) -> int:
     from ..policy import PolicyError, load_policy
     from ..policy.replay import replay
+    from ..view.policyfigures import errors_text, load_text, rebased, recorded
+    if args.candidate is None and args.against is None:
+        raise Usage("name the candidate policy file (envgit policy replay FILE), or a git revision "
+                    "to compare envgit.yaml with (envgit policy replay --against main)")
+    name = args.candidate or project.policy
     try:
-        candidate = load_policy(args.candidate)
+        candidate = load_policy(name)
     except PolicyError as e:
-        raise Usage("\n".join(str(x) for x in sorted(e.errors, key=lambda x: (str(x.path), x.line, x.col)))
-                    if len(e.errors) > 1 else str(e)) from None
-    report = replay(candidate, recorded(open_journal(project), args.since, args.steps))
+        raise Usage(errors_text(e)) from None
+    steps = recorded(open_journal(project), args.since, args.steps)
+    if args.against is not None:
+        base = load_text(project, at_revision(project, args.against), f"{args.against}:envgit.yaml")
+        steps = rebased(base, steps)
+    report = replay(candidate, steps)
     s = report["summary"]
     code = 1 if s["irreversible_newly_allowed"] else 0
     if args.json:
-        out({"candidate": args.candidate, "sha256": candidate.sha256, **report, "exit": code})
+        out({"candidate": name, "sha256": candidate.sha256, "against": args.against, **report, "exit": code})
         return code
-    print(f"replay of {inert(args.candidate)} (sha256 {candidate.sha256[:12]}) over {s['requests']} "
+    versus = f" against {inert(args.against)}'s envgit.yaml" if args.against else ""
+    print(f"replay of {inert(name)} (sha256 {candidate.sha256[:12]}){versus} over {s['requests']} "
           "recorded request(s)")
     for st in report["steps"]:
         print(f"step {st['step']}")

@@ -30,9 +30,9 @@ def add_parsers(sub, argparse):
     json_flag(s)
     s.set_defaults(fn=cmd_doctor)
 
-    s = command(sub, "policy", help="check, show, describe or replay the policy",
+    s = command(sub, "policy", help="check, show, describe, replay or suggest the policy",
                 example=["envgit policy check", "envgit policy show", "envgit policy presets",
-                         "envgit policy replay candidate.yaml"])
+                         "envgit policy replay candidate.yaml", "envgit policy suggest"])
     s.set_defaults(fn=cmd_policy)
     psub = s.add_subparsers(dest="policy_cmd", metavar="ACTION", required=True)
     x = command(psub, "check", help="validate envgit.yaml (and your defaults): every error, each "
@@ -53,6 +53,8 @@ def add_parsers(sub, argparse):
     json_flag(x)
     from .replay import add_parser as add_replay
     add_replay(psub, command)
+    from .suggest import add_parser as add_suggest
+    add_suggest(psub, command)
 
     s = command(sub, "daemon", help="the session daemon (plumbing)",
                 example=["envgit daemon status", "envgit daemon stop"])
@@ -157,6 +159,9 @@ def cmd_policy(args):
     if args.policy_cmd == "replay":
         from .replay import cmd_replay
         return cmd_replay(args, project)
+    if args.policy_cmd == "suggest":
+        from .suggest import cmd_suggest
+        return cmd_suggest(args, project)
     try:
         pol = load_policy(project.policy)
     except PolicyError as e:

@@ -27,6 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..inert import inert_line
+from ..view import policyfigures
 from . import query, stepview
 from .guard import Guard
 
@@ -107,7 +108,8 @@ def make_app(project, token: str, host: str, port: int):
                 sessions = query.sessions(j)
         return page.html("timeline.html", rows=[stepview.row(s) for s in steps], older=older,
                          filters=f, first=before is None, sessions=sessions, head=head,
-                         asks=page.pending(), n=n if n != query.PAGE else None)
+                         asks=page.pending(), n=n if n != query.PAGE else None,
+                         figures=policyfigures.day(project) if before is None and head else None)
 
     def step(request):
         n = request.path_params["n"]

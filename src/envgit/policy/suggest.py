@@ -1,0 +1,231 @@
+"""The smallest change to envgit.yaml that lets through what the recorded steps needed
+(`envgit policy suggest`). Pure: the policy, its file's text and the journal's request
+records in; the new text, each added line with the steps that needed it, and what is not
+suggested out. view/policyfigures.py reads the journal, loads the new text as a candidate and
+replays it (policy/replay.py) before anything is written.
+
+What was needed is what the policy in force refuses now, judged by the gate's own code
+(replay.judge): a request denied or asked then that the file already allows is not needed
+again, and a request learn mode let through (`learn: {decision, rule, kind, reason}`, with
+decision "allow") is judged as it would be without it. Of those:
+
+- a host not in network.allow: its registry preset when one names it (`preset:pypi`, not
+  pypi.org and files.pythonhosted.org), else the host (with its port unless 443/80); for a
+  host a preset does not name, an l7 rule narrowed to the methods and path prefixes seen (an
+  API read with GET only gets `methods: [GET]`);
+- a request an l7 rule of the file refused: that rule's methods and paths widened by what was
+  seen, nothing else;
+- never: what an irreversible rule refused or asked (listed "not suggested: irreversible",
+  with its steps; that a host is not allowed hides the rule, so each request on a new host is
+  judged again with the host allowed), a host hostnames.not_suggested refuses (an address, a
+  private name), what the gate refused for its own reasons (a credential's misuse, an
+  upgrade, an ambiguous path, SSH). Secret paths and credentials are not touched at all.
+
+Refused writes are not suggested: the journal records the denied paths a command line named,
+not writes refused."""
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import yaml
+
+from . import yamledit
+from .defaults import NETWORK_PRESETS, PRESET_PREFIX, presets_naming
+from .hostnames import hostport, norm_host, not_suggested
+from .replay import irreversible_rule, judge
+
+
+@dataclass
+class Line:
+    """One addition to the file."""
+    where: tuple                    # the keys of the list or mapping it goes in
+    value: object                   # an allow entry; an l7 entry {methods, paths}; a list item
+    key: str = ""                   # an l7 entry's host
+    needs: list[tuple[int, dict]] = field(default_factory=list)   # (step, record) it is for
+    line: int = 0                   # in the new text
+    text: str = ""                  # what the line says, for people
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({s for s, _ in self.needs})
+
+
+@dataclass
+class NotSuggested:
+    why: str                        # "irreversible: git push", "an IP address", …
+    rule: str
+    needs: list[tuple[int, dict]] = field(default_factory=list)   # (step, record)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({s for s, _ in self.needs})
+
+
+@dataclass
+class Suggestion:
+    text: str                       # the file as it would be
+    lines: list[Line]
+    not_suggested: list[NotSuggested]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.lines)
+
+
+def effective(rec: dict) -> dict:
+    """A record as the policy decided it: one learn mode let through carries the decision it
+    would have had (`learn`), which is the one a replay compares with."""
+    learn = rec.get("learn")
+    if isinstance(learn, dict) and learn.get("decision") in ("deny", "ask"):
+        return {**rec, **{k: learn.get(k) for k in ("decision", "rule", "kind", "reason")},
+                "irreversible": False, "answer": None}
+    return rec
+
+
+def _decided(policy, rec: dict) -> tuple[str, str, bool, str]:
+    """(action, rule, irreversible, what) of `rec` under `policy`: judged again, or as recorded
+    when the record cannot be replayed."""
+    eff = effective(rec)
+    once = irreversible_rule(eff)
+    o = judge(policy, rec)
+    if o.now is None:
+        return str(eff.get("decision") or ""), str(eff.get("rule") or ""), once, str(eff.get("kind") or "")
+    d = o.now
+    if once and d.action != "allow":    # an irreversible rule refused it then: it stays so
+        return d.action, str(eff.get("rule")), True, str(eff.get("kind") or "")
+    return d.action, d.rule, d.irreversible, d.kind
+
+
+def _entry_for(host: str, port: int) -> str:
+    presets = presets_naming(host) if port in (80, 443) else []
+    return presets[0] if presets else (host if port in (80, 443) else hostport(host, port))
+
+
+def _hosts_of(entry: str) -> list[str]:
+    if entry.startswith(PRESET_PREFIX):
+        return list(NETWORK_PRESETS[entry[len(PRESET_PREFIX):]][0])
+    return [entry]
+
+
+def path_globs(paths) -> list[str]:
+    """The narrowest path globs of one segment's depth that cover `paths`: `/items` and
+    `/items/1` give `/items` and `/items/**` (`**` never matches the bare prefix)."""
+    out: set[str] = set()
+    for p in paths:
+        p = p.split("?", 1)[0] or "/"
+        head, _, rest = p.lstrip("/").partition("/")
+        if not head:
+            out.add("/")
+        elif rest or p.endswith("/"):
+            out.add(f"/{head}/**")
+        else:
+            out.add(f"/{head}")
+    return sorted(out)
+
+
+def _methods(rec: dict) -> set[str]:
+    facts = rec.get("facts")
+    if not isinstance(facts, dict):
+        facts = {}
+    return {str(rec.get("method") or "").upper()} | {m for m in facts.get("methods") or () if m.isalpha()}
+
+
+def suggest(policy, text: str, steps) -> Suggestion:
+    """`steps`: [(step, [request record, ...])] (view/policyfigures.recorded). `policy`: the
+    policy loaded from `text` (with the defaults and organisation it was loaded under)."""
+    import dataclasses
+    refused: dict[tuple, NotSuggested] = {}
+    new_hosts: dict[str, list] = {}         # allow entry -> [(step, rec)]
+    l7_wider: dict[str, list] = {}          # existing l7 key -> [(step, rec)]
+
+    # the l7 entries this file has (one of your defaults' is replaced whole by the file's)
+    own_l7 = set(((yaml.safe_load(text) or {}).get("network") or {}).get("l7") or {})
+
+    def refuse(why, rule, step, rec):
+        refused.setdefault((why, rule), NotSuggested(why, rule)).needs.append((step, rec))
+
+    for step, records in steps:
+        for rec in records:
+            action, rule, irreversible, kind = _decided(policy, rec)
+            if action == "allow":
+                continue
+            host, port = norm_host(str(rec.get("host") or "")), int(rec.get("port") or 0)
+            if irreversible:
+                refuse(f"irreversible: {kind or rule}", rule, step, rec)
+            elif rule == "network.allow" and not_suggested(host):
+                refuse(f"{host} is {not_suggested(host)}: name it in network.allow yourself "
+                       "if you mean it", rule, step, rec)
+            elif rule == "network.allow":
+                new_hosts.setdefault(_entry_for(host, port), []).append((step, rec))
+            elif rule.startswith("network.l7[") and rule[11:-1] in own_l7:
+                l7_wider.setdefault(rule[11:-1], []).append((step, rec))
+            elif rule.startswith("network.l7["):
+                refuse(f"{rule} is not this file's (your defaults' or the organisation's): "
+                       "widen it there", rule, step, rec)
+            else:
+                refuse(f"refused by the gate ({rule})", rule, step, rec)
+
+    # With the new hosts allowed, a request there may meet an irreversible rule: never suggested
+    probe = dataclasses.replace(policy, network_allow=list(policy.network_allow) + [
+        h for e in new_hosts for h in _hosts_of(e)])
+    for entry in list(new_hosts):
+        kept = []
+        for step, rec in new_hosts[entry]:
+            action, rule, irreversible, kind = _decided(probe, rec)
+            if irreversible and action != "allow":
+                refuse(f"irreversible: {kind or rule}", rule, step, rec)
+            else:
+                kept.append((step, rec))
+        if kept:
+            new_hosts[entry] = kept
+        else:
+            del new_hosts[entry]
+
+    lines: list[Line] = []
+    for entry, needs in new_hosts.items():
+        lines.append(Line(("network", "allow"), entry, needs=needs, text=entry))
+        seen = [rec for _, rec in needs if str(rec.get("method") or "").upper() != "CONNECT"]
+        if entry.startswith(PRESET_PREFIX) or len(seen) < len(needs) or _l7_names(policy, entry):
+            continue                # a tunnel refused before its requests: nothing seen to narrow to
+        narrowed = {"methods": sorted(set().union(*(_methods(r) for r in seen))),
+                    "paths": path_globs(r.get("path") or "/" for r in seen)}
+        lines.append(Line(("network", "l7"), narrowed, key=entry, needs=needs,
+                          text=f"{entry}: {yamledit.scalar(narrowed)}"))
+    for key, needs in l7_wider.items():
+        spec = policy.l7[key]
+        for name, want in (("methods", sorted(set().union(*(_methods(r) for _, r in needs)))),
+                           ("paths", path_globs(r.get("path") or "/" for _, r in needs))):
+            have = spec.get(name)
+            if have is None or (name == "methods" and "*" in have):
+                continue            # the rule does not narrow by it
+            for v in want:
+                if v in have:
+                    continue
+                lines.append(Line(("network", "l7", key, name), v, text=f"{key} {name}: {v}", needs=[
+                    (s, r) for s, r in needs if (v in _methods(r) if name == "methods"
+                                                 else path_globs([r.get("path") or "/"]) == [v])]))
+
+    new = text
+    for line in lines:
+        if line.key:
+            new = yamledit.add_entry(new, line.where, line.key, line.value)
+        else:
+            new = yamledit.append(new, line.where, [line.value])
+    for line in lines:
+        line.line = yamledit.line_of(new, line.where, line.key or line.value)
+    return Suggestion(new, lines, list(refused.values()))
+
+
+def _l7_names(policy, entry: str) -> bool:
+    """Does an l7 key of the file already name the host of `entry`?"""
+    host = entry.rsplit(":", 1)[0] if entry.count(":") == 1 else entry
+    return any(norm_host(k.rsplit(":", 1)[0] if k.count(":") == 1 else k) == norm_host(host)
+               for k in policy.l7)
+
+
+def shown(rec: dict) -> str:
+    """A request as a person reads it: METHOD host[:port]/path."""
+    port = rec.get("port")
+    where = f"{rec.get('host')}{'' if port in (80, 443, None) else f':{port}'}"
+    path = urlsplit(str(rec.get("path") or "")).path if rec.get("path") else ""
+    return f"{rec.get('method')} {where}{path}"

@@ -1,0 +1,216 @@
+"""`envgit policy suggest`, `--apply`, `envgit policy replay --against REV` and the counts of
+`envgit stats`: a session of real steps (real bwrap, the daemon's gate) that installs with the
+real pip through pypi.org (a local HTTPS stand-in, as tests/test_daily_network.py serves it),
+reads a REST API and once POSTs to it (a plain-HTTP server on 127.0.0.1), fetches from a git
+remote and tries a push (git http-backend over HTTPS). Names reach the local servers through
+ENVGIT_RESOLVE; the policy and the records say the real names."""
+
+import json
+import shutil
+import subprocess
+import threading
+from http.server import ThreadingHTTPServer
+
+import pytest
+
+from conftest import BIN, Env, make_home
+from gitserver import GitServer, HTTPSServer
+from modelserver import clone_for_push
+from test_daily_network import PIP, _wheel, pypi_app
+from test_policy_replay import _Api
+from uikit import UI
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+POLICY = """\
+version: 1
+# the person's own words: kept by every suggestion
+network:
+  allow: ["{git}"]    # the forge
+irreversible:
+  - preset: default
+  - name: api-write         # the API's writes stay refused
+    net: {{ host: "api.example.test", method: POST }}
+    action: deny
+"""
+
+
+def session_steps(api_port):
+    api = f"http://api.example.test:{api_port}"
+    return [
+        (f"PIP_CONFIG_FILE=/dev/null {PIP} -m pip install -q --disable-pip-version-check --no-input "
+         "--retries 0 --timeout 10 --target deps --index-url https://pypi.org/simple/ envgit-tiny"),
+        f"curl -sS -f {api}/items; curl -sS -f {api}/items/1",
+        f"curl -sS -f -X POST -d name=x {api}/items",
+        "git fetch -q origin && git commit -q --allow-empty -m more && git push -q origin HEAD:main",
+    ]
+
+
+def run_session(env, api_port) -> list[int]:
+    return [env.run(s).returncode for s in session_steps(api_port)]
+
+
+def steps_of(env) -> list[dict]:
+    return json.loads(env.envgit("log", "--json", check=True).stdout)
+
+
+def git(env, *argv):
+    return subprocess.run(["git", *argv], cwd=env.root, capture_output=True, text=True, timeout=60, check=True)
+
+
+@pytest.fixture
+def world(tmp_path):
+    api = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    api.hits = []
+    threading.Thread(target=api.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    with GitServer(root=tmp_path / "git") as remote, \
+            HTTPSServer(pypi_app(_wheel()), ("pypi.org", "files.pythonhosted.org"), root=tmp_path / "pypi",
+                        ca=remote.ca) as pypi:
+        resolve = ",".join([remote.resolve, "api.example.test=127.0.0.1",
+                            *(f"{n}=127.0.0.1:{pypi.port}" for n in pypi.names)])
+        home = make_home(tmp_path)
+        env = Env(home, home / "app", {"ENVGIT_RESOLVE": resolve, "ENVGIT_UPSTREAM_CA": str(remote.ca.cert_path)})
+        clone_for_push(env, remote)
+        env.write_policy(POLICY.format(git=remote.url.split("/")[2]))
+        (env.root / ".gitignore").write_text(".envgit/\ndeps/\n")
+        git(env, "add", "envgit.yaml", ".gitignore")
+        git(env, "commit", "-qm", "the policy")
+        try:
+            yield env, api, remote
+        finally:
+            env.stop()
+            api.shutdown()
+            api.server_close()
+
+
+def test_suggest_apply_and_the_same_steps_again(world):
+    env, api, remote = world
+    port = api.server_address[1]
+    before = remote.refs()
+    assert all(code != 0 for code in run_session(env, port))     # each refused something
+    assert api.hits == [] and remote.refs() == before
+
+    # the suggestion: the preset for pypi's hosts, a GET-only rule for the API read with GET
+    r = env.envgit("policy", "suggest", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    from test_cli_conventions import documented_keys  # the keys docs/JSON.md lists
+    keys = documented_keys()
+    assert set(doc) == keys["policy.suggest"] and set(doc["replay"]) == keys["policy.replay.summary"]
+    assert all(set(ln) == keys["policy.suggest.line"] for ln in doc["lines"])
+    assert all(set(n) == keys["policy.suggest.not_suggested"] for n in doc["not_suggested"])
+    added = {ln["text"]: ln for ln in doc["lines"]}
+    rule = f'api.example.test:{port}: {{ methods: [GET], paths: ["/items", "/items/**"] }}'
+    assert set(added) == {"preset:pypi", f"api.example.test:{port}", rule}, doc["lines"]
+    assert added["preset:pypi"]["steps"] == [1] and added[rule]["steps"] == [2], doc["lines"]
+    assert not any("pypi.org" in t or "pythonhosted" in t for t in added), added
+    text = (env.root / "envgit.yaml").read_text()
+    for ln in doc["lines"]:         # each line is where the diff puts it
+        assert ln["line"] > 0 and ln["file"] == "envgit.yaml"
+    # the push and the API's POST are never suggested: each listed with its step
+    refused = {(n["rule"], tuple(n["steps"])) for n in doc["not_suggested"]}
+    assert refused == {("preset:default/git-push", (4,)), ("api-write", (3,))}, doc["not_suggested"]
+    assert all(n["why"].startswith("irreversible: ") for n in doc["not_suggested"])
+    assert doc["replay"]["irreversible_newly_allowed"] == 0 and doc["saved"]["asks"] == 0
+    assert doc["saved"]["denials"] >= 3 and doc["applied"] is False, doc
+    assert "+  allow: [" in doc["diff"] and '+    "api.example.test' in doc["diff"], doc["diff"]
+    shown = env.envgit("policy", "suggest")
+    assert shown.returncode == 0 and f"envgit.yaml:{added['preset:pypi']['line']}: + preset:pypi" in shown.stdout
+    assert "not suggested: irreversible: git push" in shown.stdout and "step(s) 4:" in shown.stdout, shown.stdout
+    assert (env.root / "envgit.yaml").read_text() == text          # without --apply nothing is written
+
+    # the counts: denials per hour, and what the suggestion would have saved of them
+    s = json.loads(env.envgit("stats", "--json", check=True).stdout)
+    assert set(s) == keys["stats"], set(s) ^ keys["stats"]
+    assert s["denials"] == sum(h["denials"] for h in s["denials_per_hour"]) >= 5, s
+    assert s["suggested"] == {"lines": 3, "asks_saved": 0, "denials_saved": doc["saved"]["denials"]}, s
+    assert "denials per hour:" in env.envgit("stats", check=True).stdout
+    with UI(env) as ui:             # the page's timeline says the same
+        status, _, body = ui.get("/")
+        assert status == 200 and f"{s['denials']} requests denied" in body, body
+        assert f"would have saved 0 of the asks and {doc['saved']['denials']} of the denials" in body, body
+
+    # --apply: the file keeps the person's comments and layout, lines only added
+    r = env.envgit("policy", "suggest", "--apply")
+    assert r.returncode == 0 and "wrote envgit.yaml" in r.stdout, r.stdout + r.stderr
+    new = (env.root / "envgit.yaml").read_text()
+    old_lines, new_lines = text.splitlines(), new.splitlines()
+    forge = remote.url.split("/")[2]
+    assert [ln for ln in old_lines if ln not in new_lines] == [f'  allow: ["{forge}"]    # the forge']
+    assert "# the person's own words: kept by every suggestion" in new and "# the forge" in new
+    assert "  - name: api-write         # the API's writes stay refused" in new
+    assert env.envgit("policy", "check").returncode == 0
+
+    # replay --against the committed policy: the applied change newly allows nothing irreversible
+    r = env.envgit("policy", "replay", "--against", "HEAD", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(r.stdout)
+    assert d["against"] == "HEAD" and d["summary"]["newly_allowed"] >= 3, d
+    assert d["summary"]["irreversible_newly_allowed"] == 0, d
+    # a hand-widened policy is caught, by --against and as a candidate file
+    (env.root / "widened.yaml").write_text(new.replace("action: deny", "action: allow"))
+    assert env.envgit("policy", "replay", "widened.yaml").returncode == 1
+    (env.root / "envgit.yaml").write_text(new.replace("action: deny", "action: allow"))
+    r = env.envgit("policy", "replay", "--against", "HEAD")
+    assert r.returncode == 1 and "IRREVERSIBLE" in r.stdout and "against HEAD's envgit.yaml" in r.stdout, r.stdout
+    (env.root / "envgit.yaml").write_text(new)
+    # errors name the fix
+    root = git(env, "rev-list", "--max-parents=0", "HEAD").stdout.strip()     # the clone's first commit
+    for rev, said in (("no-such-rev", "no revision 'no-such-rev'"), (root, "has no envgit.yaml")):
+        r = env.envgit("policy", "replay", "--against", rev)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = env.envgit("policy", "replay", "--against", "HEAD", env={"PATH": str(BIN)})    # no git on PATH
+    assert r.returncode == 2 and "git is not installed" in r.stderr, r.stderr
+
+    # the same steps under the applied policy: nothing asked, only the irreversible refused
+    first = len(steps_of(env))
+    codes = run_session(env, port)
+    assert codes[0] == 0 and codes[1] == 0 and codes[2] != 0 and codes[3] != 0, codes
+    again = steps_of(env)[first:]
+    reqs = [q for st in again for q in st["requests"]]
+    assert not any(q["decision"] == "ask" for q in reqs), reqs
+    assert {q["rule"] for q in reqs if q["decision"] != "allow"} == {"api-write", "preset:default/git-push"}, reqs
+    assert ("GET", "/items/1") in api.hits and ("POST", "/items") not in api.hits
+    assert remote.refs() == before
+    r = env.envgit("policy", "suggest", "--since", "1m", "--json")
+    assert json.loads(r.stdout)["lines"] == [], r.stdout   # nothing more is needed
+
+
+def test_a_request_learn_mode_let_through_is_suggested_as_it_would_have_been_decided(tmp_path):
+    # pure: a learn-mode record keeps decision "allow" and carries what it would have been
+    from envgit.policy import load_policy
+    from envgit.policy.suggest import suggest
+    (tmp_path / "envgit.yaml").write_text("version: 1\nnetwork:\n  allow: []\n")
+    pol = load_policy(tmp_path / "envgit.yaml")
+    rec = {"method": "GET", "scheme": "https", "host": "api.example.org", "port": 443, "path": "/v1/things?q=",
+           "decision": "allow", "rule": "learn", "kind": "", "intercepted": True,
+           "learn": {"decision": "deny", "rule": "network.allow", "kind": "", "reason": "not in network.allow"},
+           "facts": {"body": {"git-ref-updates": False, "pypi-upload": False, "lfs-upload": False,
+                              "graphql-mutation": False, "graphql-subscription": False}}}
+    s = suggest(pol, (tmp_path / "envgit.yaml").read_text(), [(7, [rec])])
+    assert [(ln.text, ln.steps) for ln in s.lines] == [
+        ("api.example.org", [7]), ('api.example.org: { methods: [GET], paths: ["/v1/**"] }', [7])], s.lines
+    assert s.text == ('version: 1\nnetwork:\n  allow: ["api.example.org"]\n  l7:\n'
+                      '    "api.example.org": { methods: [GET], paths: ["/v1/**"] }\n')
+
+
+@pytest.mark.parametrize("before, after", [
+    # a block list with a comment on its item, a comment after it, and the section after
+    ("version: 1\nnetwork:\n  allow:\n    - a.example.com  # mine\n  # more below\nirreversible: []\n",
+     "version: 1\nnetwork:\n  allow:\n    - a.example.com  # mine\n    - \"preset:pypi\"\n  l7:\n"
+     "    \"b.example.com\": { methods: [GET] }\n  # more below\nirreversible: []\n"),
+    # a flow mapping stays one
+    ("version: 1\nnetwork: {allow: [a.example.com]}\n",
+     "version: 1\nnetwork: {allow: [a.example.com, \"preset:pypi\"], l7: {\"b.example.com\": { methods: [GET] }}}\n"),
+    # no network section at all, and no newline at the end
+    ("version: 1  # v", "version: 1  # v\nnetwork:\n  allow: [\"preset:pypi\"]\n  l7:\n"
+     "    \"b.example.com\": { methods: [GET] }\n"),
+    # `l7: {}` with a comment becomes a block under the key; `allow:` with nothing gets the list
+    ("version: 1\nnetwork:\n  allow:\n  l7: {}   # rules\n", "version: 1\nnetwork:\n  allow: [\"preset:pypi\"]\n"
+     "  l7:   # rules\n    \"b.example.com\": { methods: [GET] }\n"),
+])
+def test_the_edit_keeps_the_files_layout(before, after):
+    from envgit.policy.yamledit import add_entry, append
+    got = add_entry(append(before, ("network", "allow"), ["preset:pypi"]), ("network", "l7"),
+                    "b.example.com", {"methods": ["GET"]})
+    assert got == after
