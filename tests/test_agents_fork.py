@@ -17,6 +17,18 @@ from modelserver import ModelServer, agent_bin, claude_env
 MODEL_HOST = "model.example.test"
 
 
+def envgit_claude(proj, model, *args):
+    """`envgit claude ARGS… -p go` against the scripted model, after a first step (the policy
+    lets the model's host through the gate)."""
+    proj.write_policy(f'version: 1\nnetwork:\n  allow: ["{MODEL_HOST}:{model.port}"]\n')
+    proj.run("true", check=True)
+    env = {**proj.env, **claude_env(f"http://{MODEL_HOST}:{model.port}"), "ENVGIT_CLAUDE_BIN": agent_bin("claude"),
+           "ENVGIT_RESOLVE": f"{MODEL_HOST}=127.0.0.1"}
+    return subprocess.run([ENVGIT, "claude", *args, "-p", "go", "--dangerously-skip-permissions"],
+                          cwd=proj.root, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=300)
+
+
 def test_the_fork_count_is_read_before_the_agents_own_arguments():
     assert split_fork(["--fork", "3", "-p", "go"]) == (3, ["-p", "go"])
     assert split_fork(["--fork=2", "exec", "x"]) == (2, ["exec", "x"])
@@ -36,16 +48,9 @@ def test_an_interactive_fork_is_refused_before_anything_is_made(proj):
 @pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed (Claude reaches its model only "
                     "through the gate)")
 def test_claude_runs_in_each_new_branch_and_the_branches_are_compared(proj):
-    claude = agent_bin("claude")
     (proj.root / "a.txt").write_text("base\n")
     with ModelServer([], final="forked-answer") as model:
-        proj.write_policy(f'version: 1\nnetwork:\n  allow: ["{MODEL_HOST}:{model.port}"]\n')
-        proj.run("true", check=True)
-        env = {**proj.env, **claude_env(f"http://{MODEL_HOST}:{model.port}"), "ENVGIT_CLAUDE_BIN": claude,
-               "ENVGIT_RESOLVE": f"{MODEL_HOST}=127.0.0.1"}
-        r = subprocess.run([ENVGIT, "claude", "--fork", "2", "-p", "go", "--dangerously-skip-permissions"],
-                           cwd=proj.root, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=300)
+        r = envgit_claude(proj, model, "--fork", "2")
     forks = registry.forks(Project(str(proj.root)))
     try:
         assert r.returncode == 0, r.stdout + r.stderr
@@ -78,19 +83,12 @@ def test_claude_with_worktree_works_in_a_new_branch_not_the_project(proj):
     """`envgit claude --worktree NAME`: the session is a new envgit branch's (ignored files too),
     its Bash calls steps there; the project's own tree is untouched."""
     from modelserver import Call
-    claude = agent_bin("claude")
     (proj.root / ".gitignore").write_text("secret-build/\n")
     (proj.root / "secret-build").mkdir()
     (proj.root / "secret-build" / "out.bin").write_text("built\n")
     script = [Call("Bash", {"command": "cat secret-build/out.bin > seen.txt && pwd -P", "description": "s"})]
     with ModelServer(script, final="worktree-answer") as model:
-        proj.write_policy(f'version: 1\nnetwork:\n  allow: ["{MODEL_HOST}:{model.port}"]\n')
-        proj.run("true", check=True)
-        env = {**proj.env, **claude_env(f"http://{MODEL_HOST}:{model.port}"), "ENVGIT_CLAUDE_BIN": claude,
-               "ENVGIT_RESOLVE": f"{MODEL_HOST}=127.0.0.1"}
-        r = subprocess.run([ENVGIT, "claude", "--worktree", "fix", "-p", "go", "--dangerously-skip-permissions"],
-                           cwd=proj.root, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=300)
+        r = envgit_claude(proj, model, "--worktree", "fix")
         results = model.results()
     forks = registry.forks(Project(str(proj.root)))
     try:
