@@ -216,6 +216,25 @@ def suggest(policy, text: str, steps) -> Suggestion:
     return Suggestion(new, lines, list(refused.values()))
 
 
+def as_policy(policy, sug: Suggestion):
+    """`policy` with the suggestion's lines in it, as loading the suggested file would give
+    them (network.allow with a preset's hosts, the file's l7 entries): for the counts of
+    `envgit stats` and the page, which must not write a file to load one. `envgit policy
+    suggest` loads the file's text itself (an organisation's refusal is seen only there)."""
+    import dataclasses
+    allow = list(policy.network_allow)
+    l7 = {k: dict(v) for k, v in policy.l7.items()}
+    for ln in sug.lines:
+        if ln.where == ("network", "allow"):
+            allow += [h for h in _hosts_of(str(ln.value)) if h not in allow]
+        elif ln.where == ("network", "l7"):
+            l7[ln.key] = dict(ln.value) if isinstance(ln.value, dict) else {}
+        else:
+            key, name = ln.where[2], ln.where[3]
+            l7[key] = {**l7[key], name: [*l7[key][name], ln.value]}
+    return dataclasses.replace(policy, network_allow=allow, l7=l7)
+
+
 def _l7_names(policy, entry: str) -> bool:
     """Does an l7 key of the file already name the host of `entry`?"""
     host = entry.rsplit(":", 1)[0] if entry.count(":") == 1 else entry

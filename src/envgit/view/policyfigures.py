@@ -2,7 +2,9 @@
 the journal's request records by step, a policy's text loaded as envgit.yaml would be, the
 records decided again by a policy, the suggestion with its replay, and the counts of asks and
 denials (per hour, and what the suggestion would have saved). Reads the journal and
-envgit.yaml; writes nothing."""
+envgit.yaml; the one thing written is a text to load, for a moment, as a hidden file beside
+envgit.yaml (load_text: the same project, defaults and organisation above it), by `policy
+suggest` and `policy replay --against` only: the counts stats and the page show load nothing."""
 
 import os
 import time
@@ -123,12 +125,22 @@ HOUR_NS = 3_600_000_000_000
 
 def suggested(project, since_ns: int) -> dict | None:
     """What the suggested change to envgit.yaml would have saved over the same window: the
-    asks and denials it allows when replayed (compute); None when envgit.yaml does
-    not load, or the suggestion does not."""
+    recorded asks and denials it allows (saved), the suggestion taken into the loaded policy
+    in memory (policy/suggest.as_policy: nothing is written to count); None when envgit.yaml
+    does not load or cannot take the suggestion."""
+    from ..policy import PolicyError, load_policy
+    from ..policy.suggest import as_policy, suggest
+    from ..policy.yamledit import EditError
+    from .requests import open_journal
     try:
-        _, _, sug, _, _, counts = compute(project, since_ns)
-    except Refused:
+        with open(project.policy, encoding="utf-8") as f:
+            text = f.read()
+        policy = load_policy(project.policy)
+        records = recorded(open_journal(project), since_ns)
+        sug = suggest(policy, text, records)
+    except (PolicyError, EditError, OSError, UnicodeDecodeError):
         return None
+    counts = saved(as_policy(policy, sug), records) if sug.changed else {"asks": 0, "denials": 0}
     return {"lines": len(sug.lines), "asks_saved": counts["asks"], "denials_saved": counts["denials"]}
 
 
