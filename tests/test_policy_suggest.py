@@ -214,3 +214,19 @@ def test_the_edit_keeps_the_files_layout(before, after):
     got = add_entry(append(before, ("network", "allow"), ["preset:pypi"]), ("network", "l7"),
                     "b.example.com", {"methods": ["GET"]})
     assert got == after
+
+
+def test_a_preset_naming_a_denied_host_is_not_suggested_but_the_host_is(tmp_path):
+    # preset:npm names nodejs.org, which this file denies: a file allowing the preset would not
+    # load, so the host the step needed is suggested by itself
+    from envgit.policy import load_policy
+    from envgit.policy.suggest import suggest
+    text = 'version: 1\nnetwork:\n  allow: []\n  deny: ["nodejs.org"]\n'
+    (tmp_path / "envgit.yaml").write_text(text)
+    refused = {"method": "CONNECT", "scheme": "https", "port": 443, "path": "", "decision": "deny",
+               "rule": "network.allow", "intercepted": False}
+    s = suggest(load_policy(tmp_path / "envgit.yaml"), text,
+                [(1, [{**refused, "host": "registry.npmjs.org"}, {**refused, "host": "pypi.org"}])])
+    assert [ln.text for ln in s.lines] == ["registry.npmjs.org", "preset:pypi"]
+    (tmp_path / "envgit.yaml").write_text(s.text)
+    assert load_policy(tmp_path / "envgit.yaml").network_allow[:2] == ["registry.npmjs.org", "pypi.org"]

@@ -31,7 +31,7 @@ import yaml
 
 from . import yamledit
 from .defaults import NETWORK_PRESETS, PRESET_PREFIX, presets_naming
-from .hostnames import hostport, norm_host, not_suggested
+from .hostnames import hostport, norm_host, not_suggested, rule_entry_matches
 from .replay import irreversible_rule, judge
 
 
@@ -96,8 +96,11 @@ def _decided(policy, rec: dict) -> tuple[str, str, bool, str]:
     return d.action, d.rule, d.irreversible, d.kind
 
 
-def _entry_for(host: str, port: int) -> str:
-    presets = presets_naming(host) if port in (80, 443) else []
+def _entry_for(policy, host: str, port: int) -> str:
+    """The allow entry for host:port: its preset, unless `network.deny` (the file's, your
+    defaults', the organisation's) refuses a host of it, which would not load."""
+    presets = [p for p in (presets_naming(host) if port in (80, 443) else [])
+               if not any(rule_entry_matches(d, h, 443) for d in policy.network_deny for h in _hosts_of(p))]
     return presets[0] if presets else (host if port in (80, 443) else hostport(host, port))
 
 
@@ -156,7 +159,7 @@ def suggest(policy, text: str, steps) -> Suggestion:
                 refuse(f"{host} is {not_suggested(host)}: name it in network.allow yourself "
                        "if you mean it", rule, step, rec)
             elif rule == "network.allow":
-                new_hosts.setdefault(_entry_for(host, port), []).append((step, rec))
+                new_hosts.setdefault(_entry_for(policy, host, port), []).append((step, rec))
             elif rule.startswith("network.l7[") and rule[11:-1] in own_l7:
                 l7_wider.setdefault(rule[11:-1], []).append((step, rec))
             elif rule.startswith("network.l7["):
