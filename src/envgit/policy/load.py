@@ -55,6 +55,7 @@ class Policy:
     # the person's own defaults this one was read over (policy/userdefaults.py), or ""
     user_path: str = ""
     user_sha256: str = ""
+    learn: str = "allow"            # "forbid": no step runs in learn mode (policy/learn.py)
     backend: str = "sandbox"        # "vm": steps run in the project's microVM (vm/)
     vm_memory: int = 512 << 20
     vm_cpus: int = 1
@@ -231,6 +232,7 @@ def _merge(data, where, path, sha) -> Policy:
     pol.allow_presets = presets
     pol.credentials = given("credentials", data.get("credentials"), {})
     vm = data.get("vm", {})
+    pol.learn = given("learn", data.get("learn"), "allow")
     pol.backend = given("backend", data.get("backend"), "sandbox")
     pol.vm_memory = given("vm.memory", vm.get("memory"), 512 << 20)
     pol.vm_cpus = given("vm.cpus", vm.get("cpus"), 1)

@@ -250,8 +250,21 @@ class _Combiner:
             self.put("snapshot.max_file_size", pm if pm is not None else om,
                      self.pw.get("snapshot.max_file_size") if pm is not None
                      else self.ow["snapshot.max_file_size"])
+        self.learn()
         self.credentials()
         self.mcp()
+
+    def learn(self):
+        """`learn: forbid` of the organisation's binds every project (policy/learn.py)."""
+        ol, pl = self.get("o", "learn"), self.get("p", "learn")
+        if ol == "forbid" and pl == "allow":
+            self.refuse("learn", f"learn: allow would let steps run in learn mode, which "
+                        f"{self.ow['learn']} forbids (learn: forbid); remove it")
+        if ol == "forbid":
+            self.put("learn", ol, self.ow["learn"])
+        elif pl is not None or ol is not None:
+            self.put("learn", pl if pl is not None else ol,
+                     self.pw["learn"] if pl is not None else self.ow["learn"])
 
     def credentials(self):
         oc, pc = self.get("o", "credentials", {}), self.get("p", "credentials", {})

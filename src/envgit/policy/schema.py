@@ -335,6 +335,10 @@ SCHEMA = Map({
         "(a credential's `from: command`, an MCP server's `command`); 'trust' (the default) runs "
         "a project's once the person approved its exact text with `envgit trust`",
         enum=("trust", "deny")),
+    "learn": Str(
+        "'forbid': no step runs in learn mode (`envgit learn`, `--learn`) under this policy; a "
+        "project or your defaults cannot undo an organisation's 'forbid'; 'allow' (the default) "
+        "lets a person switch it on", enum=("allow", "forbid")),
     "escape_routes": Map({
         "allow": List(Str(check=check_path_glob), doc=(
             "project globs of escape routes (`envgit policy protected`) a step may create: "
