@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from envgit.daemon.client import PROTOCOL
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -75,7 +77,7 @@ def test_a_new_command_stops_an_idle_daemon_of_the_older_build_and_goes_on(proj,
     assert "another build of envgit" in r.stderr and "stopped it" in r.stderr
     assert not os.path.exists(f"/proc/{old_pid}") or "zombie" in Path(f"/proc/{old_pid}/status").read_text()
     s = status(proj)
-    assert s["pid"] != old_pid and s["protocol"] == 1
+    assert s["pid"] != old_pid and s["protocol"] == PROTOCOL
     r = proj.envgit("rewind", "--undo", "--yes")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert (proj.root / "f").read_text() == "two\n"

@@ -68,6 +68,9 @@ class FakeGate:
     def step_open(self, step):
         return step == STEP_ID
 
+    def learning(self, step):
+        return False                    # learn mode: tests/test_learn_mode.py
+
     def emit(self, step, rec):
         self.records.append((step, rec))
 

@@ -39,10 +39,15 @@ def main(argv=None):
     if argv[:1] == ["run"] and argv[1:2] not in HELP:
         from .run import run
         sys.exit(run(argv[1:]))
+    if argv[:1] == ["learn"] and argv[1:2] == ["--"]:
+        from .run import learning  # one step in learn mode: the hot path too
+        sys.exit(learning(argv[2:]))
     if argv[:1] in ([a] for a in AGENTS) and argv[1:2] not in HELP:
         from .agents import main as agent  # every argument is the agent's own
         rest = argv[1:]
-        sys.exit(agent(argv[0], rest[1:] if rest[:1] == ["--"] else rest))
+        learn = rest[:1] == ["--learn"]     # envgit's, before the agent's own: learnmode.py
+        rest = rest[1:] if learn else rest
+        sys.exit(agent(argv[0], rest[1:] if rest[:1] == ["--"] else rest, learn=learn))
     if argv[:1] == ["mcp"] and argv[1:2] not in HELP:
         from . import extras
         from .mcp import main as mcp
@@ -123,8 +128,11 @@ def _hot_path_parsers(sub, commands):
                         "start with `-`")
     for agent in AGENTS:
         s = commands.command(sub, agent, help=f"run {agent} with every one of its tool calls a step "
-                             "(its own arguments follow)", usage=f"envgit {agent} [--] [ARG…]",
-                             example=[f"envgit {agent}", f"envgit {agent} -- --help     # {agent}'s own help"])
+                             "(its own arguments follow)",
+                             usage=f"envgit {agent} {'[--learn] ' if agent != 'copilot' else ''}[--] [ARG…]",
+                             example=[f"envgit {agent}", f"envgit {agent} -- --help     # {agent}'s own help",
+                                      *([f"envgit {agent} --learn   # the whole session in learn mode "
+                                         "(envgit learn --help)"] if agent != "copilot" else [])])
         s.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG…",
                        help=f"{agent}'s own arguments; `--` first for its -h/--help")
     s = commands.command(sub, "mcp", help="the code-mode MCP server: one `execute` tool, every "

@@ -60,6 +60,13 @@ def run(argv: list[str]) -> int:
     return step(argv, dict(os.environ), publish)
 
 
+def learning(argv: list[str]) -> int:
+    """`envgit learn -- CMD…`: one step in learn mode (daemon/learn.py, policy/learn.py)."""
+    if not argv:
+        return fail("envgit: no command given: envgit learn -- CMD [ARGS…] (see envgit learn --help)")
+    return step(argv, dict(os.environ), learn=True)
+
+
 def _progress_line(frame, shown):
     """A `progress` push while the step is being set up (the project's first snapshot): one
     line on the terminal's stderr, rewritten in place and cleared once the step starts."""
@@ -70,10 +77,11 @@ def _progress_line(frame, shown):
         shown.append(1)
 
 
-def step(argv: list[str], env: dict, publish: list[str] | None = None) -> int:
+def step(argv: list[str], env: dict, publish: list[str] | None = None, learn: bool = False) -> int:
     """Run `argv` as one recorded step with `env` as the environment asked for (the daemon
     scrubs it by the policy): `envgit run`, and agents/steprun.py for the Codex exec-server.
-    Returns the exit status, or dies of the signal the command died of."""
+    `learn`: in learn mode (`envgit learn -- CMD`). Returns the exit status, or dies of the
+    signal the command died of."""
     cwd = os.getcwd()
     try:
         project = find_project(cwd)
@@ -90,7 +98,8 @@ def step(argv: list[str], env: dict, publish: list[str] | None = None) -> int:
                               "env": env, "pid": os.getpid(),
                               "uid": os.getuid(), "session": os.environ.get("ENVGIT_SESSION"),
                               "tool_call_id": os.environ.get("ENVGIT_TOOL_CALL_ID"),
-                              **({"publish": publish} if publish else {})})
+                              **({"publish": publish} if publish else {}),
+                              **({"learn": True} if learn else {})})
     except (DaemonError, OSError) as e:
         return fail(("\r\x1b[K" if shown else "") + f"envgit: {e}")
     if shown:

@@ -32,7 +32,7 @@ import tempfile
 import time
 from urllib.parse import urlsplit
 
-from . import hostoffer
+from . import hostoffer, learnmode
 from .claude_shim import envgit_mcp
 from .session import AgentError, agent_binary, announce, new_session, newest_conversation, project_here, say_resume
 
@@ -217,7 +217,7 @@ def _onboarded(config_dir, home) -> bool:
         return False
 
 
-def launch(argv: list[str]) -> int:
+def launch(argv: list[str], learn: bool = False) -> int:
     from ..daemon.client import DaemonError, connect
     from ..run import execute
     from ..sandbox.launch import LaunchError, bwrap_path
@@ -263,6 +263,12 @@ def launch(argv: list[str]) -> int:
         try:
             conn = connect(project)
             conn.request({"op": "baseline"})
+            if learn:                   # before its first step: the whole session (learnmode.py)
+                said = conn.request({"op": "learn", "action": "on", "session": session})
+                if "error" in said:
+                    print(said["error"], file=sys.stderr)
+                    return 2
+                learnmode.announce("Claude")
             began = conn.request({"op": "begin", "record_only": True, "argv": ["claude", *argv], "cwd": cwd,
                                   "env": {}, "pid": os.getpid(), "uid": os.getuid(), "session": session,
                                   "marks": ["agent-session"]})
@@ -289,6 +295,8 @@ def launch(argv: list[str]) -> int:
         started = time.time()
         code, _ = execute(conn, step, spec["bwrap"], spec["env"], spec.get("bind"), project.root,
                           hold_notices=True)
+        if learn:
+            learnmode.switch(project, session, on=False)
         conversation = newest_conversation([(own or state_read[0], "projects/*/*.jsonl")], started)
         say_resume(f"envgit claude --resume {conversation}" if conversation else None)
         return code

@@ -30,6 +30,7 @@ import sys
 import time
 
 from ..run import FAILED
+from . import learnmode
 from .codex_trust import TrustError, hook_identity, trust_override
 from .session import (
     AgentError,
@@ -118,7 +119,7 @@ def command(codex: str, argv: list[str], trust=()) -> list[str]:
     return [codex, *CODEX_FLAGS, *trust, *argv]
 
 
-def launch(argv: list[str]) -> int:
+def launch(argv: list[str], learn: bool = False) -> int:
     try:
         project = project_here()
         codex = agent_binary("codex", "ENVGIT_CODEX_BIN", "@openai/codex")
@@ -126,6 +127,12 @@ def launch(argv: list[str]) -> int:
         print(f"envgit: {e}", file=sys.stderr)
         return FAILED               # envgit's own failure, as `envgit run` says it
     session = new_session("codex")
+    if learn:                           # before its first step: the whole session (learnmode.py)
+        refused = learnmode.switch(project, session, on=True)
+        if refused:
+            print(refused, file=sys.stderr)
+            return 2
+        learnmode.announce("Codex")
     user_home = user_codex_home()
     home = build_overlay(project, session, user_home)
     env = {**os.environ, "CODEX_HOME": home, "ENVGIT_SESSION": session}
@@ -148,6 +155,8 @@ def launch(argv: list[str]) -> int:
     finally:
         if server is not None:
             server.stop()
+        if learn:
+            learnmode.switch(project, session, on=False)
         say_escape_routes(project, session)
         for path in adopt(home, user_home):
             print(f"envgit: Codex's {os.path.basename(path)} of this session is kept in {path} "

@@ -45,7 +45,7 @@ __all__ = ["EXIT_DAEMON", "EXIT_FAILED", "EXIT_JOURNAL", "EXIT_STORE", "EXIT_USA
 
 # The command modules, in the order `envgit --help` lists them.
 MODULES = ("setup", "timeline", "diff", "snapshot", "rewind", "adopt", "gc", "asks", "grants", "stats", "export",
-           "ui", "fsck", "remote", "trust", "completion", "ps", "compare", "branch")
+           "ui", "fsck", "remote", "trust", "completion", "ps", "compare", "branch", "learn")
 
 
 # --- parsers ----------------------------------------------------------------------------

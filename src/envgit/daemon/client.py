@@ -31,7 +31,7 @@ def decode(body: bytes):
 # builds that differ in any op's fields must not talk (a reply missing a field is a traceback in
 # the client, a request missing one an internal error in the daemon). Bump it when an op's
 # request or reply changes; a daemon from before the number existed says none.
-PROTOCOL = 1
+PROTOCOL = 2
 
 START_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 15

@@ -25,3 +25,4 @@ class LiveStep:
     proc: Any = None                # an inner step's process (inner.py)
     published: Any = None           # the ports it publishes, listened for on the host (publish.py)
     agent_session: bool = False     # an agent's own (marked agent-session): its hosts advised exactly
+    learn: bool = False             # runs in learn mode (daemon/learn.py, policy/learn.py)

@@ -6,8 +6,10 @@ Protocol: frames (see client.py: length + marshal'd dict, bounded by frames.py) 
 `.envgit/daemon.sock` (mode 0600, in `.envgit/`, which no sandbox can see). A client keeps its connection open
 for the length of its step; a connection that closes with its step still open marks the step `interrupted`.
 
-  {"op": "begin", "argv", "cwd", "env", "pid", "session"?, "tool_call_id"?, "publish"?}
+  {"op": "begin", "argv", "cwd", "env", "pid", "session"?, "tool_call_id"?, "publish"?, "learn"?}
       -> {"step", "bwrap": [...], "env": {...}, "published"?, "notices"?}   run it, then send `end`
+      "learn": true runs the step in learn mode (`envgit learn -- CMD`: learn.py); refused
+      with an error when the policy says `learn: forbid`
       "publish": ports the step publishes (["5173", "8000:8080"], sandbox/publish.py),
       listened for on the host's 127.0.0.1 before the step begins; "published" says where
       -> {"step", "refused": "message"}               a shell rule refused it (recorded)
@@ -64,6 +66,9 @@ reply carries "notices", lines the client prints after the step (a nested envgit
   {"op": "status"}  -> {"pid", "session", "live": [step ids], "version",
                         "steps": [{"id", "argv", "published": [[host port, step port]…]}…]}
   {"op": "stop"}    -> {"ok": true}, then the daemon exits
+  {"op": "learn", "action": "on"|"off"|"status", "session"?}
+      -> {"on", "since", "sessions": [...], "forbidden"?}: learn mode for every step of this
+      daemon, or (with "session") for one agent session's steps (learn.py)
 A request may carry "rid"; its reply then carries the same "rid". While a step runs, the
 daemon also pushes frames to that step's client, each with a "push" key:
   {"push": "ask", "id", "question", "timeout"}   a request of the step waits for a person
@@ -73,7 +78,7 @@ daemon also pushes frames to that step's client, each with a "push" key:
                                                  how far a long operation (gc) has got
 
 The handlers reach the session (server.py's Session) only through what they are given:
-this module imports no other part of the daemon but adopt.py, heldends.py, steps.py, gcop.py and
+this module imports no other part of the daemon but adopt.py, heldends.py, learn.py, steps.py, gcop.py and
 client.py.
 """
 
@@ -82,7 +87,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import __version__
-from . import adopt, gcop, heldends, steps
+from . import adopt, gcop, heldends, learn, steps
 from .client import PROTOCOL
 
 WRITE_OPS = frozenset(("begin", "event", "rewind", "adopt", "gc", "baseline"))
@@ -141,7 +146,7 @@ _PORTS = (_list_of((int, str)), "a list of ports (5173 or \"8000:8080\")")
 REQUESTS: dict[str, dict] = {
     "begin": {"argv": _STRS, "cwd": _STR, "env": _ENV, "pid": _INT, "uid": _INT, "session": _STR,
               "tool_call_id": _STR, "publish": _PORTS, "record_only": _BOOL, "marks": _STRS,
-              "origin": _STR, "home": _STR},
+              "origin": _STR, "home": _STR, "learn": _BOOL},
     "spec": {"argv": _STRS, "cwd": _STR, "env": _ENV, "session": _STR, "inner": _BOOL,
              "read": _STRS, "write": _STRS, "protect": _STRS, "set_env": _ENV},
     "event": {"kind": _STR, "body": _OBJ},
@@ -153,6 +158,7 @@ REQUESTS: dict[str, dict] = {
     "grants": {"all": _BOOL},
     "sandbox": {"pidns": _INT},
     "hello": {"protocol": _INT},
+    "learn": {"action": _STR, "session": _STR},
 }
 
 
@@ -252,5 +258,5 @@ OPS: dict[str, Handler] = {
     "begin": _begin, "end": _end, "event": _event, "spec": _spec, "baseline": _baseline,
     "sandbox": _sandbox, "ask": _ask, "answer": _answer, "pending": _pending,
     "grants": _grants, "grant-revoke": _grant_revoke, "rewind": _rewind, "adopt": _adopt, "snapshot": _snapshot,
-    "gc": _gc, "hello": _hello, "status": _status, "stop": _stop,
+    "gc": _gc, "hello": _hello, "status": _status, "stop": _stop, "learn": learn.op,
 }

@@ -35,6 +35,7 @@ from .client import encode
 from .grants import Grants
 from .heldends import log_line
 from .inner import InnerSocket
+from .learn import LearnState
 from .livestep import LiveStep
 from .policyfile import PolicyFile
 from .repair import mark_interrupted
@@ -84,6 +85,7 @@ class Session:
         self.asks = Asks(self.journal, self.grants, self.live, self.policy, self.push,
                          lambda: self.gate.ask_timeout if self.gate else None)
         self.vm = None                  # backend: vm: the project's machine (vm/host.py)
+        self.learn = LearnState()       # which steps run in learn mode (learn.py)
         self.autopush = AutoPush(project.root)   # remotes set --auto: pushed after each step
 
     # --- a full disk: entries held until there is room, kept through a stop (heldends.py) --
@@ -111,7 +113,7 @@ class Session:
             if step is not None:
                 if step not in self.live:
                     return {"error": f"envgit: step {step} is not running", "exit": 2}
-                net = await steps.net_for(self, pol, step)
+                net = await steps.net_for(self, pol, step, self.live[step].learn)
             outside = steps.outside_project(msg.get("cwd") or "", self.project.root)
             if outside:
                 return {"error": outside, "exit": 2}

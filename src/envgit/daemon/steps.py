@@ -19,12 +19,13 @@ from ..inert import inert
 from ..journal import JournalError
 from ..journal.rows import listed
 from ..policy import PolicyError, decide_command, marks
+from ..policy import learn as learn_rules
 from ..policy.ports import PublishError
 from ..sandbox import resolver, routes
 from ..sandbox.network import Net
 from ..sandbox.publish import ports
 from ..sandbox.spec import build
-from . import netadvice, special_bits, takeback
+from . import learn, netadvice, special_bits, takeback
 from . import outside as outside_changes
 from .asks import user_name
 from .heldends import disk_full_notice, log_line
@@ -60,6 +61,12 @@ async def begin(sess, msg, conn=None, run_argv=None):
             "tool_call_id": msg.get("tool_call_id")}
     if msg.get("origin") == "inner":       # asked for from inside a sandbox (inner.py)
         head["origin"] = "inner"
+    learning = learn.for_step(sess, msg, session)
+    if learning:
+        refused = learn_rules.refusal(pol)
+        if refused:
+            return {"error": refused, "exit": 2}
+        head["learn"] = True
     verdict = decide_command(pol, argv)
     if verdict.action == "deny":
         step = sess.journal.begin_step({**head, "marks": ["refused"]})
@@ -77,7 +84,8 @@ async def begin(sess, msg, conn=None, run_argv=None):
         step = sess.journal.begin_step({**head, "marks": list(msg.get("marks") or [])})
         sess.live[step] = LiveStep(argv=argv, policy=pol, conn=conn,
                                    routes=routes.before_step(sess.scan), tree_before=sess.last_tree,
-                                   agent_session="agent-session" in (msg.get("marks") or []))
+                                   agent_session="agent-session" in (msg.get("marks") or []),
+                                   learn=learning)
         return {"step": step}
     # Ports the step publishes are listened for before it begins: one taken is said at once,
     # and no step is recorded for a command that did not run.
@@ -95,7 +103,7 @@ async def begin(sess, msg, conn=None, run_argv=None):
         raise
     sess.starting += 1              # begun, not yet live: a rewind waits for it too
     try:
-        net = await net_for(sess, pol, step)
+        net = await net_for(sess, pol, step, learning)
         tmp, own_tmp = step_tmp(sess, session, step)
         spec = build(pol, sess.project.root, cwd, run_argv or argv, msg.get("env") or {},
                      sess.project.state, tmp, sess.scan,
@@ -117,14 +125,20 @@ async def begin(sess, msg, conn=None, run_argv=None):
             "reason": "held a credential's real value: the placeholder is there instead "
                       "(an AWS session token's variable is dropped)"})
     if pol.backend == "vm":
-        return await vm_begin(sess, step, pol, spec, argv, cwd, own_tmp, conn, net)
+        reply = await vm_begin(sess, step, pol, spec, argv, cwd, own_tmp, conn, net)
+        if step in sess.live:
+            sess.live[step].learn = learning
+        return reply
     sess.live[step] = LiveStep(masked=spec.masked + spec.denied_literal, argv=argv,
                                home=spec.env.get("HOME", ""), policy=pol, conn=conn, tmp=own_tmp,
                                routes=routes.before_step(sess.scan), tree_before=sess.last_tree,
-                               published=published)
+                               published=published, learn=learning)
+    notices = [inert(n) for n in published.skipped] if published and published.skipped else []
+    if learning and (said := learn.begin_notice(sess, msg, session)):
+        notices.insert(0, said)
     return {"step": step, "bwrap": spec.argv, "env": spec.env, "bind": net is not None,
             **({"published": published.listing()} if published and published.pairs else {}),
-            **({"notices": [inert(n) for n in published.skipped]} if published and published.skipped else {})}
+            **({"notices": notices} if notices else {})}
 
 
 async def publish_ports(sess, pol, asked):
@@ -189,17 +203,18 @@ async def vm_begin(sess, step, pol, spec, argv, cwd, own_tmp, conn, net):
     return {"step": step, "vm": vm, "notices": [inert(n) for n in notices]}
 
 
-async def net_for(sess, pol, step):
-    """The way out for `step`'s sandbox: None without network.allow (no network at all),
-    else the gate (started on the first step that needs it) and credentials for the step."""
-    if not pol.network_allow:
+async def net_for(sess, pol, step, learning=False):
+    """The way out for `step`'s sandbox: None without network.allow (no network at all)
+    unless it runs in learn mode, else the gate (started on the first step that needs it) and
+    credentials for the step."""
+    if not pol.network_allow and not learning:
         return None
     if sess.gate is None:
         await start_gate(sess)
     if sess.gate is None:          # it could not start: no network, said in daemon.log
         return None
     sess.gate.ask_timeout = pol.ask_timeout
-    return Net(str(sess.gate.socket_path), str(sess.certs_dir), sess.gate.open_step(step))
+    return Net(str(sess.gate.socket_path), str(sess.certs_dir), sess.gate.open_step(step, learning))
 
 
 async def settle(sess, pol, look_outside=True, before="step", conn=None):
@@ -289,7 +304,7 @@ async def end(sess, msg):
         policy_files=marks.policy_files_written(summary),
         stripped=await special_bits.after_step(sess.project.root, summary))
     said, told = marks.after_step(found)
-    notices += told
+    notices += told + ([learn.end_notice(info, step)] if info.learn else [])
     back = found.taken_back
     # What the client says is checked here: a value of the wrong type is left out rather
     # than refused, so the step always ends (journal/rows.py would refuse the whole entry).

@@ -69,6 +69,8 @@ def fold_entry(out, seq, step, kind, at, text):
                   "baseline", "rewind", "published"):
             if k in body:
                 setattr(s, k, body[k])
+        if body.get("learn") is True:   # it ran in learn mode: said wherever marks are (log,
+            s.marks = [*s.marks, "learn"]   # show, the page, --mark filters)
         return
     if kind == "outside":               # a step of one entry: changes made outside envgit
         s = out[step] = Step(id=step, started_ns=at, started_at=utc(at), last_seq=seq, status="done",

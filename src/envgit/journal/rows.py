@@ -130,7 +130,8 @@ def listed(key: str, paths: list) -> dict:
 KINDS = {
     "begin": {"argv": _strs, "cwd": _str, "session": _str, "user": _str, "pid": _opt_int,
               "policy_sha256": _str, "tool_call_id": _opt_str, "marks": _strs,
-              "baseline": _baseline, "rewind": _rewind, "origin": _str, "published": _port_pairs},
+              "baseline": _baseline, "rewind": _rewind, "origin": _str, "published": _port_pairs,
+              "learn": _bool},
     "end": {"exit_code": _opt_int, "signal": _opt_str, "duration_ms": _opt_num, "marks": _strs,
             "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
             "error": _str, "refused_by": _str, "policy_files": _strs, "dns_names": _strs,

@@ -57,3 +57,7 @@ class Conn:
     tunnelled: bool = False
     started: float = field(default_factory=time.time)
     counter: Counter | None = None            # the socket, counted (gate.Counted)
+    # Judge: the tunnel was opened by learn mode (policy/learn.py `lesson`): intercepted, and
+    # recorded at its end if no request was seen inside it
+    learned: dict | None = None
+    requests: int = 0                         # Judge: requests seen inside the tunnel

@@ -170,6 +170,7 @@ class Gate:
         self.tcp_address: tuple[str, int] | None = None
         self._creds: dict[str, tuple[str, int]] = {}      # user -> (password, step)
         self._pidns: dict[int, int] = {}                  # step -> its sandbox's pid namespace
+        self._learning: set[int] = set()                  # steps in learn mode (policy/learn.py)
         self._answers: dict[tuple, tuple] = {}            # effect -> (answer, who, how, at)
         self._asking: dict[tuple, asyncio.Future] = {}
         self._conns: dict[tuple, Conn] = {}               # peer -> its connection (and Counted)
@@ -299,11 +300,19 @@ class Gate:
 
     # --- steps ---------------------------------------------------------------------------
 
-    def open_step(self, step_id: int) -> str:
-        """The "user:password" a step's requests carry in Proxy-Authorization."""
+    def open_step(self, step_id: int, learn: bool = False) -> str:
+        """The "user:password" a step's requests carry in Proxy-Authorization. `learn`: the
+        step runs in learn mode (policy/learn.py), which only the daemon decides."""
         user, password = f"step{step_id}", secrets.token_urlsafe(18)
         self._creds[user] = (password, step_id)
+        if learn:
+            self._learning.add(step_id)
+        else:
+            self._learning.discard(step_id)
         return f"{user}:{password}"
+
+    def learning(self, step_id) -> bool:
+        return step_id in self._learning
 
     def bind_step(self, step_id: int, pidns: int) -> None:
         """Only connections from this pid namespace (the step's sandbox: its bridge) may use
@@ -313,6 +322,7 @@ class Gate:
     def close_step(self, step_id: int) -> None:
         self._creds.pop(f"step{step_id}", None)
         self._pidns.pop(step_id, None)
+        self._learning.discard(step_id)
         for key in [k for k in self._answers if k[0] == step_id]:
             del self._answers[key]
 

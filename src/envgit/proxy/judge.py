@@ -25,7 +25,7 @@ import time
 
 from mitmproxy import http
 
-from ..policy import acts, hostnames, network
+from ..policy import acts, hostnames, learn, network
 from ..policy.approval import Effect, approval_effect, query_digest
 from . import record, upgrade
 from .flows import as_request, conn_of, denial_text, deny_response, hostport
@@ -52,6 +52,11 @@ class Judge:
         if flow.response is not None:                    # not a step's (407)
             return
         d = network.judge_connect(self.gate.policy(), flow.request.host, flow.request.port)
+        if d.action != "allow" and self.gate.learning(flow.metadata.get(STEP)):
+            d, lesson = learn.judge_connect(self.gate.policy(), flow.request.host, flow.request.port)
+            conn = conn_of(flow)
+            if lesson is not None and conn is not None:
+                conn.learned = lesson       # intercepted (tls_clienthello), each request judged
         if d.action != "allow":
             flow.response = deny_response(flow, d)
             self.gate.emit(flow.metadata.get(STEP), record.make(flow, d, status=403, intercepted=False,
@@ -62,7 +67,7 @@ class Judge:
         if conn is None or conn.connect is None:
             return
         sni = data.client_hello.sni
-        if not network.needs_interception(self.gate.policy(), *conn.connect, sni=sni):
+        if conn.learned is None and not network.needs_interception(self.gate.policy(), *conn.connect, sni=sni):
             data.ignore_connection = True
             conn.tunnelled = True
 
@@ -78,7 +83,10 @@ class Judge:
     # --- requests ------------------------------------------------------------------------
 
     async def request(self, flow: http.HTTPFlow):
-        if flow.response is not None:                    # answered already (407)
+        conn = conn_of(flow)
+        if conn is not None:            # a tunnel learn mode opened has had a request in it
+            conn.requests += 1
+        if flow.response is not None:                    # answered already (407, a misuse)
             return
         if flow.metadata.get(JUDGED):                    # the end of a body streamed on
             return
@@ -91,12 +99,18 @@ class Judge:
             return
         started = time.time()
         req = as_request(flow)
-        d = network.decide_request(self.gate.policy(), req)
+        lesson = None
+        if self.gate.learning(step):    # the gate's judging, wrapped (policy/learn.py)
+            d, lesson = learn.decide_request(self.gate.policy(), req)
+        else:
+            d = network.decide_request(self.gate.policy(), req)
         effect = approval_effect(d, req) if d.action == "ask" else None
         if effect is not None and effect.doubt:
             d = dataclasses.replace(d, action="deny", reason=f"{d.reason}; {effect.doubt}, so "
                                     "nobody can be asked about it")
         rec = record.make(flow, d, started_at=started, host=req.host, port=req.port)
+        if lesson is not None:
+            rec["learn"] = lesson
         flow.metadata[RECORD] = rec
         if d.action == "ask" and effect is not None:
             d = await self._ask(flow, step, d, req, effect, rec)

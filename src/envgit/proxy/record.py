@@ -40,6 +40,19 @@ class Record:
 
     def client_disconnected(self, client):
         conn = self.gate.conn_of(client)
+        if conn is not None and conn.learned is not None and not conn.requests and \
+                conn.step is not None and conn.connect is not None:
+            # a tunnel learn mode opened in which no request was seen (the client did not
+            # accept the gate's certificate?): the host it wanted is still on record
+            self.gate.emit(conn.step, {
+                "method": "CONNECT", "scheme": "https", "host": conn.connect[0],
+                "port": conn.connect[1], "path": "", "status": None, "bytes_up": 0, "bytes_down": 0,
+                "duration_ms": round((time.time() - conn.started) * 1000, 1),
+                "decision": "allow", "rule": "learn", "kind": "",
+                "reason": f"let through in learn mode: {conn.learned['reason']}",
+                "error": "no request was seen inside the tunnel", "learn": conn.learned,
+                "irreversible": False, "intercepted": True, "started_at": conn.started})
+            return
         if conn is None or not conn.tunnelled or conn.step is None or conn.connect is None:
             return
         c = conn.counter
@@ -101,4 +114,8 @@ class Record:
         if error:
             rec["error"] = error
         rec["duration_ms"] = round((time.time() - rec["started_at"]) * 1000, 2)
+        if rec.get("decision") != "allow":
+            # denied after all (a credential's misuse, a body cut off, a refused 101): learn
+            # mode let nothing through, so the record says nothing of it
+            rec.pop("learn", None)
         self.gate.emit(flow.metadata.get(STEP), rec)
