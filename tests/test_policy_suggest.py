@@ -230,3 +230,21 @@ def test_a_preset_naming_a_denied_host_is_not_suggested_but_the_host_is(tmp_path
     assert [ln.text for ln in s.lines] == ["registry.npmjs.org", "preset:pypi"]
     (tmp_path / "envgit.yaml").write_text(s.text)
     assert load_policy(tmp_path / "envgit.yaml").network_allow[:2] == ["registry.npmjs.org", "pypi.org"]
+
+
+def test_asks_of_an_irreversible_rule_are_not_suggested_and_say_how_they_were_answered(tmp_path):
+    # pure: an ask answered by a grant twice and by a person's deny once; the rule stays as it is
+    from envgit.policy import load_policy
+    from envgit.policy.suggest import suggest
+    text = ('version: 1\nnetwork:\n  allow: ["api.example.org"]\nirreversible:\n  - name: api-write\n'
+            '    net: { host: "api.example.org", method: POST }\n    action: ask\n')
+    (tmp_path / "envgit.yaml").write_text(text)
+    asked = {"method": "POST", "scheme": "https", "host": "api.example.org", "port": 443, "path": "/items",
+             "decision": "ask", "rule": "api-write", "kind": "api-write", "irreversible": True, "intercepted": True}
+    s = suggest(load_policy(tmp_path / "envgit.yaml"), text, [
+        (2, [{**asked, "answer": "allow", "answered_how": "grant"}]),
+        (3, [{**asked, "answer": "allow", "answered_how": "grant"}, {**asked, "answer": "deny", "answered_how": "cli"}])])
+    assert s.lines == [] and s.text == text
+    (n,) = s.not_suggested
+    assert (n.why, n.rule, n.steps) == ("irreversible: api-write", "api-write", [2, 3])
+    assert n.answers == {"allow": 2, "deny": 1, "by_grant": 2}

@@ -53,8 +53,8 @@ def cmd_suggest(args, project) -> int:
             applied = True
     lines = [{"file": name, "line": ln.line, "text": ln.text, "steps": ln.steps,
               "requests": [shown(r) for _, r in ln.needs]} for ln in sug.lines]
-    refused = [{"why": n.why, "rule": n.rule, "steps": n.steps, "requests": [shown(r) for _, r in n.needs]}
-               for n in sug.not_suggested]
+    refused = [{"why": n.why, "rule": n.rule, "steps": n.steps, "requests": [shown(r) for _, r in n.needs],
+                "answers": n.answers} for n in sug.not_suggested]
     if args.json:
         out({"policy": name, "sha256": policy.sha256, "diff": diff, "lines": lines, "not_suggested": refused,
              "replay": summary, "saved": counts, "applied": applied, "exit": code})
@@ -68,7 +68,10 @@ def cmd_suggest(args, project) -> int:
             print(f"  {name}:{ln['line']}: + {inert(ln['text'])}")
             print(f"      step(s) {_steps(ln['steps'])}: {_requests(ln['requests'])}")
     for n in refused:
-        print(f"not suggested: {inert(n['why'])} (rule {inert(n['rule'])})")
+        a = n["answers"]
+        asked = "" if a is None else (f"; asked {a['allow'] + a['deny']} time(s): allowed {a['allow']}"
+                                      f" ({a['by_grant']} by a grant), denied {a['deny']}")
+        print(f"not suggested: {inert(n['why'])} (rule {inert(n['rule'])}){asked}")
         print(f"      step(s) {_steps(n['steps'])}: {_requests(n['requests'])}")
     if summary is not None:
         print(f"replay of the suggestion over the journal: newly allows {summary['newly_allowed']} "

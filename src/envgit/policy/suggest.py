@@ -60,6 +60,17 @@ class NotSuggested:
     def steps(self) -> list[int]:
         return sorted({s for s, _ in self.needs})
 
+    @property
+    def answers(self) -> dict | None:
+        """How the asks among them were answered: {allow, deny, by_grant} (a remembered grant's
+        allow counted in both), or None when none was asked."""
+        asked = [r for _, r in self.needs if r.get("decision") == "ask"]
+        if not asked:
+            return None
+        allowed = [r for r in asked if r.get("answer") == "allow"]
+        return {"allow": len(allowed), "deny": len(asked) - len(allowed),
+                "by_grant": sum(r.get("answered_how") == "grant" for r in allowed)}
+
 
 @dataclass
 class Suggestion:
