@@ -232,6 +232,33 @@ def test_a_preset_naming_a_denied_host_is_not_suggested_but_the_host_is(tmp_path
     assert load_policy(tmp_path / "envgit.yaml").network_allow[:2] == ["registry.npmjs.org", "pypi.org"]
 
 
+def test_a_task_run_once_in_learn_mode_is_suggested_applied_and_runs_again_refused_only_the_irreversible(world):
+    env, api, remote = world
+    port = api.server_address[1]
+    before = remote.refs()
+    learned = [env.envgit("learn", "--", "sh", "-c", s).returncode for s in session_steps(port)]
+    assert learned[0] == 0 and learned[1] == 0 and learned[2] != 0 and learned[3] != 0, learned
+    reqs = [q for st in steps_of(env) for q in st["requests"]]
+    # learn mode let the gaps through and kept the irreversible refused
+    assert {q["rule"] for q in reqs if q["decision"] != "allow"} == {"api-write", "preset:default/git-push"}, reqs
+    assert any(q.get("learn") for q in reqs) and remote.refs() == before
+
+    doc = json.loads(env.envgit("policy", "suggest", "--json", check=True).stdout)
+    rule = f'api.example.test:{port}: {{ methods: [GET], paths: ["/items", "/items/**"] }}'
+    assert {ln["text"] for ln in doc["lines"]} == {"preset:pypi", f"api.example.test:{port}", rule}, doc["lines"]
+    assert {n["rule"] for n in doc["not_suggested"]} == {"api-write", "preset:default/git-push"}, doc
+    assert doc["replay"]["irreversible_newly_allowed"] == 0
+    assert env.envgit("policy", "suggest", "--apply").returncode == 0
+
+    first = len(steps_of(env))
+    codes = run_session(env, port)
+    assert codes[0] == 0 and codes[1] == 0 and codes[2] != 0 and codes[3] != 0, codes
+    again = [q for st in steps_of(env)[first:] for q in st["requests"]]
+    assert not any(q["decision"] == "ask" or q.get("learn") for q in again), again
+    assert {q["rule"] for q in again if q["decision"] != "allow"} == {"api-write", "preset:default/git-push"}, again
+    assert remote.refs() == before
+
+
 def test_asks_of_an_irreversible_rule_are_not_suggested_and_say_how_they_were_answered(tmp_path):
     # pure: an ask answered by a grant twice and by a person's deny once; the rule stays as it is
     from envgit.policy import load_policy
