@@ -270,7 +270,8 @@ def test_asks_of_an_irreversible_rule_are_not_suggested_and_say_how_they_were_an
              "decision": "ask", "rule": "api-write", "kind": "api-write", "irreversible": True, "intercepted": True}
     s = suggest(load_policy(tmp_path / "envgit.yaml"), text, [
         (2, [{**asked, "answer": "allow", "answered_how": "grant"}]),
-        (3, [{**asked, "answer": "allow", "answered_how": "grant"}, {**asked, "answer": "deny", "answered_how": "cli"}])])
+        (3, [{**asked, "answer": "allow", "answered_how": "grant"},
+             {**asked, "answer": "deny", "answered_how": "cli"}])])
     assert s.lines == [] and s.text == text
     (n,) = s.not_suggested
     assert (n.why, n.rule, n.steps) == ("irreversible: api-write", "api-write", [2, 3])
