@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,19 @@ def test_a_learn_step_lets_a_host_not_allowed_through_and_records_the_rule(net):
         status, _, page = ui.get(f"/steps/{s['id']}")
     assert status == 200 and "learn mode was on" in page, page[:2000]
     assert "would have been deny" in page and "(would have been network.allow)" in page
+
+    # a client that refuses the gate's certificate sends no request: the tunnel is on record
+    r = proj.envgit("learn", "--", "python3", "-c", "import ssl, urllib.request; urllib.request.urlopen("
+                    f"'{url}/no-tls', context=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))")
+    assert r.returncode != 0 and not reached(stub, "/no-tls")
+    step = last_step(proj)["id"]
+    for _ in range(50):                 # recorded when the client's connection closes
+        tunnel = [q for q in json.loads(proj.envgit("show", str(step), "--json", check=True).stdout)["requests"]
+                  if q["method"] == "CONNECT"]
+        if tunnel:
+            break
+        time.sleep(0.1)
+    assert tunnel and tunnel[0]["learn"]["rule"] == "network.allow" and tunnel[0]["decision"] == "allow", tunnel
 
     # git's fetch, through a tunnel learn mode opened: each request inside judged and recorded
     r = proj.envgit("learn", "--", "git", "fetch", "-q", "origin")
