@@ -19,7 +19,7 @@ import pytest
 
 from conftest import CANARY, ENVGIT, Env, make_home
 from gitserver import GitServer, HTTPSServer
-from modelserver import Call, ModelServer, agent_bin, claude_env, clone_for_push
+from modelserver import Call, ModelServer, agent_bin, claude_env, clone_for_push, codex_config
 from uikit import UI
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
@@ -188,6 +188,28 @@ def test_claude_learn_runs_the_agents_whole_session_in_learn_mode(proj, tmp_path
     assert len(session) >= 2 and all("learn" in s["marks"] for s in session), session
     curl, = [q for s in session for q in s["requests"] if q["path"] == "/from-claude"]
     assert curl["learn"]["rule"] == "network.allow", curl
+    assert "learn mode is off" in proj.envgit("learn", check=True).stdout, "it ended with the session"
+
+
+def test_codex_learn_runs_the_agents_whole_session_in_learn_mode(proj, tmp_path):
+    """`envgit codex --learn`: the real Codex (envgit its exec-server), the scripted model; its
+    shell call reaches a host the policy does not allow."""
+    codex_bin = agent_bin("codex")
+    (proj.home / ".codex").mkdir(exist_ok=True)
+    with HTTPSServer(_ok, ("api.example.test",), root=tmp_path / "stub") as stub, \
+            ModelServer([Call("exec_command", {"cmd": f"curl -sf {stub.url_for()}/from-codex"})]) as model:
+        (proj.home / ".codex" / "config.toml").write_text(codex_config(model.url))
+        proj.stop()
+        proj.env.update(ENVGIT_RESOLVE=stub.resolve, ENVGIT_UPSTREAM_CA=str(stub.ca.cert_path))
+        r = subprocess.run([ENVGIT, "codex", "--learn", "exec", "--skip-git-repo-check", "go"],
+                           cwd=proj.root, env={**proj.env, "ENVGIT_CODEX_BIN": codex_bin},
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert reached(stub, "/from-codex"), "the shell call's curl went through"
+    assert "LEARN MODE IS ON for this Codex session" in r.stderr
+    ran, = [s for s in json.loads(proj.envgit("log", "--json", check=True).stdout)
+            if s["session"].startswith("codex-") and "curl" in " ".join(s["argv"])]
+    assert "learn" in ran["marks"] and ran["requests"][0]["learn"]["rule"] == "network.allow", ran
     assert "learn mode is off" in proj.envgit("learn", check=True).stdout, "it ended with the session"
 
 
