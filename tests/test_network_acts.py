@@ -86,3 +86,18 @@ def test_an_answer_covers_only_the_methods_and_paths_it_was_asked_about():
     shown = approval_effect(d, req("POST", "https://api.example.com/api/one", b".method=DELETE",
                                    headers={**FORM, "x-original-url": "/api/two"})).shown
     assert shown == {"method_override": ["DELETE"], "rewrite_paths": ["/api/two"]}
+
+
+def test_what_is_kept_on_a_request_is_never_another_bodys():
+    """Request.memo keeps what the body predicates and the `_method` search found, for the
+    judge and the record's facts; a request made from it with another body starts afresh."""
+    import dataclasses
+
+    from envgit.policy.netrules import BODY_PREDICATES
+    post = req("POST", "https://api.github.com/graphql", body=b'{"query": "mutation { a }"}',
+               headers={"content-type": "application/json"})
+    assert BODY_PREDICATES["graphql-mutation"](post) and acts.methods(post) == {"POST"}
+    other = dataclasses.replace(post, body=b'{"query": "query { a }", "_method": "DELETE"}')
+    assert not BODY_PREDICATES["graphql-mutation"](other)
+    assert acts.methods(other) == {"POST", "DELETE"}
+    assert BODY_PREDICATES["graphql-mutation"](post) and acts.methods(post) == {"POST"}

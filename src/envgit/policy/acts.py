@@ -85,7 +85,18 @@ def _may_carry_fields(content_type: str) -> bool:
 
 def methods(req) -> frozenset:
     """Every method a server may act on for `req` (a network.Request), upper-case; UNKNOWN
-    among them when a POST's body that may carry `_method` was not read whole."""
+    among them when a POST's body that may carry `_method` was not read whole. Kept on the
+    request (Request.memo): reading a megabyte of body for fields takes tens of milliseconds,
+    and the judging and the record's facts both ask."""
+    memo = getattr(req, "memo", None)
+    if memo is None:
+        return _methods(req)
+    if "acts.methods" not in memo:
+        memo["acts.methods"] = _methods(req)
+    return memo["acts.methods"]
+
+
+def _methods(req) -> frozenset:
     out = {req.method.upper()}
     for h in OVERRIDE_HEADERS:
         if h in req.headers:                    # repetitions are joined by ", " (proxy/flows.py)

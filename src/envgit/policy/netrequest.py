@@ -25,6 +25,10 @@ class Request:
     connect_host: str | None = None          # the CONNECT target, when inside a tunnel
     connect_port: int | None = None
     sni: str | None = None                   # TLS server name the client sent, if any
+    # what the body predicates found (netrules.BODY_PREDICATES), so that the gate's judging and
+    # its record of the facts read a 1 MiB body once; not an argument: a request made from this
+    # one by dataclasses.replace (another body) starts with none
+    memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

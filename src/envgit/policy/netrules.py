@@ -59,13 +59,24 @@ def _graphql(wanted):
     return match
 
 
-BODY_PREDICATES = {
+def _once(name, pred):
+    """`pred`, its outcome kept on the request (Request.memo): every rule, the record's facts
+    and a learn step's second judgement ask the same question of the same body."""
+    def run(req):
+        memo = req.memo
+        if name not in memo:
+            memo[name] = pred(req)
+        return memo[name]
+    return run
+
+
+BODY_PREDICATES = {name: _once(name, pred) for name, pred in {
     "git-ref-updates": _git_ref_updates,
     "pypi-upload": _pypi_upload,
     "lfs-upload": _lfs_upload,
     "graphql-mutation": _graphql("mutation"),
     "graphql-subscription": _graphql("subscription"),
-}
+}.items()}
 
 
 

@@ -25,6 +25,7 @@ RECORD = "envgit.record"        # Judge (CredentialSwap's misuse denials update 
                                 # journal record (a dict), emitted and removed by Record at its end
 JUDGED = "envgit.judged"        # Judge, or CredentialSwap denying before it: the request is judged
                                 # (mitmproxy runs `request` again at the end of a body streamed on)
+JUDGED_AS = "envgit.judged_as"  # Judge: the Request it judged (record.py reads its facts from it)
 ANSWERED = "envgit.answered"    # Judge, CredentialSwap: the gate answered the request itself (a
                                 # denial, a 502): no server body to count or look at
 COUNTED = "envgit.counted"      # Record: the request's bytes are counted (its second `request`)

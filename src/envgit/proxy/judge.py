@@ -29,7 +29,7 @@ from ..policy import acts, hostnames, learn, network
 from ..policy.approval import Effect, approval_effect, query_digest
 from . import record, upgrade
 from .flows import as_request, conn_of, denial_text, deny_response, hostport
-from .flowstate import ANSWERED, CUT, JUDGED, PARTIAL, RECORD, STEP
+from .flowstate import ANSWERED, CUT, JUDGED, JUDGED_AS, PARTIAL, RECORD, STEP
 
 
 def _frame_body(r: http.Request) -> None:
@@ -112,6 +112,7 @@ class Judge:
         if lesson is not None:
             rec["learn"] = lesson
         flow.metadata[RECORD] = rec
+        flow.metadata[JUDGED_AS] = req      # the record's facts read it (its body decoded once)
         if d.action == "ask" and effect is not None:
             d = await self._ask(flow, step, d, req, effect, rec)
         if d.action != "allow":

@@ -19,7 +19,7 @@ from mitmproxy import http
 
 from ..policy.replay import request_facts
 from .flows import as_request, redact_path
-from .flowstate import ANSWERED, COUNTED, ON_BODY, PARTIAL, RECORD, STEP
+from .flowstate import ANSWERED, COUNTED, JUDGED_AS, ON_BODY, PARTIAL, RECORD, STEP
 
 
 def make(flow: http.HTTPFlow, d, **extra) -> dict:
@@ -73,7 +73,8 @@ class Record:
         flow.metadata[COUNTED] = True
         # what the request rules read beyond the request line, as facts (never a body or a
         # header's value): what `envgit policy replay` judges a candidate policy on
-        rec["facts"] = request_facts(as_request(flow))
+        # (of the request as the judge read it: its body decoded and its predicates run once)
+        rec["facts"] = request_facts(flow.metadata.pop(JUDGED_AS, None) or as_request(flow))
         rec["bytes_up"] = len(flow.request.raw_content or b"")
         if flow.response is not None or not flow.metadata.get(PARTIAL):
             return
