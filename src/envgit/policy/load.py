@@ -59,6 +59,7 @@ class Policy:
     backend: str = "sandbox"        # "vm": steps run in the project's microVM (vm/)
     vm_memory: int = 512 << 20
     vm_cpus: int = 1
+    vm_packages: list = field(default_factory=list)     # Debian packages added to the guest's tools
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -236,6 +237,7 @@ def _merge(data, where, path, sha) -> Policy:
     pol.backend = given("backend", data.get("backend"), "sandbox")
     pol.vm_memory = given("vm.memory", vm.get("memory"), 512 << 20)
     pol.vm_cpus = given("vm.cpus", vm.get("cpus"), 1)
+    pol.vm_packages = extend("vm.packages", [], vm.get("packages", []))
     return pol
 
 

@@ -214,6 +214,13 @@ def check_identifier(text):
     return f"{text!r} is not a name the code can call it by (letters, digits, _)"
 
 
+def check_debian_package(text):
+    if re.match(r"^[a-z0-9][a-z0-9+.-]+$", text):
+        return None
+    return (f"{text!r} is not a Debian package name (lowercase letters, digits, + - .; "
+            "`apt-cache search` finds one)")
+
+
 def check_shell_pattern(text):
     import shlex
     try:
@@ -351,6 +358,10 @@ SCHEMA = Map({
     "vm": Map({
         "memory": Size("the guest's RAM (default 512MiB); a snapshot costs what the guest touched"),
         "cpus": Int("the guest's CPUs (default 1)", minimum=1),
+        "packages": List(Str(check=check_debian_package), doc=(
+            "Debian packages added to the guest's tools (with their dependencies) besides bash, "
+            "coreutils, git, curl, make, procps, python3 and pip; a changed list is built on "
+            "the next boot")),
     }, doc="the VM backend's machine (backend: vm)"),
     "mcp": Map({
         "servers": Dict(Str(check=check_identifier), Map({

@@ -100,7 +100,7 @@ def check_unwritable(data: dict, where: dict, home: str, project_root: str, envi
 # Lists: the person's entries, then the project's (each keeping its file:line).
 LISTS = ("filesystem.deny_read", "filesystem.allow_read", "filesystem.allow_write",
          "filesystem.protect", "escape_routes.allow", "env.pass", "env.deny", "network.allow",
-         "network.deny", "shell", "snapshot.exclude")
+         "network.deny", "shell", "snapshot.exclude", "vm.packages")
 # Named entries: the person's and the project's; a name both give is the project's.
 NAMED = ("env.set", "network.l7", "credentials", "mcp.servers")
 # Single values: the project's when it has one, else the person's.

@@ -84,7 +84,7 @@ class VMHost:
             self.machine.stop()
         self.machine = QemuMachine(self.project.root, self.project.state_path("vm"),
                                    memory_mb=max(64, pol.vm_memory >> 20), cpus=pol.vm_cpus,
-                                   progress=progress)
+                                   progress=progress, packages=pol.vm_packages)
         return self.machine
 
     def rewind(self, pol, to_step, undo_step, rewind_step) -> dict:

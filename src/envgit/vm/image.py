@@ -21,12 +21,13 @@ import sys
 import tempfile
 import time
 
-IMAGE_FORMAT = 4
+IMAGE_FORMAT = 5
 KERNEL_META = "linux-image-cloud-amd64"
 PACKAGES = ("busybox-static", "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
             "libc6", "zlib1g", "libexpat1", "libffi8", "libssl3")
 # loaded in this order by /init (the cloud kernel builds them as modules)
-MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_console", "virtio_balloon")
+MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_console", "virtio_balloon", "virtio_blk",
+           "overlay")
 # what the guest never needs: left out of the archive (size is boot time and RAM under TCG)
 PRUNE = ("usr/share", "usr/lib/python3.11/test", "usr/lib/python3.11/ensurepip",
          "usr/lib/python3.11/idlelib", "usr/lib/python3.11/tkinter", "usr/lib/python3.11/lib2to3",
@@ -48,6 +49,16 @@ ln -sf /dev/pts/ptmx /dev/ptmx
 mount -t tmpfs tmp /tmp
 mount -t tmpfs shm /dev/shm
 for m in %(modules)s; do insmod /lib/modules/$m.ko 2>/dev/null; done
+# the tools (toolimage.py): a read-only drive laid over /usr, its files before the initramfs's
+if grep -q envgit.tools /proc/cmdline; then
+  for i in $(seq 1 100); do [ -b /dev/vda ] && break; sleep 0.02; done
+  mkdir -p /tools
+  if mount -t ext4 -o ro /dev/vda /tools && mount -t overlay tools -o lowerdir=/tools/usr:/usr /usr; then
+    echo "envgit-vm: tools on /usr"
+  else
+    echo "envgit-vm: the tool drive did not mount"
+  fi
+fi
 ip link set lo up
 hostname envgit-vm
 root=$(sed -n 's/.*envgit.root=\([0-9a-f]*\).*/\1/p' /proc/cmdline)
@@ -259,6 +270,7 @@ def _build(work, versions, say):
     with open(os.path.join(tree, "etc", "hosts"), "w") as f:
         f.write("127.0.0.1 localhost envgit-vm\n::1 localhost\n")
     _precompile(tree, say)
+    merge_usr(tree)
     say("writing the initramfs")
     write_cpio(tree, os.path.join(work, "initrd.cpio"))
     shutil.rmtree(tree)
@@ -267,6 +279,48 @@ def _build(work, versions, say):
     with open(os.path.join(work, "ready"), "w") as f:
         f.write("".join(f"{p}={v}\n" for p, v in sorted(versions.items())))
         f.write(f"built in {time.monotonic() - t0:.1f} s\n")
+
+
+def merge_usr(tree):
+    """/bin, /sbin, /lib and /lib64 as links into /usr, as on an installed Debian 12 (its
+    packages still ship files under /bin and /lib): the tool image, laid over /usr, then
+    holds every program and library of its packages, and its bash or coreutils come before
+    busybox's applets, which /init links into the same /usr/bin."""
+    for d in ("bin", "sbin", "lib", "lib64", "lib32", "libx32"):
+        src = os.path.join(tree, d)
+        if os.path.isdir(src) and not os.path.islink(src):
+            _move_into(src, os.path.join(tree, "usr", d))
+            shutil.rmtree(src)
+            os.symlink(f"usr/{d}", src)
+
+
+def _move_into(src, dst):
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        s, d = os.path.join(src, name), os.path.join(dst, name)
+        if not os.path.lexists(d):
+            os.rename(s, d)
+        elif os.path.isdir(s) and not os.path.islink(s) and os.path.isdir(d) and not os.path.islink(d):
+            _move_into(s, d)
+        # else: the same name under /usr too; /usr's is kept
+
+
+def read_cpio_names(path) -> set:
+    """The names in a newc cpio archive (write_cpio's)."""
+    names = set()
+    with open(path, "rb") as f:
+        while True:
+            hdr = f.read(110)
+            if len(hdr) < 110 or hdr[:6] != b"070701":
+                break
+            size, namesize = int(hdr[54:62], 16), int(hdr[94:102], 16)
+            name = f.read(namesize)[:-1].decode(errors="surrogateescape")
+            f.seek((4 - (110 + namesize) % 4) % 4, 1)
+            if name == "TRAILER!!!":
+                break
+            names.add(name)
+            f.seek(size + (4 - size % 4) % 4, 1)
+    return names
 
 
 def _precompile(tree, say):

@@ -140,7 +140,7 @@ class QMP:
 
 class QemuMachine(Machine):
     def __init__(self, project_root, state_dir, memory_mb=512, cpus=1, image=None, progress=None,
-                 gate_socket=None):
+                 gate_socket=None, packages=()):
         self.root = project_root
         self.state = state_dir                  # .envgit/vm
         self.memory_mb = memory_mb
@@ -148,6 +148,8 @@ class QemuMachine(Machine):
         self.image = image
         self.progress = progress or (lambda text: None)
         self.gate_socket = gate_socket
+        self.packages = tuple(packages)         # vm.packages: added to the tool image's
+        self.tools = None                       # the tool image (toolimage.py) the guest has
         self.proc = None
         self.qmp = None
         self.link = None
@@ -172,7 +174,8 @@ class QemuMachine(Machine):
                 "-object", f"memory-backend-file,id=mem,size={mem},mem-path={self.ram},share=on",
                 "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
                 "-kernel", img.kernel, "-initrd", img.initrd,
-                "-append", f"{CMDLINE} envgit.root={self.root.encode().hex()}",
+                "-append", f"{CMDLINE} envgit.root={self.root.encode().hex()}"
+                + (" envgit.tools=1" if self.tools else ""),
                 "-serial", f"file:{os.path.join(self.run_dir, 'console.log')}",
                 # free page reporting: pages the guest frees (the initramfs once unpacked, a
                 # process's memory after it exits) become holes in the RAM file, which snapshots
@@ -182,6 +185,9 @@ class QemuMachine(Machine):
                 "-chardev", f"socket,id=agent,path={self.sock_dir}/agent.sock,server=on,wait=off",
                 "-device", "virtserialport,chardev=agent,name=envgit.agent",
                 "-qmp", f"unix:{self.sock_dir}/qmp.sock,server=on,wait=off"]
+        if self.tools:                  # read-only: the same file on every restore of this guest
+            args += ["-drive", f"file={self.tools.replace(',', ',,')},if=none,id=tools,format=raw,readonly=on",
+                     "-device", "virtio-blk-device,drive=tools"]
         if self.gate_socket:            # the guest's only way out: a port onto the gate
             args += ["-chardev", f"socket,id=gate,path={self.gate_socket},server=off,reconnect=1",
                      "-device", "virtserialport,chardev=gate,name=envgit.gate"]
@@ -236,6 +242,8 @@ class QemuMachine(Machine):
 
     def boot(self):
         self._prepare()
+        from . import toolimage
+        self.tools = toolimage.ensure(self.image, self.packages, self.progress)
         accel, why = accel_choice()
         if accel is None:               # /dev/kvm opens: does a guest really run on it?
             self.progress("trying KVM (once per host kernel)")
@@ -320,7 +328,7 @@ class QemuMachine(Machine):
         dev_bytes = os.path.getsize(os.path.join(dest, memstore.DEVICE_STATE))
         return {"pause_ms": pause_ms, "bytes": ram_bytes + dev_bytes, "ram_bytes": ram_bytes,
                 "device_bytes": dev_bytes, "memory_mb": self.memory_mb, "cpus": self.cpus,
-                "accel": self.accel}
+                "accel": self.accel, "tools": self.tools}
 
     def _wait_migration(self, timeout=120):
         deadline = time.monotonic() + timeout
@@ -338,6 +346,10 @@ class QemuMachine(Machine):
         RAM file a clone of the snapshot's."""
         t0 = time.monotonic()
         meta = memstore.read_meta(src)
+        # the drive the snapshot's guest had mounted, whatever the policy asks for now
+        if meta.get("tools") and not os.path.isfile(meta["tools"]):
+            raise VMError(f"the tool image this memory snapshot's guest had mounted is gone ({meta['tools']})")
+        self.tools = meta.get("tools")
         self._kill()
         self._prepare()
         self.memory_mb = meta.get("memory_mb", self.memory_mb)
