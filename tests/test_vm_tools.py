@@ -120,3 +120,13 @@ def test_a_nohup_server_serves_in_the_next_step_and_after_a_rewind(vm):
     assert r.returncode == 0 and "memory and processes are back" in r.stdout, r.stdout + r.stderr
     r = _serving(vm)
     assert r.returncode == 0 and r.stdout == "built by make\n", r.stdout + r.stderr
+
+
+@needs_qemu
+def test_a_changed_vm_packages_boots_the_guest_with_the_new_tools(vm):
+    policy = (vm.root / "envgit.yaml").read_text()
+    vm.write_policy(policy.replace(", packages: [jq]", ""))
+    r = vm.run("command -v jq || echo no-jq; git --version", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "vm.packages changed: the VM boots afresh" in r.stderr, r.stderr
+    assert "no-jq" in r.stdout and "git version 2." in r.stdout

@@ -43,6 +43,7 @@ class VMHost:
         self.sock_dir = None
         self.told_accel = False
         self.resumed_from = None
+        self.packages_asked = None              # vm.packages as the last step's policy had it
 
     # --- the machine --------------------------------------------------------------------
 
@@ -51,10 +52,29 @@ class VMHost:
         cost, the boot or resume time)."""
         with self.lock:
             notices: list[str] = []
+            wanted = list(pol.vm_packages)
+            asked_before, self.packages_asked = self.packages_asked, wanted
             if self.machine is not None and self.machine.alive():
-                return notices
+                # a rewind may have brought back a guest with other tools: kept until the
+                # policy's list itself changes
+                if list(self.machine.packages) == wanted or asked_before in (None, wanted):
+                    return notices
+                notices.append("vm.packages changed: the VM boots afresh with the new tools "
+                               "(what the last step left running is not carried over; `envgit "
+                               "rewind` brings back an earlier step's memory with its own tools)")
+                self.machine.stop()
+                self.machine = None
             m = self._new_machine(pol, progress)
             latest = memstore.latest_complete(self.project)
+            if latest is not None and not notices:
+                meta = memstore.read_meta(memstore.path(self.project, latest))
+                if not meta.get("tools") or meta.get("packages", []) != wanted:
+                    notices.append(f"the VM boots afresh: step {latest}'s memory snapshot has "
+                                   "other tools than vm.packages asks for (`envgit rewind "
+                                   f"{latest}` brings it back with its own)")
+                    latest = None
+            elif notices:
+                latest = None
             t0 = time.monotonic()
             if latest is not None:
                 try:

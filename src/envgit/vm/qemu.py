@@ -328,7 +328,7 @@ class QemuMachine(Machine):
         dev_bytes = os.path.getsize(os.path.join(dest, memstore.DEVICE_STATE))
         return {"pause_ms": pause_ms, "bytes": ram_bytes + dev_bytes, "ram_bytes": ram_bytes,
                 "device_bytes": dev_bytes, "memory_mb": self.memory_mb, "cpus": self.cpus,
-                "accel": self.accel, "tools": self.tools}
+                "accel": self.accel, "tools": self.tools, "packages": list(self.packages)}
 
     def _wait_migration(self, timeout=120):
         deadline = time.monotonic() + timeout
@@ -350,6 +350,7 @@ class QemuMachine(Machine):
         if meta.get("tools") and not os.path.isfile(meta["tools"]):
             raise VMError(f"the tool image this memory snapshot's guest had mounted is gone ({meta['tools']})")
         self.tools = meta.get("tools")
+        self.packages = tuple(meta.get("packages") or ())
         self._kill()
         self._prepare()
         self.memory_mb = meta.get("memory_mb", self.memory_mb)
