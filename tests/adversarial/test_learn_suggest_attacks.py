@@ -1,0 +1,222 @@
+"""Learn mode and `envgit policy suggest` attacked from inside a step (issue 28, second look):
+what a step sends is what the journal records, and what the journal records is what suggest
+turns into envgit.yaml lines. The oracles: what reached the local servers (the stub's request
+log, the git server's refs), the file `--apply` wrote, and whether the commands finish cleanly.
+Runs as root: the gate judges a step's requests the same whatever its uid (learn mode's own
+switch, which lives in the daemon of the person's uid, is attacked as both in
+test_learn_attacks.py)."""
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import ENVGIT
+from gatekit import hostport
+
+pytestmark = [pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")]
+
+
+def project(attacker, git, stub, allow=(), l7=""):
+    """The attacker's project: the git server and `allow` in network.allow, `l7` lines under
+    network.l7, the default irreversible preset; the servers' names mapped to 127.0.0.1."""
+    attacker.stop()
+    attacker.env["ENVGIT_RESOLVE"] = ",".join(f"{n}=127.0.0.1" for n in git.names + stub.names)
+    attacker.env["ENVGIT_UPSTREAM_CA"] = str(git.ca.cert_path)
+    hosts = ", ".join(f'"{h}"' for h in (hostport(git), *allow))
+    attacker.write_policy(f"version: 1\nnetwork:\n  allow: [{hosts}]\n  ask_timeout: 5\n" +
+                          (f"  l7:\n{l7}" if l7 else "") + "irreversible:\n  - preset: default\n")
+
+
+def reached(stub, needle):
+    return [r for r in stub.requests if needle in r["path"]]
+
+
+def curl(*args):
+    """A curl command line for a step's script: the status code printed, never failing it."""
+    return "curl -sS -o /dev/null -w '%{http_code}\\n' " + " ".join(args) + " || true\n"
+
+
+# --- suggest: what a step sends must not become a wider line than it needed -----------------
+
+@pytest.mark.xfail(strict=True, reason="open hole: a refused CONNECT is recorded with "
+                   "mitmproxy's pretty_host, the CONNECT's Host header (proxy/judge.py "
+                   "http_connect -> record.make, not the tunnel's target), so a step records "
+                   "`*.com` and suggest --apply adds it to network.allow")
+def test_a_refused_tunnels_host_header_is_not_what_suggest_allows(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    # the tunnel asked for is nowhere.example.test; its Host header names a wildcard
+    r = attacker.run(curl("--proxy-header 'Host: *.com'", "https://nowhere.example.test/"))
+    assert r.returncode == 0, r.stderr
+    sug = attacker.envgit("policy", "suggest", "--apply")
+    text = (attacker.root / "envgit.yaml").read_text()
+    from envgit.policy import load_policy, network
+    pol = load_policy(str(attacker.root / "envgit.yaml"))
+    assert network.judge_host(pol, "never-named.com", 443).action == "deny", (text, sug.stdout)
+    assert "*" not in text, text
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: a recorded method or path is taken as a "
+                   "pattern (policy/suggest.py _methods, path_globs): a request with the method "
+                   "`*` and the path `/**` makes suggest widen an l7 rule to every method and path")
+def test_glob_characters_a_step_sent_do_not_widen_an_l7_rule(attacker, gate_servers):
+    git, stub = gate_servers
+    st = hostport(stub, "stub.example.test")
+    project(attacker, git, stub, allow=[st],
+            l7=f'    "{st}": {{ methods: [GET], paths: ["/public/**"] }}\n')
+    u = f"https://{st}"
+    r = attacker.run(curl("-X '*'", f"{u}/public/x") + curl("--path-as-is", f"'{u}/**'"))
+    assert r.stdout.split() == ["403", "403"], r.stdout + r.stderr
+    sug = attacker.envgit("policy", "suggest", "--apply")
+    assert sug.returncode == 0, sug.stdout + sug.stderr
+    attacker.run(curl("-X DELETE", f"{u}/private/canary-after-apply"))
+    assert not reached(stub, "canary-after-apply"), (sug.stdout, stub.requests)
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: a path learn mode let through is a pattern "
+                   "too: the new host's l7 rule is narrowed to `methods: ['*'], paths: ['/**']`")
+def test_glob_characters_in_learn_mode_do_not_narrow_a_new_host_to_everything(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    u = f"https://{hostport(stub, 'stub.example.test')}"
+    r = attacker.envgit("learn", "--", "sh", "-c", curl("-X '*'", f"{u}/x") + curl("--path-as-is", f"'{u}/**'"))
+    assert "403" not in r.stdout.split(), r.stdout + r.stderr      # learn mode let both through
+    sug = attacker.envgit("policy", "suggest", "--apply")
+    assert sug.returncode == 0, sug.stdout + sug.stderr
+    attacker.run(curl("-X DELETE", f"{u}/private/canary-after-apply"))
+    assert not reached(stub, "canary-after-apply"), (sug.stdout, stub.requests)
+
+
+# --- hostile records: suggest, stats and the page finish, with no traceback ------------------
+
+@pytest.mark.xfail(strict=True, reason="open hole: policy/suggest.py shown() calls urlsplit on the "
+                   "recorded path, which raises ValueError('Invalid IPv6 URL') for `//[`")
+def test_suggest_on_a_path_urlsplit_refuses_prints_no_traceback(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    u = f"https://{hostport(stub, 'stub.example.test')}"
+    attacker.envgit("learn", "--", "sh", "-c", curl("-g --path-as-is", f"'{u}//['"), check=True)
+    assert reached(stub, "["), stub.requests            # learn mode let it through, and recorded it
+    sug = attacker.envgit("policy", "suggest")
+    assert "Traceback" not in sug.stderr and sug.returncode in (0, 1, 2), sug.stderr
+
+
+STARS = "*" * 24 + "!"
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: a recorded path of many `*` becomes an l7 path "
+                   "glob (path_globs), compiled by netrules.url_glob to `.*` two dozen times: its "
+                   "replay over a long path backtracks for hours (suggest, stats, the page)")
+def test_suggest_and_stats_finish_on_a_path_of_stars(attacker, gate_servers):
+    git, stub = gate_servers
+    st = hostport(stub, "stub.example.test")
+    project(attacker, git, stub, allow=[st], l7=f'    "{st}": {{ methods: [GET], paths: ["/public/**"] }}\n')
+    u = f"https://{st}"
+    r = attacker.run(curl("--path-as-is", f"'{u}/{STARS}'") + curl(f"{u}/{'a' * 64}"))
+    assert r.stdout.split() == ["403", "403"], r.stdout + r.stderr
+    hung = []
+    for args in (("stats",), ("policy", "suggest")):
+        try:
+            done = attacker.envgit(*args, timeout=10)
+            assert "Traceback" not in done.stderr, done.stderr
+        except subprocess.TimeoutExpired:
+            hung.append(" ".join(args))
+    assert not hung, f"still running after 10 s: envgit {', envgit '.join(hung)}"
+
+
+# --- learn mode: when it ends, it has ended -------------------------------------------------
+
+WAIT = r'''
+touch started
+while [ ! -e go ]; do sleep 0.1; done
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: learn mode is fixed per step when it begins "
+                   "(daemon/steps.py begin -> gate.open_step(step, learning)); `envgit learn off` "
+                   "clears only LearnState, so a step begun before it stays in learn mode")
+def test_learn_off_ends_learn_mode_for_a_step_still_running(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    u = f"https://{hostport(stub, 'stub.example.test')}"
+    attacker.envgit("learn", "on", check=True)
+    script = WAIT + curl(f"{u}/canary-after-learn-off")
+    p = subprocess.Popen(attacker._argv([ENVGIT, "run", "--", "sh", "-c", script]), cwd=attacker.root,
+                         env=attacker.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while not (attacker.root / "started").exists() and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        assert "learn mode is off" in attacker.envgit("learn", "off", check=True).stdout + \
+            attacker.envgit("learn", check=True).stdout
+        (attacker.root / "go").touch()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert not reached(stub, "canary-after-learn-off"), (out, err, stub.requests)
+
+
+# --- learn mode: an irreversible action by another spelling, on a host only learn mode lets in --
+
+SPELLINGS = r'''
+printf '@PUSH@' > /tmp/push
+post() { curl -sS -o /dev/null -w "%{http_code} $2\n" -X POST --data-binary @/tmp/push "$@" || true; }
+curl -sS -o /dev/null -w '%{http_code} control\n' @STUB@/control-read || true
+for p in /r.git/GIT-RECEIVE-PACK /r.git/git%2Dreceive-pack //r.git//git-receive-pack \
+         '/r.git/git-receive-pack;x=1' /r.git/git-receive-pack/ /r.git/./git-receive-pack \
+         /r.git/git-receive-pack%3Bx /r.git/git-receive-pack%00.txt; do
+  post --path-as-is "@STUB@$p"
+done
+post --http2 @STUB@/h2/r.git/git-receive-pack
+post -H 'X-Rewrite-URL: /r.git/git-receive-pack' @STUB@/rewritten
+post -H 'Content-Type: application/vnd.git-lfs+json' --data-binary '{"operation": "upload", "objects": []}' \
+  @STUB@/lfs/r.git/info/lfs/objects/batch
+M='mutation { deleteRepository(input: {}) { clientMutationId } }'
+curl -sS -o /dev/null -w '%{http_code} gql-get\n' -G --data-urlencode "query=$M" @GH@/graphql || true
+curl -sS -o /dev/null -w '%{http_code} gql-batch\n' -H 'Content-Type: application/json' \
+  --data-binary "[{\"query\": \"{ viewer { login } }\"}, {\"query\": \"$M\"}]" @GH@/graphql || true
+curl -sS -o /dev/null -w '%{http_code} gql-raw\n' -H 'Content-Type: application/graphql' \
+  --data-binary "$M" @GH@/graphql || true
+git -c http.version=HTTP/2 push -q @GIT@ HEAD:refs/heads/learned-h2 2>&1 | tail -1
+exit 0
+'''
+
+# one ref update, as git's receive-pack reads it: "<old> <new> <ref>\0<capabilities>\n", flush
+_UPDATE = f"{'0' * 40} {'1' * 40} refs/heads/learned\0report-status\n"
+PUSH = f"{len(_UPDATE) + 4:04x}{_UPDATE}0000".replace("\0", "\\0")
+
+
+def test_learn_mode_lets_out_no_push_upload_or_mutation_by_another_spelling(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub, allow=[])
+    attacker.write_policy((attacker.root / "envgit.yaml").read_text().replace(f'"{hostport(git)}"', ""))
+    r = attacker.host("git add -A && git -c user.email=a@b -c user.name=a commit -qm x --allow-empty")
+    assert r.returncode == 0, r.stderr
+    before = git.refs()
+    stub_url, gh = (f"https://{hostport(stub, n)}" for n in ("stub.example.test", "api.github.com"))
+    r = attacker.envgit("learn", "--", "sh", "-c", SPELLINGS.replace("@STUB@", stub_url)
+                        .replace("@GH@", gh).replace("@GIT@", git.url).replace("@PUSH@", PUSH), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert reached(stub, "/control-read"), (r.stdout, r.stderr)        # the host is let in
+    leaked = [q for q in stub.requests if q["method"] != "GET" or "graphql" in q["path"]]
+    leaked += [q for q in stub.requests if "receive-pack" in repr(q).lower()]
+    assert not leaked, (r.stdout, leaked)
+    assert git.refs() == before, r.stdout + r.stderr
+
+
+def test_a_process_a_learn_step_left_behind_is_not_in_learn_mode(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    u = f"https://{hostport(stub, 'stub.example.test')}"
+    later = curl(f"{u}/canary-left-behind").strip()
+    left = f"(setsid sh -c 'while [ ! -e go ]; do sleep 0.1; done; {later} > left.out 2>&1' &)\n"
+    r = attacker.envgit("learn", "--", "sh", "-c", left + curl(f"{u}/in-step"), check=True)
+    assert reached(stub, "/in-step"), r.stdout + r.stderr            # the step itself was in it
+    (attacker.root / "go").touch()
+    attacker.own(attacker.root / "go")
+    time.sleep(3)
+    assert not reached(stub, "canary-left-behind"), stub.requests
