@@ -48,14 +48,12 @@ def test_a_refused_tunnels_host_header_is_not_what_suggest_allows(attacker, gate
     git, stub = gate_servers
     project(attacker, git, stub)
     # the tunnel asked for is nowhere.example.test; its Host header names a wildcard
-    r = attacker.run(curl("--proxy-header 'Host: *.com'", "https://nowhere.example.test/"))
-    assert r.returncode == 0, r.stderr
+    r = attacker.run(curl("--proxy-header 'Host: *.com'", f"https://nowhere.example.test:{stub.port}/"))
+    assert r.stdout.split() == ["000"], r.stdout + r.stderr          # refused: no tunnel
     sug = attacker.envgit("policy", "suggest", "--apply")
-    text = (attacker.root / "envgit.yaml").read_text()
-    from envgit.policy import load_policy, network
-    pol = load_policy(str(attacker.root / "envgit.yaml"))
-    assert network.judge_host(pol, "never-named.com", 443).action == "deny", (text, sug.stdout)
-    assert "*" not in text, text
+    # gitlab.com, a name no step asked for (mapped to the stub, as the servers' names are)
+    attacker.run(curl(f"https://{hostport(stub, 'gitlab.com')}/canary-never-asked-for"))
+    assert not reached(stub, "canary-never-asked-for"), (sug.stdout, stub.requests)
 
 
 @pytest.mark.xfail(strict=True, reason="open hole: a recorded method or path is taken as a "
@@ -87,6 +85,36 @@ def test_glob_characters_in_learn_mode_do_not_narrow_a_new_host_to_everything(at
     assert sug.returncode == 0, sug.stdout + sug.stderr
     attacker.run(curl("-X DELETE", f"{u}/private/canary-after-apply"))
     assert not reached(stub, "canary-after-apply"), (sug.stdout, stub.requests)
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: policy/suggest.py _l7_names takes an l7 key "
+                   "for the same host on another port as naming this one, so the new host:port "
+                   "gets no l7 rule at all: a step that only read is given every method")
+def test_a_new_hosts_l7_rule_is_not_skipped_for_a_key_on_another_port(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub, l7='    "stub.example.test:8443": { methods: [GET] }\n')
+    u = f"https://{hostport(stub, 'stub.example.test')}"
+    attacker.envgit("learn", "--", "sh", "-c", curl(f"{u}/read"), check=True)
+    assert reached(stub, "/read"), stub.requests
+    sug = attacker.envgit("policy", "suggest", "--apply")
+    assert sug.returncode == 0, sug.stdout + sug.stderr
+    attacker.run(curl("-X DELETE", f"{u}/private/canary-after-apply"))
+    assert not reached(stub, "canary-after-apply"), (sug.stdout, stub.requests)
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: policy/yamledit.py _plain writes an upper-case "
+                   "method bare, and YAML reads NULL as null and ON as true (the diff shows text the "
+                   "file does not mean); a method outside the schema's list fails to load too: "
+                   "one such request makes suggest refuse to suggest anything (exit 2)")
+def test_an_odd_method_learn_mode_let_through_does_not_stop_suggest(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    u = f"https://{hostport(stub, 'stub.example.test')}"
+    r = attacker.envgit("learn", "--", "sh", "-c", curl(f"{u}/read") + curl("-X NULL", f"{u}/odd"),
+                        check=True)
+    assert reached(stub, "/odd"), r.stdout + r.stderr
+    sug = attacker.envgit("policy", "suggest")
+    assert sug.returncode == 0 and "stub.example.test" in sug.stdout, sug.stdout + sug.stderr
 
 
 # --- hostile records: suggest, stats and the page finish, with no traceback ------------------
