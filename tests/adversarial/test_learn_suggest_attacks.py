@@ -6,6 +6,7 @@ Runs as root: the gate judges a step's requests the same whatever its uid (learn
 switch, which lives in the daemon of the person's uid, is attacked as both in
 test_learn_attacks.py)."""
 
+import json
 import shutil
 import subprocess
 import time
@@ -154,6 +155,56 @@ def test_suggest_and_stats_finish_on_a_path_of_stars(attacker, gate_servers):
             hung.append(" ".join(args))
     assert not hung, f"still running after 10 s: envgit {', envgit '.join(hung)}"
 
+
+
+# A raw request whose target holds bytes that are not UTF-8 (mitmproxy hands the path on with
+# them as lone surrogates): argv[2] is the request line's target, argv[3] "push" sends a push.
+RAW = TUNNEL + r'''
+target = sys.argv[2].encode().replace(b"@FF@", b"\xff")
+body = open("/tmp/push", "rb").read() if sys.argv[3:] == ["push"] else b""
+t.sendall(b"POST " + target + b" HTTP/1.1\r\nHost: " + f"{host}:{port}".encode() +
+          b"\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+t.settimeout(5)
+try:
+    while t.recv(65536):
+        pass
+except OSError:
+    pass
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: a record whose path holds a lone surrogate (a "
+                   "byte that is not UTF-8, as mitmproxy decodes it) is refused by the journal "
+                   "(journal/rows.py: text.encode()); proxy/gate.py emit logs it and goes on, so the "
+                   "request learn mode let through is on no record and the step says nothing needed it")
+def test_a_request_learn_mode_let_through_is_on_record_whatever_bytes_its_path_holds(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    (attacker.root / "raw.py").write_text(RAW)
+    attacker.own(attacker.root / "raw.py")
+    st = hostport(stub, "stub.example.test")
+    r = attacker.envgit("learn", "--", "sh", "-c", f": > /tmp/push; python3 raw.py {st} /canary-raw-@FF@", check=True)
+    assert reached(stub, "/canary-raw-"), stub.requests                 # let through to the server
+    step = json.loads(attacker.envgit("show", "last", "--json", check=True).stdout)
+    assert [q for q in step["requests"] if "canary-raw-" in q["path"]], (r.stderr, step["requests"])
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: the ask's prompt (run.py Terminal.say) writes the "
+                   "path with os.write(text.encode()): a byte that is not UTF-8 in the request's "
+                   "target is a lone surrogate there, and `envgit learn --` (`envgit run` too) dies "
+                   "with a UnicodeEncodeError traceback")
+def test_an_ask_for_a_path_that_is_not_utf8_prints_no_traceback(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    attacker.write_policy((attacker.root / "envgit.yaml").read_text() + "  - rule: git-push\n    action: ask\n")
+    (attacker.root / "raw.py").write_text(RAW)
+    attacker.own(attacker.root / "raw.py")
+    st = hostport(stub, "stub.example.test")
+    r = attacker.envgit("learn", "--", "sh", "-c",
+                        f"printf '{PUSH}' > /tmp/push; python3 raw.py {st} '/r.git/git-receive-pack?@FF@' push",
+                        timeout=60)
+    assert not reached(stub, "receive-pack"), stub.requests
+    assert "Traceback" not in r.stderr, r.stderr
 
 # --- learn mode: when it ends, it has ended -------------------------------------------------
 
