@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from envgit.daemon import steps
+from envgit.daemon.learn import LearnState
 from envgit.paths import Project
 from envgit.policy.load import load_policy
 
@@ -33,7 +34,7 @@ def test_a_step_whose_begin_cannot_be_written_leaves_no_port_listened_on(tmp_pat
     monkeypatch.setattr(steps, "settle", settled)
     pol = load_policy(tmp_path / "envgit.yaml")
     sess = SimpleNamespace(project=Project(str(tmp_path)), policy=lambda: pol, id="s1",
-                           journal=FullJournal(), pending_baseline=None, live={})
+                           journal=FullJournal(), pending_baseline=None, live={}, learn=LearnState())
     port = _free_port()
     with pytest.raises(OSError):
         asyncio.run(steps.begin(sess, {"argv": ["true"], "cwd": str(tmp_path), "publish": [str(port)]}))
