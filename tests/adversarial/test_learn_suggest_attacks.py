@@ -149,11 +149,11 @@ def test_suggest_and_stats_finish_on_a_path_of_stars(attacker, gate_servers):
     hung = []
     for args in (("stats",), ("policy", "suggest")):
         try:
-            done = attacker.envgit(*args, timeout=10)
+            done = attacker.envgit(*args, timeout=6)
             assert "Traceback" not in done.stderr, done.stderr
         except subprocess.TimeoutExpired:
             hung.append(" ".join(args))
-    assert not hung, f"still running after 10 s: envgit {', envgit '.join(hung)}"
+    assert not hung, f"still running after 6 s: envgit {', envgit '.join(hung)}"
 
 
 
