@@ -156,11 +156,11 @@ def test_suggest_and_stats_finish_on_a_path_of_stars(attacker, gate_servers):
     hung = []
     for args in (("stats",), ("policy", "suggest")):
         try:
-            done = attacker.envgit(*args, timeout=6)
+            done = attacker.envgit(*args, timeout=5)
             assert "Traceback" not in done.stderr, done.stderr
         except subprocess.TimeoutExpired:
             hung.append(" ".join(args))
-    assert not hung, f"still running after 6 s: envgit {', envgit '.join(hung)}"
+    assert not hung, f"still running after 5 s: envgit {', envgit '.join(hung)}"
 
 
 
@@ -336,5 +336,5 @@ def test_a_process_a_learn_step_left_behind_is_not_in_learn_mode(attacker, gate_
     assert reached(stub, "/in-step"), r.stdout + r.stderr            # the step itself was in it
     (attacker.root / "go").touch()
     attacker.own(attacker.root / "go")
-    time.sleep(3)
+    time.sleep(2)
     assert not reached(stub, "canary-left-behind"), stub.requests
