@@ -221,6 +221,28 @@ def cmd_doctor(args):
 
 # --- daemon (plumbing) -------------------------------------------------------------------
 
+def _wait_for_exit(project, timeout_s=30.0) -> None:
+    """After `stop` is answered the daemon still finishes its session (the gate's start-up if
+    it is under way, the journal): done when it lets go of daemon.lock, which it holds for
+    its life. Then the directory is the caller's to remove or copy."""
+    import fcntl
+    import time
+    try:
+        fd = os.open(project.state_path("daemon.lock"), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except OSError:
+                time.sleep(0.02)
+    finally:
+        os.close(fd)
+
+
 def cmd_daemon(args):
     from ..daemon.client import DaemonError, connect
     project = find_project()
@@ -234,6 +256,8 @@ def cmd_daemon(args):
     reply = conn.request({"op": args.daemon_cmd})
     if args.daemon_cmd == "status":         # which build answers: None from before protocol numbers
         reply["protocol"] = conn.greeting.get("protocol")
+    if args.daemon_cmd == "stop":
+        _wait_for_exit(project)
     out(reply)
     if reply.get("notice"):         # a stop on a full disk: what is not in the journal (heldends.py)
         print(inert(reply["notice"]), file=sys.stderr)

@@ -78,6 +78,7 @@ class Session:
         self.starting = 0               # steps begun and not yet live (their sandbox being built)
         self.gate = None               # the network gate, started by the first step needing it
         self.gate_failed = False
+        self.gate_task = None          # its start-up, in the background (steps.start_gate)
         self.certs_dir = None
         self.inner: dict[str, InnerSocket] = {}     # session -> its inner control socket
         self.grants = Grants(self.journal)       # remembered answers (grants.py), from the journal
@@ -288,6 +289,8 @@ async def serve(project: Project):
     shutil.rmtree(project.state_path("sessions", sess.id), ignore_errors=True)
     for inner in sess.inner.values():
         inner.close()
+    if sess.gate_task is not None and not sess.gate_task.done():
+        await asyncio.wait([sess.gate_task], timeout=10)
     if sess.gate is not None:
         await sess.gate.stop()
     if sess.vm is not None:             # the VM's QEMU and its RAM file (in /dev/shm) go too

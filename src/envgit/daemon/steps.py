@@ -423,9 +423,12 @@ def unreached_notices(sess, info, dns) -> list[str]:
 
 
 async def start_gate(sess):
-    """The proxy, started once per daemon, on the first step whose policy allows a host
-    (mitmproxy's import and start-up, ~0.7 s, are paid there, not per step). If it cannot
-    start, steps still run, with no network at all."""
+    """The proxy, started once per daemon, on the first step whose policy allows a host. It
+    listens at once; mitmproxy's import and start-up (most of a second) go on in the
+    background, and only a connection made before they end waits for them, so a first step
+    that makes no request at once does not wait (bench/bench_first_step.py). The first
+    session of a project waits for them: the session CA, which the sandbox's trust directory
+    holds, is made there. If it cannot start, steps run with no network at all."""
     if sess.gate_failed:
         return
     sess.gate_failed = True            # one try per daemon; a success clears it
@@ -433,13 +436,32 @@ async def start_gate(sess):
         from ..proxy import Gate, resolve_from_env, upstream_ca_from_env
         gate = Gate(sess.policy_for_gate, Path(sess.project.state_path("net")), resolve_from_env(), sess.record_request,
                     sess.asks.ask, upstream_ca=upstream_ca_from_env())
-        await gate.start()
+        await gate.listen()
+        sess.gate_task = asyncio.ensure_future(_gate_started(sess, gate))
+        if not gate.ca_ready() and not await sess.gate_task:
+            return
         sess.certs_dir = gate.ca_bundle_dir()
         sess.gate = gate
         sess.gate_failed = False
     except Exception as e:
-        print(f"envgit daemon: the network gate did not start ({type(e).__name__}: {e}); "
-              "steps run without network", flush=True)
+        _gate_failed(e)
+
+
+async def _gate_started(sess, gate) -> bool:
+    try:
+        await gate.start()
+        return True
+    except Exception as e:
+        _gate_failed(e)
+        if sess.gate is gate:              # the steps it was handed to get no network
+            sess.gate = None
+        await gate.stop()
+        return False
+
+
+def _gate_failed(e):
+    print(f"envgit daemon: the network gate did not start ({type(e).__name__}: {e}); "
+          "steps run without network", flush=True)
 
 
 def escape_routes_written(info, summary, project, scan):

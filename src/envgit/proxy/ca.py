@@ -16,6 +16,7 @@ SESSION_CA_NAME = "envgit-session-ca.pem"
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
                   "/etc/ssl/cert.pem")
 BUNDLE_NAME = "ca-certificates.crt"          # the name Debian's tools and most clients look for
+FINGERPRINT_NAME = ".envgit-made-from"        # in a trust directory: what it was made from
 
 
 def ca_dir(state_dir: Path) -> Path:
@@ -62,6 +63,12 @@ def trust_dir(state_dir: Path, system_certs: str = "/etc/ssl/certs", extra: Path
     servers' CA) is trusted there too, as the client itself verifies a tunnelled host."""
     src, out = Path(system_certs), state_dir / "trust" / "certs"
     session = ca_cert_path(state_dir).read_bytes()
+    mark = _fingerprint(src, session, extra)
+    try:        # made by an earlier session from the same CA and system roots: as it is
+        if (out / FINGERPRINT_NAME).read_text() == mark:
+            return out
+    except OSError:
+        pass
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -83,7 +90,22 @@ def trust_dir(state_dir: Path, system_certs: str = "/etc/ssl/certs", extra: Path
     if extra:
         (out / "envgit-upstream-test-ca.pem").write_bytes(Path(extra).read_bytes())
     _rehash(out)
+    (out / FINGERPRINT_NAME).write_text(mark)      # last: a directory half made is made again
     return out
+
+
+def _fingerprint(src: Path, session: bytes, extra: Path | None) -> str:
+    """What a trust directory is made from: the session CA, the extra root, and each entry of
+    the system's certs directory with its size and time (a root added or updated by the
+    system's ca-certificates changes it)."""
+    import hashlib
+    h = hashlib.sha256(session + b"\0" + (Path(extra).read_bytes() if extra else b""))
+    if src.is_dir():
+        for entry in sorted(os.scandir(src), key=lambda e: e.name):
+            st = entry.stat(follow_symlinks=True) if not entry.is_symlink() else entry.stat(follow_symlinks=False)
+            link = os.readlink(entry.path) if entry.is_symlink() else ""
+            h.update(f"{entry.name}\0{link}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
 
 
 def _rehash(d: Path) -> None:

@@ -80,6 +80,10 @@ def upstream_ca_from_env(environ=os.environ) -> Path | None:
 # package manager opens tens; past this a new one is closed at once.
 MAX_CONNECTIONS_PER_SANDBOX = 512
 
+# How long a connection made before start() has finished waits for it (mitmproxy's start-up
+# takes about a second; a loaded machine many)
+START_WAIT_S = 60
+
 
 def _peer_pidns(sock):
     """The pid namespace (inode) of a unix-socket peer, from SO_PEERCRED; None for TCP."""
@@ -104,6 +108,18 @@ async def _listening(addresses, port) -> str | None:
         w.close()
         return addr
     return None
+
+
+def _import_mitmproxy() -> None:
+    """What start() imports (about 0.4 s): on a thread, so the loop is not held meanwhile."""
+    import mitmproxy.addons.core  # noqa: F401
+    import mitmproxy.addons.disable_h2c  # noqa: F401
+    import mitmproxy.addons.next_layer  # noqa: F401
+    import mitmproxy.addons.proxyserver  # noqa: F401
+    import mitmproxy.addons.tlsconfig  # noqa: F401
+    import mitmproxy.master  # noqa: F401
+    import mitmproxy.options  # noqa: F401
+    import mitmproxy.proxy.mode_servers  # noqa: F401
 
 
 class Counted:
@@ -181,6 +197,8 @@ class Gate:
         self._open_from: dict[int, int] = {}              # sandbox pid namespace -> its open connections
         self.master: Master | None = None
         self._instance: ServerInstance | None = None
+        self._ready = asyncio.Event()     # start() has finished (or failed): connections go on
+        self._listening = self._stopped = False
 
     @property
     def socket_path(self) -> Path:
@@ -197,9 +215,41 @@ class Gate:
 
     # --- life ----------------------------------------------------------------------------
 
+    async def listen(self) -> None:
+        """Listen on state_dir/proxy.sock (0600) now, before start(): a connection made
+        meanwhile waits for it. So the first step of a session need not wait for mitmproxy's
+        import and start-up (most of a second), only a request it makes in that time does."""
+        if self._listening:
+            return
+        sock = self.socket_path
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        sock.unlink(missing_ok=True)
+        old = os.umask(0o177)
+        try:
+            with UnixAddress(str(sock)) as addr:      # a deep project's path may be too long
+                self._servers.append(await asyncio.start_unix_server(self._serve_when_ready, path=addr))
+        finally:
+            os.umask(old)
+        self._listening = True
+
+    def ca_ready(self) -> bool:
+        """The session CA is there already (made by an earlier session of this project): the
+        sandbox's trust directory can be made before start()."""
+        return self.ca_cert_path.is_file()
+
     async def start(self, tcp_port: int | None = None) -> None:
-        """Listen on state_dir/proxy.sock (0600); with `tcp_port` (0: any) also on 127.0.0.1,
-        address in `tcp_address` (tests, benchmarks)."""
+        """Listen on state_dir/proxy.sock (0600), unless listen() did; with `tcp_port` (0: any)
+        also on 127.0.0.1, address in `tcp_address` (tests, benchmarks). Connections wait
+        until it returns; if it fails, they are closed."""
+        try:
+            await self._start(tcp_port)
+        finally:
+            self._ready.set()
+
+    async def _start(self, tcp_port):
+        # mitmproxy's modules are imported on a thread: the daemon's loop (a step's end, the
+        # next begin) goes on meanwhile
+        await asyncio.to_thread(_import_mitmproxy)
         from mitmproxy import options
         from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
         from mitmproxy.master import Master
@@ -231,20 +281,15 @@ class Gate:
         )
         await master.running()                # tlsconfig makes or loads the CA here
         self._instance = ServerInstance.make("regular", servers)
-        sock = self.socket_path
-        sock.unlink(missing_ok=True)
-        old = os.umask(0o177)
-        try:
-            with UnixAddress(str(sock)) as addr:      # a deep project's path may be too long
-                self._servers.append(await asyncio.start_unix_server(self._serve, path=addr))
-        finally:
-            os.umask(old)
+        await self.listen()
         if tcp_port is not None:
             srv = await asyncio.start_server(self._serve, "127.0.0.1", tcp_port)
             self._servers.append(srv)
             self.tcp_address = srv.sockets[0].getsockname()[:2]
 
     async def stop(self) -> None:
+        self._stopped = True
+        self._ready.set()                       # connections still waiting for start() are closed
         for srv in self._servers:
             srv.close()
         # Closing the client sockets lets mitmproxy wind each connection down itself
@@ -263,6 +308,17 @@ class Gate:
         if self.master is not None:
             await self.master.done()
             self.master = None
+
+    async def _serve_when_ready(self, reader, writer):
+        if not self._ready.is_set():
+            try:
+                await asyncio.wait_for(self._ready.wait(), START_WAIT_S)
+            except TimeoutError:
+                pass
+        if self._instance is None or self._stopped:     # start() failed or hangs, or stop() came first
+            writer.close()
+            return
+        await self._serve(reader, writer)
 
     async def _serve(self, reader, writer):
         task = asyncio.current_task()
