@@ -199,6 +199,7 @@ class Gate:
         self._instance: ServerInstance | None = None
         self._ready = asyncio.Event()     # start() has finished (or failed): connections go on
         self._listening = self._stopped = False
+        self._waiting: dict[int, int] = {}               # sandbox pid namespace -> its connections waiting for start()
 
     @property
     def socket_path(self) -> Path:
@@ -311,10 +312,21 @@ class Gate:
 
     async def _serve_when_ready(self, reader, writer):
         if not self._ready.is_set():
+            # a sandbox's connections waiting count against its limit too (each holds a
+            # descriptor of the daemon meanwhile)
+            pidns = _peer_pidns(writer.get_extra_info("socket"))
+            if pidns is not None and self._waiting.get(pidns, 0) >= MAX_CONNECTIONS_PER_SANDBOX:
+                writer.close()
+                return
+            if pidns is not None:
+                self._waiting[pidns] = self._waiting.get(pidns, 0) + 1
             try:
                 await asyncio.wait_for(self._ready.wait(), START_WAIT_S)
             except TimeoutError:
                 pass
+            finally:
+                if pidns is not None:
+                    self._waiting[pidns] -= 1
         if self._instance is None or self._stopped:     # start() failed or hangs, or stop() came first
             writer.close()
             return
