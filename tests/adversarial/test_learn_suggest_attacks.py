@@ -49,10 +49,6 @@ def curl(*args):
 # --- suggest: what a step sends must not become a wider line than it needed -----------------
 
 @pytest.mark.both_uids("the record is the gate's, which runs as the person; shown as both")
-@pytest.mark.xfail(strict=True, reason="open hole: a refused CONNECT is recorded with "
-                   "mitmproxy's pretty_host, the CONNECT's Host header (proxy/judge.py "
-                   "http_connect -> record.make, not the tunnel's target), so a step records "
-                   "`*.com` and suggest --apply adds it to network.allow")
 def test_a_refused_tunnels_host_header_is_not_what_suggest_allows(attacker, gate_servers):
     git, stub = gate_servers
     project(attacker, git, stub)

@@ -17,15 +17,19 @@ import time
 
 from mitmproxy import http
 
+from ..policy import hostnames
 from ..policy.replay import request_facts
 from .flows import as_request, redact_path
 from .flowstate import ANSWERED, COUNTED, JUDGED_AS, ON_BODY, PARTIAL, RECORD, STEP
 
 
 def make(flow: http.HTTPFlow, d, **extra) -> dict:
-    """A request's record, as decided by `d` (a network.Decision); `extra` adds or overrides."""
+    """A request's record, as decided by `d` (a network.Decision); `extra` adds or overrides.
+    Its host is where the request goes (a CONNECT's target), never the Host header a step
+    wrote (`pretty_host`): `envgit policy suggest` reads it, and a CONNECT to a name carrying
+    `Host: *.com` would have recorded a wildcard."""
     r = flow.request
-    return {"method": r.method, "scheme": r.scheme, "host": r.pretty_host, "port": r.port,
+    return {"method": r.method, "scheme": r.scheme, "host": hostnames.norm_host(r.host), "port": r.port,
             "path": redact_path(r.path), "status": None, "bytes_up": 0, "bytes_down": 0,
             "duration_ms": None, "decision": d.action, "rule": d.rule, "kind": d.kind,
             "reason": d.reason, "irreversible": False,
