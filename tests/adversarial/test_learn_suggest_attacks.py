@@ -218,9 +218,6 @@ while [ ! -e go ]; do sleep 0.1; done
 
 
 @pytest.mark.both_uids("learn mode lives in the daemon of the person's uid")
-@pytest.mark.xfail(strict=True, reason="open hole: learn mode is fixed per step when it begins "
-                   "(daemon/steps.py begin -> gate.open_step(step, learning)); `envgit learn off` "
-                   "clears only LearnState, so a step begun before it stays in learn mode")
 def test_learn_off_ends_learn_mode_for_a_step_still_running(attacker, gate_servers):
     git, stub = gate_servers
     project(attacker, git, stub)

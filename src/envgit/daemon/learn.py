@@ -58,6 +58,16 @@ def end_notice(info, step: int) -> str:
             f"policy would have refused went through ({by}); `envgit show {step}` lists them")
 
 
+def ended(sess, session: str | None) -> None:
+    """Learn mode off: for the steps running now too (of `session`, or all), not only the next
+    ones; the gate judges their next request without it."""
+    for step, info in sess.live.items():
+        if info.learn and session in (None, info.session):
+            info.learn = False
+            if sess.gate is not None:
+                sess.gate.stop_learning(step)
+
+
 async def op(sess, msg, conn):
     """{"op": "learn", "action": "on"|"off"|"status", "session"?} -> {"on", "sessions",
     "forbidden"?}; "on" under a policy that forbids it is an error saying why and how."""
@@ -84,6 +94,7 @@ async def op(sess, msg, conn):
         else:
             state.everything = None
             state.sessions.clear()
+        ended(sess, session)
     reply = {"on": state.everything is not None, "since": state.everything,
              "sessions": sorted(state.sessions)}
     if refused:

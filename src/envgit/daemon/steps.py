@@ -127,12 +127,12 @@ async def begin(sess, msg, conn=None, run_argv=None):
     if pol.backend == "vm":
         reply = await vm_begin(sess, step, pol, spec, argv, cwd, own_tmp, conn, net)
         if step in sess.live:
-            sess.live[step].learn = learning
+            sess.live[step].learn, sess.live[step].session = learning, session
         return reply
     sess.live[step] = LiveStep(masked=spec.masked + spec.denied_literal, argv=argv,
                                home=spec.env.get("HOME", ""), policy=pol, conn=conn, tmp=own_tmp,
                                routes=routes.before_step(sess.scan), tree_before=sess.last_tree,
-                               published=published, learn=learning)
+                               published=published, learn=learning, session=session)
     notices = [inert(n) for n in published.skipped] if published and published.skipped else []
     if learning and (said := learn.begin_notice(sess, msg, session)):
         notices.insert(0, said)

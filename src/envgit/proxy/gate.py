@@ -382,6 +382,10 @@ class Gate:
     def learning(self, step_id) -> bool:
         return step_id in self._learning
 
+    def stop_learning(self, step_id: int) -> None:
+        """`envgit learn off` while the step runs: its next request is judged without it."""
+        self._learning.discard(step_id)
+
     def bind_step(self, step_id: int, pidns: int) -> None:
         """Only connections from this pid namespace (the step's sandbox: its bridge) may use
         the step's credentials: another step that read them cannot be attributed to it."""
