@@ -347,7 +347,8 @@ class Terminal:
         return [self.tty] if self.tty is not None and self.waiting else []
 
     def say(self, text):
-        os.write(2, (text + "\n").encode())
+        # (what a step's request named may hold a lone surrogate: shown escaped, never a traceback)
+        os.write(2, (text + "\n").encode("utf-8", "backslashreplace"))
 
     def push(self, frame, conn):
         # What the step's requests name (host, path, ref names) is shown inert: a step must

@@ -176,10 +176,6 @@ except OSError:
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="open hole: a record whose path holds a lone surrogate (a "
-                   "byte that is not UTF-8, as mitmproxy decodes it) is refused by the journal "
-                   "(journal/rows.py: text.encode()); proxy/gate.py emit logs it and goes on, so the "
-                   "request learn mode let through is on no record and the step says nothing needed it")
 def test_a_request_learn_mode_let_through_is_on_record_whatever_bytes_its_path_holds(attacker, gate_servers):
     git, stub = gate_servers
     project(attacker, git, stub)
@@ -192,10 +188,6 @@ def test_a_request_learn_mode_let_through_is_on_record_whatever_bytes_its_path_h
     assert [q for q in step["requests"] if "canary-raw-" in q["path"]], (r.stderr, step["requests"])
 
 
-@pytest.mark.xfail(strict=True, reason="open hole: the ask's prompt (run.py Terminal.say) writes the "
-                   "path with os.write(text.encode()): a byte that is not UTF-8 in the request's "
-                   "target is a lone surrogate there, and `envgit learn --` (`envgit run` too) dies "
-                   "with a UnicodeEncodeError traceback")
 def test_an_ask_for_a_path_that_is_not_utf8_prints_no_traceback(attacker, gate_servers):
     git, stub = gate_servers
     project(attacker, git, stub)

@@ -10,8 +10,38 @@ from .flowstate import CONN, PARTIAL, Conn
 _SAFE_QUERY_KEYS = {"service"}               # git's service names are no secret
 
 
+def as_text(text: str) -> str:
+    """`text` as UTF-8 can hold it: a byte that is not UTF-8 (mitmproxy hands it on as a lone
+    surrogate, U+DC80..U+DCFF) as %XX, as a URL would carry it. A path a step sends with such a
+    byte must still be on the record (the journal stores UTF-8) and in the question asked."""
+    if text.isascii():
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:
+            out.append(f"%{o - 0xDC00:02X}")
+        elif 0xD800 <= o <= 0xDFFF:
+            out.append(f"%u{o:04X}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def as_texts(obj):
+    """as_text on every string of a record or question (dicts and lists walked)."""
+    if isinstance(obj, str):
+        return as_text(obj)
+    if isinstance(obj, dict):
+        return {as_texts(k): as_texts(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [as_texts(v) for v in obj]
+    return obj
+
+
 def redact_path(path: str) -> str:
-    """The path with query values replaced (tokens travel in queries)."""
+    """The path with query values replaced (tokens travel in queries), as text (as_text)."""
+    path = as_text(path)
     base, sep, query = path.partition("?")
     if not sep:
         return path

@@ -29,6 +29,7 @@ from . import bodies, ca
 from .credentials import CredentialSwap
 from .credvalues import CredentialValues
 from .echoguard import EchoGuard
+from .flows import as_texts
 from .flowstate import Conn
 from .judge import Judge
 from .record import Record
@@ -426,7 +427,9 @@ class Gate:
                 # The one place every request's record passes: no text of it (an error a
                 # server's malformed answer made, quoting a token it echoed) keeps a real value.
                 self.credentials.scrub(self.policy(), rec)
-            self._record(step_id, rec)
+            # every text as UTF-8 holds it (a path's byte that is not UTF-8 as %XX): a record
+            # the journal refused would leave the request on no record at all
+            self._record(step_id, as_texts(rec))
         except Exception:                         # a broken journal must not break the proxy
             log.exception("recording a request of step %s failed", step_id)
 

@@ -28,7 +28,7 @@ from mitmproxy import http
 from ..policy import acts, hostnames, learn, network
 from ..policy.approval import Effect, approval_effect, query_digest
 from . import record, upgrade
-from .flows import as_request, conn_of, denial_text, deny_response, hostport
+from .flows import as_request, as_texts, conn_of, denial_text, deny_response, hostport
 from .flowstate import ANSWERED, CUT, JUDGED, JUDGED_AS, PARTIAL, RECORD, STEP
 
 
@@ -185,7 +185,7 @@ class Judge:
                 ": this method, host, path and query") + "; anything else is asked again",
             "allow-rule": f"every request rule {d.rule} matches on {hostport(req.host, req.port)} "
                           "for the rest of this step"}
-        return q
+        return as_texts(q)      # (a path's byte that is not UTF-8 as %XX: asked and recorded)
 
     # --- responses -----------------------------------------------------------------------
 

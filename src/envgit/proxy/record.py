@@ -19,7 +19,7 @@ from mitmproxy import http
 
 from ..policy import hostnames
 from ..policy.replay import request_facts
-from .flows import as_request, redact_path
+from .flows import as_request, as_text, redact_path
 from .flowstate import ANSWERED, COUNTED, JUDGED_AS, ON_BODY, PARTIAL, RECORD, STEP
 
 
@@ -29,7 +29,8 @@ def make(flow: http.HTTPFlow, d, **extra) -> dict:
     wrote (`pretty_host`): `envgit policy suggest` reads it, and a CONNECT to a name carrying
     `Host: *.com` would have recorded a wildcard."""
     r = flow.request
-    return {"method": r.method, "scheme": r.scheme, "host": hostnames.norm_host(r.host), "port": r.port,
+    return {"method": as_text(r.method), "scheme": r.scheme, "host": as_text(hostnames.norm_host(r.host)),
+            "port": r.port,
             "path": redact_path(r.path), "status": None, "bytes_up": 0, "bytes_down": 0,
             "duration_ms": None, "decision": d.action, "rule": d.rule, "kind": d.kind,
             "reason": d.reason, "irreversible": False,
