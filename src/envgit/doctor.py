@@ -144,15 +144,28 @@ def vm_checks() -> list[Check]:
                          "a host with working KVM (/dev/kvm that is not nested kvm-pvm)", required=False))
     else:
         out.append(Check("vm accel", True, "/dev/kvm opens: the first VM boot tries KVM once", required=False))
+    mke2fs = shutil.which("mke2fs", path="/usr/sbin:/sbin:/usr/bin:/bin")
+    out.append(Check("vm mke2fs", bool(mke2fs), mke2fs or "mke2fs not found: the VM tier writes the "
+                     "guest's tool drive with it (only backend: vm needs it)", _apt("e2fsprogs"),
+                     required=False))
     try:
         root = image.cache_root()
         built = [e for e in os.listdir(root) if image.Image(os.path.join(root, e)).ok()]
     except OSError:
         built = []
-    out.append(Check("vm image", bool(built), f"{len(built)} built under {image.cache_root()}" if built
+    kept = sum(1 for e in built for k in _listdir(os.path.join(image.cache_root(), e)) if k.startswith("booted-"))
+    out.append(Check("vm image", bool(built), f"{len(built)} built under {image.cache_root()}, {kept} booted "
+                     "guest(s) kept (a fresh start restores one instead of booting)" if built
                      else "not built yet: the first step with backend: vm builds it from Debian "
                           "packages (apt-get download, ~30 s)", required=False))
     return out
+
+
+def _listdir(p):
+    try:
+        return os.listdir(p)
+    except OSError:
+        return []
 
 
 def credential_checks() -> list[Check]:

@@ -177,11 +177,33 @@ def cmd_show(args):
         print(f"  memory    {mem.get('bytes', 0) / 1e6:.1f} MB ({mem.get('ram_bytes', 0) / 1e6:.1f} MB RAM "
               f"touched + {mem.get('device_bytes', 0) / 1e3:.0f} KB device state), guest paused "
               f"{mem['pause_ms']:.0f} ms ({inert(str(mem.get('accel', '?')).upper())})")
+        if mem.get("method"):
+            print(f"            method: {inert(str(mem['method']))}")
+    up = mem.get("came_up")
+    if isinstance(up, dict):            # the step the machine came up for
+        print(f"  machine   {_came_up(up)}")
     elif mem.get("restored"):
         print(f"  memory    restored from step {mem.get('from_step')}, {mem.get('restore_ms', 0):.0f} ms to running")
     elif mem.get("error") or mem.get("reason"):
         print(f"  memory    {inert(str(mem.get('error') or mem.get('reason')))}")
     return 0
+
+
+def _came_up(up) -> str:
+    how, ms = up.get("how"), (up.get("ms") or 0) / 1000
+    accel = inert(str(up.get("accel") or "?").upper())
+    if how == "restored":
+        text = f"restored from the booted guest kept in the cache in {ms:.1f} s (no boot, {accel})"
+    elif how == "resumed":
+        text = f"resumed from step {up.get('from_step')}'s memory snapshot in {ms:.1f} s ({accel})"
+    else:
+        why = f": {inert(str(up['accel_why']))}" if up.get("accel_why") else ""
+        text = f"booted in {ms:.1f} s ({accel}{why})"
+        if up.get("kept_failed"):
+            text += f"; the kept booted guest did not restore ({inert(str(up['kept_failed']))}), replaced"
+        elif up.get("kept"):
+            text += "; kept in the cache for the next fresh start"
+    return text
 
 
 def _show_mcp(extra):

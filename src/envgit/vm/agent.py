@@ -22,6 +22,7 @@ import stat
 import struct
 import sys
 import termios
+import time
 
 try:
     from . import wire  # on the host (tests, sync.py)
@@ -276,6 +277,9 @@ class Agent:
                 self.send(wire.DONE, b"", channel)
             elif kind == wire.PING:
                 self.send(wire.DONE, payload, channel)
+            elif kind == wire.SETUP:
+                self.setup(json.loads(payload))
+                self.send(wire.DONE, b"", channel)
             elif kind == wire.NET_DATA:
                 conn = self.net.get(channel)
                 if conn is not None:
@@ -297,7 +301,7 @@ class Agent:
         st = Step(channel)
         st.tty = bool(req.get("tty"))
         argv, env = req["argv"], req.get("env") or {}
-        cwd = req.get("cwd") or self.root
+        cwd = req.get("cwd") or self.root or "/"
         if st.tty:
             master, slave = os.openpty()
             rows, cols = req.get("rows") or 24, req.get("cols") or 80
@@ -329,9 +333,25 @@ class Agent:
             st.outs = {out_r: wire.STDOUT, err_r: wire.STDERR}
         self.steps[channel] = st
 
+    def setup(self, h):
+        """What must be this machine's own, told by the host after every boot and restore: a
+        guest restored from a kept booted snapshot (qemu.py, kept.py) shares its RAM with every
+        other guest restored from it, so its kernel's random generator is reseeded from the
+        host's bytes (else two guests draw the same "random" numbers), its clock set to the
+        host's (else it reads the time the snapshot was taken), and it learns its project."""
+        if h.get("root"):
+            self.root = h["root"]
+            os.makedirs(self.root, exist_ok=True)
+        if h.get("time_ns"):
+            time.clock_settime_ns(time.CLOCK_REALTIME, int(h["time_ns"]))
+        if h.get("seed"):
+            _reseed(bytes.fromhex(h["seed"]))
+
     # --- the project's copy -----------------------------------------------------------------
 
     def _path(self, rel):
+        if not self.root:
+            raise ValueError("no project yet (the host's SETUP names it)")
         if rel.startswith("/") or ".." in rel.split("/"):
             raise ValueError(f"bad path {rel!r}")
         return os.path.join(self.root, rel)
@@ -413,6 +433,21 @@ class Agent:
                     os.close(fd)
         self.manifest = now
         self.send(wire.DONE, b"", channel)
+
+
+RNDADDENTROPY = 0x40085203     # _IOW('R', 0x03, int[2])
+RNDRESEEDCRNG = 0x5207         # _IO('R', 0x07)
+
+
+def _reseed(seed: bytes):
+    """`seed` into the kernel's input pool (credited), then a reseed of its generator now,
+    not at its next interval: every later read of /dev/urandom or getrandom() depends on it."""
+    fd = os.open("/dev/urandom", os.O_WRONLY)
+    try:
+        fcntl.ioctl(fd, RNDADDENTROPY, struct.pack("ii", len(seed) * 8, len(seed)) + seed)
+        fcntl.ioctl(fd, RNDRESEEDCRNG)
+    finally:
+        os.close(fd)
 
 
 def _entry(st):
@@ -547,9 +582,12 @@ def _holder(slave, status_w, argv, env, cwd, close):
 
 
 def main():
-    root = bytes.fromhex(sys.argv[1]).decode()     # the project's path, as on the host
-    port = sys.argv[2]
-    os.makedirs(root, exist_ok=True)
+    # the project's path, as on the host: none on the kernel's command line any more (a
+    # booted guest is kept for every project), told by the host's SETUP
+    root = bytes.fromhex(sys.argv[1]).decode() if len(sys.argv) > 2 and sys.argv[1] else None
+    port = sys.argv[-1]
+    if root:
+        os.makedirs(root, exist_ok=True)
     fd = os.open(port, os.O_RDWR)
     Agent(fd, root).serve()
 

@@ -44,6 +44,9 @@ class VMHost:
         self.told_accel = False
         self.resumed_from = None
         self.packages_asked = None              # vm.packages as the last step's policy had it
+        # how the machine came up, for the next step's journal entry (its `memory`, then
+        # `came_up`): {"how": "booted" | "restored" | "resumed", ...}; said once
+        self.came_up: dict | None = None
 
     # --- the machine --------------------------------------------------------------------
 
@@ -80,17 +83,25 @@ class VMHost:
                 try:
                     m.image = None
                     m._prepare()
-                    self._restore_locked(latest)
+                    got = self._restore_locked(latest)
                     self.resumed_from = latest
+                    took = time.monotonic() - t0
+                    self.came_up = {"how": "resumed", "from_step": latest, "ms": round(took * 1000),
+                                    "ram": got.get("ram"), "accel": m.accel}
                     notices.append(f"the VM resumed from the memory snapshot of step {latest} "
-                                   f"({time.monotonic() - t0:.1f} s)")
+                                   f"({took:.1f} s)")
                 except (VMError, OSError, ValueError) as e:
                     self.log(f"envgit daemon: resuming the VM from step {latest} failed ({e}); booting afresh")
                     latest = None
             if latest is None:
                 m.boot()
                 self.manifest = {}
-                notices.append(f"the VM booted in {m.boot_ms / 1000:.1f} s")
+                self.came_up = {**m.came_up, "accel": m.accel, "accel_why": m.accel_why}
+                if m.came_up.get("how") == "restored":
+                    notices.append("the VM started from the booted guest kept in the cache "
+                                   f"({m.came_up['ms'] / 1000:.1f} s, no boot)")
+                else:
+                    notices.append(f"the VM booted in {m.boot_ms / 1000:.1f} s")
             self._serve()
             if m.accel == "tcg" and not self.told_accel:
                 self.told_accel = True
@@ -190,10 +201,15 @@ class VMHost:
                 meta = self.machine.snapshot(d)
             except (VMError, OSError) as e:
                 shutil.rmtree(d, ignore_errors=True)
-                return {"error": f"memory snapshot failed: {e}"}
+                return {"error": f"memory snapshot failed: {e}", **self._came_up()}
             faults.point("vm-memory-cloned")        # the files written, `ok` not yet
             memstore.commit(d, {**meta, "step": step, "host_manifest": _manifest_json(self.manifest)})
-            return {k: meta[k] for k in ("pause_ms", "bytes", "ram_bytes", "device_bytes", "accel")}
+            return {**{k: meta[k] for k in ("pause_ms", "bytes", "ram_bytes", "device_bytes", "accel",
+                                             "method")}, **self._came_up()}
+
+    def _came_up(self) -> dict:
+        got, self.came_up = self.came_up, None
+        return {"came_up": got} if got else {}
 
     def restore(self, step) -> dict:
         with self.lock:

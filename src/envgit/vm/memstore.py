@@ -34,10 +34,11 @@ def path(project, step) -> str:
     return os.path.join(root(project), str(int(step)))
 
 
-def clone(src, dst, size=None) -> int:
+def clone(src, dst, size=None, how=None) -> int:
     """`dst` becomes a copy of `src`: a reflink (FICLONE) where the filesystem has them, else a
     copy of its data extents only (SEEK_DATA/SEEK_HOLE; copy_file_range, which shares extents
-    itself on XFS/btrfs), holes left holes. Returns the bytes of data the copy holds."""
+    itself on XFS/btrfs), holes left holes. Returns the bytes of data the copy holds; `how` (a
+    list) is told which it was: "reflink" or "copy"."""
     tmp = dst + ".part"
     sfd = os.open(src, os.O_RDONLY)
     try:
@@ -47,10 +48,14 @@ def clone(src, dst, size=None) -> int:
             try:
                 fcntl.ioctl(dfd, FICLONE, sfd)
                 copied = _allocated(sfd, total)
+                method = "reflink"
             except OSError as e:
                 if e.errno not in (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.EPERM):
                     raise
                 copied = _copy_extents(sfd, dfd, total)
+                method = "copy"
+            if how is not None:
+                how.append(method)
             os.ftruncate(dfd, max(size or 0, total))
             # no fsync: a killed daemon loses nothing the page cache holds, and an fsync of
             # hundreds of MB would be most of the pause; `ok` is written after it all

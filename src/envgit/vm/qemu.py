@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import faults
 from . import image as image_mod
-from . import memstore
+from . import kept, memstore, wire
 from .machine import Link, Machine, VMError, connect_unix, remove
 
 BOOT_TIMEOUT_S = float(os.environ.get("ENVGIT_VM_BOOT_TIMEOUT", "120"))
@@ -35,6 +35,7 @@ CMDLINE = ("console=ttyS0 quiet rdinit=/init panic=-1 tsc=reliable tsc_early_khz
 # QEMU is started from this one long-lived thread: its PR_SET_PDEATHSIG (QEMU dies with the
 # daemon, even a kill -9 of it) fires when the *thread* that forked it ends.
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vm-spawner")
+_spawner_check = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vm-check")
 
 
 def qemu_binary() -> str | None:
@@ -161,6 +162,9 @@ class QemuMachine(Machine):
         self.accel = None
         self.accel_why = ""
         self.boot_ms = None
+        # how this guest came up: {"how": "booted" | "restored", "from": "kept boot" | step
+        # snapshot dir, "ms", ...}: on the next step's journal entry (host.py)
+        self.came_up: dict = {}
 
     # --- the command line ---------------------------------------------------------------
 
@@ -174,8 +178,7 @@ class QemuMachine(Machine):
                 "-object", f"memory-backend-file,id=mem,size={mem},mem-path={self.ram},share=on",
                 "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
                 "-kernel", img.kernel, "-initrd", img.initrd,
-                "-append", f"{CMDLINE} envgit.root={self.root.encode().hex()}"
-                + (" envgit.tools=1" if self.tools else ""),
+                "-append", self._cmdline(),
                 "-serial", f"file:{os.path.join(self.run_dir, 'console.log')}",
                 # free page reporting: pages the guest frees (the initramfs once unpacked, a
                 # process's memory after it exits) become holes in the RAM file, which snapshots
@@ -194,6 +197,11 @@ class QemuMachine(Machine):
         if incoming:
             args += ["-incoming", "defer"]
         return args
+
+    def _cmdline(self):
+        # the same for every project (the agent learns its project from SETUP): a booted guest
+        # is kept and restored for any of them (kept.py)
+        return CMDLINE + (" envgit.tools=1" if self.tools else "")
 
     def _spawn(self, args):
         def start():
@@ -240,10 +248,46 @@ class QemuMachine(Machine):
 
     # --- boot ---------------------------------------------------------------------------
 
-    def boot(self):
+    def boot(self, use_kept=True):
+        """A fresh guest, answering and set up for this project: the kept booted guest of
+        this machine's image restored when there is one (kept.py), else a boot, after which
+        the booted guest is kept (before anything of the project is in it). A kept snapshot
+        that does not restore (damaged, stale, another QEMU) is dropped, booted anew and
+        replaced."""
         self._prepare()
         from . import toolimage
         self.tools = toolimage.ensure(self.image, self.packages, self.progress)
+        accel, _ = accel_choice()
+        kept_dir = kept.path(self, accel, self._cmdline(), qemu_binary()) if accel else None
+        failed = None
+        if use_kept and kept_dir and memstore.complete(kept_dir):
+            try:
+                self.progress("restoring the booted guest kept in the cache")
+                got = self.restore(kept_dir, check=lambda: kept.verify(kept_dir))
+                self.came_up = {"how": "restored", "from": "kept boot", "ms": got["answering_ms"],
+                                "ram": got.get("ram")}
+                return
+            except (VMError, OSError, ValueError) as e:
+                self._kill()
+                failed = str(e)[:300]
+                kept.drop(kept_dir)
+        self._boot()
+        self.came_up = {"how": "booted", "ms": self.boot_ms, **({"kept_failed": failed} if failed else {})}
+        if kept_dir and self.accel == accel:
+            try:
+                kept.keep(self, kept_dir)
+                self.came_up["kept"] = True
+            except (VMError, OSError) as e:
+                self.came_up["kept_error"] = str(e)[:300]
+        self._setup()
+
+    def _setup(self):
+        """The agent told what is this machine's own (agent.Agent.setup): its project, the
+        host's clock, fresh bytes for its kernel's random generator."""
+        payload = {"root": self.root, "time_ns": time.time_ns(), "seed": os.urandom(32).hex()}
+        self.link.call(wire.SETUP, json.dumps(payload).encode(), timeout=30)
+
+    def _boot(self):
         accel, why = accel_choice()
         if accel is None:               # /dev/kvm opens: does a guest really run on it?
             self.progress("trying KVM (once per host kernel)")
@@ -316,17 +360,22 @@ class QemuMachine(Machine):
             # made after `cont`, the guest running again meanwhile.
             staged = os.path.join(self.ram_dir, "ram.snapshot") if self.ram_dir != self.run_dir \
                 else os.path.join(dest, memstore.RAM)
-            ram_bytes = memstore.clone(self._ram_source(), staged)
+            how: list[str] = []
+            ram_bytes = memstore.clone(self._ram_source(), staged, how=how)
         finally:
             self.qmp.cmd("cont")
         pause_ms = round((time.monotonic() - t0) * 1000, 1)
         if staged != os.path.join(dest, memstore.RAM):
             try:
-                memstore.clone(staged, os.path.join(dest, memstore.RAM))
+                memstore.clone(staged, os.path.join(dest, memstore.RAM), how=how)
             finally:
                 remove(staged)
         dev_bytes = os.path.getsize(os.path.join(dest, memstore.DEVICE_STATE))
-        return {"pause_ms": pause_ms, "bytes": ram_bytes + dev_bytes, "ram_bytes": ram_bytes,
+        # the method that ran: QEMU's device state alone (x-ignore-shared) while stopped, and
+        # the RAM file cloned: "reflink" or "copy" (in /dev/shm during the pause, then to disk)
+        method = "x-ignore-shared, RAM " + "+".join(how) + (" via /dev/shm" if len(how) > 1 else "")
+        return {"pause_ms": pause_ms, "method": method, "setup": True,
+                "bytes": ram_bytes + dev_bytes, "ram_bytes": ram_bytes,
                 "device_bytes": dev_bytes, "memory_mb": self.memory_mb, "cpus": self.cpus,
                 "accel": self.accel, "tools": self.tools, "packages": list(self.packages)}
 
@@ -341,10 +390,12 @@ class QemuMachine(Machine):
             time.sleep(0.002)
         raise VMError("QEMU's migration did not finish")
 
-    def restore(self, src) -> dict:
+    def restore(self, src, check=None) -> dict:
         """The guest as snapshot `src` left it, running: a new QEMU fed the device state, its
-        RAM file a clone of the snapshot's."""
+        RAM file a clone of the snapshot's. `check()` (raises when `src` is damaged) runs
+        meanwhile on another thread, and the guest only runs once it has passed."""
         t0 = time.monotonic()
+        checked = _spawner_check.submit(check) if check else None
         meta = memstore.read_meta(src)
         # the drive the snapshot's guest had mounted, whatever the policy asks for now
         if meta.get("tools") and not os.path.isfile(meta["tools"]):
@@ -358,7 +409,8 @@ class QemuMachine(Machine):
         chosen, why = accel_choice()
         accel = meta.get("accel") or self.accel or chosen or "tcg"
         self.accel, self.accel_why = accel, self.accel_why or why
-        memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20)
+        how: list[str] = []
+        memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20, how=how)
         cloned_ms = round((time.monotonic() - t0) * 1000, 1)
         self.proc = self._spawn(self._args(accel, incoming=True))
         try:
@@ -379,16 +431,20 @@ class QemuMachine(Machine):
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise VMError(f"QEMU did not take the snapshot back ({st}): {self._log_tail()}")
                 time.sleep(0.002)
+            if checked is not None:
+                checked.result()
             self.qmp.cmd("cont")
-        except (VMError, OSError) as e:
+        except (VMError, OSError, ValueError) as e:
             self._kill()
             raise VMError(f"the memory snapshot {src} could not be restored: {e}") from None
         running_ms = round((time.monotonic() - t0) * 1000, 1)
         if not self.link.ping(30):
             raise VMError("the restored guest's agent does not answer")
+        if meta.get("setup"):           # an agent that knows SETUP (older snapshots' do not)
+            self._setup()
         # restore_ms: until the guest runs again (its vCPU continued); answering_ms: until
         # its agent has answered (what a step waits for); clone_ms: of those, the RAM copy
-        return {"restore_ms": running_ms, "clone_ms": cloned_ms,
+        return {"restore_ms": running_ms, "clone_ms": cloned_ms, "ram": how[0] if how else None,
                 "answering_ms": round((time.monotonic() - t0) * 1000, 1)}
 
     # --- stop ------------------------------------------------------------------------------

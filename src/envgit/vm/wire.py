@@ -35,6 +35,7 @@ SYNCED = 10      # JSON {}: the host's copy and the guest's agree now (the guest
 NET_OPEN = 11     # guest -> host: a connection to the guest's proxy port opened (channel >= NET_BASE)
 NET_DATA = 12     # both ways: its bytes
 NET_CLOSE = 13    # both ways: its end
+SETUP = 14        # JSON {root, time_ns, seed}: what is this machine's own (after a boot or restore)
 NET_BASE = 1 << 31
 # guest -> host and daemon -> client
 STDOUT = 33
