@@ -55,6 +55,7 @@ class AnchorMachine(QemuMachine):
     """The same guest with a small qcow2 drive, which `savevm` needs to hold its snapshot."""
 
     qcow2 = None
+    keep_boot = False           # booted each time: a kept boot is for the machines envgit runs
 
     def _args(self, accel, incoming=False):
         return super()._args(accel, incoming) + [

@@ -102,6 +102,9 @@ class VMHost:
                                    f"({m.came_up['ms'] / 1000:.1f} s, no boot)")
                 else:
                     notices.append(f"the VM booted in {m.boot_ms / 1000:.1f} s")
+                    if m.came_up.get("kept_failed"):
+                        notices.append("the booted guest kept in the cache did not restore "
+                                       f"({m.came_up['kept_failed']}): replaced by this boot's")
             self._serve()
             if m.accel == "tcg" and not self.told_accel:
                 self.told_accel = True

@@ -5,8 +5,9 @@ a changed vm.packages): a restore under TCG is well under a second where a boot 
 
   <image dir>/booted-<key>/   ram, device.state, meta.json, ok (as memstore's step snapshots)
 
-`key` names everything that makes two boots the same: the kernel and initramfs, the tool drive,
-memory size, CPUs, the accelerator, the kernel's command line and the QEMU binary. It is written
+`key` names everything that makes two boots the same: QEMU's whole command line (every device,
+memory size, CPUs, accelerator, the kernel's command line) but for its per-machine paths, the
+QEMU binary, the kernel, initramfs and tool drive. It is written
 whole under a temporary name and renamed, so a build killed half-way leaves nothing under the
 final name. meta.json carries a digest of both files: a damaged one (bytes flipped on disk) is
 refused before the restored guest runs, and the caller boots and replaces it.
@@ -28,7 +29,10 @@ FORMAT = 1
 PREFIX = "booted-"
 
 
-def key(machine, accel, cmdline, qemu) -> str:
+def key(machine, args) -> str:
+    """`args`: the QEMU command line the guest boots with, its per-machine paths (RAM file,
+    sockets, logs) masked by the caller: every device, the memory size, CPUs, accelerator and
+    kernel command line; with the QEMU binary's and the image files' identity."""
     def ident(path, mtime=True):
         # the image's files and the tool drive are named by their content already, and the
         # drive's mtime moves with each use (toolimage._touch): path and size for those
@@ -37,15 +41,13 @@ def key(machine, accel, cmdline, qemu) -> str:
             return [path, st.st_size] + ([st.st_mtime_ns] if mtime else [])
         except (OSError, TypeError):
             return [path]
-    what = {"format": FORMAT, "kernel": ident(machine.image.kernel, False),
-            "initrd": ident(machine.image.initrd, False), "tools": ident(machine.tools, False),
-            "memory_mb": machine.memory_mb, "cpus": machine.cpus, "accel": accel, "cmdline": cmdline,
-            "qemu": ident(qemu)}
+    what = {"format": FORMAT, "args": args, "qemu": ident(args[0]),
+            "files": [ident(p, False) for p in (machine.image.kernel, machine.image.initrd, machine.tools)]}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def path(machine, accel, cmdline, qemu) -> str:
-    return os.path.join(machine.image.path, PREFIX + key(machine, accel, cmdline, qemu))
+def path(machine, args) -> str:
+    return os.path.join(machine.image.path, PREFIX + key(machine, args))
 
 
 def digest(p) -> str:

@@ -140,6 +140,7 @@ class QMP:
 
 
 class QemuMachine(Machine):
+    keep_boot = True            # a booted guest kept and restored (kept.py); False: always boot
     def __init__(self, project_root, state_dir, memory_mb=512, cpus=1, image=None, progress=None,
                  gate_socket=None, packages=()):
         self.root = project_root
@@ -258,7 +259,7 @@ class QemuMachine(Machine):
         from . import toolimage
         self.tools = toolimage.ensure(self.image, self.packages, self.progress)
         accel, _ = accel_choice()
-        kept_dir = kept.path(self, accel, self._cmdline(), qemu_binary()) if accel else None
+        kept_dir = kept.path(self, self._identity(accel)) if accel and self.keep_boot else None
         failed = None
         if use_kept and kept_dir and memstore.complete(kept_dir):
             try:
@@ -280,6 +281,17 @@ class QemuMachine(Machine):
             except (VMError, OSError) as e:
                 self.came_up["kept_error"] = str(e)[:300]
         self._setup()
+
+    def _identity(self, accel):
+        """The command line a boot runs, this machine's own paths masked: what kept.key names."""
+        mine = {self.ram: "RAM", self.sock_dir: "SOCKETS", self.run_dir: "RUN", self.gate_socket: "GATE"}
+        out = []
+        for arg in self._args(accel):
+            for p, name in mine.items():
+                if p:
+                    arg = arg.replace(p, name)
+            out.append(arg)
+        return out
 
     def _setup(self):
         """The agent told what is this machine's own (agent.Agent.setup): its project, the
