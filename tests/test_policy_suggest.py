@@ -276,3 +276,110 @@ def test_asks_of_an_irreversible_rule_are_not_suggested_and_say_how_they_were_an
     (n,) = s.not_suggested
     assert (n.why, n.rule, n.steps) == ("irreversible: api-write", "api-write", [2, 3])
     assert n.answers == {"allow": 2, "deny": 1, "by_grant": 2}
+
+
+# --- a step chooses its method and path: suggest reads them as text, never as a pattern ------
+
+LEARNED = {"scheme": "https", "host": "api.example.org", "port": 443, "intercepted": True,
+           "decision": "allow", "rule": "learn",
+           "learn": {"decision": "deny", "rule": "network.allow", "kind": "", "reason": "not in network.allow"}}
+
+
+def _suggest(tmp_path, text, records):
+    from envgit.policy import load_policy
+    from envgit.policy.suggest import suggest
+    (tmp_path / "envgit.yaml").write_text(text)
+    s = suggest(load_policy(tmp_path / "envgit.yaml"), text, [(1, records)])
+    (tmp_path / "envgit.yaml").write_text(s.text)
+    load_policy(tmp_path / "envgit.yaml")          # what it suggests loads
+    return s
+
+
+def _refused(s) -> dict:
+    from envgit.policy.suggest import shown
+    return {shown(r): n.why.split(" (")[0].split(":")[0] for n in s.not_suggested for _, r in n.needs}
+
+
+def test_a_recorded_method_or_path_is_never_read_as_a_pattern_for_a_new_host(tmp_path):
+    s = _suggest(tmp_path, "version: 1\nnetwork:\n  allow: []\n", [
+        {**LEARNED, "method": "GET", "path": "/items/1"}, {**LEARNED, "method": "*", "path": "/x"},
+        {**LEARNED, "method": "GET", "path": "/**"}, {**LEARNED, "method": "GET", "path": "/items/[a]"},
+        {**LEARNED, "method": "GET", "path": "/" + "*" * 24 + "!"}])
+    assert [ln.text for ln in s.lines] == [
+        "api.example.org", 'api.example.org: { methods: [GET], paths: ["/items/**"] }'], s.lines
+    assert _refused(s) == {"* api.example.org/x": "a method a rule cannot name",
+                           "GET api.example.org/**": "a path holding a glob character",
+                           "GET api.example.org/items/[a]": "a path holding a glob character",
+                           "GET api.example.org/" + "*" * 24 + "!": "a path holding a glob character"}
+    # only such requests: the host is not suggested at all
+    s = _suggest(tmp_path, "version: 1\nnetwork:\n  allow: []\n", [
+        {**LEARNED, "method": "*", "path": "/x"}, {**LEARNED, "method": "GET", "path": "/**"}])
+    assert s.lines == [] and len(_refused(s)) == 2
+
+
+def test_a_recorded_method_or_path_is_never_read_as_a_pattern_for_an_l7_rule(tmp_path):
+    text = ('version: 1\nnetwork:\n  allow: ["api.example.org"]\n  l7:\n'
+            '    "api.example.org": { methods: [GET], paths: ["/public/**"] }\n')
+    denied = {**LEARNED, "decision": "deny", "rule": "network.l7[api.example.org]", "learn": None}
+    s = _suggest(tmp_path, text, [
+        {**denied, "method": "*", "path": "/public/x"}, {**denied, "method": "GET", "path": "/**"},
+        {**denied, "method": "HEAD", "path": "/public/y"}, {**denied, "method": "GET", "path": "/docs"},
+        {**denied, "method": "POST", "path": "/public/z", "facts": {"methods": ["(other)"]}}])
+    assert [ln.text for ln in s.lines] == ["api.example.org methods: HEAD", "api.example.org paths: /docs"]
+    assert set(_refused(s).values()) == {"a method a rule cannot name", "a path holding a glob character"}
+    assert len(_refused(s)) == 3
+
+
+def test_a_method_yaml_reads_otherwise_is_not_suggested_and_a_word_is_quoted_unless_it_reads_back(tmp_path):
+    import yaml
+
+    from envgit.policy.yamledit import scalar
+    words = ["GET", "NULL", "ON", "YES", "OFF", "TRUE", "Y", "NAN", "INF"]
+    assert yaml.safe_load(scalar(words)) == words
+    assert scalar(["GET", "NULL"]) == '[GET, "NULL"]'
+    s = _suggest(tmp_path, "version: 1\nnetwork:\n  allow: []\n", [
+        {**LEARNED, "method": "GET", "path": "/read"}, {**LEARNED, "method": "NULL", "path": "/odd"}])
+    assert [ln.text for ln in s.lines][1] == 'api.example.org: { methods: [GET], paths: ["/read"] }'
+    assert _refused(s) == {"NULL api.example.org/odd": "a method a rule cannot name"}
+
+
+def test_a_new_hosts_l7_rule_is_made_when_an_l7_key_names_the_host_on_another_port(tmp_path):
+    text = 'version: 1\nnetwork:\n  allow: []\n  l7:\n    "api.example.org:8443": { methods: [GET] }\n'
+    s = _suggest(tmp_path, text, [{**LEARNED, "method": "GET", "path": "/read"}])
+    assert [ln.text for ln in s.lines][1:] == ['api.example.org: { methods: [GET], paths: ["/read"] }']
+    # a key for the host on every port already narrows it
+    text = 'version: 1\nnetwork:\n  allow: []\n  l7:\n    "api.example.org": { methods: [GET] }\n'
+    assert [ln.text for ln in _suggest(tmp_path, text, [{**LEARNED, "method": "GET", "path": "/read"}]).lines] \
+        == ["api.example.org"]
+
+
+def test_suggest_makes_at_most_max_globs_path_globs_for_a_host(tmp_path):
+    from envgit.policy.suggest import MAX_GLOBS, MAX_SEGMENT
+    s = _suggest(tmp_path, "version: 1\nnetwork:\n  allow: []\n", [
+        *({**LEARNED, "method": "GET", "path": f"/p{i}/x"} for i in range(MAX_GLOBS + 10)),
+        {**LEARNED, "method": "GET", "path": "/p0/y"},
+        {**LEARNED, "method": "GET", "path": "/" + "a" * (MAX_SEGMENT + 1)}])
+    assert len(s.lines[1].value["paths"]) == MAX_GLOBS
+    assert sorted(set(_refused(s).values())) == [f"a path whose first segment is over {MAX_SEGMENT} characters",
+                                                 f"over {MAX_GLOBS} path prefixes on one host"]
+    assert len(_refused(s)) == 11
+
+
+def test_a_request_is_shown_whatever_its_path_holds():
+    from envgit.policy.suggest import shown
+    assert shown({"method": "GET", "host": "h.example", "port": 443, "path": "//[?q=1"}) == "GET h.example//["
+    assert shown({"method": "GET", "host": "h.example", "port": 8443, "path": "/a\udcff"}) == \
+        "GET h.example:8443/a\\udcff"
+
+
+def test_a_path_glob_of_a_run_of_stars_matches_a_long_path_at_once():
+    import time
+
+    from envgit.policy.netrules import url_glob
+    t0 = time.monotonic()
+    assert url_glob("/" + "*" * 24 + "!").fullmatch("/" + "a" * 4096) is None
+    assert url_glob("/" + "*" * 25).fullmatch("/a/" * 2000)
+    assert time.monotonic() - t0 < 0.5
+    # a run is one wildcard: `**` (or longer) across segments, `*` within one
+    assert url_glob("/a/***").fullmatch("/a/b/c") and not url_glob("/a/*").fullmatch("/a/b/c")
+    assert url_glob("/a/*.json").fullmatch("/a/x.json") and url_glob("/a/?").fullmatch("/a/b")

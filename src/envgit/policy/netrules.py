@@ -137,10 +137,12 @@ def _hosts_apply(hosts, host, port) -> bool:
 
 @lru_cache(maxsize=4096)
 def url_glob(pattern: str) -> re.Pattern:
-    """`*` within a path segment, `**` across segments, `?` one character; case-insensitive."""
+    """`*` within a path segment, `**` across segments, `?` one character; case-insensitive.
+    A run of `*` is one wildcard (`**` when it is two or more): `.*` after `.*` matches the same
+    but backtracks polynomially, a dozen of them for hours on a long path."""
     out = []
-    for tok in re.split(r"(\*\*|\*|\?)", pattern):
-        out.append({"**": ".*", "*": "[^/]*", "?": "[^/]"}.get(tok, re.escape(tok)))
+    for tok in re.split(r"(\*+|\?)", pattern):
+        out.append(".*" if tok.startswith("**") else {"*": "[^/]*", "?": "[^/]"}.get(tok, re.escape(tok)))
     return re.compile("".join(out), re.I)
 
 

@@ -20,19 +20,32 @@ decision "allow") is judged as it would be without it. Of those:
   judged again with the host allowed), a host hostnames.not_suggested refuses (an address, a
   private name), what the gate refused for its own reasons (a credential's misuse, an
   upgrade, an ambiguous path, SSH). Secret paths and credentials are not touched at all.
+- never from a recorded value read as a pattern: a step chooses its method and path, so an l7
+  line names only the schema's methods (not `*`, NULL, an extension method) and path globs
+  built from a path holding no glob character, of its first segment (MAX_SEGMENT characters
+  at most; MAX_GLOBS per host); any other request is listed not suggested, with why.
 
 Refused writes are not suggested: the journal records the denied paths a command line named,
 not writes refused."""
 
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import yaml
 
 from . import yamledit
 from .defaults import NETWORK_PRESETS, PRESET_PREFIX, presets_naming
 from .hostnames import hostport, norm_host, not_suggested, rule_entry_matches
+from .network import _l7_entry
 from .replay import irreversible_rule, judge
+from .schema import METHODS
+
+# A step chooses what is recorded of its requests (method, path): a method a rule names is one
+# of the schema's, literally; a path glob is built only from a path holding no glob character,
+# of its literal first segment.
+NAMED_METHODS = frozenset(METHODS) - {"*"}
+GLOB_CHARS = frozenset("*?[]{}\\")
+MAX_SEGMENT = 200               # the longest first segment made into a path glob
+MAX_GLOBS = 64                  # path globs suggested for one host, at most
 
 
 @dataclass
@@ -121,27 +134,66 @@ def _hosts_of(entry: str) -> list[str]:
     return [entry]
 
 
+def _head(path) -> tuple[str, bool]:
+    """(first segment, more after it) of a recorded path, its query left out."""
+    p = str(path or "/").split("?", 1)[0] or "/"
+    head, _, rest = p.lstrip("/").partition("/")
+    return head, bool(rest) or (p.endswith("/") and bool(head))
+
+
 def path_globs(paths) -> list[str]:
     """The narrowest path globs of one segment's depth that cover `paths`: `/items` and
-    `/items/1` give `/items` and `/items/**` (`**` never matches the bare prefix)."""
+    `/items/1` give `/items` and `/items/**` (`**` never matches the bare prefix). Only for
+    paths `_unnamed` passed: their first segment is literal."""
     out: set[str] = set()
     for p in paths:
-        p = p.split("?", 1)[0] or "/"
-        head, _, rest = p.lstrip("/").partition("/")
-        if not head:
-            out.add("/")
-        elif rest or p.endswith("/"):
-            out.add(f"/{head}/**")
-        else:
-            out.add(f"/{head}")
+        head, more = _head(p)
+        out.add("/" if not head else f"/{head}/**" if more else f"/{head}")
     return sorted(out)
 
 
 def _methods(rec: dict) -> set[str]:
+    """The methods a request acted as (its own and, from the facts, another it was read as)."""
     facts = rec.get("facts")
-    if not isinstance(facts, dict):
-        facts = {}
-    return {str(rec.get("method") or "").upper()} | {m for m in facts.get("methods") or () if m.isalpha()}
+    others = facts.get("methods") if isinstance(facts, dict) else None
+    return {str(rec.get("method") or "").upper()} | {
+        str(m).upper() for m in (others if isinstance(others, list | tuple) else ())}
+
+
+def _unnamed(rec: dict) -> str:
+    """Why no l7 line is made for `rec` ("" when one can be): a method a rule cannot name
+    literally (`*`, NULL, an extension method), or a path a glob would read as more than
+    itself (its first segment becomes the glob's text). A step chooses both."""
+    if not _methods(rec) <= NAMED_METHODS:
+        return ("a method a rule cannot name (network.l7 methods are " +
+                ", ".join(m for m in METHODS if m in NAMED_METHODS) + "): name it yourself if you mean it")
+    head, _ = _head(rec.get("path"))
+    if GLOB_CHARS & set(str(rec.get("path") or "").split("?", 1)[0]) or not head.isprintable():
+        return ("a path holding a glob character (* ? [ ] { } \\) or a control character: a "
+                "recorded path is never made a pattern; name it in network.l7 yourself if you mean it")
+    if len(head) > MAX_SEGMENT:
+        return f"a path whose first segment is over {MAX_SEGMENT} characters: name it in network.l7 yourself"
+    return ""
+
+
+def _named(needs, rule: str, refuse) -> list:
+    """`needs` ((step, record)) an l7 line can be made for; the others refused, said why, and
+    past MAX_GLOBS path globs the rest of a host's too (a step could record any number)."""
+    kept, globs = [], set[str]()
+    for step, rec in needs:
+        if str(rec.get("method") or "").upper() == "CONNECT":
+            kept.append((step, rec))            # a tunnel: nothing of its requests was seen
+            continue
+        why = _unnamed(rec)
+        glob = path_globs([rec.get("path")])[0] if not why else ""
+        if not why and glob not in globs and len(globs) >= MAX_GLOBS:
+            why = f"over {MAX_GLOBS} path prefixes on one host: name them in network.l7 yourself"
+        if why:
+            refuse(why, rule, step, rec)
+        else:
+            globs.add(glob)
+            kept.append((step, rec))
+    return kept
 
 
 def suggest(policy, text: str, steps) -> Suggestion:
@@ -197,9 +249,13 @@ def suggest(policy, text: str, steps) -> Suggestion:
 
     lines: list[Line] = []
     for entry, needs in new_hosts.items():
+        if not entry.startswith(PRESET_PREFIX):
+            needs = _named(needs, "network.allow", refuse)
+            if not needs:
+                continue
         lines.append(Line(("network", "allow"), entry, needs=needs, text=entry))
         seen = [rec for _, rec in needs if str(rec.get("method") or "").upper() != "CONNECT"]
-        if entry.startswith(PRESET_PREFIX) or len(seen) < len(needs) or _l7_names(policy, entry):
+        if entry.startswith(PRESET_PREFIX) or len(seen) < len(needs) or _l7_names(policy, needs):
             continue                # a tunnel refused before its requests: nothing seen to narrow to
         narrowed = {"methods": sorted(set().union(*(_methods(r) for r in seen))),
                     "paths": path_globs(r.get("path") or "/" for r in seen)}
@@ -207,6 +263,7 @@ def suggest(policy, text: str, steps) -> Suggestion:
                           text=f"{entry}: {yamledit.scalar(narrowed)}"))
     for key, needs in l7_wider.items():
         spec = policy.l7[key]
+        needs = _named(needs, f"network.l7[{key}]", refuse)
         for name, want in (("methods", sorted(set().union(*(_methods(r) for _, r in needs)))),
                            ("paths", path_globs(r.get("path") or "/" for _, r in needs))):
             have = spec.get(name)
@@ -249,16 +306,18 @@ def as_policy(policy, sug: Suggestion):
     return dataclasses.replace(policy, network_allow=allow, l7=l7)
 
 
-def _l7_names(policy, entry: str) -> bool:
-    """Does an l7 key of the file already name the host of `entry`?"""
-    host = entry.rsplit(":", 1)[0] if entry.count(":") == 1 else entry
-    return any(norm_host(k.rsplit(":", 1)[0] if k.count(":") == 1 else k) == norm_host(host)
-               for k in policy.l7)
+def _l7_names(policy, needs) -> bool:
+    """Does an l7 key already apply to every host:port of `needs`, as the gate looks one up
+    (a key with a port names that port only)?"""
+    return all(_l7_entry(policy, str(r.get("host") or ""), int(r.get("port") or 0)) is not None
+               for _, r in needs)
 
 
 def shown(rec: dict) -> str:
-    """A request as a person reads it: METHOD host[:port]/path."""
+    """A request as a person reads it: METHOD host[:port]/path (its query left out). A step
+    chose every part: a character that is not text (a lone surrogate) is shown escaped."""
     port = rec.get("port")
     where = f"{rec.get('host')}{'' if port in (80, 443, None) else f':{port}'}"
-    path = urlsplit(str(rec.get("path") or "")).path if rec.get("path") else ""
-    return f"{rec.get('method')} {where}{path}"
+    path = str(rec.get("path") or "").split("?", 1)[0]
+    text = f"{rec.get('method')} {where}{path}"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -28,8 +28,14 @@ def scalar(value) -> str:
 
 
 def _plain(v) -> bool:
-    # HTTP methods read better bare (`methods: [GET]`, as docs/POLICY.md writes them)
-    return isinstance(v, str) and v.isalpha() and v.isupper()
+    # HTTP methods read better bare (`methods: [GET]`, as docs/POLICY.md writes them), but only
+    # a word YAML reads back as the same string: NULL is null, ON and YES are true
+    if not (isinstance(v, str) and v.isascii() and v.isalpha() and v.isupper()):
+        return False
+    try:
+        return yaml.safe_load(v) == v
+    except yaml.YAMLError:
+        return False
 
 
 def _compose(text: str):
