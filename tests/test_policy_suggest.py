@@ -317,6 +317,14 @@ def test_a_recorded_method_or_path_is_never_read_as_a_pattern_for_a_new_host(tmp
     assert s.lines == [] and len(_refused(s)) == 2
 
 
+def test_a_recorded_host_is_suggested_only_as_a_literal_name(tmp_path):
+    s = _suggest(tmp_path, "version: 1\nnetwork:\n  allow: []\n", [
+        {**LEARNED, "method": "CONNECT", "host": h, "path": ""}
+        for h in ("*.com", "a b.example.org", "ok.example.org")])
+    assert [ln.text for ln in s.lines] == ["ok.example.org"]
+    assert set(_refused(s).values()) == {"a host that is not a literal name"} and len(_refused(s)) == 2
+
+
 def test_a_recorded_method_or_path_is_never_read_as_a_pattern_for_an_l7_rule(tmp_path):
     text = ('version: 1\nnetwork:\n  allow: ["api.example.org"]\n  l7:\n'
             '    "api.example.org": { methods: [GET], paths: ["/public/**"] }\n')

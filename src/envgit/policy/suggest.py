@@ -20,7 +20,8 @@ decision "allow") is judged as it would be without it. Of those:
   judged again with the host allowed), a host hostnames.not_suggested refuses (an address, a
   private name), what the gate refused for its own reasons (a credential's misuse, an
   upgrade, an ambiguous path, SSH). Secret paths and credentials are not touched at all.
-- never from a recorded value read as a pattern: a step chooses its method and path, so an l7
+- never from a recorded value read as a pattern: a step chooses its method and path (a host
+  too, as far as the gate lets it), so a host is suggested only as a literal name, an l7
   line names only the schema's methods (not `*`, NULL, an extension method) and path globs
   built from a path holding no glob character, of its first segment (MAX_SEGMENT characters
   at most; MAX_GLOBS per host); any other request is listed not suggested, with why.
@@ -44,6 +45,7 @@ from .schema import METHODS
 # of its literal first segment.
 NAMED_METHODS = frozenset(METHODS) - {"*"}
 GLOB_CHARS = frozenset("*?[]{}\\")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 MAX_SEGMENT = 200               # the longest first segment made into a path glob
 MAX_GLOBS = 64                  # path globs suggested for one host, at most
 
@@ -134,6 +136,12 @@ def _hosts_of(entry: str) -> list[str]:
     return [entry]
 
 
+def _literal_host(host: str) -> bool:
+    """Is `host` a DNS name as written, no pattern (`*.com` is an allow entry's wildcard)?"""
+    return len(host) <= 253 and all(
+        0 < len(label) <= 63 and set(label) <= _NAME_CHARS for label in host.split("."))
+
+
 def _head(path) -> tuple[str, bool]:
     """(first segment, more after it) of a recorded path, its query left out."""
     p = str(path or "/").split("?", 1)[0] or "/"
@@ -221,6 +229,9 @@ def suggest(policy, text: str, steps) -> Suggestion:
             elif rule == "network.allow" and not_suggested(host):
                 refuse(f"{host} is {not_suggested(host)}: name it in network.allow yourself "
                        "if you mean it", rule, step, rec)
+            elif rule == "network.allow" and not _literal_host(host):
+                refuse("a host that is not a literal name (a glob character, or a character no "
+                       "name holds): name it in network.allow yourself if you mean it", rule, step, rec)
             elif rule == "network.allow":
                 new_hosts.setdefault(_entry_for(policy, host, port), []).append((step, rec))
             elif rule.startswith("network.l7[") and rule[11:-1] in own_l7:
