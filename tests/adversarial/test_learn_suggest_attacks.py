@@ -3,13 +3,13 @@ what a step sends is what the journal records, and what the journal records is w
 turns into envgit.yaml lines. The oracles: what reached the local servers (the stub's request
 log, the git server's refs), the journal, and whether the commands finish cleanly.
 
-Open holes (xfail strict, each says where): a refused CONNECT's Host header recorded as its
-host (a wildcard `*.com` suggested and applied); a path byte that is not UTF-8 (the request is
-on no record; an ask for it kills the client); `envgit learn off` leaving a running step in
-learn mode. Holding: push, LFS and GraphQL spellings, pipelining and a tunnel in a tunnel, a
-process left behind; suggest never reads a recorded method `*` or path `/**` as a pattern,
-gives a new host its l7 rule though a key names the host on another port, is not stopped by a
-method NULL, and finishes with no traceback on a path `//[` or of many `*`. Runs as root, and as
+Found open by an attacker, closed now: a refused CONNECT's Host header is not
+recorded as its host (no wildcard `*.com` suggested); a path byte that is not UTF-8 is on the
+record and asked about with no traceback; `envgit learn off` ends learn mode for a running step
+too. Holding: push, LFS and GraphQL spellings, pipelining and a tunnel in a tunnel, a process
+left behind; suggest never reads a recorded method `*` or path `/**` as a pattern, gives a new
+host its l7 rule though a key names the host on another port, is not stopped by a method NULL,
+and finishes with no traceback on a path `//[` or of many `*`. Runs as root, and as
 a user where the uid could matter."""
 
 import json
