@@ -308,3 +308,41 @@ def test_a_process_a_learn_step_left_behind_is_not_in_learn_mode(attacker, gate_
     attacker.own(attacker.root / "go")
     time.sleep(2)
     assert not reached(stub, "canary-left-behind"), stub.requests
+
+# --- second look: what the fixes may not cover ------------------------------------------------
+
+# A raw GET inside a tunnel: argv[2] is the request line's target as UTF-8 bytes (curl would
+# percent-encode it); the status is printed.
+RAW_GET = TUNNEL + r'''
+t.sendall(b"GET " + sys.argv[2].encode() + b" HTTP/1.1\r\nHost: " + f"{host}:{port}".encode() +
+          b"\r\nConnection: close\r\n\r\n")
+t.settimeout(5)
+got = b""
+try:
+    while True:
+        b = t.recv(65536)
+        if not b:
+            break
+        got += b
+except OSError:
+    pass
+print(got.split(b"\r\n", 1)[0].split(b" ")[1].decode() if got else "000")
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open hole: suggest.path_globs makes /ſecret/** of a path "
+                   "with no glob character, and url_glob's re.I folds ſ (U+017F) to s: /secret/** is allowed")
+def test_a_suggested_path_glob_admits_no_other_path_by_unicode_case_folding(attacker, gate_servers):
+    # `ſ` (U+017F, long s) holds no glob character and is printable, but url_glob is re.I and
+    # Unicode folds ſ to s: a glob /ſecret/** built from the step's path admits /secret/...
+    git, stub = gate_servers
+    st = hostport(stub, "stub.example.test")
+    project(attacker, git, stub, allow=[st], l7=f'    "{st}": {{ methods: [GET], paths: ["/public/**"] }}\n')
+    (attacker.root / "rawget.py").write_text(RAW_GET)
+    attacker.own(attacker.root / "rawget.py")
+    r = attacker.run("python3 rawget.py " + st + " /\u017fecret/x\n")
+    assert r.stdout.split() == ["403"], r.stdout + r.stderr          # l7 refused it: recorded
+    sug = attacker.envgit("policy", "suggest", "--apply")
+    assert sug.returncode == 0, sug.stdout + sug.stderr
+    attacker.run(curl(f"https://{st}/secret/canary-after-apply"))
+    assert not reached(stub, "canary-after-apply"), (sug.stdout, stub.requests)
