@@ -267,6 +267,7 @@ class QemuMachine(Machine):
                 got = self.restore(kept_dir, check=lambda: kept.verify(kept_dir))
                 self.came_up = {"how": "restored", "from": "kept boot", "ms": got["answering_ms"],
                                 "ram": got.get("ram")}
+                kept.used(kept_dir)
                 return
             except (VMError, OSError, ValueError) as e:
                 self._kill()
