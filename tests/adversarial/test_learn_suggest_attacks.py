@@ -330,7 +330,8 @@ print(got.split(b"\r\n", 1)[0].split(b" ")[1].decode() if got else "000")
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="open hole: suggest.path_globs makes /ſecret/** of a path "
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="open hole: suggest.path_globs makes /ſecret/** of a path "
                    "with no glob character, and url_glob's re.I folds ſ (U+017F) to s: /secret/** is allowed")
 def test_a_suggested_path_glob_admits_no_other_path_by_unicode_case_folding(attacker, gate_servers):
     # `ſ` (U+017F, long s) holds no glob character and is printable, but url_glob is re.I and
@@ -341,8 +342,42 @@ def test_a_suggested_path_glob_admits_no_other_path_by_unicode_case_folding(atta
     (attacker.root / "rawget.py").write_text(RAW_GET)
     attacker.own(attacker.root / "rawget.py")
     r = attacker.run("python3 rawget.py " + st + " /\u017fecret/x\n")
-    assert r.stdout.split() == ["403"], r.stdout + r.stderr          # l7 refused it: recorded
     sug = attacker.envgit("policy", "suggest", "--apply")
-    assert sug.returncode == 0, sug.stdout + sug.stderr
+    if r.stdout.split() != ["403"] or sug.returncode != 0:      # l7 refused it, and it was applied
+        pytest.fail(r.stdout + r.stderr + sug.stdout + sug.stderr)
     attacker.run(curl(f"https://{st}/secret/canary-after-apply"))
     assert not reached(stub, "canary-after-apply"), (sug.stdout, stub.requests)
+
+
+# Many files written outside envgit since the last step: the next step's begin records them
+# first (daemon/steps.py settle, on a thread), which takes seconds.
+MANY_FILES = "python3 -c \"import os; os.mkdir('outside'); [open(f'outside/{i}', 'w').write(str(i)) " \
+             "for i in range(20000)]\""
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="open hole: a step's begin reads learn mode (daemon/steps.py "
+                   "learn.for_step) before it awaits settle and net_for; learn off meanwhile (daemon/learn.py "
+                   "ended) finds no live step, and the step then opens in learn mode for its whole run")
+@pytest.mark.both_uids("learn mode lives in the daemon of the person's uid")
+def test_learn_off_ends_learn_mode_for_a_step_whose_begin_it_overtook(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    u = f"https://{hostport(stub, 'stub.example.test')}"
+    attacker.envgit("run", "--", "true", check=True)        # the baseline taken: later ones are outside changes
+    attacker.envgit("learn", "on", check=True)
+    assert attacker.host(MANY_FILES, timeout=60).returncode == 0
+    p = subprocess.Popen(attacker._argv([ENVGIT, "run", "--", "sh", "-c", curl(f"{u}/canary-after-learn-off")]),
+                         cwd=attacker.root, env=attacker.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1)                       # its begin is recording the outside changes
+        off = attacker.envgit("learn", "off", check=True).stdout
+        if p.poll() is not None or "learn mode is off" not in off:     # the race not set up
+            pytest.fail(f"the step ended before learn off, or learn off failed: {off}")
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert not reached(stub, "canary-after-learn-off"), (out, err, stub.requests)
