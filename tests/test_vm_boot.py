@@ -120,6 +120,9 @@ def test_a_damaged_kept_boot_is_refused_booted_anew_and_replaced(world):
     assert "the notes of c\n" in r.stdout
     up = _last(c)["memory"]["came_up"]
     assert up["how"] == "booted" and "damaged" in up.get("kept_failed", ""), up
+    assert "the booted guest kept in the cache did not restore" in r.stderr, r.stderr
+    shown = c.envgit("show", "last", check=True).stdout
+    assert "machine   booted in " in shown and "the kept booted guest did not restore" in shown, shown
     (kept,) = _kept_dirs()
     meta = json.loads((kept / "meta.json").read_text())
     assert (kept / "ok").is_file() and meta["ram_crc32"] != before
