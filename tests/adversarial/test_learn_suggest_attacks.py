@@ -381,3 +381,40 @@ def test_learn_off_ends_learn_mode_for_a_step_whose_begin_it_overtook(attacker, 
             p.kill()
             p.wait()
     assert not reached(stub, "canary-after-learn-off"), (out, err, stub.requests)
+
+
+# A raw request inside a tunnel: argv[2] the method, argv[3] the target, as UTF-8 bytes.
+RAW_METHOD = TUNNEL + r'''
+t.sendall(sys.argv[2].encode() + b" " + sys.argv[3].encode() + b" HTTP/1.1\r\nHost: " +
+          f"{host}:{port}".encode() + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+t.settimeout(5)
+got = b""
+try:
+    while True:
+        b = t.recv(65536)
+        if not b:
+            break
+        got += b
+except OSError:
+    pass
+print(got.split(b"\r\n", 1)[0].split(b" ")[1].decode() if got else "000")
+'''
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="open hole: suggest._methods takes str.upper() of the recorded method, and "
+                   "'po\\u017ft'.upper() is POST, a NAMED_METHOD: methods [POST] is suggested and applied")
+def test_a_method_suggest_names_is_one_the_step_sent_not_its_unicode_upper_case(attacker, gate_servers):
+    # `poſt`: str.upper() makes it POST, which the step never sent (the stub answers a method it
+    # has no handler for itself, 501, before its request log)
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    (attacker.root / "rawm.py").write_text(RAW_METHOD)
+    attacker.own(attacker.root / "rawm.py")
+    st = hostport(stub, "stub.example.test")
+    r = attacker.envgit("learn", "--", "sh", "-c", f"python3 rawm.py {st} po\u017ft /canary-post")
+    sug = attacker.envgit("policy", "suggest", "--apply")
+    if r.returncode != 0 or reached(stub, "canary-post") or sug.returncode != 0:
+        pytest.fail(r.stdout + r.stderr + sug.stdout + sug.stderr + repr(stub.requests))
+    attacker.run(curl("-X POST", f"https://{st}/canary-post"))
+    assert not reached(stub, "canary-post"), (r.stdout, sug.stdout, stub.requests)
