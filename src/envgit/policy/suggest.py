@@ -164,8 +164,14 @@ def _methods(rec: dict) -> set[str]:
     """The methods a request acted as (its own and, from the facts, another it was read as)."""
     facts = rec.get("facts")
     others = facts.get("methods") if isinstance(facts, dict) else None
-    return {str(rec.get("method") or "").upper()} | {
-        str(m).upper() for m in (others if isinstance(others, list | tuple) else ())}
+    # upper case by ASCII only: str.upper() makes `poſt` POST, a method the step never sent
+    return {_ascii_upper(rec.get("method"))} | {
+        _ascii_upper(m) for m in (others if isinstance(others, list | tuple) else ())}
+
+
+def _ascii_upper(method) -> str:
+    m = str(method or "")
+    return m.upper() if m.isascii() else m
 
 
 def _unnamed(rec: dict) -> str:
@@ -179,6 +185,10 @@ def _unnamed(rec: dict) -> str:
     if GLOB_CHARS & set(str(rec.get("path") or "").split("?", 1)[0]) or not head.isprintable():
         return ("a path holding a glob character (* ? [ ] { } \\) or a control character: a "
                 "recorded path is never made a pattern; name it in network.l7 yourself if you mean it")
+    if not head.isascii():
+        return ("a path with a character that is not ASCII: a path glob matches without regard to "
+                "case, and Unicode's case folding (ſ to s) would let it admit other paths; name it "
+                "in network.l7 yourself")
     if len(head) > MAX_SEGMENT:
         return f"a path whose first segment is over {MAX_SEGMENT} characters: name it in network.l7 yourself"
     return ""
