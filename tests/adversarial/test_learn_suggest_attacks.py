@@ -330,9 +330,6 @@ print(got.split(b"\r\n", 1)[0].split(b" ")[1].decode() if got else "000")
 '''
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open hole: suggest.path_globs makes /ſecret/** of a path "
-                   "with no glob character, and url_glob's re.I folds ſ (U+017F) to s: /secret/** is allowed")
 def test_a_suggested_path_glob_admits_no_other_path_by_unicode_case_folding(attacker, gate_servers):
     # `ſ` (U+017F, long s) holds no glob character and is printable, but url_glob is re.I and
     # Unicode folds ſ to s: a glob /ſecret/** built from the step's path admits /secret/...
@@ -402,8 +399,9 @@ print(got.split(b"\r\n", 1)[0].split(b" ")[1].decode() if got else "000")
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open hole: suggest._methods takes str.upper() of the recorded method, and "
-                   "'po\\u017ft'.upper() is POST, a NAMED_METHOD: methods [POST] is suggested and applied")
+                   reason="open hole: the record's facts.methods hold the gate's reading, POST "
+                   "(policy/acts.py _methods: str.upper(), and 'po\\u017ft'.upper() is POST), which "
+                   "suggest._methods takes as sent: methods [POST] is suggested and applied")
 def test_a_method_suggest_names_is_one_the_step_sent_not_its_unicode_upper_case(attacker, gate_servers):
     # `poſt`: str.upper() makes it POST, which the step never sent (the stub answers a method it
     # has no handler for itself, 501, before its request log)
