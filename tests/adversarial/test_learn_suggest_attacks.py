@@ -416,3 +416,22 @@ def test_a_method_suggest_names_is_one_the_step_sent_not_its_unicode_upper_case(
         pytest.fail(r.stdout + r.stderr + sug.stdout + sug.stderr + repr(stub.requests))
     attacker.run(curl("-X POST", f"https://{st}/canary-post"))
     assert not reached(stub, "canary-post"), (r.stdout, sug.stdout, stub.requests)
+
+
+@pytest.mark.both_uids("the record is the gate's, which runs as the person; shown as both")
+def test_hosts_a_step_spells_oddly_are_suggested_as_their_name_or_not_at_all(attacker, gate_servers):
+    # refused CONNECTs: a name in upper case with a trailing dot, an IPv4 address in a legacy
+    # form and an IPv6 literal in brackets that both lead to loopback, where the stub listens
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    odd = [f"https://STUB.Example.TEST.:{stub.port}/x", f"https://127.1:{stub.port}/x",
+           f"'https://[::ffff:127.0.0.1]:{stub.port}/x'", f"https://0x7f000001:{stub.port}/x"]
+    r = attacker.run("".join(curl("-g", u) for u in odd))
+    sug = attacker.envgit("policy", "suggest", "--apply")
+    if r.stdout.split() != ["000"] * 4 or sug.returncode != 0:      # all refused, nothing stopped suggest
+        pytest.fail(r.stdout + r.stderr + sug.stdout + sug.stderr)
+    added = [ln for ln in sug.stdout.splitlines() if ln.startswith("+ ") or ln.startswith("+  ")]
+    assert f'"stub.example.test:{stub.port}"' in sug.stdout and "Traceback" not in sug.stderr, sug.stdout
+    for u in (f"https://127.0.0.1:{stub.port}/canary-loopback", f"https://localhost:{stub.port}/canary-loopback"):
+        attacker.run(curl(u))
+    assert not reached(stub, "canary-loopback"), (added, sug.stdout, stub.requests)
