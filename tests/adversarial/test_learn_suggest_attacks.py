@@ -450,3 +450,37 @@ def test_paths_whose_first_segment_yaml_reads_specially_or_is_encoded_suggest_no
                         curl(f"{u}/canary-after-apply/x") + curl("--path-as-is", f"{u}/*/canary-after-apply"))
     assert back.stdout.split()[0] == "200", back.stdout + back.stderr        # the file still loads
     assert not reached(stub, "canary-after-apply"), (sug.stdout, stub.requests)
+
+
+# Inside a tunnel learn mode opened to argv[1]: one request whose Host header names argv[2],
+# one in absolute form naming argv[2]; each status printed.
+OTHER_AUTHORITY = TUNNEL + r'''
+other = sys.argv[2]
+for line in (f"GET /canary-host-header HTTP/1.1\r\nHost: {other}",
+             f"GET https://{other}/canary-absolute-form HTTP/1.1\r\nHost: {other}"):
+    t.sendall(f"{line}\r\nContent-Length: 0\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        b = t.recv(1)
+        if not b:
+            break
+        head += b
+    n = [int(h.split(b":")[1]) for h in head.lower().split(b"\r\n") if h.startswith(b"content-length:")]
+    body = b""
+    while n and len(body) < n[0]:
+        body += t.recv(n[0] - len(body))
+    print(head.split(b" ")[1].decode() if head else "000")
+'''
+
+
+def test_another_authority_inside_a_learn_tunnel_is_not_let_through_nor_suggested(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    (attacker.root / "other.py").write_text(OTHER_AUTHORITY)
+    attacker.own(attacker.root / "other.py")
+    st, other = hostport(stub, "stub.example.test"), hostport(stub, "gitlab.com")
+    r = attacker.envgit("learn", "--", "sh", "-c", f"python3 other.py {st} {other}")
+    sug = attacker.envgit("policy", "suggest", "--apply")
+    attacker.run(curl(f"https://{other}/canary-after-apply"))
+    assert r.stdout.split() == ["403", "403"], r.stdout + r.stderr
+    assert not reached(stub, "canary"), (r.stdout, sug.stdout, stub.requests)
