@@ -484,3 +484,33 @@ def test_another_authority_inside_a_learn_tunnel_is_not_let_through_nor_suggeste
     attacker.run(curl(f"https://{other}/canary-after-apply"))
     assert r.stdout.split() == ["403", "403"], r.stdout + r.stderr
     assert not reached(stub, "canary"), (r.stdout, sug.stdout, stub.requests)
+
+
+# argv[2] a whole request head, "@FF@" standing for the byte 0xff and "@ESC@" for 0x1b.
+RAW_HEAD = TUNNEL + r'''
+head = sys.argv[2].encode().replace(b"@FF@", b"\xff").replace(b"@ESC@", b"\x1b").replace(b"|", b"\r\n")
+t.sendall(head + b"\r\nHost: " + f"{host}:{port}".encode() + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+t.settimeout(5)
+try:
+    while t.recv(65536):
+        pass
+except OSError:
+    pass
+'''
+
+
+def test_bytes_that_are_not_text_in_a_method_or_a_header_a_rule_reads_are_on_record(attacker, gate_servers):
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    (attacker.root / "head.py").write_text(RAW_HEAD)
+    attacker.own(attacker.root / "head.py")
+    st = hostport(stub, "stub.example.test")
+    heads = ["G@FF@T /canary-method HTTP/1.1", "GET /canary-override HTTP/1.1|X-HTTP-Method-Override: DEL@FF@@ESC@ETE",
+             "POST /canary-ctype HTTP/1.1|Content-Type: application/vnd.git-lfs@FF@+json"]
+    r = attacker.envgit("learn", "--", "sh", "-c", "".join(f"python3 head.py {st} '{h}'\n" for h in heads))
+    step = json.loads(attacker.envgit("show", "last", "--json", check=True).stdout)
+    paths = [q["path"] for q in step["requests"]]
+    sug = attacker.envgit("policy", "suggest")
+    assert all(any(f"/canary-{w}" in p for p in paths) for w in ("method", "override", "ctype")), \
+        (r.stderr, paths)
+    assert "Traceback" not in sug.stderr + r.stderr and "\x1b" not in sug.stdout, sug.stdout + sug.stderr
