@@ -352,10 +352,6 @@ MANY_FILES = "python3 -c \"import os; os.mkdir('outside'); [open(f'outside/{i}',
              "for i in range(40000)]\""
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open hole: a step's begin reads learn mode (daemon/steps.py "
-                   "learn.for_step) before it awaits settle and net_for; learn off meanwhile (daemon/learn.py "
-                   "ended) finds no live step, and the step then opens in learn mode for its whole run")
 @pytest.mark.both_uids("learn mode lives in the daemon of the person's uid")
 def test_learn_off_ends_learn_mode_for_a_step_whose_begin_it_overtook(attacker, gate_servers):
     git, stub = gate_servers
@@ -398,10 +394,6 @@ print(got.split(b"\r\n", 1)[0].split(b" ")[1].decode() if got else "000")
 '''
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open hole: the record's facts.methods hold the gate's reading, POST "
-                   "(policy/acts.py _methods: str.upper(), and 'po\\u017ft'.upper() is POST), which "
-                   "suggest._methods takes as sent: methods [POST] is suggested and applied")
 def test_a_method_suggest_names_is_one_the_step_sent_not_its_unicode_upper_case(attacker, gate_servers):
     # `poſt`: str.upper() makes it POST, which the step never sent (the stub answers a method it
     # has no handler for itself, 501, before its request log)

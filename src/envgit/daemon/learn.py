@@ -21,6 +21,7 @@ class LearnState:
         self.everything: float | None = None        # since when, or None: off
         self.sessions: dict[str, float] = {}        # agent session -> since when
         self.told: set[str] = set()                 # "*" or sessions whose first step was told
+        self.offs = 0                               # how many times `learn off` was said
 
     def on_for(self, session: str) -> bool:
         return self.everything is not None or session in self.sessions
@@ -68,6 +69,19 @@ def ended(sess, session: str | None) -> None:
                 sess.gate.stop_learning(step)
 
 
+def still(sess, step: int, offs: int) -> bool:
+    """After a learn step's begin has made it live: is it still in learn mode? A `learn off`
+    said while its begin was awaiting (the first snapshot, the gate's start) found it in no
+    list of running steps; it ends learn mode for this step too."""
+    info = sess.live.get(step)
+    if info is None or not info.learn or sess.learn.offs == offs:
+        return info is not None and info.learn
+    info.learn = False
+    if sess.gate is not None:
+        sess.gate.stop_learning(step)
+    return False
+
+
 async def op(sess, msg, conn):
     """{"op": "learn", "action": "on"|"off"|"status", "session"?} -> {"on", "sessions",
     "forbidden"?}; "on" under a policy that forbids it is an error saying why and how."""
@@ -94,6 +108,7 @@ async def op(sess, msg, conn):
         else:
             state.everything = None
             state.sessions.clear()
+        state.offs += 1
         ended(sess, session)
     reply = {"on": state.everything is not None, "since": state.everything,
              "sessions": sorted(state.sessions)}

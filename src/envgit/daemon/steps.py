@@ -61,7 +61,7 @@ async def begin(sess, msg, conn=None, run_argv=None):
             "tool_call_id": msg.get("tool_call_id")}
     if msg.get("origin") == "inner":       # asked for from inside a sandbox (inner.py)
         head["origin"] = "inner"
-    learning = learn.for_step(sess, msg, session)
+    learning, offs = learn.for_step(sess, msg, session), sess.learn.offs
     if learning:
         refused = learn_rules.refusal(pol)
         if refused:
@@ -128,11 +128,13 @@ async def begin(sess, msg, conn=None, run_argv=None):
         reply = await vm_begin(sess, step, pol, spec, argv, cwd, own_tmp, conn, net)
         if step in sess.live:
             sess.live[step].learn, sess.live[step].session = learning, session
+            learn.still(sess, step, offs)
         return reply
     sess.live[step] = LiveStep(masked=spec.masked + spec.denied_literal, argv=argv,
                                home=spec.env.get("HOME", ""), policy=pol, conn=conn, tmp=own_tmp,
                                routes=routes.before_step(sess.scan), tree_before=sess.last_tree,
                                published=published, learn=learning, session=session)
+    learning = learn.still(sess, step, offs)
     notices = [inert(n) for n in published.skipped] if published and published.skipped else []
     if learning and (said := learn.begin_notice(sess, msg, session)):
         notices.insert(0, said)

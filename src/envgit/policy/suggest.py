@@ -164,8 +164,9 @@ def _methods(rec: dict) -> set[str]:
     """The methods a request acted as (its own and, from the facts, another it was read as)."""
     facts = rec.get("facts")
     others = facts.get("methods") if isinstance(facts, dict) else None
-    # upper case by ASCII only: str.upper() makes `poſt` POST, a method the step never sent
-    return {_ascii_upper(rec.get("method"))} | {
+    # the method as the step sent it (a record's `method` is mitmproxy's Unicode upper case:
+    # `poſt` reads POST), and upper case by ASCII only: never a method the step did not send
+    return {_ascii_upper(rec.get("method_sent") or rec.get("method"))} | {
         _ascii_upper(m) for m in (others if isinstance(others, list | tuple) else ())}
 
 

@@ -29,7 +29,11 @@ def make(flow: http.HTTPFlow, d, **extra) -> dict:
     wrote (`pretty_host`): `envgit policy suggest` reads it, and a CONNECT to a name carrying
     `Host: *.com` would have recorded a wildcard."""
     r = flow.request
-    return {"method": as_text(r.method), "scheme": r.scheme, "host": as_text(hostnames.norm_host(r.host)),
+    # mitmproxy upper-cases a method by Unicode's rules (`poſt` reads POST), which the judging
+    # follows (a server may too); what the step sent is kept beside it when it differs
+    sent = as_text(r.data.method.decode("utf-8", "surrogateescape"))
+    return {**({"method_sent": sent} if sent != r.method else {}),
+            "method": as_text(r.method), "scheme": r.scheme, "host": as_text(hostnames.norm_host(r.host)),
             "port": r.port,
             "path": redact_path(r.path), "status": None, "bytes_up": 0, "bytes_down": 0,
             "duration_ms": None, "decision": d.action, "rule": d.rule, "kind": d.kind,
