@@ -23,9 +23,26 @@ class AutoPush:
         self.lock = threading.Lock()
         self.dirty = False
         self.thread: threading.Thread | None = None
+        self._seen: tuple | None = None     # the remotes directory as last read
+        self._auto = False
+
+    def _any_auto(self) -> bool:
+        """Is any remote set --auto? Read again only when the remotes directory changed (a
+        remote added, set or removed is a file written whole and renamed into it)."""
+        try:
+            st = os.stat(layout.config_dir())
+        except OSError:
+            return False
+        key = (st.st_ino, st.st_mtime_ns)
+        if key != self._seen:
+            self._seen, self._auto = key, bool(layout.auto_remotes())
+        return self._auto
 
     def step_ended(self) -> None:
-        """Called by the daemon as a step's end entry is written: returns at once."""
+        """Called by the daemon as a step's end entry is written: returns at once (and with no
+        remote set --auto, having started nothing: a thread a step was a millisecond of it)."""
+        if not self._any_auto():
+            return
         with self.lock:
             self.dirty = True
             if self.thread is None:
