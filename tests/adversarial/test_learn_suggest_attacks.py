@@ -311,11 +311,11 @@ def test_a_process_a_learn_step_left_behind_is_not_in_learn_mode(attacker, gate_
 
 # --- second look: what the fixes may not cover ------------------------------------------------
 
-# A raw GET inside a tunnel: argv[2] is the request line's target as UTF-8 bytes (curl would
-# percent-encode it); the status is printed.
-RAW_GET = TUNNEL + r'''
-t.sendall(b"GET " + sys.argv[2].encode() + b" HTTP/1.1\r\nHost: " + f"{host}:{port}".encode() +
-          b"\r\nConnection: close\r\n\r\n")
+# A raw request inside a tunnel: argv[2] the method, argv[3] the request line's target, as
+# UTF-8 bytes (curl would percent-encode them); the status is printed.
+RAW_REQUEST = TUNNEL + r'''
+t.sendall(sys.argv[2].encode() + b" " + sys.argv[3].encode() + b" HTTP/1.1\r\nHost: " +
+          f"{host}:{port}".encode() + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 t.settimeout(5)
 got = b""
 try:
@@ -336,9 +336,9 @@ def test_a_suggested_path_glob_admits_no_other_path_by_unicode_case_folding(atta
     git, stub = gate_servers
     st = hostport(stub, "stub.example.test")
     project(attacker, git, stub, allow=[st], l7=f'    "{st}": {{ methods: [GET], paths: ["/public/**"] }}\n')
-    (attacker.root / "rawget.py").write_text(RAW_GET)
-    attacker.own(attacker.root / "rawget.py")
-    r = attacker.run("python3 rawget.py " + st + " /\u017fecret/x\n")
+    (attacker.root / "rawreq.py").write_text(RAW_REQUEST)
+    attacker.own(attacker.root / "rawreq.py")
+    r = attacker.run("python3 rawreq.py " + st + " GET /\u017fecret/x\n")
     sug = attacker.envgit("policy", "suggest", "--apply")
     if r.stdout.split() != ["403"] or sug.returncode != 0:      # l7 refused it, and it was applied
         pytest.fail(r.stdout + r.stderr + sug.stdout + sug.stderr)
@@ -376,22 +376,6 @@ def test_learn_off_ends_learn_mode_for_a_step_whose_begin_it_overtook(attacker, 
     assert not reached(stub, "canary-after-learn-off"), (out, err, stub.requests)
 
 
-# A raw request inside a tunnel: argv[2] the method, argv[3] the target, as UTF-8 bytes.
-RAW_METHOD = TUNNEL + r'''
-t.sendall(sys.argv[2].encode() + b" " + sys.argv[3].encode() + b" HTTP/1.1\r\nHost: " +
-          f"{host}:{port}".encode() + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-t.settimeout(5)
-got = b""
-try:
-    while True:
-        b = t.recv(65536)
-        if not b:
-            break
-        got += b
-except OSError:
-    pass
-print(got.split(b"\r\n", 1)[0].split(b" ")[1].decode() if got else "000")
-'''
 
 
 def test_a_method_suggest_names_is_one_the_step_sent_not_its_unicode_upper_case(attacker, gate_servers):
@@ -399,10 +383,10 @@ def test_a_method_suggest_names_is_one_the_step_sent_not_its_unicode_upper_case(
     # has no handler for itself, 501, before its request log)
     git, stub = gate_servers
     project(attacker, git, stub)
-    (attacker.root / "rawm.py").write_text(RAW_METHOD)
-    attacker.own(attacker.root / "rawm.py")
+    (attacker.root / "rawreq.py").write_text(RAW_REQUEST)
+    attacker.own(attacker.root / "rawreq.py")
     st = hostport(stub, "stub.example.test")
-    r = attacker.envgit("learn", "--", "sh", "-c", f"python3 rawm.py {st} po\u017ft /canary-post")
+    r = attacker.envgit("learn", "--", "sh", "-c", f"python3 rawreq.py {st} po\u017ft /canary-post")
     sug = attacker.envgit("policy", "suggest", "--apply")
     if r.returncode != 0 or reached(stub, "canary-post") or sug.returncode != 0:
         pytest.fail(r.stdout + r.stderr + sug.stdout + sug.stderr + repr(stub.requests))
