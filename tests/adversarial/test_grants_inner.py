@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from gatekit import hostport, netproject
+from kit.agentsandbox import AGENT_SANDBOX
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -35,27 +36,6 @@ while time.time() < end:
 print("FORGED", sorted(set(replies)))
 '''
 
-# Run as the attacker's user on the host: the agent's sandbox, built by the daemon (`spec` with
-# `inner`), as an agent adapter builds it, running forge.py inside.
-AGENT = r'''
-import json, os, subprocess, sys
-from envgit.daemon.client import connect
-from envgit.paths import Project
-from envgit.sandbox.seccomp import program
-root = sys.argv[1]
-conn = connect(Project(root))
-helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": root, "env": dict(os.environ),
-                       "record_only": True, "session": "agent-forge"})
-spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", root + "/forge.py"], "cwd": root,
-                     "env": dict(os.environ), "session": "agent-forge", "inner": True, "step": helper["step"]})
-fd = os.memfd_create("s", 0)
-os.write(fd, program())
-os.lseek(fd, 0, 0)
-r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
-                   pass_fds=[fd], capture_output=True, text=True, timeout=60)
-conn.request({"op": "end", "step": helper["step"], "exit_code": r.returncode})
-print(r.stdout + r.stderr)
-'''
 
 
 def test_forged_answers_over_the_inner_socket_make_no_grant(attacker, gate_servers):
@@ -65,7 +45,7 @@ def test_forged_answers_over_the_inner_socket_make_no_grant(attacker, gate_serve
                "    action: ask\n    name: api-write\n")
     attacker.write_policy((attacker.root / "envgit.yaml").read_text().replace("ask_timeout: 20", "ask_timeout: 8"))
     (attacker.root / "forge.py").write_text(FORGE)
-    (attacker.root / "agent.py").write_text(AGENT)
+    (attacker.root / "agent.py").write_text(AGENT_SANDBOX)
     attacker.own(attacker.root / "forge.py", attacker.root / "agent.py")
     api = hostport(stub, "stub.example.test")
     waiting = {}
@@ -79,7 +59,7 @@ def test_forged_answers_over_the_inner_socket_make_no_grant(attacker, gate_serve
         if json.loads(attacker.envgit("pending", "--json").stdout or "[]"):
             break
         threading.Event().wait(0.1)
-    forged = attacker.host(f"{sys.executable} agent.py {attacker.root}", timeout=120)
+    forged = attacker.host(f"{sys.executable} agent.py {attacker.root} agent-forge {{}} forge.py", timeout=120)
     t.join(120)
     assert "FORGED" in forged.stdout, forged.stdout + forged.stderr
     assert "NO ERROR" not in forged.stdout and "offers run, record, m" in forged.stdout, forged.stdout

@@ -16,31 +16,8 @@ import time
 
 import pytest
 
+from kit.agentsandbox import AGENT_SANDBOX
 from kit.mcpservers import servers_left
-
-# Run on the host, as the person: the agent's sandbox (the daemon's `spec` with `inner`, run
-# as an agent adapter runs it) with inside.py running in it. argv: root, the launcher's extra
-# environment (JSON), the arguments for inside.py.
-AGENT = r'''
-import json, os, subprocess, sys
-from envgit.daemon.client import connect
-from envgit.paths import Project
-from envgit.sandbox.seccomp import program
-root, extra = sys.argv[1], json.loads(sys.argv[2])
-conn = connect(Project(root))
-helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": root, "env": dict(os.environ),
-                       "record_only": True, "session": "agent-mcp-attack"})
-spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", root + "/inside.py", *sys.argv[3:]],
-                     "cwd": root, "env": {**os.environ, **extra}, "session": "agent-mcp-attack",
-                     "inner": True, "step": helper["step"]})
-fd = os.memfd_create("s", 0)
-os.write(fd, program())
-os.lseek(fd, 0, 0)
-r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
-                   pass_fds=[fd], capture_output=True, text=True, timeout=120)
-conn.request({"op": "end", "step": helper["step"], "exit_code": r.returncode})
-print(r.stdout + r.stderr)
-'''
 
 # What every attack inside shares: the framing, a request with three fds, its reply.
 FRAMING = r'''
@@ -76,11 +53,11 @@ def agent_runs(attacker, inside, *args, extra_env=None, timeout=180):
     """Run `inside` (FRAMING is prepended) in the agent's sandbox of `attacker`'s project; its
     output."""
     (attacker.root / "inside.py").write_text(FRAMING + inside)
-    (attacker.root / "agent.py").write_text(AGENT)
+    (attacker.root / "agent.py").write_text(AGENT_SANDBOX)
     attacker.own(attacker.root / "inside.py", attacker.root / "agent.py")
     attacker.run("true", check=True)              # the daemon up, as the person's envgit started it
-    r = attacker.host(shlex.join([sys.executable, "agent.py", str(attacker.root), json.dumps(extra_env or {}),
-                                  *args]), timeout=timeout)
+    r = attacker.host(shlex.join([sys.executable, "agent.py", str(attacker.root), "agent-mcp-attack",
+                                  json.dumps(extra_env or {}), "inside.py", *args]), timeout=timeout)
     return r.stdout + r.stderr
 
 

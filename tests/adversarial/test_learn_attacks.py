@@ -14,6 +14,7 @@ import pytest
 import envgit
 from conftest import CANARY
 from gatekit import hostport, trust_policy
+from kit.agentsandbox import AGENT_SANDBOX
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed"),
@@ -106,25 +107,6 @@ print("ENV", shim.run(["curl", "-s", "-o", "/dev/null", "URL/inner-env"],
                       env={**os.environ, "ENVGIT_LEARN": "1"}))
 '''
 
-AGENT = r'''
-import os, subprocess, sys
-from envgit.daemon.client import connect
-from envgit.paths import Project
-from envgit.sandbox.seccomp import program
-root = sys.argv[1]
-conn = connect(Project(root))
-helper = conn.request({"op": "begin", "argv": ["agent"], "cwd": root, "env": dict(os.environ),
-                       "record_only": True, "session": "agent-learn"})
-spec = conn.request({"op": "spec", "argv": ["/usr/bin/python3", root + "/forge.py"], "cwd": root,
-                     "env": dict(os.environ), "session": "agent-learn", "inner": True, "step": helper["step"]})
-fd = os.memfd_create("s", 0)
-os.write(fd, program())
-os.lseek(fd, 0, 0)
-r = subprocess.run([spec["bwrap"][0], "--seccomp", str(fd), *spec["bwrap"][1:]], env=spec["env"],
-                   pass_fds=[fd], capture_output=True, text=True, timeout=60)
-conn.request({"op": "end", "step": helper["step"], "exit_code": r.returncode})
-print(r.stdout + r.stderr)
-'''
 
 
 def test_the_inner_socket_cannot_switch_learn_mode_on(attacker, gate_servers):
@@ -134,10 +116,10 @@ def test_the_inner_socket_cannot_switch_learn_mode_on(attacker, gate_servers):
     shim = Path(envgit.__file__).parent / "daemon" / "inner_shim.py"
     shutil.copy(shim, attacker.root / "shim.py")
     (attacker.root / "forge.py").write_text(FORGE.replace("URL", url))
-    (attacker.root / "agent.py").write_text(AGENT)
+    (attacker.root / "agent.py").write_text(AGENT_SANDBOX)
     attacker.own(attacker.root / "shim.py", attacker.root / "forge.py", attacker.root / "agent.py")
     attacker.run("true")                                  # the daemon is up
-    forged = attacker.host(f"{sys.executable} agent.py {attacker.root}", timeout=120)
+    forged = attacker.host(f"{sys.executable} agent.py {attacker.root} agent-learn {{}} forge.py", timeout=120)
     assert "OP " in forged.stdout and "ENV " in forged.stdout, forged.stdout + forged.stderr
     assert "OP NO ERROR" not in forged.stdout and "RUN NO ERROR" not in forged.stdout, forged.stdout
     assert not reached(stub, "/inner-"), stub.requests
