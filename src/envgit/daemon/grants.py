@@ -61,7 +61,7 @@ def scope_of(q: dict) -> dict:
     """The effect a question is about, as a grant stores and matches it. GrantError when the
     question is not about a network effect that can be remembered."""
     if not isinstance(q, dict) or not isinstance(q.get("host"), str) or type(q.get("port")) is not int \
-            or q.get("scheme") not in ("http", "https") or not isinstance(q.get("method"), str):
+            or q.get("scheme") not in ("http", "https", "ssh") or not isinstance(q.get("method"), str):
         raise GrantError("only a network request's question can be remembered (this one is "
                          f"{(q or {}).get('kind') or 'not a request'}); answer it without remembering")
     from ..policy.hostnames import norm_host

@@ -33,6 +33,7 @@ from .flows import as_texts
 from .flowstate import Conn
 from .judge import Judge
 from .record import Record
+from .sshgit import SSHGit
 from .steps import Steps
 
 if TYPE_CHECKING:
@@ -201,6 +202,7 @@ class Gate:
         self._ready = asyncio.Event()     # start() has finished (or failed): connections go on
         self._listening = self._stopped = False
         self._waiting: dict[int, int] = {}               # sandbox pid namespace -> its connections waiting for start()
+        self.ssh = SSHGit(self)                          # git over ssh (sshgit.py), beside proxy.sock
 
     @property
     def socket_path(self) -> Path:
@@ -232,6 +234,7 @@ class Gate:
                 self._servers.append(await asyncio.start_unix_server(self._serve_when_ready, path=addr))
         finally:
             os.umask(old)
+        self.ssh.listen()
         self._listening = True
 
     def ca_ready(self) -> bool:
@@ -307,6 +310,7 @@ class Gate:
             await asyncio.wait(self._tasks, timeout=2)
         self._servers.clear()
         self.socket_path.unlink(missing_ok=True)
+        self.ssh.close()
         if self.master is not None:
             await self.master.done()
             self.master = None
@@ -415,6 +419,16 @@ class Gate:
         if bound is None or getattr(counter, "pidns", None) != bound:
             return None                           # untied, or the right password from the wrong sandbox
         return entry[1]
+
+    def step_in(self, sock) -> int | None:
+        """The open step whose sandbox (bind_step's pid namespace) the peer of the unix socket
+        `sock` is in, or None: how a connection that carries no credentials (sshgit.py) is
+        attributed. Never by the daemon's own namespace, a VM step's, which every host
+        process shares."""
+        pidns = _peer_pidns(sock)
+        if pidns is None or pidns == os.stat("/proc/self/ns/pid").st_ino:
+            return None
+        return next((s for s, ns in list(self._pidns.items()) if ns == pidns and self.step_open(s)), None)
 
     def step_open(self, step_id) -> bool:
         return step_id is not None and f"step{step_id}" in self._creds

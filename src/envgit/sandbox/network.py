@@ -6,6 +6,7 @@ The namespace has loopback only, so a program that ignores the proxy variables g
 network at all: the sandbox fails closed. Without `network.allow` there is no bridge either.
 """
 
+import os
 from dataclasses import dataclass
 
 PORT = 3128
@@ -65,7 +66,29 @@ class Net:
 
 def mounts(net: Net) -> list[str]:
     return ["--dir", "/run/envgit", "--ro-bind", net.socket, SOCKET_INSIDE,
-            "--ro-bind", net.certs_dir, CERTS_INSIDE]
+            "--ro-bind", net.certs_dir, CERTS_INSIDE, *ssh_mounts(net)]
+
+
+# git over ssh (proxy/sshgit.py): the gate's ssh socket beside proxy.sock, and envgit's `ssh`
+# (sandbox/ssh_shim.py) where git's transport and a typed `ssh` look for it. Its name is `ssh`
+# so that git speaks to it as to OpenSSH (port, protocol v2).
+SSH_SOCKET_INSIDE = "/run/envgit/ssh.sock"
+SSH_INSIDE = "/run/envgit/bin/ssh"
+HOST_SSH = ("/usr/bin/ssh", "/usr/local/bin/ssh")
+
+
+def ssh_mounts(net: Net) -> list[str]:
+    """The gate's ssh socket and its copy of the shim (proxy/sshgit.py `listen`), if there."""
+    state = os.path.dirname(net.socket)
+    sock, shim = os.path.join(state, "ssh.sock"), os.path.join(state, "bin", "ssh")
+    if not (os.path.exists(sock) and os.path.isfile(shim)):
+        return []
+    out = ["--ro-bind", sock, SSH_SOCKET_INSIDE, "--dir", os.path.dirname(SSH_INSIDE),
+           "--ro-bind", shim, SSH_INSIDE]
+    for p in HOST_SSH:          # a typed `ssh host git-upload-pack …` lands there too
+        if os.path.isfile(p) and not os.path.islink(p):
+            out += ["--ro-bind", shim, p]
+    return out
 
 
 def wrap(argv: list[str]) -> list[str]:
@@ -100,6 +123,7 @@ def environment(net: Net) -> dict[str, str]:
         env[name] = BUNDLE_INSIDE
     env["SSL_CERT_DIR"] = CERTS_INSIDE
     env["UV_SYSTEM_CERTS"] = "1"
+    env["GIT_SSH_COMMAND"] = SSH_INSIDE     # git over ssh through the gate (ssh_mounts)
     user, _, password = net.credential.partition(":")
     env["JAVA_TOOL_OPTIONS"] = " ".join(
         f"-D{scheme}.proxyHost=127.0.0.1 -D{scheme}.proxyPort={PORT} -D{scheme}.proxyUser={user} "

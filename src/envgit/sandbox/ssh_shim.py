@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""envgit's `ssh` inside a step: git's SSH transport (GIT_SSH_COMMAND, and /usr/bin/ssh
+itself, both this file) asks the session's gate to open the connection on the host.
+
+    ssh [-p PORT] [-l USER] [-o SendEnv=GIT_PROTOCOL] [-46Tq] [USER@]HOST COMMAND…
+
+Only the destination, the port and the remote command are sent, with this process's stdin,
+stdout and stderr (SCM_RIGHTS); the gate (proxy/sshgit.py) runs the person's own ssh on the
+host, allows git's three services only, judges a push ref by ref, and replies with the exit
+status. No key, agent socket or ssh option of the step's reaches the host's ssh.
+
+Standalone on purpose (standard library only, no envgit import): it runs inside the sandbox,
+where the envgit package is not visible; it is bound in read-only. Its framing is the inner
+socket's (inner_shim.py): a 4-byte big-endian length and a UTF-8 JSON object, the three fds
+with the first bytes.
+"""
+
+import array
+import json
+import os
+import socket
+import sys
+
+SOCKET = "/run/envgit/ssh.sock"
+# Options git's OpenSSH variant passes, and harmless flags: anything else would be a setting of
+# the step's for the host's ssh, which it never gets.
+FLAGS = set("46TqvxaknNC")
+TAKES_ARG = set("plo")
+GIT_OPTIONS = ("SendEnv=GIT_PROTOCOL", "BatchMode=yes")
+MAX_REPLY = 1 << 20
+
+
+class Usage(Exception):
+    pass
+
+
+def parse(argv):
+    """{host, user, port, command} from an OpenSSH-style command line; Usage says what is not
+    carried."""
+    out = {"user": None, "port": None}
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        j = 1
+        while j < len(arg):
+            c = arg[j]
+            if c in FLAGS:
+                j += 1
+                continue
+            if c not in TAKES_ARG:
+                raise Usage(f"option -{c} is not carried: inside an envgit step, ssh only opens git's "
+                            "own connections, with the person's ssh settings on the host")
+            value = arg[j + 1:]
+            if not value:
+                i += 1
+                if i >= len(argv):
+                    raise Usage(f"option -{c} needs a value")
+                value = argv[i]
+            if c == "p":
+                if not value.isdigit() or not 0 < int(value) < 65536:
+                    raise Usage(f"-p {value!r} is not a port")
+                out["port"] = int(value)
+            elif c == "l":
+                out["user"] = value
+            elif value not in GIT_OPTIONS:
+                raise Usage(f"-o {value} is not carried: the host's ssh uses the person's own "
+                            "settings (~/.ssh/config); inside a step ssh only opens git's connections")
+            break
+        i += 1
+    if i >= len(argv):
+        raise Usage("no destination")
+    dest = argv[i]
+    user, at, host = dest.rpartition("@")
+    if at:
+        out["user"] = user
+    out["host"] = host
+    out["command"] = " ".join(argv[i + 1:])
+    if not out["command"]:
+        raise Usage(f"no remote command: inside an envgit step, ssh to {host} runs git's services "
+                    "only (git-upload-pack, git-receive-pack, git-upload-archive '<repository>')")
+    return out
+
+
+def _exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("the envgit gate closed the connection")
+        buf += chunk
+    return buf
+
+
+def ask(target):
+    msg = {"op": "git-ssh", **target}
+    proto = os.environ.get("GIT_PROTOCOL")
+    if proto:
+        msg["protocol"] = proto
+    body = json.dumps(msg, ensure_ascii=True, separators=(",", ":")).encode()
+    data = len(body).to_bytes(4, "big") + body
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(os.environ.get("ENVGIT_SSH_SOCKET", SOCKET))
+    with s:
+        s.sendmsg([data[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+        s.sendall(data[4:])
+        size = int.from_bytes(_exact(s, 4), "big")
+        if size > MAX_REPLY:
+            raise EOFError(f"the envgit gate sent a {size}-byte reply")
+        out = json.loads(_exact(s, size))
+    return out if isinstance(out, dict) else {"error": "envgit: a reply that is not an object"}
+
+
+def main(argv):
+    try:
+        target = parse(argv)
+    except Usage as e:
+        print(f"envgit: ssh: {e}", file=sys.stderr)
+        return 255
+    try:
+        reply = ask(target)
+    except (OSError, EOFError, ValueError) as e:
+        print(f"envgit: ssh: cannot reach the envgit gate from this step ({e}); git over ssh works "
+              "in a step whose policy allows the host (network.allow in envgit.yaml)", file=sys.stderr)
+        return 255
+    if "error" in reply:
+        print(reply["error"], file=sys.stderr)
+        return reply.get("exit", 255)
+    return reply.get("exit_code", 255)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,86 @@
+"""git over SSH through the gate (issue 30, item 1), end to end: a real sshd on 127.0.0.1
+(tests/kit/sshgit.py), the person's key in their ssh-agent and ~/.ssh outside every step, real
+`envgit run` steps whose git reaches the server through envgit's `ssh` and the gate. The oracle
+is what the remote holds (its refs read on the host), what git printed, and the step's record."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import CANARY
+from kit.sshgit import ssh_world  # noqa: F401  (the fixture `ssh`)
+from test_grants import Person, deny_all, first_remembered
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+ASK_PUSH = "  - rule: git-push\n    action: ask\n"
+
+
+def _of(reqs, service):
+    return [q for q in reqs if q["method"] == service]
+
+
+def test_fetch_over_ssh_works_and_is_recorded(ssh):
+    before = ssh.refs()["refs/heads/main"]
+    r = ssh.env.run("git fetch origin && git rev-parse origin/main")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == before
+    fetch = _of(ssh.requests(), "git-upload-pack")
+    assert len(fetch) == 1 and fetch[0]["scheme"] == "ssh" and fetch[0]["host"] == "gitserver"
+    assert fetch[0]["decision"] == "allow" and fetch[0]["bytes_down"] > 0 and fetch[0]["status"] == 0
+    assert fetch[0]["path"] == "/" + str(ssh.bare).lstrip("/")
+    shown = ssh.env.envgit("show", "last", check=True).stdout
+    assert "git-upload-pack" in shown and "gitserver" in shown
+
+
+def test_the_key_and_the_agent_socket_are_not_inside_while_fetch_works(ssh):
+    key = ssh.key.read_text()
+    r = ssh.env.run(f"git fetch origin && echo fetched; echo agent=$SSH_AUTH_SOCK; "
+                    f"cat ~/.ssh/id_ed25519 {ssh.key} ~/.ssh/config; ls -a ~/.ssh; "
+                    f"SSH_AUTH_SOCK={ssh.agent_sock} ssh-add -L; "
+                    f"ls /proc/*/environ | xargs cat 2>/dev/null | tr '\\0' '\\n' | grep SSH_AUTH; true")
+    out = r.stdout + r.stderr
+    assert "fetched" in r.stdout, out
+    assert "agent=\n" in r.stdout or r.stdout.rstrip().endswith("agent="), out
+    assert CANARY not in out                        # ~/.ssh/id_ed25519's canary, the key's comment
+    assert key.splitlines()[1] not in out            # the private key's own bytes
+    assert str(ssh.agent_sock) not in r.stdout
+
+
+def test_push_over_ssh_is_refused_per_ref_and_the_remote_is_unchanged(ssh):
+    before = ssh.refs()
+    ssh.commit()
+    # a policy without the courtesy shell rule: the gate is what refuses
+    r = ssh.env.envgit("run", "--", "git", "push", "origin", "main")
+    assert r.returncode != 0
+    assert "[remote rejected] main -> main (envgit: git push is irreversible" in r.stderr, r.stderr
+    assert "hung up" not in r.stderr, r.stderr
+    assert ssh.refs() == before
+    push = _of(ssh.requests(), "git-receive-pack")
+    assert len(push) == 1 and push[0]["decision"] == "deny" and push[0]["rule"] == "preset:default/git-push"
+    assert [(x["ref"], x["action"]) for x in push[0]["refs"]] == [("refs/heads/main", "update")]
+
+
+def test_a_grant_for_one_ref_over_ssh_does_not_update_another(ssh):
+    ssh.policy(ASK_PUSH)
+    ssh.commit()
+    with Person(ssh.env, first_remembered()) as p:
+        r = ssh.env.envgit("run", "--", "git", "push", "origin", "main")
+    assert r.returncode == 0, r.stderr
+    assert len(p.seen) == 1 and p.replies[0][1] == 0, p.replies
+    grant = json.loads(p.replies[0][2])["grant"]
+    assert grant["scope"]["refs"] == [{"ref": "refs/heads/main", "action": "update"}]
+    assert grant["scope"]["scheme"] == "ssh"
+    first = ssh.refs()["refs/heads/main"]
+    head = ssh.commit(name="g.txt")
+    with Person(ssh.env, deny_all) as p2:
+        r = ssh.env.run("git push origin HEAD:refs/heads/feature; git push origin main")
+    assert [q["refs"] for q in p2.seen] == [
+        [{"ref": "refs/heads/feature", "old": "0" * 40, "new": head, "action": "create"}]], p2.seen
+    assert "[remote rejected] HEAD -> feature" in r.stderr, r.stderr
+    refs = ssh.refs()
+    assert "refs/heads/feature" not in refs and refs["refs/heads/main"] == head != first
+    push = _of(ssh.requests(), "git-receive-pack")
+    assert [q["decision"] for q in push] == ["deny", "allow"]
+    assert push[1]["answered_how"].startswith("grant ")
