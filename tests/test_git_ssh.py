@@ -60,6 +60,11 @@ def test_push_over_ssh_is_refused_per_ref_and_the_remote_is_unchanged(ssh):
     push = _of(ssh.requests(), "git-receive-pack")
     assert len(push) == 1 and push[0]["decision"] == "deny" and push[0]["rule"] == "preset:default/git-push"
     assert [(x["ref"], x["action"]) for x in push[0]["refs"]] == [("refs/heads/main", "update")]
+    # re-judged as the HTTPS push it was judged as: a candidate allowing pushes newly allows it
+    cand = ssh.env.home / "candidate.yaml"
+    cand.write_text((ssh.env.root / "envgit.yaml").read_text() + "  - rule: git-push\n    action: allow\n")
+    replay = ssh.env.envgit("policy", "replay", str(cand), "--json")
+    assert replay.returncode == 1, replay.stdout + replay.stderr
 
 
 def test_a_grant_for_one_ref_over_ssh_does_not_update_another(ssh):

@@ -181,7 +181,10 @@ def rebuilt(req: Request, facts: dict) -> Request | None:
 
 
 def as_request(rec: dict) -> Request:
-    """The request a record describes: its request line, no headers, no body."""
+    """The request a record describes: its request line, no headers, no body (for git over
+    ssh, the HTTPS request it was judged as: proxy/sshgit.py's `judged_as`)."""
+    if isinstance(rec.get("judged_as"), dict):
+        rec = {**rec, **rec["judged_as"]}
     path, _, query = str(rec.get("path") or "").partition("?")
     return Request(scheme=str(rec.get("scheme") or "http"), host=str(rec.get("host") or ""),
                    port=int(rec.get("port") or 0), method=str(rec.get("method") or ""),

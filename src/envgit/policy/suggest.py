@@ -234,7 +234,9 @@ def suggest(policy, text: str, steps) -> Suggestion:
             action, rule, irreversible, kind = _decided(policy, rec)
             if action == "allow":
                 continue
-            host, port = norm_host(str(rec.get("host") or "")), int(rec.get("port") or 0)
+            # (git over ssh: the port it was judged on, proxy/sshgit.py's `judged_as`)
+            port = int((rec.get("judged_as") or rec).get("port") or 0)
+            host = norm_host(str(rec.get("host") or ""))
             if irreversible:
                 refuse(f"irreversible: {kind or rule}", rule, step, rec)
             elif rule == "network.allow" and not_suggested(host):

@@ -47,6 +47,7 @@ from ..policy import network
 from ..policy.approval import approval_effect, query_digest
 from ..policy.hostnames import norm_host
 from ..policy.netrequest import BODY_CAP, Request
+from ..policy.replay import request_facts
 from . import gitproto
 
 SERVICES = ("git-upload-pack", "git-receive-pack", "git-upload-archive")
@@ -223,9 +224,13 @@ class SSHGit:
         rec = {"method": t["service"], "scheme": "ssh", "host": norm_host(t["host"]),
                "port": t["port"] or 22, "path": "/" + t["path"].lstrip("/"), "status": None,
                "bytes_up": 0, "bytes_down": 0, "duration_ms": None, "intercepted": True,
-               "irreversible": False, "started_at": started}
+               "irreversible": False, "started_at": started,
+               # what replay and suggest re-judge (policy/replay.py as_request)
+               "judged_as": {"scheme": "https", "port": 443, "method": "POST",
+                             "path": judged_request(t).path}}
         policy = self.gate.policy()
         pre = network.decide_request(policy, judged_request(t))
+        rec["facts"] = request_facts(judged_request(t))
         if t["service"] == "git-receive-pack" and pre.action != "allow":
             # the push rules judge the ref updates, read below; only the host is judged now
             pre = network.judge_host(policy, t["host"], 443)
@@ -279,6 +284,7 @@ class SSHGit:
         d = network.decide_request(self.gate.policy(), req)
         from ..policy.receivepack import read_push
         push = read_push(body)
+        rec["facts"] = request_facts(req)
         rec["refs"] = [u.to_json() for u in push.updates]
         rec.update(decision=d.action, rule=d.rule, kind=d.kind, reason=d.reason, irreversible=d.irreversible)
         if d.action == "ask":
