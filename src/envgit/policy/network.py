@@ -13,7 +13,8 @@ Host entries (`network.allow`, the keys of `network.l7`, `net.host` of a rule):
 Names compare case-insensitively, a trailing dot ignored. IP literals (also the legacy forms
 `127.1`, `2130706433`), `localhost`, and the cloud metadata names are reachable only when an
 entry names them exactly (no wildcard reaches them). Port 22 and the ssh-over-443 hosts are
-refused whatever the policy says: a push inside SSH cannot be inspected.
+refused whatever the policy says: a push inside SSH cannot be inspected (git over SSH goes
+through the gate's own ssh socket instead, judged as the HTTPS request: proxy/sshgit.py).
 
 Order of judgement for one request:
   1. the request must go where its tunnel goes: Host, :authority, SNI and an absolute-form
@@ -67,7 +68,9 @@ from .netrules import BODY_PREDICATES, PYPI_MARKERS, Rule, form_typed, rules_of,
 
 SSH_OVER_443 = ("ssh.github.com", "altssh.gitlab.com", "altssh.bitbucket.org",
                 "ssh.dev.azure.com", "vs-ssh.visualstudio.com")
-SSH_HINT = ("use an https remote: git remote set-url origin https://HOST/OWNER/REPO.git")
+SSH_HINT = ("git fetch and push over ssh go through envgit's own ssh in a step (judged as "
+            "over HTTPS); for anything else use an https remote: git remote set-url origin "
+            "https://HOST/OWNER/REPO.git")
 
 
 def allowed_by(policy, host: str, port: int) -> str | None:
