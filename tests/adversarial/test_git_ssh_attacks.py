@@ -112,6 +112,8 @@ def test_a_non_git_remote_command_is_refused(ssh, tmp_path):
     assert any("-o ProxyCommand" in x and "is not carried" in x for x in lines), lines
     assert any("is not a host name" in x for x in lines), lines
     assert "git-shell" not in r.stderr                  # refused here, never sent to the server
+    # each refusal at the gate is on the step's record (the -o one never left the shim)
+    assert [(q["decision"], q["rule"]) for q in ssh.requests()] == [("deny", "builtin:ssh-command")] * 4
 
 
 def test_a_process_outside_any_step_gets_nothing_from_the_ssh_socket(ssh):

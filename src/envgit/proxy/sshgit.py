@@ -35,6 +35,7 @@ the daemon's loop (the gate's ask_once and emit).
 import array
 import asyncio
 import json
+import logging
 import os
 import re
 import select
@@ -49,6 +50,8 @@ from ..policy.hostnames import norm_host
 from ..policy.netrequest import BODY_CAP, Request
 from ..policy.replay import request_facts
 from . import gitproto
+
+log = logging.getLogger("envgit.proxy")
 
 SERVICES = ("git-upload-pack", "git-receive-pack", "git-upload-archive")
 MAX_FRAME = 64 * 1024
@@ -193,6 +196,10 @@ class SSHGit:
                     reply = {"error": str(e), "exit": 255}
                 except (OSError, EOFError, ValueError) as e:
                     reply = {"error": f"envgit: ssh socket: {e}", "exit": 255}
+                except Exception as e:           # never the daemon's end: said, and it serves on
+                    log.exception("git over ssh failed")
+                    reply = {"error": f"envgit: ssh: the gate failed ({type(e).__name__}: {e}); see "
+                                      ".envgit/daemon.log", "exit": 255}
                 try:
                     conn.sendall(_frame(reply))
                 except OSError:
@@ -219,8 +226,18 @@ class SSHGit:
         step = self._step(conn)
         if len(fds) != 3:
             raise Refused("envgit: ssh: stdin, stdout and stderr must come with the request")
-        t = check(msg)
         started = time.time()
+        try:
+            t = check(msg)
+        except Refused as e:
+            # on the step's record too: what it tried to run over ssh, and that it was refused
+            host = msg.get("host") if isinstance(msg, dict) else None
+            self._emit(step, {"method": "ssh", "scheme": "ssh", "host": str(host)[:253], "port": 22,
+                              "path": "", "status": None, "bytes_up": 0, "bytes_down": 0,
+                              "decision": "deny", "rule": "builtin:ssh-command", "kind": "ssh",
+                              "reason": str(e).removeprefix("envgit: ssh: ")[:1000], "irreversible": False,
+                              "intercepted": True, "started_at": started}, started)
+            raise
         rec = {"method": t["service"], "scheme": "ssh", "host": norm_host(t["host"]),
                "port": t["port"] or 22, "path": "/" + t["path"].lstrip("/"), "status": None,
                "bytes_up": 0, "bytes_down": 0, "duration_ms": None, "intercepted": True,
@@ -271,7 +288,9 @@ class SSHGit:
                 proc.wait()
         rec["status"] = code
         self._emit(step, rec, started)
-        return {"exit_code": 0 if refused is not None and code in (0, None) else code}
+        if refused is not None and code in (0, None):
+            return {"exit_code": 0}           # git reads the rejection from the report
+        return {"exit_code": code if code is not None and code >= 0 else 255}
 
     def _judge_push(self, conn, step, t, fds, proc, rec) -> bytes | None:
         """Read the push's commands, judge them; None when allowed (they are sent on), else
