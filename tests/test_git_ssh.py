@@ -89,3 +89,38 @@ def test_a_grant_for_one_ref_over_ssh_does_not_update_another(ssh):
     push = _of(ssh.requests(), "git-receive-pack")
     assert [q["decision"] for q in push] == ["deny", "allow"]
     assert push[1]["answered_how"].startswith("grant ")
+
+
+def _pkt(b: bytes) -> bytes:
+    return b"%04x" % (len(b) + 4) + b
+
+
+def test_the_gate_takes_git_services_with_one_path_only_and_requotes_it():
+    from envgit.proxy.sshgit import Refused, parse_command, ssh_argv
+    assert parse_command("git-upload-pack '/srv/app.git'") == ("git-upload-pack", "/srv/app.git")
+    assert parse_command("git-receive-pack org/app.git") == ("git-receive-pack", "org/app.git")
+    assert parse_command("git-upload-archive 'my repo.git'") == ("git-upload-archive", "my repo.git")
+    for bad in ("touch /tmp/x", "git-upload-pack '/a'; touch x", "git-upload-pack '/a' '/b'",
+                "git-upload-pack /a$(id)", "git-upload-pack '--upload-pack=touch x'",
+                "git upload-pack '/a'", "git-upload-pack 'a'\\''b'", "git-upload-pack '/a\n'",
+                "sh -c 'git-upload-pack /a'", "git-upload-pack"):
+        with pytest.raises(Refused):
+            parse_command(bad)
+    t = {"host": "gitserver", "user": "git", "port": 2222, "service": "git-receive-pack",
+         "path": "my repo.git", "protocol": None}
+    argv = ssh_argv("/usr/bin/ssh", t, environ={})
+    assert argv[-3:] == ["--", "gitserver", "git-receive-pack 'my repo.git'"]
+    assert "BatchMode=yes" in argv and "ForwardAgent=no" in argv and "-T" in argv
+
+
+def test_a_push_is_read_to_the_end_of_its_commands_and_options_before_the_pack():
+    from envgit.proxy.sshgit import _section_end
+    old, new = "1" * 40, "2" * 40
+    cmd = f"{old} {new} refs/heads/main\0report-status push-options\n".encode()
+    # a shallow line first: the capabilities are the first command's
+    push = _pkt(b"shallow " + b"3" * 40 + b"\n") + _pkt(cmd) + b"0000" + _pkt(b"ci.skip\n") + b"0000"
+    assert _section_end(push + b"PACK") == len(push)
+    assert _section_end(push[:-4]) is None                 # the options not ended yet: read on
+    plain = _pkt(cmd.replace(b" push-options", b"")) + b"0000"
+    assert _section_end(plain + _pkt(b"opt\n") + b"0000PACK") == len(plain)
+    assert _section_end(b"zz") is None and _section_end(b"zzzz") == 0   # malformed: judged as is

@@ -482,8 +482,8 @@ def _section_end(buf: bytes) -> int | None:
             return i
         if i + n > len(buf):
             return None
-        if first and flushes == 0:
-            caps = buf[i + 4:i + n].partition(b"\0")[2].split()
+        if first and flushes == 0 and not buf[i + 4:i + n].startswith(b"shallow "):
+            caps = buf[i + 4:i + n].partition(b"\0")[2].split()     # the first command's
             if b"push-options" in caps:
                 want = 2
             first = False
