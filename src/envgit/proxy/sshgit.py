@@ -360,6 +360,12 @@ def _install_shim(dest: str) -> None:
     (sandbox/network.py ssh_mounts): a package installed without its mode bits still works."""
     with open(SHIM, "rb") as f:
         data = f.read()
+    for python in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        # the system's Python, which the sandbox sees (a step's PATH may have none), isolated
+        # from the step's PYTHON* variables
+        if os.access(python, os.X_OK):
+            data = b"#!" + python.encode() + b" -I\n" + data.partition(b"\n")[2]
+            break
     try:
         with open(dest, "rb") as f:
             if f.read() == data and os.stat(dest).st_mode & 0o777 == 0o755:
