@@ -155,12 +155,14 @@ def test_claudes_own_file_tools_are_under_the_mounts(cproj, claude_bin):
         r = run_claude(cproj, claude_bin, model)
     assert r.returncode == 0, r.stderr
     (_, _, read), (_, _, write), (_, _, cat) = model.results()
-    assert "does not exist" in read, read                     # the home inside has no ~/.ssh at all
+    # the home inside has the key's placeholder only: Read gets its line, naming the rule
+    assert "is hidden from this sandbox by filesystem.deny_read '~/.ssh'" in read, read
     assert "read-only file system" in write.lower(), write    # nothing outside the project is writable
     assert not outside.exists() and key.read_text().strip() == CANARY
-    assert "No such file" in cat or "Permission denied" in cat, cat
+    # the Bash call's tool result carries envgit's line, said as the step opened the key
+    assert "~/.ssh/id_ed25519 is hidden from steps by filesystem.deny_read '~/.ssh'" in cat, cat
     # what Claude holds (its API key, ~/.claude) is not its Bash steps': they have the policy's view
-    assert "key=\n" in cat and "cannot access '/" in cat and cat.count("No such file") == 2, cat
+    assert "key=\n" in cat and "cannot access '/" in cat and cat.count("No such file") == 1, cat
     assert CANARY not in json.dumps([e.body for e in model.log])
     assert not any(s["argv"][0].startswith("claude:") for s in steps(cproj))
 

@@ -79,7 +79,8 @@ def test_reading_the_ssh_key_through_the_file_tool_is_refused(proj, copilot_bin)
     assert r.returncode == 0, r.stderr
     (_, _, view), (_, _, cat) = model.results()
     assert "deny_read ~/.ssh" in view, view
-    assert "No such file" in cat or "Permission denied" in cat, cat
+    # the Bash call read the key's placeholder, and the tool result carries envgit's line
+    assert "~/.ssh/id_ed25519 is hidden from steps by filesystem.deny_read '~/.ssh'" in cat, cat
     assert CANARY not in json.dumps([e.body for e in model.log])
 
 

@@ -8,16 +8,22 @@ import pytest
 
 from conftest import CANARY
 
+PLACEHOLDER = "is hidden from this sandbox by filesystem.deny_read"
+
 
 def assert_closed(r):
-    assert r.returncode != 0, r.stdout + r.stderr
+    """The canary is nowhere in what the step printed; the path was either not there at all or
+    read as its placeholder's one line (sandbox/masks.py)."""
     assert CANARY not in r.stdout and CANARY not in r.stderr
+    assert r.returncode != 0 or PLACEHOLDER in r.stdout, r.stdout + r.stderr
 
 
 def test_ssh_key_direct(proj):
     r = proj.run("cat ~/.ssh/id_ed25519")
     assert_closed(r)
-    assert "No such file" in r.stderr or "Permission denied" in r.stderr
+    # the key reads as its placeholder, and the terminal is told why, once
+    assert "'~/.ssh' (envgit's built-in list)" in r.stdout, r.stdout
+    assert r.stderr.count("~/.ssh/id_ed25519 is hidden from steps") == 1, r.stderr
 
 
 @pytest.mark.parametrize("path", ["~/.aws/credentials", "~/.config/gh/hosts.yml", "~/.netrc",
@@ -55,7 +61,7 @@ def test_nested_env_files(proj):
     (d / ".env.example").write_text("DB_PASSWORD=changeme\n")
     r = proj.run("cat services/api/.env")
     assert_closed(r)
-    assert "Permission denied" in r.stderr
+    assert PLACEHOLDER in r.stdout and "services/api/.env is hidden from steps" in r.stderr, r.stderr
     assert_closed(proj.run("cat .env.production", cwd=d))
     ok = proj.run("cat services/api/.env.example")
     assert ok.returncode == 0 and "changeme" in ok.stdout
@@ -84,15 +90,19 @@ def test_deny_inside_an_allowed_directory(proj):
 
 
 def test_home_lists_nothing_private(proj):
+    """The home's view holds the toolchains, the project's cache and, for each denied path the
+    host has (~/.ssh, ~/.aws, ~/.bash_history…), its placeholder: names, never contents."""
     r = proj.run("ls -A ~")
     assert r.returncode == 0
     names = set(r.stdout.split())
-    assert names <= {".pyenv", "proj", ".cache"}, names
+    placeholders = {n for n in names if n not in {".pyenv", "proj", ".cache"}}
+    assert placeholders <= {".ssh", ".aws", ".config", ".bash_history", ".netrc"}, names
+    r = proj.run("cat ~/.aws/* ~/.ssh/* ~/.bash_history 2>&1; ls -A ~/.ssh")
+    assert CANARY not in r.stdout and "id_ed25519" in r.stdout, r.stdout
     # .cache holds the project's own package cache only (sandbox/environ.py), never the host's
     r = proj.run("ls -A ~/.cache ~/.cache/envgit")
     assert r.stdout.split()[:2] == [f"{proj.home / '.cache'}:", "envgit"], r.stdout
     assert len([n for n in r.stdout.split() if n.startswith("proj-")]) == 1, r.stdout
-    assert ".ssh" not in names and ".aws" not in names and ".bash_history" not in names
 
 
 def test_write_bashrc_from_subdirectory(proj):
@@ -188,7 +198,7 @@ def test_every_default_home_deny(proj, visible):
         (proj.home / "notes.txt").write_text("shown")
         r = proj.run("cat ~/notes.txt")              # the whole home is really shown
         assert r.returncode == 0 and "shown" in r.stdout
-    script = "; ".join(f"cat '{t}' 2>/dev/null && echo LEAK:{t}" for t in targets)
+    script = "; ".join(f"cat '{t}' 2>/dev/null | grep -q {CANARY} && echo LEAK:{t}" for t in targets)
     r = proj.run(script)
     assert "LEAK:" not in r.stdout and CANARY not in r.stdout, r.stdout
 

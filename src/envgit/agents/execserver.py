@@ -346,7 +346,12 @@ class ExecServer:
 
     def op_fs_readFile(self, params, rid):
         path = path_of(params.get("path"))
-        return {"dataBase64": base64.b64encode(self.fs_step(["cat", "--", path], path)).decode()}
+        data = self.fs_step(["cat", "--", path], path)
+        verdict = self.decide(path)
+        if verdict is not None:     # the step read the denied path's placeholder: said as the error
+            raise RpcError(NOT_FOUND, f"No such file or directory (os error 2) (not in the envgit "
+                                      f"sandbox's view: {verdict})")
+        return {"dataBase64": base64.b64encode(data).decode()}
 
     def op_fs_writeFile(self, params, rid):
         path = path_of(params.get("path"))

@@ -140,8 +140,11 @@ def cmd_show(args):
         print(f"  tool call {inert(s.tool_call_id)}")
     if s.marks:
         print(f"  marks     {inert(', '.join(s.marks))}")
-    for p in s.denied_paths:
-        print(f"  denied    {inert(p)}")
+    opened = {r.get("path"): r for r in s.denied_reads}
+    for p in s.denied_paths:        # opened: the daemon saw the step open its placeholder
+        r = opened.get(p)
+        print(f"  denied    {inert(p)}" + (f"  (opened; deny '{inert(r.get('rule'))}', {inert(r.get('where'))})"
+                                             if r else ""))
     for p in s.escape_routes:       # a file a program outside the sandbox obeys (escape-route-written)
         print(f"  escape    {inert(p)}")
     if s.dns_names:                 # looked up inside: the resolver said "does not exist" to each

@@ -26,4 +26,5 @@ class LiveStep:
     published: Any = None           # the ports it publishes, listened for on the host (publish.py)
     agent_session: bool = False     # an agent's own (marked agent-session): its hosts advised exactly
     learn: bool = False             # runs in learn mode (daemon/learn.py, policy/learn.py)
+    denied_reads: dict = field(default_factory=dict)  # path -> {path, rule, where}: placeholders it opened (denials.py)
     session: str = ""               # the session it belongs to (`envgit learn off --session` ends its learn mode)

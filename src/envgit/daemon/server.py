@@ -32,6 +32,7 @@ from ..snapshot import CorruptObject, StoreError
 from . import heldends, netadvice, protocol, rewind, steps
 from .asks import Asks, user_name
 from .client import encode
+from .denials import DenialWatch, read_notice
 from .grants import Grants
 from .heldends import log_line
 from .inner import InnerSocket
@@ -88,6 +89,8 @@ class Session:
         self.vm = None                  # backend: vm: the project's machine (vm/host.py)
         self.learn = LearnState()       # which steps run in learn mode (learn.py)
         self.autopush = AutoPush(project.root)   # remotes set --auto: pushed after each step
+        # the placeholders of running views, and what a step opened of them (denials.py)
+        self.denials = DenialWatch(project.state, self.denied_read)
 
     # --- a full disk: entries held until there is room, kept through a stop (heldends.py) --
 
@@ -123,10 +126,12 @@ class Session:
             agent = {k: msg[k] for k in ("read", "write", "protect") if msg.get(k)}
             if msg.get("set_env"):
                 agent["env"] = dict(msg["set_env"])
+            masks = self.denials.take(step if step else ("launch", session))
             sp = build(pol, self.project.root, msg["cwd"], msg["argv"], msg.get("env") or {},
                        self.project.state, steps.session_tmp(self, session), self.scan,
                        {"ENVGIT_SESSION": session, **({"ENVGIT_STEP": str(step)} if step else {})},
-                       net, inner, agent)
+                       net, inner, agent, masks=masks)
+            self.denials.watch(masks)
         except (PolicyError, KeyError, OSError) as e:
             return {"error": f"envgit: {e}", "exit": 2}
         return {"bwrap": sp.argv, "env": sp.env, "bind": net is not None}
@@ -166,6 +171,17 @@ class Session:
         text = netadvice.denial_notice(step, rec, info.policy, info.said, exact=info.agent_session)
         if text:
             self.push(info, {"push": "notice", "text": text})
+
+    def denied_read(self, owner, path, rule, where):
+        """A step opened a denied path's placeholder: said on its stderr once, kept for its end
+        (an agent's own sandbox: kept only; its placeholder's line is what its tools read)."""
+        info = self.live.get(owner) if isinstance(owner, int) else None
+        if info is None or path in info.denied_reads:
+            return
+        info.denied_reads[path] = {"path": path, "rule": rule, "where": where}
+        if not info.agent_session:
+            self.push(info, {"push": "notice", "text": read_notice(
+                owner, path, rule, where, self.project.root, info.home)})
 
     def push(self, info: LiveStep | None, frame):
         """A frame for a live step's client (None: no step, nothing to tell)."""
@@ -277,6 +293,8 @@ async def serve(project: Project):
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, sess.stopping.set)
     watcher = asyncio.create_task(sess.idle_watch())
+    if sess.denials.fd >= 0:
+        loop.add_reader(sess.denials.fd, sess.denials.drain)
     print(f"envgit daemon {os.getpid()} serving {project.root} (session {sess.id})", flush=True)
     await sess.stopping.wait()
     server.close()
@@ -289,6 +307,9 @@ async def serve(project: Project):
     shutil.rmtree(project.state_path("sessions", sess.id), ignore_errors=True)
     for inner in sess.inner.values():
         inner.close()
+    if sess.denials.fd >= 0:
+        loop.remove_reader(sess.denials.fd)
+    sess.denials.close()
     if sess.gate_task is not None and not sess.gate_task.done():
         await asyncio.wait([sess.gate_task], timeout=10)
     if sess.gate is not None:

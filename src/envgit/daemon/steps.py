@@ -109,8 +109,11 @@ async def begin(sess, msg, conn=None, run_argv=None):
                      sess.project.state, tmp, sess.scan,
                      {"ENVGIT_STEP": str(step), "ENVGIT_SESSION": session}, net,
                      home=msg.get("home"),
-                     publish=(published.directory, [p for _, p in published.pairs]) if published else None)
+                     publish=(published.directory, [p for _, p in published.pairs]) if published else None,
+                     masks=(masks := sess.denials.take(step)))
+        sess.denials.watch(masks)
     except Exception as e:          # never leave a begun step without an end
+        sess.denials.release(step)
         if sess.gate is not None:
             sess.gate.close_step(step)
         if published:
@@ -273,6 +276,7 @@ async def end(sess, msg):
     if sess.gate is not None:
         sess.gate.close_step(step)
     sess.asks.end_step(step)
+    sess.denials.release(step)      # what it opened of its placeholders, said before its end
     if info.agent_session and (agents := outside_changes.agent_sessions_only(sess.live)):
         # the routes the person changed since the session's last step are not its own
         async with sess.tree_lock:
@@ -299,7 +303,8 @@ async def end(sess, msg):
     sess.outside_notices = []
     found = marks.Found(
         step=step, summary=summary, requests=info.requests, client_marks=msg.get("marks") or [],
-        denied=marks.mentioned(info.argv, info.masked, sess.project.root, info.home),
+        denied=sorted(set(marks.mentioned(info.argv, info.masked, sess.project.root, info.home))
+                      | set(info.denied_reads)),
         escapes=escapes, tool_files=tool_files, vm_after=vm_after, memory=memory,
         taken_back=takeback.to_take_back(info.policy, sess.project.root, escapes, sess.scan) if escapes else [],
         unreached=unreached_notices(sess, info, dns := dns_summary(msg.get("dns"))),
@@ -314,6 +319,7 @@ async def end(sess, msg):
         "exit_code": typed(msg.get("exit_code"), int), "signal": typed(msg.get("signal"), str),
         "duration_ms": typed(msg.get("duration_ms"), (int, float)), "marks": said,
         "denied_paths": [], **listed("denied_paths", found.denied), "snapshot": summary,
+        **listed("denied_reads", list(info.denied_reads.values())),
         **listed("escape_routes", escapes), **listed("taken_back", back),
         **({"extra": msg["extra"]} if isinstance(msg.get("extra"), dict) else {}),
         **({"dns_names": dns["names"], "dns_queries": dns["queries"]} if dns else {}),
@@ -364,6 +370,7 @@ async def interrupted(sess, step, reason):
     if sess.gate is not None:
         sess.gate.close_step(step)
     sess.asks.end_step(step)
+    sess.denials.release(step)
     if info.published:
         info.published.close()
     summary = await take_after(sess, info.policy)

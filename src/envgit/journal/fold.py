@@ -24,6 +24,7 @@ class Step:
     policy_sha256: str = ""
     marks: list = field(default_factory=list)
     denied_paths: list = field(default_factory=list)
+    denied_reads: list = field(default_factory=list)     # [{path, rule, where}]: denied paths it opened
     escape_routes: list = field(default_factory=list)   # protected paths the step created
     taken_back: list = field(default_factory=list)      # of those, brought back (daemon/takeback.py)
     dns_names: list = field(default_factory=list)   # names it looked up (all "do not exist")
@@ -90,6 +91,7 @@ def fold_entry(out, seq, step, kind, at, text):
         s.status = "done"
         s.exit_code, s.signal = body.get("exit_code"), body.get("signal")
         s.denied_paths = body.get("denied_paths", [])
+        s.denied_reads = body.get("denied_reads", [])
         s.escape_routes = body.get("escape_routes", [])
         s.taken_back = body.get("taken_back", [])
         s.dns_names, s.dns_queries = body.get("dns_names", []), body.get("dns_queries")

@@ -107,6 +107,13 @@ def _port_pairs(v):
         isinstance(x, list) and len(x) == 2 and all(type(p) is int and 0 < p < 65536 for p in x) for x in v)
 
 
+def _denied_reads(v):
+    """An end's placeholders of denied paths the step opened (daemon/denials.py)."""
+    return isinstance(v, list) and all(
+        isinstance(x, dict) and set(x) == {"path", "rule", "where"} and all(_str(y) for y in x.values())
+        for x in v)
+
+
 def _named(v):
     return isinstance(v, list) and all(
         isinstance(x, dict) and _int(x.get("seq")) and _opt_int(x.get("step"))
@@ -136,7 +143,9 @@ KINDS = {
             "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
             "error": _str, "refused_by": _str, "policy_files": _strs, "dns_names": _strs,
             "dns_queries": _opt_int, "taken_back": _strs, "found_step": _opt_int,
-            **{f"{k}_more": _int for k in ("denied_paths", "escape_routes", "taken_back", "policy_files")}},
+            "denied_reads": _denied_reads,
+            **{f"{k}_more": _int for k in ("denied_paths", "escape_routes", "taken_back", "policy_files",
+                                           "denied_reads")}},
     "interrupted": {"reason": _str, "snapshot": _snapshot},
     # A step of its own, one entry long: what changed outside envgit since the last snapshot
     # (the person's editor, their own git), recorded before the next step or rewind begins.

@@ -9,6 +9,7 @@ from ..policy.globs import has_magic
 from . import kernel, loopback, network
 from . import publish as pub
 from .environ import cache_env, credential_env, project_cache, scrub, withhold_real_values
+from .masks import Masks, deny_origin
 from .projectscan import ProjectScan
 from .view import build_view
 
@@ -32,7 +33,7 @@ class Spec:
 def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state_dir: str,
           session_tmp: str, scan: ProjectScan, step_env: dict, net: network.Net | None = None,
           inner_socket: str | None = None, agent: dict | None = None, home: str | None = None,
-          publish: tuple[str, list[int]] | None = None) -> Spec:
+          publish: tuple[str, list[int]] | None = None, masks: Masks | None = None) -> Spec:
     """`net`: the gate to reach, or None for a step with no network at all. `inner_socket`:
     the daemon's inner control socket to bind in (an agent's sandbox, whose shim asks for
     steps through it). `agent`: what an agent's own sandbox needs besides the policy, from
@@ -41,7 +42,8 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     cover them. `home`: the home whose view the step gets, when not `host_env`'s HOME (a
     step asked for from inside an agent's sandbox: its session's, never the request's).
     `publish`: (the host directory of the socket files, the step ports) of the ports the
-    step publishes (publish.py)."""
+    step publishes (publish.py). `masks`: where the placeholders of the denied paths are made
+    (masks.py; the daemon watches them), else a directory of the state's own."""
     home = os.path.normpath(home or host_env.get("HOME") or os.path.expanduser("~"))
     rules = resolve(policy, project, home)
     agent = agent or {}
@@ -54,7 +56,9 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     # The home view is read-only: package caches go to the project's own cache directory
     # (environ.py: kept between sessions), or to the step's /tmp when it has none.
     cache = project_cache(project, state_dir)
-    view = build_view(rules, state_dir, session_tmp, scan, cache)
+    if masks is None:
+        masks = Masks(os.path.join(state_dir, "sandbox", "masks", "unwatched"))
+    view = build_view(rules, state_dir, session_tmp, scan, masks, deny_origin(policy), cache)
     view.args = kernel.without_host_proc(view.args)
     # /proc and /sys read-only or masked, and (as root) the host files only root can read: after
     # the view, whose `--proc /proc` they cover.

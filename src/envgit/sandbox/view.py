@@ -16,14 +16,16 @@ The view is built from an allow-list, not by hiding things in a copy of `/`:
                                  directory; denied files masked
 Bind order matters to bwrap (later mounts cover earlier ones), so the list is built in that order.
 
-A masked path is covered by an empty file or directory with mode 000: reading it fails with
-"Permission denied", as an unreadable file would (bwrap drops all capabilities, root included).
+A masked path is covered by a placeholder of its own (masks.py): a file that reads as one
+comment line saying it is hidden and by what, or an empty directory; the daemon sees a step open
+one and says so at once (daemon/denials.py). The home's denied paths are placeholders too.
 """
 
 import glob as globmod
 import os
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..atomicfile import write_atomic
@@ -33,6 +35,7 @@ from ..policy.decide import SYSTEM_DIRS
 from ..policy.globs import has_magic
 from . import aliases
 from .gitconfig import ConfigCopies
+from .masks import Masks
 from .projectscan import ProjectScan
 from .routes import for_project, has_private_key, unshare_links
 
@@ -47,11 +50,13 @@ class View:
 
 
 def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan,
-               cache: str | None = None) -> View:
+               masks: Masks, where_of: Callable[[str], str], cache: str | None = None) -> View:
+    """`masks`: where the denied paths' placeholders are made; `where_of(entry)`: where a deny
+    entry is written (the placeholder and the daemon's line say it)."""
     v = View()
     a = v.args
     project, home = rules.project, rules.home
-    empty_dir, empty_file, blank_dir = _sentinels(state_dir)
+    blank_dir = _sentinels(state_dir)
 
     for name in sorted(os.listdir("/")):
         path = "/" + name
@@ -85,6 +90,10 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         a += ["--ro-bind", system, "/etc/gitconfig"]
     if has_home:
         a += _global_git_config(copies, project, home, visible, state_dir)
+        # The home's denied paths (~/.ssh, ~/.aws, …) are absent from its view; shown as
+        # placeholders instead, a step that looks for them is told why they are not there.
+        for p, entry in _hidden_in_home(rules, visible):
+            a += ["--ro-bind", masks.cover(p, entry, where_of(entry)), p]
         a += ["--remount-ro", home]      # the home view is read-only (not the cache bound in it)
 
     # Read-only inside the writable project, their parents pinned in place first.
@@ -117,9 +126,10 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         a += ["--ro-bind", src, p]
     a += ["--ro-bind", blank_dir, os.path.join(project, ".envgit")]
 
-    # Denies, last so they cover every bind above.
+    # Denies, last so they cover every bind above: each by a placeholder of its own (masks.py).
     for p in denied:
-        a += ["--ro-bind", empty_dir if os.path.isdir(p) else empty_file, p]
+        rule = hits.get(p) or "another name of a denied file"
+        a += ["--ro-bind", masks.cover(p, rule, where_of(rule)), p]
         v.masked.append(p)
     return v
 
@@ -192,17 +202,30 @@ def _expand(p):
 
 
 def _sentinels(state_dir):
-    """The mode-000 directory and file that cover denied paths, and the readable empty
-    directory shown in place of .envgit/."""
-    d = os.path.join(state_dir, "sandbox")
-    empty_dir, empty_file, blank_dir = (os.path.join(d, n) for n in ("denied-dir", "denied", "blank"))
-    for p, mode in ((empty_dir, 0o000), (blank_dir, 0o555)):
-        os.makedirs(p, exist_ok=True)
-        os.chmod(p, mode)
-    if not os.path.exists(empty_file):
-        open(empty_file, "w").close()
-    os.chmod(empty_file, 0o000)
-    return empty_dir, empty_file, blank_dir
+    """The readable empty directory shown in place of .envgit/."""
+    blank_dir = os.path.join(state_dir, "sandbox", "blank")
+    os.makedirs(blank_dir, exist_ok=True)
+    os.chmod(blank_dir, 0o555)
+    return blank_dir
+
+
+MAX_HOME_HIDDEN = 32        # denied paths of the home shown as placeholders in one view
+
+
+def _hidden_in_home(rules: Rules, visible):
+    """[(path, deny entry)]: the denied paths of the home that exist on the host, with nothing
+    the view shows inside or above them (those are masked with the rest, at the end)."""
+    out: list[tuple[str, str]] = []
+    home = rules.home
+    for entry, name in rules.deny_abs:
+        for p in _expand(entry):
+            if len(out) >= MAX_HOME_HIDDEN:
+                return out
+            if _inside(p, home) and p != home and os.path.lexists(p) \
+                    and not any(_inside(p, q) or _inside(q, p) for q in visible) \
+                    and not any(_inside(p, q) for q, _ in out) and is_denied(rules, p):
+                out.append((p, name))
+    return out
 
 
 def _protected(rules: Rules, rs):

@@ -1,0 +1,128 @@
+"""The placeholders that cover a step's denied paths, one inode per path, so that the daemon
+can tell which one a step opened (daemon/denials.py watches them with inotify).
+
+Why readable placeholders and not unreadable ones: the kernel refuses an unreadable file
+(mode 000) in its permission check, before any hook an unprivileged process can watch
+(inotify and unprivileged fanotify see only opens that succeed; fanotify's permission events
+and Landlock's audit log need the host's root; seccomp user notification would send every
+open of every step to a supervisor: docs/ARCHITECTURE.md "A denial said where it happens"
+has the figures). A placeholder a step can open, whose open the daemon sees, is what lets
+envgit say the refusal at the moment it happens, for every user.
+
+So a denied file reads as one comment line saying it is hidden and by what (`#` starts a
+comment in dotenv, shell, YAML, TOML, INI and ssh_config files, so a program that loads it
+finds nothing in it, as with an empty file; a key or JSON reader fails to parse it, as with
+an empty one), and a denied directory is an empty, read-only directory holding a placeholder
+of the same kind for each of its entries (at most MIRRORED of them, names only: what a step
+looks for inside is said too). The secret's bytes are never in the view; every placeholder is
+bound read-only, and lives under the project's .envgit/, which no step can see or write.
+"""
+
+import os
+import shutil
+
+from ..inert import inert
+
+MIRRORED = 64           # entries of one denied directory shown by name
+MAX_WATCHED = 512       # placeholders one view makes; past it a path shares an unwatched one
+
+
+def deny_origin(policy):
+    """entry -> where it is written: `envgit.yaml:LINE`, or which built-in list."""
+    where = getattr(policy, "where", {}) or {}
+    lines = {}
+    for i, e in enumerate(getattr(policy, "deny_read", ()) or ()):
+        w = where.get(f"filesystem.deny_read[{i}]", "")
+        lines.setdefault(e, "envgit's built-in list" if w in ("", "default") else w)
+
+    def of(entry: str) -> str:
+        if entry in lines:
+            return lines[entry]
+        if entry.startswith("credentials."):
+            return f"{entry}: a credential's file"
+        return "envgit's built-in list"
+    return of
+
+
+def placeholder_text(path: str, rule: str, where: str) -> bytes:
+    """The one line a denied file reads as (the path and rule inert: a step chose the name)."""
+    return (f"# envgit: {inert(path)} is hidden from this sandbox by filesystem.deny_read "
+            f"'{inert(rule)}' ({inert(where)}); its contents are not shown here\n").encode()
+
+
+class Masks:
+    """The placeholders of views, in `directory`, made once and used again by later views
+    (daemon/denials.py keeps a few of these, one per step running at once): `covers` maps each
+    placeholder (file or directory) to (the path it stands for, the deny entry, where that
+    entry is written); `owner` is the step whose view binds them now."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.covers: dict[str, tuple[str, str, str]] = {}
+        self.owner = None
+        self._made: dict[tuple, str] = {}
+        self._n = 0
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+
+    def cover(self, path: str, rule: str, where: str) -> str:
+        """The placeholder to bind read-only at `path` (a file or a directory, as `path` is)."""
+        if os.path.isdir(path) and not os.path.islink(path):
+            try:
+                with os.scandir(path) as it:       # the type from the listing: no stat a name
+                    entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)[:MIRRORED]
+            except OSError:
+                entries = []
+            names, kinds = tuple(n for n, _ in entries), tuple(k for _, k in entries)
+            key: tuple = (path, rule, where, names, kinds)
+            made = self._made.get(key)
+            if made is None:
+                made = self._made[key] = self._directory(path, rule, where, names, kinds)
+            return made
+        key = (path, rule, where)
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = self._file(path, rule, where, self._next())
+        return made
+
+    def _next(self) -> str:
+        self._n += 1
+        return os.path.join(self.directory, str(self._n))
+
+    def _file(self, path, rule, where, at) -> str:
+        if len(self.covers) >= MAX_WATCHED:
+            at = os.path.join(self.directory, "unwatched")
+            if os.path.exists(at):
+                return at
+            path, rule, where = "a denied path", "(several)", "envgit.yaml and the built-in list"
+        fd = os.open(at, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
+        try:
+            os.write(fd, placeholder_text(path, rule, where))
+        finally:
+            os.close(fd)
+        if not at.endswith("/unwatched"):
+            self.covers[at] = (path, rule, where)
+        return at
+
+    def _directory(self, path, rule, where, names, kinds) -> str:
+        at = self._next()
+        os.mkdir(at, 0o755)
+        for name, is_dir in zip(names, kinds, strict=True):
+            if is_dir:
+                os.mkdir(os.path.join(at, name), 0o555)
+            else:
+                self._file(os.path.join(path, name), rule, where, os.path.join(at, name))
+        os.chmod(at, 0o555)     # not watched itself: bwrap opens it to bind it, at every start
+        return at
+
+
+def remove(directory: str) -> None:
+    """Placeholders gone (their read-only directories made writable first)."""
+    if not os.path.isdir(directory) or os.path.islink(directory):
+        return
+    for d, dirs, _ in os.walk(directory):
+        for n in dirs:
+            try:
+                os.chmod(os.path.join(d, n), 0o755)
+            except OSError:
+                pass
+    shutil.rmtree(directory, ignore_errors=True)
