@@ -22,6 +22,7 @@ from ..policy import PolicyError, decide_command, marks
 from ..policy import learn as learn_rules
 from ..policy.ports import PublishError
 from ..sandbox import resolver, routes
+from ..sandbox.masks import shown
 from ..sandbox.network import Net
 from ..sandbox.publish import ports
 from ..sandbox.spec import build
@@ -303,8 +304,8 @@ async def end(sess, msg):
     sess.outside_notices = []
     found = marks.Found(
         step=step, summary=summary, requests=info.requests, client_marks=msg.get("marks") or [],
-        denied=sorted(set(marks.mentioned(info.argv, info.masked, sess.project.root, info.home))
-                      | set(info.denied_reads)),
+        denied=sorted({shown(p) for p in marks.mentioned(info.argv, info.masked, sess.project.root, info.home)}
+                      | set(info.denied_reads)),     # as the placeholders name them (masks.py)
         escapes=escapes, tool_files=tool_files, vm_after=vm_after, memory=memory,
         taken_back=takeback.to_take_back(info.policy, sess.project.root, escapes, sess.scan) if escapes else [],
         unreached=unreached_notices(sess, info, dns := dns_summary(msg.get("dns"))),

@@ -50,6 +50,13 @@ def placeholder_text(path: str, rule: str, where: str) -> bytes:
             f"'{inert(rule)}' ({inert(where)}); its contents are not shown here\n").encode()
 
 
+def shown(path: str) -> str:
+    """`path` as text: a byte of a name that is not UTF-8 (a step chose it) as its escape, as
+    snapshots show it. Raw, it could be neither written in the placeholder's line nor kept in
+    the step's end entry: every later view, and the end, would fail on it."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 class Masks:
     """The placeholders of views, in `directory`, made once and used again by later views
     (daemon/denials.py keeps a few of these, one per step running at once): `covers` maps each
@@ -89,6 +96,7 @@ class Masks:
         return os.path.join(self.directory, str(self._n))
 
     def _file(self, path, rule, where, at) -> str:
+        path = shown(path)
         if len(self.covers) >= MAX_WATCHED:
             at = os.path.join(self.directory, "unwatched")
             if os.path.exists(at):

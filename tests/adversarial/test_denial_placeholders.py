@@ -1,0 +1,54 @@
+"""The placeholders that cover a step's denied paths (sandbox/masks.py), made by the session
+daemon, pooled across steps and watched with inotify (daemon/denials.py), attacked from inside
+steps: names the daemon takes from the host's listing, the pool's sets, the watch's limits.
+
+Oracles: the canary in anything a step or the person sees; whether later steps still start;
+whether an open of a placeholder is said on the step's terminal and kept on its end."""
+
+import json
+
+import pytest
+
+from conftest import CANARY
+
+pytestmark = pytest.mark.both_uids(
+    "the placeholders are made by the daemon, as the person, and bound by bwrap without root in "
+    "a user namespace: what a name or a limit does must hold for both")
+
+
+def _said(text):
+    return [ln for ln in text.replace("\r", "").splitlines() if "is hidden from steps" in ln]
+
+
+def _end(a, step):
+    return json.loads(a.envgit("show", str(step), "--json", check=True).stdout)
+
+
+def _last_step(a):
+    steps = json.loads(a.envgit("log", "--json", check=True).stdout)
+    steps = steps.get("steps", steps) if isinstance(steps, dict) else steps
+    return max(s.get("id", s.get("step")) for s in steps)
+
+
+def test_a_denied_name_that_is_not_utf8_leaves_later_steps_able_to_start(attacker):
+    """A step makes a directory whose name is not UTF-8 holding a `.env` (denied by its own
+    name, `**/.env`), and a denied directory whose entry's name is not UTF-8: the next views
+    make placeholders naming them. Every later step must still start (a placeholder's line that
+    cannot be written would fail each view, for good, until the person finds the file), and
+    the person's secret put there is still not read."""
+    a = attacker
+    a.write_policy('version: 1\nfilesystem:\n  deny_read: ["secrets/**"]\n')
+    r = a.run("d=$(printf 'z\\377'); mkdir \"$d\" && echo planted > \"$d/.env\" && "
+              "mkdir secrets && echo planted > \"secrets/k$(printf '\\376')\" && echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    r = a.host(f"printf '{CANARY}\\n' > \"z$(printf '\\377')/.env\" && "
+               f"printf '{CANARY}\\n' > \"secrets/k$(printf '\\376')\"")
+    assert r.returncode == 0, r.stderr
+    r = a.run("cat z*/.env secrets/k*; echo ran")
+    assert r.returncode == 0 and "ran" in r.stdout, r.stdout + r.stderr
+    assert CANARY not in r.stdout + r.stderr, r.stdout
+    assert r.stdout.count("is hidden from this sandbox") == 2, r.stdout
+    assert len(_said(r.stderr)) == 2, r.stderr
+    assert len(_end(a, _last_step(a))["denied_reads"]) == 2
+    r = a.run("echo still")
+    assert r.returncode == 0 and "still" in r.stdout, r.stdout + r.stderr
