@@ -100,6 +100,16 @@ def test_credentials_example_loads(tmp_path):
     assert "credential github" in r.stdout and "credential aws" in r.stdout, r.stdout
 
 
+def test_signing_example_loads(tmp_path):
+    (example,) = blocks("yaml", "signing")
+    (tmp_path / "envgit.yaml").write_text("version: 1\n" + example)
+    (tmp_path / ".envgit").mkdir()
+    r = subprocess.run([str(Path(sys.executable).parent / "envgit"), "policy", "show"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "signing: key '~/.ssh/id_ed25519', allow  # " in r.stdout and "envgit.yaml:3" in r.stdout, r.stdout
+
+
 def test_every_promise_names_a_test_that_exists():
     """Each row of "What a step cannot do" names tests that exist in tests/adversarial/."""
     section = README.split("### What a step cannot do", 1)[1].split("\n## ", 1)[0]

@@ -42,14 +42,14 @@ def _row(e: dict, trusted: bool) -> dict:
 
 def _lines(r: dict) -> list[str]:
     state = "organisation" if r["organisation"] else "trusted" if r["trusted"] else "NOT TRUSTED"
-    what = ("credential " if r["kind"] == "credential" else "mcp server ") + r["name"]
+    what = {"credential": "credential ", "signing": "signing "}.get(r["kind"], "mcp server ") + r["name"]
     out = [f"  [{state}] {r['where']}: {what}", f"      {r['verb']}: {r['text']}"]
     if r["variables"]:
         out.append("      with your environment's " + ", ".join(f"${{{v}}}" for v in r["variables"]))
     if r["kind"] == "credential":
         out.append(f"      {'its output' if r['command'] else 'its value'} is sent to: "
                    f"{', '.join(r['sent_to'])}")
-    elif not r["command"]:
+    elif not r["command"] and r["kind"] != "signing":
         out.append(f"      connects to: {', '.join(r['sent_to'])}")
     return [inert(line) for line in out]      # the text is the policy's: no control reaches the terminal
 

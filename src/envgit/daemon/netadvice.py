@@ -162,8 +162,8 @@ def denial_notice(step, rec, policy, said, exact=False):
     """The line a step's stderr is shown for a denied request `rec` (None: said already this
     step, so a client's retries of a denied host are not said again; `said` is the step's
     record of what was). A host network.allow lacks is said with the line that allows it."""
-    if not (rec.get("decision") == "deny" or rec.get("answer") == "deny"):
-        return None
+    if not (rec.get("decision") == "deny" or rec.get("answer") == "deny") or rec.get("kind") == "signing":
+        return None             # a refused signature is said by git's signing program itself
     if rec.get("rule") in ("network.allow", "builtin:special-address") and not rec.get("answer"):
         entry = rec["host"] if rec.get("port") in (None, 80, 443) else f"{rec['host']}:{rec['port']}"
         if entry in said:

@@ -87,7 +87,18 @@ def named(data: dict, where: dict, org: bool) -> list[dict]:
                 text = " ".join(f"{k}={shlex.quote(v)}" for k, v in approves["env"].items()) + " " + text
             out.append(_entry("mcp", name, key, where.get(key, ""), org, text, approves,
                               command=True, sent_to=[], verb="runs"))
+    if isinstance(data.get("signing"), dict) and data["signing"].get("key"):
+        sig = data["signing"]
+        approves = signing_approves(sig)
+        out.append(_entry("signing", "key", "signing.key", where.get("signing.key", where.get("signing", "")),
+                          org, sig["key"], approves, command=False, sent_to=[],
+                          verb="signs the commits and tags steps make with"))
     return out
+
+
+def signing_approves(sig: dict) -> dict:
+    """What approving a signing key covers: the key, and whether each signature is asked."""
+    return {"kind": "signing", "key": sig["key"], "action": sig.get("action") or "allow"}
 
 
 def _entry(kind, name, key, where_value, org, text, approves, command, sent_to, verb) -> dict:
@@ -102,6 +113,8 @@ def _entry(kind, name, key, where_value, org, text, approves, command, sent_to, 
 
 def label(entry: dict) -> str:
     """'credential gh' / 'mcp server corpus'."""
+    if entry["kind"] == "signing":
+        return "signing key"
     return ("credential " if entry["kind"] == "credential" else "mcp server ") + entry["name"]
 
 

@@ -56,6 +56,7 @@ class Policy:
     user_path: str = ""
     user_sha256: str = ""
     learn: str = "allow"            # "forbid": no step runs in learn mode (policy/learn.py)
+    signing: dict | None = None     # {key, action}: the gate signs commits and tags (proxy/sshsign.py)
     backend: str = "sandbox"        # "vm": steps run in the project's microVM (vm/)
     vm_memory: int = 512 << 20
     vm_cpus: int = 1
@@ -234,6 +235,7 @@ def _merge(data, where, path, sha) -> Policy:
     pol.credentials = given("credentials", data.get("credentials"), {})
     vm = data.get("vm", {})
     pol.learn = given("learn", data.get("learn"), "allow")
+    pol.signing = given("signing", data.get("signing"), None)
     pol.backend = given("backend", data.get("backend"), "sandbox")
     pol.vm_memory = given("vm.memory", vm.get("memory"), 512 << 20)
     pol.vm_cpus = given("vm.cpus", vm.get("cpus"), 1)
@@ -309,6 +311,9 @@ def render(pol: Policy) -> str:
         narrow = "".join(f" {k}={','.join(c[k])}" for k in ("methods", "paths") if c.get(k))
         lines.append(f"credential {name}: from {kind} {source!r} to {', '.join(c['hosts'])}"
                      f"{narrow}  # {pol.where['credentials']}")
+    if pol.signing:
+        lines.append(f"signing: key {pol.signing['key']!r}, {pol.signing.get('action') or 'allow'}  "
+                     f"# {pol.where.get('signing', '')}")
     lines.append("# network presets ('preset:NAME' in network.allow stands for these hosts):")
     lines += defaults.render_network_presets("#   ")
     return "\n".join(lines) + "\n"

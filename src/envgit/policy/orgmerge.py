@@ -251,8 +251,16 @@ class _Combiner:
                      self.pw.get("snapshot.max_file_size") if pm is not None
                      else self.ow["snapshot.max_file_size"])
         self.learn()
+        self.signing()
         self.credentials()
         self.mcp()
+
+    def signing(self):
+        """The organisation's signing key, when it names one; else the project's."""
+        osig, psig = self.get("o", "signing"), self.get("p", "signing")
+        if osig is not None or psig is not None:
+            self.put("signing", osig if osig is not None else psig,
+                     self.ow.get("signing") if osig is not None else self.pw.get("signing"))
 
     def learn(self):
         """`learn: forbid` of the organisation's binds every project (policy/learn.py)."""

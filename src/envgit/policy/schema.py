@@ -342,6 +342,15 @@ SCHEMA = Map({
         "(a credential's `from: command`, an MCP server's `command`); 'trust' (the default) runs "
         "a project's once the person approved its exact text with `envgit trust`",
         enum=("trust", "deny")),
+    "signing": Map({
+        "key": Str("the SSH key that signs (a private key file, or its .pub with the key in your "
+                   "ssh-agent), on the host ('~/' allowed); a step never reads it"),
+        "action": Str("'allow' (the default): sign and record; 'ask': each signature is asked "
+                      "first (envgit approve, the page)", enum=("allow", "ask")),
+    }, required=("key",), doc=(
+        "commits and tags a step signs (`git commit -S`, commit.gpgsign) are signed by the "
+        "gate with this key: only commit and tag payloads, each recorded on its step; used once "
+        "you approved it with `envgit trust` (an organisation's is its own)")),
     "learn": Str(
         "'forbid': no step runs in learn mode (`envgit learn`, `--learn`) under this policy; a "
         "project or your defaults cannot undo an organisation's 'forbid'; 'allow' (the default) "

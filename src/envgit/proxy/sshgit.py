@@ -224,6 +224,9 @@ class SSHGit:
 
     def _session(self, conn, msg, fds) -> dict:
         step = self._step(conn)
+        if isinstance(msg, dict) and msg.get("op") == "sign":    # git's signing program (sshsign.py)
+            from .sshsign import serve
+            return serve(self.gate, self.loop, step, msg)
         if len(fds) != 3:
             raise Refused("envgit: ssh: stdin, stdout and stderr must come with the request")
         started = time.time()

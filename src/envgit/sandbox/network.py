@@ -84,7 +84,9 @@ def ssh_mounts(net: Net) -> list[str]:
     if not (os.path.exists(sock) and os.path.isfile(shim)):
         return []
     out = ["--ro-bind", sock, SSH_SOCKET_INSIDE, "--dir", os.path.dirname(SSH_INSIDE),
-           "--ro-bind", shim, SSH_INSIDE]
+           "--ro-bind", shim, SSH_INSIDE,
+           # the same shim as git's signing program (signing.py): it signs through the gate
+           "--ro-bind", shim, os.path.join(os.path.dirname(SSH_INSIDE), "ssh-keygen")]
     for p in HOST_SSH:          # a typed `ssh host git-upload-pack …` lands there too
         if os.path.isfile(p) and not os.path.islink(p):
             out += ["--ro-bind", shim, p]

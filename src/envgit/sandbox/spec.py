@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..policy import resolve
 from ..policy.globs import has_magic
-from . import kernel, loopback, network
+from . import kernel, loopback, network, signing
 from . import publish as pub
 from .environ import cache_env, credential_env, project_cache, scrub, withhold_real_values
 from .masks import Masks, deny_origin
@@ -80,6 +80,10 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
         ours["ENVGIT_INNER_SOCKET"] = INNER_INSIDE
     offline = network.OFFLINE_ENV if net is None else {}     # fail at once, no retries
     env = scrub(host_env, policy.env_pass, {**cache_env(cache), **offline, **policy.env_set}, ours)
+    if net is not None and getattr(policy, "signing", None):  # commits signed by the gate (signing.py)
+        public = signing.public_key(signing.key_path(policy.signing))
+        if public:
+            env.update(signing.git_environment(env, public))
     withheld = withhold_real_values(policy, env, host_env)   # a real value passed in under another name
     env.update(credential_env(policy, env, session_tmp))      # placeholders only; the gate swaps real values
     # As root bwrap keeps the capabilities of the new user namespace, and with them

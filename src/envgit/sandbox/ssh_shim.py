@@ -16,6 +16,7 @@ with the first bytes.
 """
 
 import array
+import base64
 import json
 import os
 import socket
@@ -28,6 +29,7 @@ FLAGS = set("46TqvxaknNC")
 TAKES_ARG = set("plo")
 GIT_OPTIONS = ("SendEnv=GIT_PROTOCOL", "BatchMode=yes")
 MAX_REPLY = 1 << 20
+MAX_PAYLOAD = 40 * 1024      # a commit or tag to sign, base64'd within the gate's 64 KiB frame
 
 
 class Usage(Exception):
@@ -99,13 +101,71 @@ def ask(target):
     proto = os.environ.get("GIT_PROTOCOL")
     if proto:
         msg["protocol"] = proto
+    return request(msg, [0, 1, 2])
+
+
+REAL_SSH_KEYGEN = "/usr/bin/ssh-keygen"
+
+
+def sign_files(argv) -> int:
+    """As git's signing program (`ssh-keygen -Y sign -n NAMESPACE -f KEY [-U] FILE…`): each
+    FILE's bytes go to the gate, which signs them with the policy's key on the host
+    (proxy/sshsign.py) and answers the signature, written to FILE.sig as ssh-keygen would.
+    Anything else (`-Y verify`, `-Y find-principals`, …: public data only) is the real
+    ssh-keygen's."""
+    if argv[:2] != ["-Y", "sign"]:
+        if os.access(REAL_SSH_KEYGEN, os.X_OK):
+            os.execv(REAL_SSH_KEYGEN, [REAL_SSH_KEYGEN, *argv])
+        print("envgit: ssh-keygen: only signing goes through envgit here", file=sys.stderr)
+        return 255
+    namespace, files, i = None, [], 2
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-n", "-f", "-O") and i + 1 < len(argv):
+            namespace = argv[i + 1] if a == "-n" else namespace
+            i += 2
+            continue
+        if a in ("-U", "-q"):
+            i += 1
+            continue
+        files.append(a)
+        i += 1
+    if not files:
+        print("envgit: ssh-keygen: signing through the gate needs the file to sign", file=sys.stderr)
+        return 255
+    for path in files:
+        with open(path, "rb") as f:
+            payload = f.read(MAX_PAYLOAD + 1)
+        if len(payload) > MAX_PAYLOAD:
+            print(f"envgit: ssh-keygen: {path} is over {MAX_PAYLOAD} bytes: not signed", file=sys.stderr)
+            return 255
+        try:
+            reply = request({"op": "sign", "namespace": namespace or "",
+                             "payload": base64.b64encode(payload).decode()})
+        except (OSError, EOFError, ValueError) as e:
+            print(f"envgit: ssh-keygen: cannot reach the envgit gate from this step ({e}): signing "
+                  "goes through a step's gate (network.allow in envgit.yaml names a host)", file=sys.stderr)
+            return 255
+        if "error" in reply or not isinstance(reply.get("signature"), str):
+            print(reply.get("error") or "envgit: ssh-keygen: the gate sent no signature", file=sys.stderr)
+            return reply.get("exit", 255) if isinstance(reply.get("exit"), int) else 255
+        with open(path + ".sig", "w") as f:
+            f.write(reply["signature"])
+    return 0
+
+
+def request(msg, fds=None):
+    """One frame to the gate (with `fds` on its first bytes) and its reply."""
     body = json.dumps(msg, ensure_ascii=True, separators=(",", ":")).encode()
     data = len(body).to_bytes(4, "big") + body
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(os.environ.get("ENVGIT_SSH_SOCKET", SOCKET))
     with s:
-        s.sendmsg([data[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
-        s.sendall(data[4:])
+        if fds:
+            s.sendmsg([data[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+            s.sendall(data[4:])
+        else:
+            s.sendall(data)
         size = int.from_bytes(_exact(s, 4), "big")
         if size > MAX_REPLY:
             raise EOFError(f"the envgit gate sent a {size}-byte reply")
@@ -114,6 +174,8 @@ def ask(target):
 
 
 def main(argv):
+    if os.path.basename(sys.argv[0]) == "ssh-keygen":
+        return sign_files(argv)
     try:
         target = parse(argv)
     except Usage as e:

@@ -1,0 +1,149 @@
+"""Commit and tag signing at the gate: the host side of git's signing program inside a step
+(sandbox/ssh_shim.py as ssh-keygen, pointed at by sandbox/signing.py).
+
+A step's git asks, over the gate's ssh socket, {"op": "sign", "namespace", "payload"}. The gate:
+  1. names the step by the caller's pid namespace (as for git over ssh, sshgit.py);
+  2. signs only under `signing:` of the policy, approved with `envgit trust` (an organisation's
+     is its own), only in namespace `git`, and only a payload that parses as what git signs: a
+     commit (tree, parents, author, committer, no signature yet) or a tag (object, type, tag,
+     tagger); anything else could be a signature the key's owner never meant (a login
+     challenge, a file, an allowed-signers check of another program);
+  3. asks the person first when `signing.action` is `ask` (envgit approve, the page);
+  4. runs the person's own ssh-keygen on the host (`-Y sign -n git -f KEY`, the payload on its
+     input; a .pub key signs through the person's ssh-agent), and answers the signature;
+  5. records it on the step like a request: method `sign`, scheme `ssh`, host `signing`, path
+     `/commit` or `/tag`, and `signed`: the object id the signed commit or tag will have, its
+     author (or tagger) and its message's first line.
+"""
+
+import base64
+import hashlib
+import re
+import subprocess
+import time
+
+from ..hostcmd import trust
+from ..policy import network
+from ..policy.hostentries import signing_approves
+from ..sandbox.signing import key_path
+
+SIGN_TIMEOUT_S = 30
+_HEX = r"(?:[0-9a-f]{40}|[0-9a-f]{64})"
+_COMMIT_HEAD = re.compile(rb"tree (" + _HEX.encode() + rb")\n")
+_TAG_HEAD = re.compile(rb"object " + _HEX.encode() + rb"\ntype (commit|tree|blob|tag)\ntag [^\n]+\ntagger ")
+
+
+class NotSigned(Exception):
+    """One `envgit:` line saying why nothing was signed."""
+
+
+def what_is_signed(payload: bytes) -> dict:
+    """{kind: commit|tag, author, subject, hex_len} of a payload git asks to sign; NotSigned
+    when it is neither a commit without a signature nor a tag."""
+    head, sep, message = payload.partition(b"\n\n")
+    if not sep:
+        raise NotSigned("envgit: sign: not a commit or tag (no header end): not signed")
+    lines = head.split(b"\n")
+    names = [ln.split(b" ", 1)[0] for ln in lines if ln and not ln.startswith(b" ")]
+    m = _COMMIT_HEAD.match(payload)
+    if m:
+        if not {b"author", b"committer"} <= set(names) or any(n.startswith(b"gpgsig") for n in names):
+            raise NotSigned("envgit: sign: a commit needs author and committer and no signature yet: not signed")
+        kind, who_key, hex_len = "commit", b"author ", len(m.group(1))
+    elif _TAG_HEAD.match(payload):
+        if b"-----BEGIN" in message:
+            raise NotSigned("envgit: sign: the tag is signed already: not signed")
+        kind, who_key, hex_len = "tag", b"tagger ", len(payload.split(b"\n", 1)[0]) - len(b"object ")
+    else:
+        raise NotSigned("envgit: sign: only a commit or a tag is signed through the gate: not signed")
+    who = next((ln[len(who_key):] for ln in lines if ln.startswith(who_key)), b"")
+    who = re.sub(rb" \d+ [+-]\d{4}$", b"", who)
+    subject = message.split(b"\n", 1)[0]
+    return {"kind": kind, "author": who.decode("utf-8", "replace")[:300],
+            "subject": subject.decode("utf-8", "replace")[:300], "hex_len": hex_len}
+
+
+def object_id(kind: str, payload: bytes, signature: str, hex_len: int) -> str:
+    """The id git gives the signed object: a commit carries the signature as a `gpgsig` header
+    at the end of its headers (`gpgsig-sha256` in a SHA-256 repository), each line after a
+    space; a tag has it after its message."""
+    sig = signature.encode()
+    if kind == "commit":
+        head, _, rest = payload.partition(b"\n\n")
+        name = b"gpgsig" if hex_len == 40 else b"gpgsig-sha256"
+        lines = sig.splitlines(keepends=True)          # ssh-keygen's signature ends with a newline
+        obj = head + b"\n" + name + b"".join(b" " + ln for ln in lines) + b"\n" + rest
+    else:
+        obj = payload + sig
+    h = hashlib.sha1 if hex_len == 40 else hashlib.sha256
+    return h(kind.encode() + b" " + str(len(obj)).encode() + b"\0" + obj).hexdigest()
+
+
+def serve(gate, loop, step: int, msg: dict) -> dict:
+    """One signing request of `step` (on the ssh socket's thread): the reply for the shim."""
+    import asyncio
+    started = time.time()
+    policy = gate.policy()
+    sig_cfg = getattr(policy, "signing", None)
+    rec = {"method": "sign", "scheme": "ssh", "host": "signing", "port": 0, "path": "/", "status": None,
+           "bytes_up": 0, "bytes_down": 0, "intercepted": True, "irreversible": False,
+           "started_at": started, "rule": "signing", "kind": "signing"}
+    try:
+        if not sig_cfg:
+            raise NotSigned("envgit: sign: no signing key in envgit.yaml: add `signing: {key: "
+                            "~/.ssh/id_ed25519}` (then `envgit trust`) for the gate to sign commits")
+        try:
+            trust.require(policy, "signing", "key", signing_approves(sig_cfg))
+        except trust.Untrusted as e:
+            raise NotSigned(f"envgit: sign: {e}") from None
+        if msg.get("namespace") != "git":
+            raise NotSigned("envgit: sign: only git's namespace is signed through the gate")
+        try:
+            payload = base64.b64decode(str(msg.get("payload") or ""), validate=True)
+        except ValueError:
+            raise NotSigned("envgit: sign: the payload is not base64") from None
+        facts = what_is_signed(payload)
+        rec.update(path="/" + facts["kind"], bytes_up=len(payload))
+        if (sig_cfg.get("action") or "allow") == "ask":
+            question = {"method": "sign", "scheme": "ssh", "host": "signing", "port": 0,
+                        "path": "/" + facts["kind"], "rule": "signing", "kind": "signing",
+                        "reason": f"sign the {facts['kind']} '{facts['subject']}' by {facts['author']}",
+                        "step": step, "query_sha256": hashlib.sha256(payload).hexdigest(),
+                        "method_override": [], "rewrite_paths": [],
+                        "covers": {"allow": "this signature only",
+                                   "allow-rule": "every signature for the rest of this step"}}
+            d = network.Decision("ask", "signing", question["reason"], kind="signing")
+            fut = asyncio.run_coroutine_threadsafe(
+                gate.ask_once(step, ("sign", question["query_sha256"]), question, d), loop)
+            answer, who, how, at = fut.result()
+            rec.update(answer=answer, answered_by=who, answered_how=how, answered_at=at)
+            if answer != "allow":
+                raise NotSigned(f"envgit: sign: not approved ({how}): the {facts['kind']} is not signed")
+        signature = _sign(key_path(sig_cfg), payload)
+        rec.update(decision="allow", reason="signing: the policy's key",
+                   signed={"kind": facts["kind"], "author": facts["author"], "subject": facts["subject"],
+                           "object": object_id(facts["kind"], payload, signature, facts["hex_len"])},
+                   bytes_down=len(signature), duration_ms=round((time.time() - started) * 1000, 3))
+        gate.emit(step, rec)
+        return {"signature": signature}
+    except NotSigned as e:
+        rec.update(decision="deny", reason=str(e).removeprefix("envgit: sign: ")[:1000],
+                   duration_ms=round((time.time() - started) * 1000, 3))
+        gate.emit(step, rec)
+        return {"error": str(e), "exit": 1}
+
+
+def _sign(key: str, payload: bytes) -> str:
+    """The person's ssh-keygen signs on the host (a .pub key: through their ssh-agent)."""
+    argv = ["ssh-keygen", "-Y", "sign", "-n", "git", "-f", key] + (["-U"] if key.endswith(".pub") else [])
+    try:
+        r = subprocess.run(argv, input=payload, capture_output=True, timeout=SIGN_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise NotSigned(f"envgit: sign: ssh-keygen could not sign ({e})") from None
+    out = r.stdout.decode("ascii", "replace")
+    if r.returncode != 0 or "-----BEGIN SSH SIGNATURE-----" not in out:
+        err = r.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise NotSigned(f"envgit: sign: ssh-keygen on the host failed: {err[-1] if err else r.returncode} "
+                        f"(signing.key {key} in envgit.yaml: a key without a passphrase, or its .pub "
+                        "with the key in your ssh-agent)")
+    return out
