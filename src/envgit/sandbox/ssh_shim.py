@@ -4,6 +4,10 @@ itself, both this file) asks the session's gate to open the connection on the ho
 
     ssh [-p PORT] [-l USER] [-o SendEnv=GIT_PROTOCOL] [-46Tq] [USER@]HOST COMMAND…
 
+Bound also as /run/envgit/bin/ssh-keygen, git's signing program when the policy has `signing:`
+(sandbox/signing.py): as that name it sends what git asks it to sign to the gate
+(proxy/sshsign.py) and writes the signature back; any other ssh-keygen use is the real one's.
+
 Only the destination, the port and the remote command are sent, with this process's stdin,
 stdout and stderr (SCM_RIGHTS); the gate (proxy/sshgit.py) runs the person's own ssh on the
 host, allows git's three services only, judges a push ref by ref, and replies with the exit
