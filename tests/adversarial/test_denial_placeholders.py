@@ -52,3 +52,23 @@ def test_a_denied_name_that_is_not_utf8_leaves_later_steps_able_to_start(attacke
     assert len(_end(a, _last_step(a))["denied_reads"]) == 2
     r = a.run("echo still")
     assert r.returncode == 0 and "still" in r.stdout, r.stdout + r.stderr
+
+
+def test_planted_denied_files_do_not_push_a_secret_out_of_the_watch(attacker):
+    """A step plants 600 `.env` files (denied by their own name) in directories that sort
+    before the person's: a view covers them first. The person's secret written later must
+    still be watched: a step that opens it is told, and its end keeps the read."""
+    a = attacker
+    r = a.run("for i in $(seq 600); do mkdir -p d$i && echo planted > d$i/.env; done; echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    r = a.run("cat d1/.env >/dev/null; echo viewed")        # a view that covers all of them
+    assert "viewed" in r.stdout, r.stdout + r.stderr
+    (a.root / "later").mkdir()
+    (a.root / "later" / ".env").write_text(f"TOKEN={CANARY}\n")
+    a.own(a.root / "later")
+    r = a.run("cat later/.env; echo read")
+    assert CANARY not in r.stdout + r.stderr and "read" in r.stdout, r.stdout + r.stderr
+    said = _said(r.stderr)
+    assert len(said) == 1 and "later/.env" in said[0], r.stderr
+    reads = _end(a, _last_step(a))["denied_reads"]
+    assert [x["path"] for x in reads] == [str(a.root / "later" / ".env")], reads

@@ -1,5 +1,6 @@
 """A denial said where it happens: the daemon watches the placeholders that cover each running
-sandbox's denied paths (sandbox/masks.py) with inotify, and a step that opens one is told at
+sandbox's denied paths (sandbox/masks.py) with inotify (their directories: an open of a file
+in one is reported with its name), and a step that opens one is told at
 once, on its terminal (or its agent's tool result), once per path, and the step's end entry
 records it (`denied_reads`).
 
@@ -21,10 +22,13 @@ from ..sandbox.masks import Masks, remove
 
 IN_OPEN = 0x20
 IN_IGNORED = 0x8000
+IN_ISDIR = 0x40000000
 IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")        # wd, mask, cookie, len
 POOL_KEEP = 8                         # idle placeholder sets kept for later steps
+POOL_FILES = 2048                     # a set holding more is removed at its step's end
+WATCHED_DIRS = 256                    # denied directories' placeholders watched in one set
 
 
 def read_notice(step, path: str, rule: str, where: str, root: str, home: str) -> str:
@@ -48,7 +52,7 @@ class DenialWatch:
         self.root = os.path.join(state_dir, "sandbox", "masks")
         self.on_open = on_open
         self.fd = -1
-        self._wds: dict[int, tuple[Masks, str]] = {}       # wd -> (its set, placeholder)
+        self._wds: dict[int, tuple[Masks, str]] = {}       # wd -> (its set, a directory of it)
         self._watched: set[str] = set()
         self._idle: list[Masks] = []
         self._busy: dict[object, list[Masks]] = {}
@@ -71,20 +75,27 @@ class DenialWatch:
             self._n += 1
             masks = Masks(os.path.join(self.root, f"{os.getpid()}-{self._n}"))
         masks.owner = owner
+        masks.begin()
         self._busy.setdefault(owner, []).append(masks)
         return masks
 
     def watch(self, masks: Masks) -> None:
-        """Watch the placeholders the last view made in `masks` (those not watched yet)."""
+        """Watch the directories of the placeholders the last view made in `masks`: the set's
+        own, which holds every file placeholder, and each denied directory's the view binds
+        (the first WATCHED_DIRS of them: each costs the person one of their inotify watches)."""
         if self.fd < 0 or self._libc is None:
             return
-        for at in masks.covers:
+        n = sum(1 for m, _ in self._wds.values() if m is masks)
+        for at in [masks.directory] + [d for d in masks.dirs if d in masks.used]:
             if at in self._watched:
                 continue
+            if n > WATCHED_DIRS:
+                return
             wd = self._libc.inotify_add_watch(self.fd, os.fsencode(at), IN_OPEN)
             if wd >= 0:
                 self._wds[wd] = (masks, at)
                 self._watched.add(at)
+                n += 1
 
     def drain(self) -> None:
         """Every open the kernel has queued, said now (called by the loop and at a step's end)."""
@@ -111,8 +122,11 @@ class DenialWatch:
                         self._watched.discard(gone[1])
                     continue
                 hit = self._wds.get(wd)
-                if hit and mask & IN_OPEN and hit[0].owner is not None:
-                    path, rule, where = hit[0].covers.get(hit[1], ("", "", ""))
+                # a file of a watched directory, opened (its name follows the event)
+                if hit and mask & IN_OPEN and not mask & IN_ISDIR and size and hit[0].owner is not None:
+                    name = data[at - size:at].rstrip(b"\0")
+                    path, rule, where = hit[0].covers.get(
+                        os.path.join(hit[1], os.fsdecode(name)), ("", "", ""))
                     if path:
                         self.on_open(hit[0].owner, path, rule, where)
 
@@ -121,7 +135,8 @@ class DenialWatch:
         self.drain()
         for masks in self._busy.pop(owner, []):
             masks.owner = None
-            if len(self._idle) < POOL_KEEP and len(masks.covers) < 4 * 512:
+            if len(self._idle) < POOL_KEEP and len(masks.covers) < POOL_FILES \
+                    and len(masks.dirs) < WATCHED_DIRS:
                 self._idle.append(masks)
             else:
                 self._forget(masks)

@@ -24,7 +24,7 @@ import shutil
 from ..inert import inert
 
 MIRRORED = 64           # entries of one denied directory shown by name
-MAX_WATCHED = 512       # placeholders one view makes; past it a path shares an unwatched one
+MAX_FILES = 4096        # placeholder files a set holds; past it a path shares one, unwatched
 
 
 def deny_origin(policy):
@@ -60,16 +60,28 @@ def shown(path: str) -> str:
 class Masks:
     """The placeholders of views, in `directory`, made once and used again by later views
     (daemon/denials.py keeps a few of these, one per step running at once): `covers` maps each
-    placeholder (file or directory) to (the path it stands for, the deny entry, where that
-    entry is written); `owner` is the step whose view binds them now."""
+    placeholder file to (the path it stands for, the deny entry, where that entry is written);
+    `dirs` lists the denied directories' placeholders made in it; `used` what the view being
+    built binds (begin() starts one); `owner` is the step whose view binds them now.
+
+    The daemon watches `directory` and those directories, not each file: an open of any file in
+    a watched directory is reported with its name, so every placeholder file is watched whatever
+    their number (no limit a step's planted `.env` files could fill ahead of the person's), and
+    the person's own inotify watches are not spent on them. A file is therefore written under
+    another name and renamed in: the daemon's own open would read as a step's."""
 
     def __init__(self, directory: str):
         self.directory = directory
         self.covers: dict[str, tuple[str, str, str]] = {}
+        self.dirs: list[str] = []
+        self.used: set[str] = set()
         self.owner = None
         self._made: dict[tuple, str] = {}
         self._n = 0
         os.makedirs(directory, mode=0o755, exist_ok=True)
+
+    def begin(self) -> None:
+        self.used = set()
 
     def cover(self, path: str, rule: str, where: str) -> str:
         """The placeholder to bind read-only at `path` (a file or a directory, as `path` is)."""
@@ -84,34 +96,44 @@ class Masks:
             made = self._made.get(key)
             if made is None:
                 made = self._made[key] = self._directory(path, rule, where, names, kinds)
-            return made
-        key = (path, rule, where)
-        made = self._made.get(key)
-        if made is None:
-            made = self._made[key] = self._file(path, rule, where, self._next())
+        else:
+            key = (path, rule, where)
+            made = self._made.get(key)
+            if made is None:
+                made = self._made[key] = self._file(path, rule, where, self._next(), staged=True)
+        self.used.add(made)
         return made
 
     def _next(self) -> str:
         self._n += 1
         return os.path.join(self.directory, str(self._n))
 
-    def _file(self, path, rule, where, at) -> str:
+    def _file(self, path, rule, where, at, staged=False) -> str:
+        """Write the placeholder at `at`; `staged`: `at` is in a watched directory, so written
+        beside the set (never watched) and renamed in."""
         path = shown(path)
-        if len(self.covers) >= MAX_WATCHED:
-            at = os.path.join(self.directory, "unwatched")
+        if len(self.covers) >= MAX_FILES:
+            at = os.path.join(self.directory, "shared")
             if os.path.exists(at):
                 return at
             path, rule, where = "a denied path", "(several)", "envgit.yaml and the built-in list"
-        fd = os.open(at, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
+        to = self.directory + ".part" if staged else at
+        if staged and os.path.lexists(to):
+            os.unlink(to)
+        fd = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
         try:
             os.write(fd, placeholder_text(path, rule, where))
         finally:
             os.close(fd)
-        if not at.endswith("/unwatched"):
+        if staged:
+            os.rename(to, at)
+        if not at.endswith("/shared"):
             self.covers[at] = (path, rule, where)
         return at
 
     def _directory(self, path, rule, where, names, kinds) -> str:
+        """An empty read-only directory holding a placeholder for each entry: written before
+        the daemon watches it (watch() comes after the view is built)."""
         at = self._next()
         os.mkdir(at, 0o755)
         for name, is_dir in zip(names, kinds, strict=True):
@@ -119,7 +141,8 @@ class Masks:
                 os.mkdir(os.path.join(at, name), 0o555)
             else:
                 self._file(os.path.join(path, name), rule, where, os.path.join(at, name))
-        os.chmod(at, 0o555)     # not watched itself: bwrap opens it to bind it, at every start
+        os.chmod(at, 0o555)
+        self.dirs.append(at)
         return at
 
 
