@@ -72,3 +72,24 @@ def test_planted_denied_files_do_not_push_a_secret_out_of_the_watch(attacker):
     assert len(said) == 1 and "later/.env" in said[0], r.stderr
     reads = _end(a, _last_step(a))["denied_reads"]
     assert [x["path"] for x in reads] == [str(a.root / "later" / ".env")], reads
+
+
+def test_escape_sequences_in_a_denied_name_never_reach_the_terminal_raw(attacker):
+    """A step names a directory with terminal escapes (a title, a screen clear, a line that
+    would fake envgit's own) and puts a `.env` and a denied directory's entry there; the next
+    step opens their placeholders: what its terminal shows and `envgit show` prints carry the
+    escapes inert, never as bytes a terminal obeys."""
+    a = attacker
+    a.write_policy('version: 1\nfilesystem:\n  deny_read: ["secrets/**"]\n')
+    evil = "\\033]0;owned\\007\\033[2J\\rfake\\n\\302\\233"
+    r = a.run(f"d=\"$(printf '{evil}')\"; mkdir -p \"$d\" secrets && echo p > \"$d/.env\" && "
+              f"echo p > \"secrets/$(printf '{evil}')k\" && echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    r = a.run("for f in */.env secrets/*; do cat \"$f\" >/dev/null; done; echo read")
+    assert "read" in r.stdout, r.stdout + r.stderr
+    said = _said(r.stderr)
+    assert len(said) == 2 and all("\\x1b]0;owned\\x07" in ln for ln in said), r.stderr
+    shown = a.envgit("show", str(_last_step(a))).stdout
+    for text in (r.stderr, r.stdout, shown):
+        assert not any(c in text for c in "\x1b\x07\x9b\r"), repr(text)
+    assert "\\x1b[2J" in shown, shown
