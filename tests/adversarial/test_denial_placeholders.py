@@ -93,3 +93,53 @@ def test_escape_sequences_in_a_denied_name_never_reach_the_terminal_raw(attacker
     for text in (r.stderr, r.stdout, shown):
         assert not any(c in text for c in "\x1b\x07\x9b\r"), repr(text)
     assert "\\x1b[2J" in shown, shown
+
+
+FLOOD = ("import os, time\n"
+         "t = time.monotonic()\n"
+         "while time.monotonic() - t < 3:\n"
+         "    for p in ('/etc/shadow', '/etc/gshadow'):\n"
+         "        os.close(os.open(p, os.O_RDONLY))\n")
+
+
+def test_two_steps_at_once_each_told_of_its_own_reads_under_a_flood(attacker):
+    """Step A opens two placeholders as fast as it can for 3 s (a flood of inotify events,
+    no two alike in a row, so the kernel merges none) and then a third; step B, running at the
+    same time, opens the project's .env once. Each is told of its own reads only, on its own
+    terminal, and each end keeps its own: an open never names the other step, the flood does
+    not drop B's, and the daemon still answers."""
+    import subprocess
+    import time
+
+    from conftest import ENVGIT
+    a = attacker
+    a.write_policy('version: 1\nfilesystem:\n  deny_read: ["secrets/**"]\n')
+    (a.root / "flood.py").write_text(FLOOD)
+    (a.root / ".env").write_text(f"TOKEN={CANARY}\n")
+    (a.root / "secrets").mkdir()
+    (a.root / "secrets" / "k").write_text(f"{CANARY}\n")
+    a.own(a.root / "flood.py", a.root / ".env", a.root / "secrets")
+    first = subprocess.Popen(a._argv([ENVGIT, "run", "--", "sh", "-c",
+                                      "python3 flood.py; cat secrets/k >/dev/null; echo A"]),
+                             cwd=a.root, env=a.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1)
+        t0 = time.monotonic()
+        b = a.run("cat .env >/dev/null; echo B")
+        took = time.monotonic() - t0
+        out, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert "A" in out and "B" in b.stdout, (out, err, b.stdout, b.stderr)
+    assert took < 10, took
+    steps = json.loads(a.envgit("log", "--json", check=True).stdout)
+    steps = steps.get("steps", steps) if isinstance(steps, dict) else steps
+    ids = {" ".join(s["argv"]).split(";")[0][-12:]: s.get("id", s.get("step")) for s in steps}
+    a_id, b_id = ids["python3 flood.py"[-12:]], ids["cat .env >/dev/null"[-12:]]
+    b_said, a_said = _said(b.stderr), _said(err)
+    assert len(b_said) == 1 and f"step {b_id}: .env is hidden" in b_said[0], b.stderr
+    assert len(a_said) == 3 and all(f"step {a_id}:" in ln for ln in a_said), err
+    assert [r["path"] for r in _end(a, b_id)["denied_reads"]] == [str(a.root / ".env")]
+    assert {r["path"] for r in _end(a, a_id)["denied_reads"]} == {
+        "/etc/shadow", "/etc/gshadow", str(a.root / "secrets" / "k")}
+    assert CANARY not in out + err + b.stdout + b.stderr
