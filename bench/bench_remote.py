@@ -113,6 +113,42 @@ def bench_auto(proj, env, k):
           + ("caught up" if pushed else "had NOT caught up within 120 s"))
 
 
+def bench_push_worker(proj, env, k, restic_inc):
+    """The daemon's auto-push after a one-file step: a process started for the push (its
+    interpreter and boto3 each time, as before) beside the resident worker (remote/auto.py:
+    started once, a line "push" in, "done N" out). Alternated, k each; restic's incremental
+    backup of the same change, timed above in the same run, is the anchor."""
+    py = [sys.executable, "-P", "-m", "envgit.commands.remote"]
+    worker = subprocess.Popen([*py, "--serve", str(proj)], cwd="/", env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    cold, warm = [], []
+    try:
+        def envgit(*args):
+            subprocess.run([ENVGIT, *args], cwd=proj, env=env, check=True, capture_output=True)
+        for i in range(2 * k):
+            envgit("remote", "set", "b0", "--no-auto")      # the daemon's own auto-push stays out
+            envgit("run", "--", "sh", "-c", f"echo worker {i} >> d0/s0/f1.txt")
+            envgit("remote", "set", "b0", "--auto")
+            t = time.perf_counter()
+            if i % 2 == 0:
+                subprocess.run([*py, str(proj)], cwd="/", env=env, check=True, capture_output=True)
+                cold.append(time.perf_counter() - t)
+            else:
+                worker.stdin.write(b"push\n")
+                worker.stdin.flush()
+                if not worker.stdout.readline().startswith(b"done 0"):
+                    raise SystemExit("the push worker failed")
+                warm.append(time.perf_counter() - t)
+    finally:
+        subprocess.run([ENVGIT, "remote", "set", "b0", "--no-auto"], cwd=proj, env=env, capture_output=True)
+        worker.stdin.close()
+        worker.wait()
+    r = med(restic_inc)
+    print(f"\nauto-push after a one-file step, {k} each (medians): a process a push {med(cold):.2f} s "
+          f"({med(cold) / r:.2f}x restic's {r:.2f} s), the resident worker {med(warm):.2f} s "
+          f"({med(warm) / r:.2f}x)")
+
+
 def cpu_timed(argv, env, cwd) -> tuple[float, float]:
     """(wall seconds, CPU seconds user+system of the command and its children): on a loaded
     machine the wall time says more about the neighbours than about the command."""
@@ -145,6 +181,8 @@ def main():
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--skip-audit", action="store_true")
     ap.add_argument("--auto-steps", type=int, default=10, help="steps timed with and without --auto")
+    ap.add_argument("--worker-pushes", type=int, default=5,
+                    help="auto-pushes timed by a process each and by the resident worker")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="envgit-bench-remote-"))
     s3 = S3Server(base / "s3")
@@ -203,6 +241,8 @@ def main():
               f"{med(res['envgit_first_own']):.2f}, incremental {med(res['envgit_inc_own']):.2f}")
         if args.auto_steps:
             bench_auto(proj, env, args.auto_steps)
+        if args.worker_pushes:
+            bench_push_worker(proj, env, args.worker_pushes, res["restic_inc"])
         subprocess.run([ENVGIT, "daemon", "stop"], cwd=proj, env=env, capture_output=True)
 
         if not args.skip_audit:

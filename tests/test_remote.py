@@ -5,6 +5,7 @@ tampering on the bucket, the .env canary never in clear, audit over three projec
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -335,6 +336,41 @@ def test_auto_push_after_a_step(tmp_path, s3):
     assert [s["argv"] for s in steps] == [["sh", "-c", "echo auto > a.txt"]]
     m1.envgit("remote", "set", "ci", "--no-auto", check=True)
     assert json.loads(m1.envgit("remote", "list", "--json", check=True).stdout)[0]["auto"] is False
+
+
+def _remote_steps(m, n, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    steps = []
+    while time.monotonic() < deadline:
+        r = m.envgit("log", "--remote", "ci", "--json")
+        if r.returncode == 0:
+            steps = json.loads(r.stdout)["steps"]
+            if len(steps) >= n:
+                break
+        time.sleep(0.3)
+    return steps
+
+
+def test_auto_pushes_are_served_by_one_resident_worker_that_ends_with_the_daemon(tmp_path, s3):
+    """The interpreter and boto3 start once for a session's auto-pushes, not once a push
+    (remote/auto.py): two steps pushed, one worker started; it goes when the daemon stops."""
+    m1 = machine(tmp_path, "m1", s3)
+    add_remote(m1, s3)
+    m1.envgit("remote", "set", "ci", "--auto", check=True)
+    m1.run("echo one > a.txt", check=True)
+    assert len(_remote_steps(m1, 1)) == 1
+    m1.run("echo two > b.txt", check=True)
+    assert len(_remote_steps(m1, 2)) == 2
+    log = (m1.root / ".envgit" / "push.log").read_text()
+    started = re.findall(r"auto-push worker (\d+) started", log)
+    assert len(started) == 1, log
+    worker = int(started[0])
+    assert os.path.exists(f"/proc/{worker}")
+    m1.envgit("daemon", "stop", check=True)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{worker}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{worker}") or "zombie" in open(f"/proc/{worker}/status").read().lower()
 
 
 # --- errors: one line, the fix -----------------------------------------------------------------

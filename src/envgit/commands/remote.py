@@ -569,5 +569,25 @@ def _marked(s, wanted) -> bool:
     return False
 
 
+def serve_pushes(root: str) -> int:
+    """`python -m envgit.commands.remote --serve ROOT`: the daemon's resident push worker
+    (remote/auto.py). A line "push" on its input pushes as auto_push does and answers "done
+    N"; it ends at the end of its input (the daemon let it go, or stopped)."""
+    print(f"envgit: auto-push worker {os.getpid()} started", file=sys.stderr, flush=True)
+    for line in sys.stdin.buffer:
+        if line.strip() != b"push":
+            continue
+        try:
+            code = auto_push(root)
+        except Exception as e:          # said in push.log; the worker serves on
+            print(f"envgit: auto-push failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            code = 1
+        sys.stdout.write(f"done {code}\n")
+        sys.stdout.flush()
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(serve_pushes(sys.argv[2]))
     sys.exit(auto_push(sys.argv[1]))

@@ -238,6 +238,7 @@ class Session:
             if not busy() and time.monotonic() - self.conns.last_activity > IDLE_S:
                 self.stopping.set()
             elif not busy():
+                self.autopush.idle_check()      # a push worker with nothing to do goes
                 await asyncio.to_thread(self.snapshotter.scrub, busy)    # snapshot/scrub.py
 
 
@@ -304,6 +305,7 @@ async def serve(project: Project):
     except FileNotFoundError:
         pass
     await heldends.finish(sess)         # done already when `envgit daemon stop` asked
+    await asyncio.to_thread(sess.autopush.close)    # the push worker goes with the daemon
     shutil.rmtree(project.state_path("sessions", sess.id), ignore_errors=True)
     for inner in sess.inner.values():
         inner.close()

@@ -1,20 +1,27 @@
 """The daemon's auto-push: after each step, push the project to every remote set `--auto`,
 in the background, never slowing a step. Standard library only (the daemon imports it).
 
-The push runs in a process of its own (`python -m envgit.commands.remote ROOT`, nice 10): it
-shares no GIL with the daemon, so encrypting and uploading cannot delay a step's snapshot or
-the gate. One push at a time per project: steps that end while one runs are folded into the
-next (the push uploads whatever is new by then). Its errors go to .envgit/push.log."""
+The push runs in a process of its own (`python -m envgit.commands.remote --serve ROOT`, nice
+10): it shares no GIL with the daemon, so encrypting and uploading cannot delay a step's
+snapshot or the gate. That process stays while pushes keep coming (a line "push" on its input
+for each, a line "done N" back): the interpreter's start and boto3's import, most of a small
+push's time, are paid once, not per push; it is let go after IDLE_S without a push and when
+the daemon stops (its input closed). One push at a time per project: steps that end while one
+runs are folded into the next (the push uploads whatever is new by then). Its errors go to
+.envgit/push.log."""
 
 import os
+import select
 import subprocess
 import sys
 import threading
+import time
 
 from ..importpath import PYTHON_ARGS, SPAWN_CWD, spawn_env
 from . import layout
 
 TIMEOUT_S = 3600
+IDLE_S = 600          # a worker with no push this long is let go
 
 
 class AutoPush:
@@ -25,6 +32,8 @@ class AutoPush:
         self.thread: threading.Thread | None = None
         self._seen: tuple | None = None     # the remotes directory as last read
         self._auto = False
+        self.worker: subprocess.Popen | None = None     # the resident push process
+        self.last_push = 0.0
 
     def _any_auto(self) -> bool:
         """Is any remote set --auto? Read again only when the remotes directory changed (a
@@ -58,13 +67,61 @@ class AutoPush:
                 self.dirty = False
             if not layout.auto_remotes():
                 continue
+            for _ in range(2):              # a worker that died since its last push: once more
+                if self._push_once():
+                    break
+
+    def _push_once(self) -> bool:
+        """One push by the resident worker (started if there is none): False if it was gone."""
+        w = self.worker
+        if w is None or w.poll() is not None:
             try:
                 with open(os.path.join(self.root, ".envgit", "push.log"), "ab") as log:
                     # -P from "/", as the daemon itself is started: nothing the project holds
                     # (a planted envgit/__init__.py) is on the push's import path
-                    subprocess.run([sys.executable, *PYTHON_ARGS, "-m", "envgit.commands.remote", self.root],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                   env=spawn_env(), preexec_fn=lambda: os.nice(10), timeout=TIMEOUT_S,
-                                   cwd=SPAWN_CWD)
-            except (OSError, subprocess.SubprocessError):
-                pass
+                    w = self.worker = subprocess.Popen(
+                        [sys.executable, *PYTHON_ARGS, "-m", "envgit.commands.remote", "--serve", self.root],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=spawn_env(),
+                        preexec_fn=lambda: os.nice(10), cwd=SPAWN_CWD)
+            except OSError:
+                return True                 # cannot start: said by nothing, tried after the next step
+        assert w.stdin is not None and w.stdout is not None
+        try:
+            w.stdin.write(b"push\n")
+            w.stdin.flush()
+            ready, _, _ = select.select([w.stdout], [], [], TIMEOUT_S)
+            line = w.stdout.readline() if ready else b""
+        except (OSError, ValueError):
+            line = b""
+        if not line.startswith(b"done"):
+            self._stop_worker()
+            return False
+        self.last_push = time.monotonic()
+        return True
+
+    def idle_check(self) -> None:
+        """Let the worker go after IDLE_S without a push (the daemon's idle watch calls this)."""
+        with self.lock:
+            if self.worker is not None and self.thread is None and time.monotonic() - self.last_push > IDLE_S:
+                self._stop_worker()
+
+    def _stop_worker(self) -> None:
+        w, self.worker = self.worker, None
+        if w is None:
+            return
+        try:
+            if w.stdin is not None:
+                w.stdin.close()             # its loop ends at end of input
+            w.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            w.kill()
+            w.wait()
+
+    def close(self) -> None:
+        """The daemon stops: the worker goes with it (a push under way is let finish, 30 s)."""
+        with self.lock:
+            t = self.thread
+        if t is not None:
+            t.join(timeout=30)
+        with self.lock:
+            self._stop_worker()
