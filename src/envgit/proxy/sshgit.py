@@ -24,16 +24,13 @@ stderr (SCM_RIGHTS). The gate then:
   6. records it on the step like a request: method = the service, scheme `ssh`, host, port,
      path, refs, decision, bytes each way, the exit status.
 
-Force pushes: as over HTTPS, a ref update is create, update or delete by its old and new ids
-(receivepack.RefUpdate.action); a force push is an update. Neither path can tell it apart
-before the pack, as that needs the server's history.
-
-Each connection is served on a thread of its own (blocking pipes); asks and records go through
-the daemon's loop (the gate's ask_once and emit).
+Force pushes are updates, as over HTTPS (receivepack.RefUpdate.action). A thread serves each
+connection (blocking pipes); asks and records go through the daemon's loop (ask_once, emit).
 """
 
 import array
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -56,8 +53,11 @@ log = logging.getLogger("envgit.proxy")
 SERVICES = ("git-upload-pack", "git-receive-pack", "git-upload-archive")
 MAX_FRAME = 64 * 1024
 MAX_CONNECTIONS = 64
+MAX_PER_STEP = 16            # one step cannot take every connection from the others
 RECV_TIMEOUT_S = 30
 CHUNK = 65536
+PIECE = select.PIPE_BUF      # what a write after POLLOUT takes without blocking (a pipe's)
+DRAIN_CAP = 1 << 30          # a refused push's pack read and dropped, at most
 # `git-upload-pack '/path'` as git sends it, or the words a person types (`ssh host
 # git-upload-pack /path`, the shell having taken the quotes): one path, no quote, no `!`
 # (git's own quoting would have split it), no control character, not an option.
@@ -138,6 +138,8 @@ class SSHGit:
         self.sock: socket.socket | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.per_step: dict[int, int] = {}
+        self.count_lock = threading.Lock()
 
     @property
     def path(self) -> str:
@@ -147,10 +149,8 @@ class SSHGit:
         from ..paths import UnixAddress
         self.loop = asyncio.get_running_loop()
         _install_shim(str(self.gate.state_dir / "bin" / "ssh"))
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -166,10 +166,8 @@ class SSHGit:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self.path)
-        except OSError:
-            pass
 
     def _accept(self):
         sock = self.sock
@@ -185,13 +183,15 @@ class SSHGit:
 
     def _serve(self, conn):
         fds: list[int] = []
+        step = None
         try:
             with conn:
                 try:
+                    step = self._take(conn)
                     conn.settimeout(RECV_TIMEOUT_S)
                     msg, fds = _receive(conn)
                     conn.settimeout(None)
-                    reply = self._session(conn, msg, fds)
+                    reply = self._session(conn, step, msg, fds)
                 except Refused as e:
                     reply = {"error": str(e), "exit": 255}
                 except (OSError, EOFError, ValueError) as e:
@@ -200,30 +200,36 @@ class SSHGit:
                     log.exception("git over ssh failed")
                     reply = {"error": f"envgit: ssh: the gate failed ({type(e).__name__}: {e}); see "
                                       ".envgit/daemon.log", "exit": 255}
-                try:
+                with contextlib.suppress(OSError):
                     conn.sendall(_frame(reply))
-                except OSError:
-                    pass
         finally:
             for fd in fds:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
+            if step is not None:
+                with self.count_lock:
+                    self.per_step[step] -= 1
+                    if not self.per_step[step]:
+                        del self.per_step[step]
             self.slots.release()
 
     # --- one connection ------------------------------------------------------------------
 
-    def _step(self, conn) -> int:
+    def _take(self, conn) -> int:
+        """The caller's step, named before a byte is read; at most MAX_PER_STEP at once."""
         step = self.gate.step_in(conn)
         if step is None or not self.gate.step_open(step):
             raise Refused("envgit: ssh: this process is in no running step with network: git over "
                           "ssh goes through a step's gate (envgit run, with the host in "
                           "network.allow in envgit.yaml)")
+        with self.count_lock:
+            if self.per_step.get(step, 0) >= MAX_PER_STEP:
+                raise Refused(f"envgit: ssh: this step already has {MAX_PER_STEP} git-over-ssh "
+                              "connections open: let one end before opening another")
+            self.per_step[step] = self.per_step.get(step, 0) + 1
         return step
 
-    def _session(self, conn, msg, fds) -> dict:
-        step = self._step(conn)
+    def _session(self, conn, step, msg, fds) -> dict:
         if isinstance(msg, dict) and msg.get("op") == "sign":    # git's signing program (sshsign.py)
             from .sshsign import serve
             return serve(self.gate, self.loop, step, msg)
@@ -272,19 +278,24 @@ class SSHGit:
             env["GIT_PROTOCOL"] = t["protocol"]
         proc = subprocess.Popen(ssh_argv(ssh, t), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=fds[2], env=env, start_new_session=True, cwd="/")
-        down = threading.Thread(target=_pump_down, args=(proc.stdout, fds[1], rec), daemon=True)
+
+        def alive() -> bool:
+            # the caller's ssh still waits and its step still runs: the step's fds may be held
+            # by the daemon alone (passed in here), so their ends say nothing
+            return not _gone(conn) and self.gate.step_open(step)
+
+        down = threading.Thread(target=_pump_down, args=(proc.stdout, fds[1], rec, alive), daemon=True)
         down.start()
         try:
             refused = None
             if t["service"] == "git-receive-pack":
-                refused = self._judge_push(conn, step, t, fds, proc, rec)
+                refused = self._judge_push(t, step, fds, proc, rec, alive)
             if refused is None:
-                _pump_up(conn, fds[0], proc, rec)
-            code = _wait(conn, proc)
+                _pump_up(fds[0], proc, rec, alive)
+            code = _wait(proc, alive)
             down.join()
             if refused is not None:
-                _write_all(fds[1], refused)
-                rec["bytes_down"] += len(refused)
+                rec["bytes_down"] += _refuse(fds, refused, alive)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -295,10 +306,10 @@ class SSHGit:
             return {"exit_code": 0}           # git reads the rejection from the report
         return {"exit_code": code if code is not None and code >= 0 else 255}
 
-    def _judge_push(self, conn, step, t, fds, proc, rec) -> bytes | None:
+    def _judge_push(self, t, step, fds, proc, rec, alive) -> bytes | None:
         """Read the push's commands, judge them; None when allowed (they are sent on), else
         the report-status git gets (the server's input closed unsent)."""
-        buf, end = _read_commands(conn, fds[0])
+        buf, end = _read_commands(fds[0], alive)
         body = buf[:end] if end is not None else buf
         req = judged_request(t, body)
         if end is None:
@@ -333,20 +344,19 @@ class SSHGit:
                                      irreversible=d.irreversible, kind=d.kind, hint=d.hint)
                 rec["decision"], rec["reason"] = d.action, d.reason
         if d.action == "allow":
-            _write_all(proc.stdin.fileno(), buf)
+            _write(proc.stdin.fileno(), buf, alive)
             rec["bytes_up"] += len(buf)
             return None
         try:
             # an empty command list, as git sends when it has nothing to push: the server ends
             # quietly (at end of input it would print `fatal: the remote end hung up`)
-            _write_all(proc.stdin.fileno(), b"0000")
+            _write(proc.stdin.fileno(), b"0000", alive)
             proc.stdin.close()                      # nothing of the push reached the server
-        except OSError:
+        except (OSError, EOFError):
             pass
         text = (f"envgit: denied git push to {rec['host']}{rec['path']} over ssh by rule {d.rule}\n"
                 f"envgit: {d.reason}\n" + (f"envgit: {d.hint}\n" if d.hint else ""))
         report = gitproto.rejection(body, f"envgit: {d.reason}", text)
-        threading.Thread(target=_drain, args=(fds[0],), daemon=True).start()
         return report if report is not None else gitproto.pkt(b"ERR " + text.splitlines()[0].encode())
 
     def _emit(self, step, rec, started):
@@ -444,36 +454,33 @@ def _gone(conn) -> bool:
     return False
 
 
-def _readable(fd, conn, timeout_s=0.2) -> bool:
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    while True:
-        if p.poll(timeout_s * 1000):
-            return True
-        if _gone(conn):
-            raise EOFError("the step's ssh went away")
-
-
-def _read_commands(conn, fd) -> tuple[bytes, int | None]:
+def _read_commands(fd, alive) -> tuple[bytes, int | None]:
     """The start of the push from the step: (bytes read, where its command section ends, or
     None when it does not end within BODY_CAP or before the step stops sending)."""
-    buf = b""
+    buf, at, p = b"", [0, 0, 1, True], select.poll()
+    p.register(fd, select.POLLIN)
     while True:
-        end = _section_end(buf)
+        end = _section_end(buf, at)
         if end is not None or len(buf) > BODY_CAP:
             return buf, end
-        _readable(fd, conn)
+        while not p.poll(200):
+            if not alive():
+                raise EOFError("the step's ssh went away")
         chunk = os.read(fd, CHUNK)
         if not chunk:
             return buf, None
         buf += chunk
 
 
-def _section_end(buf: bytes) -> int | None:
+def _section_end(buf: bytes, at: list | None = None) -> int | None:
     """Where the command list (and the push options, when asked for) ends in `buf`; None when
-    more is needed. A malformed line ends it where it stands: the judging doubts it."""
-    i, flushes, want, first = 0, 0, 1, True
+    more is needed. A malformed line ends it where it stands: the judging doubts it. `at`: where
+    the last call on a shorter `buf` stopped, kept in place, so each line is read once however
+    the step splits its bytes (re-read from the start, four bytes at a time cost a square)."""
+    i, flushes, want, first = at if at is not None else (0, 0, 1, True)
     while True:
+        if at is not None:
+            at[:] = i, flushes, want, first
         head = buf[i:i + 4]
         if len(head) < 4:
             return None
@@ -499,71 +506,91 @@ def _section_end(buf: bytes) -> int | None:
         i += n
 
 
-def _write_all(fd, data: bytes) -> None:
+def _write(fd, data: bytes, alive) -> None:
+    """All of `data` to `fd`, a piece at a time once poll says it fits, while alive(): a pipe
+    nobody reads (its reading end passed to the daemon) would hold a blocking write forever."""
+    p = select.poll()
+    p.register(fd, select.POLLOUT)
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
-        view = view[n:]
+        if not p.poll(200):
+            if not alive():
+                raise EOFError("the step's ssh went away")
+            continue
+        view = view[os.write(fd, view[:PIECE]):]
 
 
-def _pump_down(src, fd, rec):
+def _pump_down(src, fd, rec, alive):
     """The server's bytes to the step's stdout, counted."""
     try:
         while True:
             chunk = src.read1(CHUNK)
             if not chunk:
                 return
-            _write_all(fd, chunk)
+            _write(fd, chunk, alive)
             rec["bytes_down"] += len(chunk)
-    except OSError:
+    except (OSError, EOFError):
         return
 
 
-def _pump_up(conn, fd, proc, rec):
+def _pump_up(fd, proc, rec, alive):
     """The step's bytes to the server until the step ends its input or the server exits."""
     p = select.poll()
     p.register(fd, select.POLLIN)
     try:
         while proc.poll() is None:
             if not p.poll(200):
-                if _gone(conn):
+                if not alive():
                     return
                 continue
             chunk = os.read(fd, CHUNK)
             if not chunk:
                 return
-            _write_all(proc.stdin.fileno(), chunk)
+            _write(proc.stdin.fileno(), chunk, lambda: alive() and proc.poll() is None)
             rec["bytes_up"] += len(chunk)
-    except OSError:
+    except (OSError, EOFError):
         return
     finally:
-        try:
+        with contextlib.suppress(OSError):
             proc.stdin.close()
-        except OSError:
-            pass
 
 
-def _drain(fd):
-    """A refused push's pack, read and dropped (git writes it before it reads the report),
-    until the step closes its end."""
+def _refuse(fds, report: bytes, alive) -> int:
+    """A refused push's report to git while its pack is read and dropped (git writes the pack
+    before it reads the report), until git closes its end, the step is gone or DRAIN_CAP
+    bytes were dropped (an endless stdin, /dev/zero, ends there). Returns the bytes written."""
+    p = select.poll()
+    p.register(fds[0], select.POLLIN)
+    p.register(fds[1], select.POLLOUT)
+    view, dropped, checked, sent, reading = memoryview(report), 0, time.monotonic(), 0, True
     try:
-        fd = os.dup(fd)
-    except OSError:
-        return
-    try:
-        while os.read(fd, CHUNK):
-            pass
+        while (view or reading) and dropped <= DRAIN_CAP:
+            if time.monotonic() - checked > 0.2:       # a readable stdin never times the poll out
+                if not alive():
+                    break
+                checked = time.monotonic()
+            for fd, ev in p.poll(200):
+                if fd == fds[1]:
+                    n = os.write(fd, view[:PIECE])
+                    view, sent = view[n:], sent + n
+                    if not view:
+                        p.unregister(fd)
+                elif ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    chunk = os.read(fd, CHUNK)
+                    dropped += len(chunk)
+                    if not chunk:
+                        reading = False
+                        p.unregister(fd)
     except OSError:
         pass
-    finally:
-        os.close(fd)
+    return sent
 
 
-def _wait(conn, proc) -> int:
-    """ssh's exit status; ended at once when the caller hangs up."""
+def _wait(proc, alive) -> int:
+    """ssh's exit status; ended at once when the caller hangs up or its step ends."""
     while True:
         try:
             return proc.wait(0.2)
         except subprocess.TimeoutExpired:
-            if _gone(conn):
+            if not alive():
                 proc.kill()

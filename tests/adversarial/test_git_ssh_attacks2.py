@@ -1,0 +1,119 @@
+"""git over SSH through the gate (issue 30, item 1), attacked from inside steps: wedging or
+starving the daemon's side (tests/adversarial/test_git_ssh_attacks.py pushes past it). A real
+sshd on 127.0.0.1 (tests/kit/sshgit.py). The oracles: the daemon's own CPU time (/proc), and
+whether another step's `git ls-remote` over ssh still gets an answer."""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from kit.sshgit import ssh_world  # noqa: F401  (the fixture `ssh`)
+
+pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
+
+
+def _daemon_pid(ssh) -> int:
+    return json.loads(ssh.env.envgit("daemon", "status", check=True).stdout)["pid"]
+
+
+def _cpu_s(pid) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_refused_push_from_an_endless_stdin_is_not_read_after_its_step(ssh):
+    # /dev/zero as git's output: the refused push's "pack", which the gate reads and drops
+    r = ssh.env.run(f"for i in 1 2 3; do ssh gitserver \"git-receive-pack '{ssh.bare}'\" < /dev/zero "
+                    "> /dev/null; done; echo ran")
+    assert "ran" in r.stdout, r.stdout + r.stderr
+    assert [q["decision"] for q in ssh.requests()] == ["deny"] * 3
+    pid = _daemon_pid(ssh)
+    time.sleep(1)
+    cpu = _cpu_s(pid)
+    time.sleep(2)
+    burnt = _cpu_s(pid) - cpu
+    assert burnt < 0.5, f"the daemon spent {burnt:.2f} s of CPU in 2 s after the step ended"
+
+
+TRICKLE = """import os, sys, time
+os.write(1, b"0004" * 131072)              # half a MiB of empty pkt-lines, no flush
+t0 = time.monotonic()
+while time.monotonic() - t0 < 4:           # then four bytes at a time
+    os.write(1, b"0004")
+    time.sleep(0.005)
+"""
+
+
+def test_a_command_list_sent_four_bytes_at_a_time_costs_the_gate_no_more_than_once(ssh):
+    (ssh.env.root / "trickle.py").write_text(TRICKLE)
+    pid = _daemon_pid(ssh)
+    cpu = _cpu_s(pid)
+    r = ssh.env.run(f"python3 trickle.py | ssh gitserver \"git-receive-pack '{ssh.bare}'\" > /dev/null; echo ran")
+    burnt = _cpu_s(pid) - cpu
+    assert "ran" in r.stdout, r.stdout + r.stderr
+    assert [q["decision"] for q in ssh.requests()] == ["deny"]     # never ends: doubt
+    print(f"daemon CPU for the step: {burnt:.2f} s")
+    assert burnt < 2, f"the daemon spent {burnt:.2f} s of CPU reading a 4 s trickle"
+
+
+HOLD = """import array, json, socket, sys, time
+held = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/envgit/ssh.sock")
+    held.append(s)                         # connected, and never a byte
+open("held", "w").write(str(len(held)))
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_one_step_holding_connections_leaves_git_over_ssh_to_other_steps(ssh):
+    from conftest import ENVGIT
+    (ssh.env.root / "hold.py").write_text(HOLD)
+    ssh.env.run("true")
+    hog = subprocess.Popen([ENVGIT, "run", "--", "python3", "hold.py", "100", "25"], cwd=ssh.env.root,
+                           env=ssh.env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(200):
+            if (ssh.env.root / "held").exists():
+                break
+            time.sleep(0.1)
+        r = ssh.env.run("git ls-remote origin")
+        assert "refs/heads/main" in r.stdout, r.stderr
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+SELF_HELD = """import array, json, os, socket, sys, time
+body = json.dumps({"op": "git-ssh", "host": "gitserver", "command": f"git-receive-pack '{sys.argv[1]}'"}).encode()
+d = len(body).to_bytes(4, "big") + body
+for _ in range(int(sys.argv[2])):
+    r, w = os.pipe()
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/envgit/ssh.sock")
+    # stdin: a pipe whose one writer goes to the daemon too (as ssh's stderr); stdout: this very
+    # connection, so the daemon holds the caller's end of it: nothing of the step is left
+    # to end them when the step ends
+    s.sendmsg([d[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r, s.fileno(), w]))])
+    s.sendall(d[4:])
+    for fd in (r, w):
+        os.close(fd)
+    s.close()
+time.sleep(2)                              # named by the gate (its pid namespace), then gone
+print("sent")
+"""
+
+
+def test_connections_whose_ends_the_daemon_holds_end_with_their_step(ssh):
+    (ssh.env.root / "selfheld.py").write_text(SELF_HELD)
+    for _ in range(5):                          # more than the gate's connections, in steps of 16
+        r = ssh.env.run(f"python3 selfheld.py '{ssh.bare}' 16")
+        assert "sent" in r.stdout, r.stderr
+    time.sleep(1)
+    r = ssh.env.run("git ls-remote origin")
+    assert "refs/heads/main" in r.stdout, r.stderr
