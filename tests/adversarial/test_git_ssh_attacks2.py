@@ -117,3 +117,62 @@ def test_connections_whose_ends_the_daemon_holds_end_with_their_step(ssh):
     time.sleep(1)
     r = ssh.env.run("git ls-remote origin")
     assert "refs/heads/main" in r.stdout, r.stderr
+
+
+ZERO = "0" * 40
+
+
+def _pkt(data: bytes) -> bytes:
+    return b"%04x" % (len(data) + 4) + data
+
+
+def _empty_pack() -> bytes:
+    import hashlib
+    import struct
+    head = b"PACK" + struct.pack(">II", 2, 0)
+    return head + hashlib.sha1(head).digest()
+
+
+def test_a_push_granted_one_ref_carries_no_other_ref_in_its_framing(ssh):
+    from test_git_ssh import ASK_PUSH
+    from test_grants import Person, deny_all, first_remembered
+    seed = ssh.refs()["refs/heads/main"]
+    subprocess.run(["git", "--git-dir", str(ssh.bare), "update-ref", "refs/heads/topic", seed], check=True)
+    ssh.policy(ASK_PUSH)
+    ssh.commit()
+    with Person(ssh.env, first_remembered()) as p:          # main's update granted, remembered
+        assert ssh.env.run("git push -q origin main").returncode == 0
+    assert p.replies and p.replies[0][1] == 0, p.replies
+    before = ssh.refs()
+    main = before["refs/heads/main"]
+    granted = f"{main} {seed} refs/heads/main".encode()     # an update of main: covered
+    smuggled = f"{seed} {ZERO} refs/heads/topic".encode()   # a delete of topic: not
+    caps = b"\0report-status delete-refs"
+    cert = (b"certificate version 0.1\npusher x 0 +0000\npushee gitserver\nnonce 1\n\n" +
+            smuggled + b"\n")
+    attempts = {
+        "second-caps": _pkt(granted + caps + b"\n") + _pkt(smuggled + b"\0push-options\n") + b"0000",
+        "delim": _pkt(granted + caps + b"\n") + b"0001" + _pkt(smuggled + b"\n") + b"0000",
+        "shallow-after": _pkt(granted + caps + b"\n") + _pkt(f"shallow {seed}\n".encode()) +
+        _pkt(smuggled + b"\n") + b"0000",
+        "push-cert": _pkt(b"push-cert" + caps + b"\n") + _pkt(cert) + _pkt(b"push-cert-end\n") + b"0000",
+        "upper-hex": _pkt(granted + caps + b"\n") + b"%04X" % (len(smuggled) + 5) + smuggled + b"\n0000",
+    }
+    for name, data in attempts.items():
+        (ssh.env.root / f"{name}.bin").write_bytes(data + _empty_pack())
+    (ssh.env.root / "control.bin").write_bytes(_pkt(granted + caps + b"\n") + b"0000" + _empty_pack())
+    push = f"ssh gitserver \"git-receive-pack '{ssh.bare}'\""
+    with Person(ssh.env, deny_all) as p2:
+        r = ssh.env.run("; ".join(f"{push} < {name}.bin > {name}.out" for name in attempts) + "; true")
+    assert ssh.refs() == before, r.stdout + r.stderr
+    recs = [q for q in ssh.requests() if q["method"] == "git-receive-pack"]
+    assert [q["decision"] for q in recs] == ["deny"] * len(attempts), recs
+    # framing git's receive-pack reads as the gate does shows the person both refs; any other
+    # is doubt, denied without a question (and recorded as denied, not as a question)
+    assert [[(u["ref"], u["action"]) for u in q["refs"]] for q in p2.seen] == [
+        [("refs/heads/main", "update"), ("refs/heads/topic", "delete")]], p2.seen
+    assert all(q["reason"].endswith(("nobody can be asked about it", "not approved (envgit deny)"))
+               for q in recs), [q["reason"] for q in recs]
+    # the control: the granted update alone, sent the same way, is let through
+    r = ssh.env.run(f"{push} < control.bin > control.out")
+    assert ssh.refs() == {**before, "refs/heads/main": seed}, r.stderr

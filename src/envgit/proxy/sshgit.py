@@ -342,7 +342,7 @@ class SSHGit:
                 d = network.Decision("allow" if answer == "allow" else "deny", d.rule,
                                      d.reason if answer == "allow" else f"{d.reason}; not approved ({how})",
                                      irreversible=d.irreversible, kind=d.kind, hint=d.hint)
-                rec["decision"], rec["reason"] = d.action, d.reason
+        rec["decision"], rec["reason"] = d.action, d.reason     # an ask in doubt is a deny
         if d.action == "allow":
             _write(proc.stdin.fileno(), buf, alive)
             rec["bytes_up"] += len(buf)
