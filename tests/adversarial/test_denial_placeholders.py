@@ -143,3 +143,25 @@ def test_two_steps_at_once_each_told_of_its_own_reads_under_a_flood(attacker):
     assert {r["path"] for r in _end(a, a_id)["denied_reads"]} == {
         "/etc/shadow", "/etc/gshadow", str(a.root / "secrets" / "k")}
     assert CANARY not in out + err + b.stdout + b.stderr
+
+
+def test_denied_directories_a_step_moved_away_do_not_crowd_out_the_persons(attacker):
+    """A step plants 250 `.env` directories that sort ahead of the person's denied `secrets/`;
+    a view covers them, then a step moves them all (their own name denies them, so their
+    directories move) and the next view covers them again at their new places, with the
+    person's `secrets/` made meanwhile. It must be watched: the earlier view's placeholders,
+    kept in the pooled set, take none of the watches a view has."""
+    a = attacker
+    a.write_policy('version: 1\nfilesystem:\n  deny_read: ["secrets"]\n')
+    r = a.run("for i in $(seq 250); do mkdir -p a$i/.env && echo p > a$i/.env/x; done; echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    r = a.run("for i in $(seq 250); do mv a$i b$i || exit 1; done; echo moved")
+    assert "moved" in r.stdout, r.stdout + r.stderr
+    (a.root / "secrets").mkdir()
+    (a.root / "secrets" / "k").write_text(f"{CANARY}\n")
+    a.own(a.root / "secrets")
+    r = a.run("cat secrets/k; echo read")
+    assert CANARY not in r.stdout + r.stderr and "read" in r.stdout, r.stdout + r.stderr
+    said = _said(r.stderr)
+    assert len(said) == 1 and "secrets/k" in said[0], r.stderr
+    assert [x["path"] for x in _end(a, _last_step(a))["denied_reads"]] == [str(a.root / "secrets" / "k")]

@@ -85,17 +85,22 @@ class DenialWatch:
         (the first WATCHED_DIRS of them: each costs the person one of their inotify watches)."""
         if self.fd < 0 or self._libc is None:
             return
-        n = sum(1 for m, _ in self._wds.values() if m is masks)
-        for at in [masks.directory] + [d for d in masks.dirs if d in masks.used]:
+        wanted = [masks.directory] + [d for d in masks.dirs if d in masks.used][:WATCHED_DIRS]
+        keep = set(wanted)      # an earlier view's directories: no watch spent on them
+        for wd in [w for w, (m, at) in self._wds.items() if m is masks and at not in keep]:
+            self._unwatch(wd)
+        for at in wanted:
             if at in self._watched:
                 continue
-            if n > WATCHED_DIRS:
-                return
             wd = self._libc.inotify_add_watch(self.fd, os.fsencode(at), IN_OPEN)
             if wd >= 0:
                 self._wds[wd] = (masks, at)
                 self._watched.add(at)
-                n += 1
+
+    def _unwatch(self, wd: int) -> None:
+        self._watched.discard(self._wds.pop(wd)[1])
+        if self._libc is not None:
+            self._libc.inotify_rm_watch(self.fd, wd)
 
     def drain(self) -> None:
         """Every open the kernel has queued, said now (called by the loop and at a step's end)."""
@@ -143,9 +148,7 @@ class DenialWatch:
 
     def _forget(self, masks: Masks) -> None:
         for wd in [w for w, (m, _) in self._wds.items() if m is masks]:
-            self._watched.discard(self._wds.pop(wd)[1])
-            if self._libc is not None:
-                self._libc.inotify_rm_watch(self.fd, wd)
+            self._unwatch(wd)
         remove(masks.directory)
 
     def close(self) -> None:
