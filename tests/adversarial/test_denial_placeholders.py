@@ -165,3 +165,29 @@ def test_denied_directories_a_step_moved_away_do_not_crowd_out_the_persons(attac
     said = _said(r.stderr)
     assert len(said) == 1 and "secrets/k" in said[0], r.stderr
     assert [x["path"] for x in _end(a, _last_step(a))["denied_reads"]] == [str(a.root / "secrets" / "k")]
+
+
+def test_a_home_denied_directory_that_is_a_symlink_reads_as_a_directory_of_placeholders(attacker):
+    """~/.aws is a link to where the person keeps it (a dotfiles checkout): the step's view
+    shows a directory of placeholders there, as for a real ~/.aws, so `cat ~/.aws/credentials`
+    says why instead of "Not a directory", and never gives the file."""
+    import shutil
+    from pathlib import Path
+    a = attacker
+    home = Path(a.host("echo $HOME").stdout.strip())     # a created user's: runuser's passwd home
+    made = not home.exists()
+    real = home / "dotfiles" / "aws"
+    try:
+        real.mkdir(parents=True)
+        (real / "credentials").write_text(f"[default]\naws_secret_access_key={CANARY}\n")
+        shutil.rmtree(home / ".aws", ignore_errors=True)
+        (home / ".aws").symlink_to(real)
+        a.own(home) if made else a.own(home / "dotfiles")
+        r = a.run("ls ~/.aws; cat ~/.aws/credentials; cat ~/dotfiles/aws/credentials; true")
+    finally:
+        if made:
+            shutil.rmtree(home, ignore_errors=True)
+    assert CANARY not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "credentials" in r.stdout and "is hidden from this sandbox" in r.stdout, r.stdout + r.stderr
+    said = _said(r.stderr)
+    assert len(said) == 1 and "~/.aws/credentials is hidden from steps" in said[0], r.stderr

@@ -84,8 +84,10 @@ class Masks:
         self.used = set()
 
     def cover(self, path: str, rule: str, where: str) -> str:
-        """The placeholder to bind read-only at `path` (a file or a directory, as `path` is)."""
-        if os.path.isdir(path) and not os.path.islink(path):
+        """The placeholder to bind read-only at `path` (a file or a directory, as `path` is,
+        through a link: view.py gives a link only for the home's own denied paths, a ~/.aws
+        kept in a dotfiles checkout, and a file there would read as "Not a directory")."""
+        if os.path.isdir(path):
             try:
                 with os.scandir(path) as it:       # the type from the listing: no stat a name
                     entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)[:MIRRORED]
