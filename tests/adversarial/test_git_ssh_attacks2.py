@@ -176,3 +176,12 @@ def test_a_push_granted_one_ref_carries_no_other_ref_in_its_framing(ssh):
     # the control: the granted update alone, sent the same way, is let through
     r = ssh.env.run(f"{push} < control.bin > control.out")
     assert ssh.refs() == {**before, "refs/heads/main": seed}, r.stderr
+
+
+def test_a_step_over_its_share_of_connections_is_told_so(ssh):
+    (ssh.env.root / "hold.py").write_text(HOLD)
+    r = ssh.env.run("python3 hold.py 16 20 & while [ ! -e held ]; do sleep 0.1; done; "
+                    "git ls-remote origin; kill $!")
+    assert "envgit: ssh: this step already has 16 git-over-ssh connections open" in r.stderr, r.stderr
+    r = ssh.env.run("git ls-remote origin")                  # its own again once they are gone
+    assert "refs/heads/main" in r.stdout, r.stderr
