@@ -185,3 +185,27 @@ def test_a_step_over_its_share_of_connections_is_told_so(ssh):
     assert "envgit: ssh: this step already has 16 git-over-ssh connections open" in r.stderr, r.stderr
     r = ssh.env.run("git ls-remote origin")                  # its own again once they are gone
     assert "refs/heads/main" in r.stdout, r.stderr
+
+
+TIMERFD = """import ctypes, os, struct, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.timerfd_create(1, 0)                 # CLOCK_MONOTONIC: readable again each nanosecond
+spec = struct.pack("qqqq", 0, 1, 0, 1)
+assert libc.timerfd_settime(fd, 0, spec, None) == 0
+subprocess.run(["timeout", "4", "ssh", "gitserver", f"git-receive-pack '{sys.argv[1]}'"], stdin=fd,
+               stdout=subprocess.DEVNULL)
+print("ran")
+"""
+
+
+def test_a_refused_push_from_a_stdin_of_tiny_reads_costs_the_gate_a_bounded_drain(ssh):
+    # a timer as git's output: always readable, eight bytes a read, never at an end
+    (ssh.env.root / "timer.py").write_text(TIMERFD)
+    pid = _daemon_pid(ssh)
+    cpu = _cpu_s(pid)
+    r = ssh.env.run(f"python3 timer.py '{ssh.bare}'")
+    burnt = _cpu_s(pid) - cpu
+    assert "ran" in r.stdout, r.stdout + r.stderr
+    assert [q["decision"] for q in ssh.requests()] == ["deny"]
+    print(f"daemon CPU for the step: {burnt:.2f} s")
+    assert burnt < 1.6, f"the daemon spent {burnt:.2f} s of CPU draining a timer for 4 s"

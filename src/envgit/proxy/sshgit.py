@@ -581,6 +581,8 @@ def _refuse(fds, report: bytes, alive) -> int:
                     if not chunk:
                         reading = False
                         p.unregister(fd)
+                    elif len(chunk) < PIECE:
+                        time.sleep(0.001)    # git's pipe fills meanwhile; a timer's 8 bytes wait
     except OSError:
         pass
     return sent
