@@ -5,13 +5,12 @@ import json
 import os
 import shutil
 import subprocess
-import threading
-import time
 
 import pytest
 
 from conftest import ENVGIT, Env, make_home
 from kit.git_remote import git_remote  # noqa: F401  (the fixture `remote`)
+from kit.person import answer_when_asked
 from modelserver import clone_for_push
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
@@ -97,26 +96,12 @@ def test_allowed_push_lands_and_is_marked(netproj, remote):
     assert "a rewind cannot take that back" in r.stdout
 
 
-def _answer_when_asked(proj, answer, deadline_s=30):
-    def run():
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            asks = json.loads(proj.envgit("pending", "--json").stdout or "[]")
-            if asks:
-                proj.envgit(answer, str(asks[0]["id"]))
-                return
-            time.sleep(0.1)
-    t = threading.Thread(target=run)
-    t.start()
-    return t
-
-
 @pytest.mark.parametrize("answer,lands", [("approve", True), ("deny", False)])
 def test_ask_answered_from_another_terminal(netproj, remote, answer, lands):
     netproj.write_policy(policy(remote, "ask"))
     commit(netproj)
     before = remote.refs()
-    t = _answer_when_asked(netproj, answer)
+    t = answer_when_asked(netproj, answer)
     r = netproj.run("git push -q origin main")
     t.join()
     assert (r.returncode == 0) == lands, r.stderr

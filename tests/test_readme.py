@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import CANARY, Env, make_home
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,24 +92,18 @@ def test_policy_example_loads(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_credentials_example_loads(tmp_path):
-    (example,) = blocks("yaml", "credentials")
+@pytest.mark.parametrize("tag,shown", [
+    ("credentials", ("credential github", "credential aws")),
+    ("signing", ("signing: key '~/.ssh/id_ed25519', allow  # ", "envgit.yaml:3")),
+])
+def test_policy_md_examples_load(tmp_path, tag, shown):
+    (example,) = blocks("yaml", tag)
     (tmp_path / "envgit.yaml").write_text("version: 1\n" + example)
     (tmp_path / ".envgit").mkdir()
     r = subprocess.run([str(Path(sys.executable).parent / "envgit"), "policy", "show"], cwd=tmp_path,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "credential github" in r.stdout and "credential aws" in r.stdout, r.stdout
-
-
-def test_signing_example_loads(tmp_path):
-    (example,) = blocks("yaml", "signing")
-    (tmp_path / "envgit.yaml").write_text("version: 1\n" + example)
-    (tmp_path / ".envgit").mkdir()
-    r = subprocess.run([str(Path(sys.executable).parent / "envgit"), "policy", "show"], cwd=tmp_path,
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "signing: key '~/.ssh/id_ed25519', allow  # " in r.stdout and "envgit.yaml:3" in r.stdout, r.stdout
+    assert all(text in r.stdout for text in shown), r.stdout
 
 
 def test_every_promise_names_a_test_that_exists():

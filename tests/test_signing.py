@@ -3,13 +3,11 @@ step's `git commit -S` / `git tag -s` is signed by the gate with the person's SS
 host (proxy/sshsign.py); the step never reads the key; only commit and tag payloads are signed;
 each signature is recorded on its step with the object id it gives; `action: ask` asks first."""
 
-import json
 import shutil
-import threading
-import time
 
 import pytest
 
+from kit.person import answer_when_asked
 from kit.signing import POLICY, git_outside, make_signer, signs
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None or shutil.which("socat") is None,
@@ -48,16 +46,7 @@ def test_action_ask_waits_for_the_person(signer, answer, signed):
     p.write_policy(POLICY + "  action: ask\n")
     assert p.envgit("trust", "--yes").returncode == 0
 
-    def person():
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            asks = json.loads(p.envgit("pending", "--json").stdout or "[]")
-            if asks:
-                p.envgit(answer, str(asks[0]["id"]))
-                return
-            time.sleep(0.1)
-    t = threading.Thread(target=person)
-    t.start()
+    t = answer_when_asked(p, answer)
     r = p.run("echo one > a && git add a && git commit -q -S -m asked")
     t.join()
     assert (r.returncode == 0) == signed, r.stderr
