@@ -151,6 +151,12 @@ def cmd_show(args):
         print(f"  looked up {inert(', '.join(s.dns_names))} ({s.dns_queries} lookups, none answered)")
     for r in s.requests:
         answer = f", {r['answer']} by {r.get('answered_by')} ({r.get('answered_how')})" if r.get("answer") else ""
+        if r.get("kind") == "signing":      # a signature made at the gate (proxy/sshsign.py)
+            sig = r.get("signed") or {}
+            what = (f"{sig.get('kind')} {str(sig.get('object', ''))[:12]} '{sig.get('subject', '')}' by "
+                    f"{sig.get('author', '')}" if sig else f"{r.get('path', '').lstrip('/')}: {r.get('reason', '')}")
+            print(inert(f"  signed    {r.get('decision', '?'):5} {what}{answer}"))
+            continue
         where = origin(r.get("scheme", ""), r.get("host", ""), r.get("port"))
         print(inert(f"  request   {r.get('decision', '?'):5} {r.get('method', '')} {where}"
                     f"{r.get('path', '')} -> {r.get('status', '-')}  ({r.get('rule', '')}{answer})"))
