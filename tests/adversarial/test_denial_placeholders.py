@@ -191,3 +191,24 @@ def test_a_home_denied_directory_that_is_a_symlink_reads_as_a_directory_of_place
     assert "credentials" in r.stdout and "is hidden from this sandbox" in r.stdout, r.stdout + r.stderr
     said = _said(r.stderr)
     assert len(said) == 1 and "~/.aws/credentials is hidden from steps" in said[0], r.stderr
+
+
+def test_a_project_directory_named_tilde_cannot_make_envgit_advise_allowing_the_homes_key(attacker):
+    """A step makes `~/.ssh/id_ed25519` inside the project (a directory named `~`; the file
+    is denied by `**/id_ed25519`) and opens it. envgit's line must not read as the home's key
+    nor advise `allow_read: ["~/.ssh/id_ed25519"]`, which names the person's real key: the
+    person who followed that advice handed it to every step (the canary, read)."""
+    import re
+    a = attacker
+    r = a.run("mkdir -p '~/.ssh' && echo planted > '~/.ssh/id_ed25519' && echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    r = a.run("cat '~/.ssh/id_ed25519' >/dev/null; echo read")
+    said = _said(r.stderr)
+    assert len(said) == 1, r.stderr
+    assert not re.search(r"step \d+: ~/", said[0]), said[0]
+    advised = re.search(r"add '([^']*)' to filesystem.allow_read", said[0])
+    assert advised and not advised.group(1).startswith("~"), said[0]
+    # the advice, followed, lets the step read the file it made, and only that
+    a.write_policy(f'version: 1\nfilesystem:\n  allow_read: ["{advised.group(1)}"]\n')
+    r = a.run("cat '~/.ssh/id_ed25519' ~/.ssh/id_ed25519; true")
+    assert "planted" in r.stdout and CANARY not in r.stdout + r.stderr, r.stdout + r.stderr

@@ -34,8 +34,14 @@ WATCHED_DIRS = 256                    # denied directories' placeholders watched
 def read_notice(step, path: str, rule: str, where: str, root: str, home: str) -> str:
     """The one line a step's terminal is shown when it opened a denied path's placeholder
     (inert: the path is the step's choice)."""
-    shown = path[len(root) + 1:] if path.startswith(root + "/") else \
-        "~" + path[len(home):] if home and path.startswith(home + "/") else path
+    if path.startswith(root + "/"):
+        shown = path[len(root) + 1:]
+        if shown == "~" or shown.startswith("~/"):
+            # a project directory named `~` (a step can make one): shown bare, the line would
+            # read as the home's and advise an allow_read entry naming the home's own file
+            shown = "./" + shown
+    else:
+        shown = "~" + path[len(home):] if home and path.startswith(home + "/") else path
     if rule.startswith("credentials."):
         fix = "a credential's real value reaches requests through the gate, never a step"
     else:
