@@ -212,3 +212,26 @@ def test_a_project_directory_named_tilde_cannot_make_envgit_advise_allowing_the_
     a.write_policy(f'version: 1\nfilesystem:\n  allow_read: ["{advised.group(1)}"]\n')
     r = a.run("cat '~/.ssh/id_ed25519' ~/.ssh/id_ed25519; true")
     assert "planted" in r.stdout and CANARY not in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_a_denied_name_holding_glob_characters_cannot_make_envgit_advise_a_pattern(attacker):
+    """A step makes directories literally named `**`, `*` and `[d]` holding a `.env` each and
+    opens them. envgit's advice must not be an allow_read entry that, as a pattern, lifts the
+    deny from the person's own `.env` files (the root one, deploy/.env): followed, it would
+    hand them to every step (the canary)."""
+    import re
+    a = attacker
+    (a.root / ".env").write_text(f"TOKEN={CANARY}\n")
+    (a.root / "deploy").mkdir()
+    (a.root / "deploy" / ".env").write_text(f"TOKEN={CANARY}\n")
+    a.own(a.root / ".env", a.root / "deploy")
+    r = a.run("for d in '**' '*' '[d]'; do mkdir -p \"$d\" && echo planted > \"$d/.env\"; done; echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    r = a.run("for d in '**' '*' '[d]'; do cat \"$d/.env\" >/dev/null; done; echo read")
+    said = _said(r.stderr)
+    assert len(said) == 3, r.stderr
+    advised = [m.group(1) for ln in said if (m := re.search(r"add '([^']*)' to filesystem.allow_read", ln))]
+    for entry in advised:
+        a.write_policy(f'version: 1\nfilesystem:\n  allow_read: ["{entry}"]\n')
+        r = a.run("cat .env deploy/.env; true")
+        assert CANARY not in r.stdout + r.stderr, (entry, r.stdout)

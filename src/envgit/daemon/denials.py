@@ -18,6 +18,7 @@ import os
 import struct
 
 from ..inert import inert
+from ..policy.globs import has_magic
 from ..sandbox.masks import Masks, remove
 
 IN_OPEN = 0x20
@@ -44,6 +45,11 @@ def read_notice(step, path: str, rule: str, where: str, root: str, home: str) ->
         shown = "~" + path[len(home):] if home and path.startswith(home + "/") else path
     if rule.startswith("credentials."):
         fix = "a credential's real value reaches requests through the gate, never a step"
+    elif has_magic(shown):
+        # allow_read reads `*`, `?`, `[` as a pattern: a directory a step named `**` would have
+        # the advice lift the deny from every .env of the project
+        fix = ("its name holds *, ? or [, which filesystem.allow_read reads as a pattern: "
+               "to let steps read it, rename it and add the new name")
     else:
         fix = f"to let steps read it, add {shown!r} to filesystem.allow_read in envgit.yaml"
     return inert(f"envgit: step {step}: {shown} is hidden from steps by filesystem.deny_read "
