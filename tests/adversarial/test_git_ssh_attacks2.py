@@ -90,16 +90,18 @@ def test_one_step_holding_connections_leaves_git_over_ssh_to_other_steps(ssh):
 
 
 SELF_HELD = """import array, json, os, socket, sys, time
-body = json.dumps({"op": "git-ssh", "host": "gitserver", "command": f"git-receive-pack '{sys.argv[1]}'"}).encode()
+host, path, n, order = sys.argv[1:5]
+body = json.dumps({"op": "git-ssh", "host": host, "command": f"git-receive-pack '{path}'"}).encode()
 d = len(body).to_bytes(4, "big") + body
-for _ in range(int(sys.argv[2])):
+for _ in range(int(n)):
     r, w = os.pipe()
     s = socket.socket(socket.AF_UNIX)
     s.connect("/run/envgit/ssh.sock")
-    # stdin: a pipe whose one writer goes to the daemon too (as ssh's stderr); stdout: this very
-    # connection, so the daemon holds the caller's end of it: nothing of the step is left
-    # to end them when the step ends
-    s.sendmsg([d[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r, s.fileno(), w]))])
+    # stdin: a pipe whose one writer goes to the daemon too; `order` puts it as stdout or as
+    # ssh's stderr, whichever stays silent; the other is this very connection, so the daemon
+    # holds the caller's end of it: nothing of the step is left to end them when it ends
+    fds = {"r": r, "w": w, "s": s.fileno()}
+    s.sendmsg([d[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fds[c] for c in order]))])
     s.sendall(d[4:])
     for fd in (r, w):
         os.close(fd)
@@ -112,7 +114,7 @@ print("sent")
 def test_connections_whose_ends_the_daemon_holds_end_with_their_step(ssh):
     (ssh.env.root / "selfheld.py").write_text(SELF_HELD)
     for _ in range(5):                          # more than the gate's connections, in steps of 16
-        r = ssh.env.run(f"python3 selfheld.py '{ssh.bare}' 16")
+        r = ssh.env.run(f"python3 selfheld.py gitserver '{ssh.bare}' 16 rsw")    # the server's ssh: silent
         assert "sent" in r.stdout, r.stderr
     time.sleep(1)
     r = ssh.env.run("git ls-remote origin")
@@ -209,3 +211,18 @@ def test_a_refused_push_from_a_stdin_of_tiny_reads_costs_the_gate_a_bounded_drai
     assert [q["decision"] for q in ssh.requests()] == ["deny"]
     print(f"daemon CPU for the step: {burnt:.2f} s")
     assert burnt < 1.6, f"the daemon spent {burnt:.2f} s of CPU draining a timer for 4 s"
+
+
+@pytest.mark.both_uids("the gate's threads, fds and the host's ssh are the daemon's, which runs as the person")
+def test_the_gate_still_answers_after_steps_left_it_connections_it_holds_both_ends_of(attacker):
+    # no server needed: the wedge is on the daemon's side, before the host's ssh matters
+    attacker.write_policy("version: 1\nnetwork:\n  allow: [nohost.invalid]\n")
+    (attacker.root / "selfheld.py").write_text(SELF_HELD)
+    attacker.own(attacker.root / "selfheld.py")
+    for _ in range(5):
+        r = attacker.run("python3 selfheld.py nohost.invalid /srv/app.git 16 rws")   # its stdout: silent
+        assert "sent" in r.stdout, r.stderr
+    time.sleep(1)
+    r = attacker.run("ssh nohost.invalid git-upload-pack /srv/app.git")
+    assert "cannot reach the envgit gate" not in r.stderr, r.stderr
+    assert "nohost.invalid" in r.stderr and r.returncode == 255, r.stderr    # the host's ssh, run
