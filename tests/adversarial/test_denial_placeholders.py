@@ -235,3 +235,23 @@ def test_a_denied_name_holding_glob_characters_cannot_make_envgit_advise_a_patte
         a.write_policy(f'version: 1\nfilesystem:\n  allow_read: ["{entry}"]\n')
         r = a.run("cat .env deploy/.env; true")
         assert CANARY not in r.stdout + r.stderr, (entry, r.stdout)
+
+
+def test_a_second_name_of_a_denied_file_is_said_as_such_not_with_an_allow_read_that_does_nothing(attacker):
+    """A step makes a hard link `notes.txt` to a denied name before the person's secret is
+    written there; the next step opens it. Its line must say it is another name of a denied
+    file, not a deny_read entry nobody wrote nor an allow_read entry that lifts nothing (the
+    second name stays hidden while it leads to the secret); the secret is never read."""
+    a = attacker
+    a.write_policy('version: 1\nfilesystem:\n  deny_read: ["secrets/**"]\n')
+    r = a.run("mkdir -p secrets && echo placeholder > secrets/token.txt && ln secrets/token.txt notes.txt "
+              "&& echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    assert a.host(f"echo {CANARY} > secrets/token.txt").returncode == 0
+    r = a.run("cat notes.txt; echo read")
+    assert CANARY not in r.stdout + r.stderr and "read" in r.stdout, r.stdout + r.stderr
+    said = _said(r.stderr)
+    assert len(said) == 1 and "notes.txt" in said[0], r.stderr
+    assert "another name" in said[0] and "add 'notes.txt'" not in said[0], said[0]
+    assert "deny_read 'another name" not in said[0] + r.stdout, said[0] + r.stdout
+    assert "another name" in r.stdout, r.stdout            # the placeholder's own line says it too

@@ -19,7 +19,7 @@ import struct
 
 from ..inert import inert
 from ..policy.globs import has_magic
-from ..sandbox.masks import Masks, remove
+from ..sandbox.masks import ALIAS_RULE, Masks, remove
 
 IN_OPEN = 0x20
 IN_IGNORED = 0x8000
@@ -43,6 +43,11 @@ def read_notice(step, path: str, rule: str, where: str, root: str, home: str) ->
             shown = "./" + shown
     else:
         shown = "~" + path[len(home):] if home and path.startswith(home + "/") else path
+    if rule == ALIAS_RULE:
+        return inert(f"envgit: step {step}: {shown} is hidden from steps as another name (a link) "
+                     f"of a file filesystem.deny_read hides; it reads as a one-line placeholder "
+                     f"here, while it leads there (allow_read does not lift it: read the file "
+                     f"by its own name, if the policy allows it)")
     if rule.startswith("credentials."):
         fix = "a credential's real value reaches requests through the gate, never a step"
     elif has_magic(shown):

@@ -44,8 +44,16 @@ def deny_origin(policy):
     return of
 
 
+# The rule of a path hidden as another name of a denied file (view.py: a hard link, what a
+# denied name's symlink leads to): no deny entry names it, and no allow_read entry lifts it.
+ALIAS_RULE = "another name of a denied file"
+
+
 def placeholder_text(path: str, rule: str, where: str) -> bytes:
     """The one line a denied file reads as (the path and rule inert: a step chose the name)."""
+    if rule == ALIAS_RULE:
+        return (f"# envgit: {inert(path)} is another name (a link) of a file filesystem.deny_read "
+                f"hides, so hidden from this sandbox too; its contents are not shown here\n").encode()
     return (f"# envgit: {inert(path)} is hidden from this sandbox by filesystem.deny_read "
             f"'{inert(rule)}' ({inert(where)}); its contents are not shown here\n").encode()
 

@@ -35,7 +35,7 @@ from ..policy.decide import SYSTEM_DIRS
 from ..policy.globs import has_magic
 from . import aliases
 from .gitconfig import ConfigCopies
-from .masks import Masks
+from .masks import ALIAS_RULE, Masks
 from .projectscan import ProjectScan
 from .routes import for_project, has_private_key, unshare_links
 
@@ -128,7 +128,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
 
     # Denies, last so they cover every bind above: each by a placeholder of its own (masks.py).
     for p in denied:
-        rule = hits.get(p) or "another name of a denied file"
+        rule = hits.get(p) or ALIAS_RULE
         a += ["--ro-bind", masks.cover(p, rule, where_of(rule)), p]
         v.masked.append(p)
     return v
