@@ -255,3 +255,21 @@ def test_a_second_name_of_a_denied_file_is_said_as_such_not_with_an_allow_read_t
     assert "another name" in said[0] and "add 'notes.txt'" not in said[0], said[0]
     assert "deny_read 'another name" not in said[0] + r.stdout, said[0] + r.stdout
     assert "another name" in r.stdout, r.stdout            # the placeholder's own line says it too
+
+
+def test_a_process_left_behind_cannot_open_a_placeholder_in_the_next_steps_name(attacker):
+    """A step leaves a process behind (its own session, deaf to SIGHUP and SIGTERM) that opens
+    the project's .env two seconds later, when the next step runs with the same pooled set of
+    placeholders: the next step must be told nothing and keep no read, and the process must
+    be gone with its step (its marker never written)."""
+    a = attacker
+    (a.root / ".env").write_text(f"TOKEN={CANARY}\n")
+    a.own(a.root / ".env")
+    r = a.run("setsid sh -c \"trap '' HUP TERM; sleep 2; cat .env > left.out; echo alive > left-marker\" "
+              "</dev/null >/dev/null 2>&1 & echo left")
+    assert "left" in r.stdout, r.stdout + r.stderr
+    r = a.run("sleep 4; echo second")
+    assert "second" in r.stdout, r.stdout + r.stderr
+    assert not _said(r.stderr), r.stderr
+    assert _end(a, _last_step(a))["denied_reads"] == []
+    assert not (a.root / "left-marker").exists() and not (a.root / "left.out").exists()
