@@ -91,16 +91,14 @@ class Masks:
     def begin(self) -> None:
         self.used = set()
 
-    def cover(self, path: str, rule: str, where: str) -> str:
-        """The placeholder to bind read-only at `path` (a file or a directory, as `path` is,
-        through a link: view.py gives a link only for the home's own denied paths, a ~/.aws
-        kept in a dotfiles checkout, and a file there would read as "Not a directory")."""
-        if os.path.isdir(path):
-            try:
-                with os.scandir(path) as it:       # the type from the listing: no stat a name
-                    entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)[:MIRRORED]
-            except OSError:
-                entries = []
+    def cover(self, path: str, rule: str, where: str, follow: bool = False) -> str:
+        """The placeholder to bind read-only at `path`: a file, or a directory as `path` is one.
+        `follow`: a link at `path` is typed by what it leads to (the home's own denied paths:
+        a ~/.aws kept in a dotfiles checkout, which a file would make "Not a directory");
+        otherwise a link, even one a step swapped in after view.py resolved it, is a file and
+        nothing it leads to is listed."""
+        entries = _listing(path, follow)
+        if entries is not None:
             names, kinds = tuple(n for n, _ in entries), tuple(k for _, k in entries)
             key: tuple = (path, rule, where, names, kinds)
             made = self._made.get(key)
@@ -154,6 +152,24 @@ class Masks:
         os.chmod(at, 0o555)
         self.dirs.append(at)
         return at
+
+
+def _listing(path: str, follow: bool):
+    """[(name, is a directory)] of the first MIRRORED entries of the directory at `path`, read
+    through the one descriptor that was checked to be a directory; None when it is not one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    except OSError:
+        # a directory this process cannot read is still one: shown empty (a file bound onto it
+        # would fail every view)
+        return [] if os.path.isdir(path) and (follow or not os.path.islink(path)) else None
+    try:
+        with os.scandir(fd) as it:       # the type from the listing: no stat a name
+            return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)[:MIRRORED]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
 
 
 def remove(directory: str) -> None:

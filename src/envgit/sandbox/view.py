@@ -93,7 +93,7 @@ def build_view(rules: Rules, state_dir: str, session_tmp: str, scan: ProjectScan
         # The home's denied paths (~/.ssh, ~/.aws, …) are absent from its view; shown as
         # placeholders instead, a step that looks for them is told why they are not there.
         for p, entry in _hidden_in_home(rules, visible):
-            a += ["--ro-bind", masks.cover(p, entry, where_of(entry)), p]
+            a += ["--ro-bind", masks.cover(p, entry, where_of(entry), follow=True), p]
         a += ["--remount-ro", home]      # the home view is read-only (not the cache bound in it)
 
     # Read-only inside the writable project, their parents pinned in place first.
