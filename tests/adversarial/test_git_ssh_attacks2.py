@@ -226,3 +226,13 @@ def test_the_gate_still_answers_after_steps_left_it_connections_it_holds_both_en
     r = attacker.run("ssh nohost.invalid git-upload-pack /srv/app.git")
     assert "cannot reach the envgit gate" not in r.stderr, r.stderr
     assert "nohost.invalid" in r.stderr and r.returncode == 255, r.stderr    # the host's ssh, run
+
+
+def test_a_push_whose_ssh_fails_before_the_advertisement_ends_at_once(ssh):
+    # the host's ssh is refused (no such user): git waits for the server's refs, the gate for
+    # git's commands; neither comes, and the step used to hang with its connection held
+    r = ssh.env.run(f"timeout 30 git push nosuchuser@gitserver:{ssh.bare} main; echo rc=$?")
+    assert "rc=128" in r.stdout, r.stdout + r.stderr         # git's own failure, not timeout's 124
+    assert "Permission denied" in r.stderr, r.stderr
+    push = [q for q in ssh.requests() if q["method"] == "git-receive-pack"]
+    assert [q["status"] for q in push] == [255] and push[0]["refs"] == [], push

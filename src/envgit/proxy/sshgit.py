@@ -31,6 +31,7 @@ connection (blocking pipes); asks and records go through the daemon's loop (ask_
 import array
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -279,9 +280,7 @@ class SSHGit:
         proc = subprocess.Popen(ssh_argv(ssh, t), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=fds[2], env=env, start_new_session=True, cwd="/")
 
-        def alive() -> bool:
-            # the caller's ssh still waits and its step still runs: the step's fds may be held
-            # by the daemon alone (passed in here), so their ends say nothing
+        def alive() -> bool:     # not the step's fds: the daemon may hold their only ends
             return not _gone(conn) and self.gate.step_open(step)
 
         down = threading.Thread(target=_pump_down, args=(proc.stdout, fds[1], rec, alive), daemon=True)
@@ -294,7 +293,7 @@ class SSHGit:
                 _pump_up(fds[0], proc, rec, alive)
             code = _wait(proc, alive)
             down.join()
-            if refused is not None:
+            if refused:
                 rec["bytes_down"] += _refuse(fds, refused, alive)
         finally:
             if proc.poll() is None:
@@ -302,18 +301,25 @@ class SSHGit:
                 proc.wait()
         rec["status"] = code
         self._emit(step, rec, started)
-        if refused is not None and code in (0, None):
+        if refused and code in (0, None):
             return {"exit_code": 0}           # git reads the rejection from the report
         return {"exit_code": code if code is not None and code >= 0 else 255}
 
     def _judge_push(self, t, step, fds, proc, rec, alive) -> bytes | None:
         """Read the push's commands, judge them; None when allowed (they are sent on), else
-        the report-status git gets (the server's input closed unsent)."""
-        buf, end = _read_commands(fds[0], alive)
+        the report-status git gets (the server's input closed unsent); b"" when the host's ssh
+        ended first (refused, unreachable): git, waiting for the server's refs, sends none."""
+        try:
+            buf, end = _read_commands(fds[0], lambda: alive() and proc.poll() is None)
+        except EOFError:
+            if proc.poll() is None:
+                raise
+            rec.update(refs=[], reason="the host's ssh ended before the push was sent (its message is on stderr)")
+            return b""
         body = buf[:end] if end is not None else buf
         req = judged_request(t, body)
         if end is None:
-            req = Request(**{**_fields(req), "body_complete": False})
+            req = dataclasses.replace(req, body_complete=False)
         d = network.decide_request(self.gate.policy(), req)
         from ..policy.receivepack import read_push
         push = read_push(body)
@@ -391,11 +397,6 @@ def _install_shim(dest: str) -> None:
         f.write(data)
     os.chmod(tmp, 0o755)
     os.replace(tmp, dest)
-
-
-def _fields(req: Request) -> dict:
-    return {k: getattr(req, k) for k in ("scheme", "host", "port", "method", "path", "query",
-                                          "headers", "body", "body_error", "body_complete")}
 
 
 def _frame(obj) -> bytes:
