@@ -236,3 +236,23 @@ def test_a_push_whose_ssh_fails_before_the_advertisement_ends_at_once(ssh):
     assert "Permission denied" in r.stderr, r.stderr
     push = [q for q in ssh.requests() if q["method"] == "git-receive-pack"]
     assert [q["status"] for q in push] == [255] and push[0]["refs"] == [], push
+
+
+def test_a_refused_push_of_thousands_of_refs_costs_the_journal_a_small_record(ssh):
+    main = ssh.refs()["refs/heads/main"]
+    cmds = [_pkt(f"{main} {ZERO} refs/heads/t{i:05d}-{'x' * 40}\n".encode()) for i in range(6000)]
+    cmds[0] = cmds[0][:-1] + b"\0report-status delete-refs\n"
+    cmds[0] = b"%04x" % len(cmds[0]) + cmds[0][4:]
+    (ssh.env.root / "many.bin").write_bytes(b"".join(cmds) + b"0000")
+    journal = ssh.env.root / ".envgit"
+    ssh.env.run("true")
+
+    def size():
+        return sum(p.stat().st_size for p in journal.glob("journal.sqlite*"))
+    before = size()
+    r = ssh.env.run(f"for i in 1 2 3; do ssh gitserver \"git-receive-pack '{ssh.bare}'\" < many.bin > /dev/null; done")
+    push = [q for q in ssh.requests() if q["method"] == "git-receive-pack"]
+    assert [q["decision"] for q in push] == ["deny"] * 3, r.stderr
+    grown = size() - before
+    assert grown < 600_000, f"the journal grew {grown} bytes for 3 refused pushes"
+    assert push[0]["refs"][0]["ref"].startswith("refs/heads/t00000") and push[0]["refs_total"] == 6000

@@ -15,12 +15,10 @@ stderr (SCM_RIGHTS). The gate then:
   4. runs the person's own ssh on the host (launch.trusted_binary, their ~/.ssh/config,
      known_hosts and agent; BatchMode, no tty, no forwarding, no escape character), the
      step's bytes pumped through and counted;
-  5. for receive-pack, reads the ref update commands (pkt-lines up to the flush, and the push
-     options) from the step before a byte reaches the server, judges them with the body the
-     HTTPS push would carry (approval.approval_effect: the refs, old -> new), and on a refusal
-     closes the server's input unsent (the remote is unchanged) and answers git with a
-     report-status rejecting each ref (proxy/gitproto.py), which git prints as
-     `! [remote rejected] main -> main (envgit: …)`;
+  5. for receive-pack, reads the ref update commands (and push options) before a byte reaches
+     the server, judges them as the HTTPS push's body (the refs, old -> new), and on a refusal
+     sends the server none and answers git with a report-status rejecting each ref
+     (proxy/gitproto.py): `! [remote rejected] main -> main (envgit: …)`;
   6. records it on the step like a request: method = the service, scheme `ssh`, host, port,
      path, refs, decision, bytes each way, the exit status.
 
@@ -51,7 +49,6 @@ from . import gitproto
 
 log = logging.getLogger("envgit.proxy")
 
-SERVICES = ("git-upload-pack", "git-receive-pack", "git-upload-archive")
 MAX_FRAME = 64 * 1024
 MAX_CONNECTIONS = 64
 MAX_PER_STEP = 16            # one step cannot take every connection from the others
@@ -59,6 +56,7 @@ RECV_TIMEOUT_S = 30
 CHUNK = 65536
 PIECE = select.PIPE_BUF      # what a write after POLLOUT takes without blocking (a pipe's)
 DRAIN_CAP = 1 << 30          # a refused push's pack read and dropped, at most
+REFS_KEPT = 100              # a push's refs on its record (a 1 MiB command list is ~8000)
 # `git-upload-pack '/path'` as git sends it, or the words a person types (`ssh host
 # git-upload-pack /path`, the shell having taken the quotes): one path, no quote, no `!`
 # (git's own quoting would have split it), no control character, not an option.
@@ -324,7 +322,9 @@ class SSHGit:
         from ..policy.receivepack import read_push
         push = read_push(body)
         rec["facts"] = request_facts(req)
-        rec["refs"] = [u.to_json() for u in push.updates]
+        rec["refs"] = [u.to_json() for u in push.updates[:REFS_KEPT]]
+        if len(push.updates) > REFS_KEPT:
+            rec["refs_total"] = len(push.updates)
         rec.update(decision=d.action, rule=d.rule, kind=d.kind, reason=d.reason, irreversible=d.irreversible)
         if d.action == "ask":
             effect = approval_effect(d, req)
