@@ -5,6 +5,7 @@ whether another step's `git ls-remote` over ssh still gets an answer."""
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -256,3 +257,23 @@ def test_a_refused_push_of_thousands_of_refs_costs_the_journal_a_small_record(ss
     grown = size() - before
     assert grown < 600_000, f"the journal grew {grown} bytes for 3 refused pushes"
     assert push[0]["refs"][0]["ref"].startswith("refs/heads/t00000") and push[0]["refs_total"] == 6000
+
+
+def test_shell_in_a_quoted_repository_path_reaches_the_remote_as_one_literal_word(ssh, tmp_path):
+    # the gate takes a quoted path with any character but a quote, `!` or a control character,
+    # and sends it on: the remote's shell must read it as one literal word
+    m = tmp_path / "made-by-remote"
+    paths = [f"/x$(touch {m}-1)", f"/x`touch {m}-2`", f"/x;touch {m}-3", f"/x & touch {m}-4",
+             f"/x|touch {m}-5", f"/x > {m}-6"]
+    # each quoted for the step's own shell, so that the remote's is the one tested
+    script = "; ".join(f"ssh gitserver {shlex.quote('git-upload-pack ' + repr(p))} </dev/null" for p in paths)
+    r = ssh.env.run(f"{script}; GIT_PROTOCOL='version=2;touch {m}-8' ssh gitserver "
+                    f"\"git-upload-pack '/x'\" </dev/null; "
+                    f"ssh -l '-oProxyCommand=touch {m}-9' gitserver \"git-upload-pack '/x'\"; "
+                    f"ssh 'gitserver -oProxyCommand=touch {m}-10' \"git-upload-pack '/x'\"; true")
+    assert not list(tmp_path.glob("made-by-remote*")), r.stderr
+    # each path reached git on the remote whole, and no more: "… does not appear to be a git repository"
+    for p in paths:
+        assert f"'{p}' does not appear to be a git repository" in r.stderr, (p, r.stderr)
+    fetches = [q for q in ssh.requests() if q["method"] == "git-upload-pack"]
+    assert sorted(q["path"] for q in fetches) == sorted([*paths, "/x"]), fetches
