@@ -277,3 +277,17 @@ def test_shell_in_a_quoted_repository_path_reaches_the_remote_as_one_literal_wor
         assert f"'{p}' does not appear to be a git repository" in r.stderr, (p, r.stderr)
     fetches = [q for q in ssh.requests() if q["method"] == "git-upload-pack"]
     assert sorted(q["path"] for q in fetches) == sorted([*paths, "/x"]), fetches
+
+
+def test_upload_archive_arguments_write_nothing_on_the_remote(ssh, tmp_path):
+    m = tmp_path / "made-by-remote"
+    for i, args in enumerate(([f"--output={m}-1", "HEAD"], [f"--exec=touch {m}-2", "HEAD"],
+                              [f"--remote=ext::sh -c touch% {m}-3", "HEAD"], ["--format=tar", "HEAD"])):
+        stream = b"".join(_pkt(f"argument {a}\n".encode()) for a in args) + b"0000"
+        (ssh.env.root / f"archive{i}.bin").write_bytes(stream)
+    r = ssh.env.run("; ".join(f"ssh gitserver \"git-upload-archive '{ssh.bare}'\" < archive{i}.bin > archive{i}.out"
+                              for i in range(4)) + "; true")
+    assert not list(tmp_path.glob("made-by-remote*")), r.stderr
+    assert (ssh.env.root / "archive3.out").stat().st_size > 1024, r.stderr   # the plain one is served
+    archives = [q for q in ssh.requests() if q["method"] == "git-upload-archive"]
+    assert len(archives) == 4 and {q["decision"] for q in archives} == {"allow"}, archives
