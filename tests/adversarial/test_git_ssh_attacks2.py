@@ -1,7 +1,10 @@
-"""git over SSH through the gate (issue 30, item 1), attacked from inside steps: wedging or
-starving the daemon's side (tests/adversarial/test_git_ssh_attacks.py pushes past it). A real
-sshd on 127.0.0.1 (tests/kit/sshgit.py). The oracles: the daemon's own CPU time (/proc), and
-whether another step's `git ls-remote` over ssh still gets an answer."""
+"""git over SSH through the gate (issue 30, item 1), attacked from inside steps, beyond
+tests/adversarial/test_git_ssh_attacks.py: wedging or starving the daemon's side (endless or
+trickled input, connections one step hoards or whose ends it hands the daemon, a host ssh that
+fails first, a huge command list), pushing past a grant with pkt-line framing, and shell or
+options in what reaches the remote. A real sshd on 127.0.0.1 (tests/kit/sshgit.py). The
+oracles: the remote's refs and files a remote command would make, the daemon's own CPU time
+(/proc) and journal size, and whether another step's git over ssh still gets an answer."""
 
 import json
 import os
