@@ -94,7 +94,10 @@ def test_reading_the_ssh_key_through_the_file_tool_is_refused(proj, codex_bin):
     assert CANARY not in sent                        # nothing of the key reached the model
     assert (proj.home / ".ssh" / "id_ed25519").read_text() == CANARY + "\n"
     read = [s for s in steps(proj) if s["argv"] == ["cat", "--", key]]
-    assert len(read) == 1 and read[0]["exit_code"] != 0 and "denied-read" in read[0]["marks"]
+    # the step read the key's placeholder (the daemon saw it open: denied_reads), and the
+    # exec-server answered Codex not found, naming the rule
+    assert len(read) == 1 and "denied-read" in read[0]["marks"], read
+    assert [d["path"] for d in read[0]["denied_reads"]] == [key], read
 
 
 def test_a_write_outside_the_project_is_refused(proj, codex_bin):

@@ -38,7 +38,8 @@ def test_a_denied_read_is_said_at_the_moment_it_happens(proj):
     assert len(said) == 2, said                               # once per path, however often read
     env_line = next(ln for ln in said if ".env is hidden" in ln)
     assert "'**/.env' (envgit's built-in list)" in env_line, env_line
-    assert "add '.env' to filesystem.allow_read" in env_line, env_line
+    # the entry offered names this file only: '.env' would lift the deny from every .env
+    assert "add './.env' to filesystem.allow_read" in env_line, env_line
     token_line = next(ln for ln in said if "secrets/token" in ln)
     assert "'secrets/**'" in token_line and "envgit.yaml:3" in token_line, token_line
     # what the step read in the file's place: its placeholder's one line, naming the rule

@@ -273,3 +273,21 @@ def test_a_process_left_behind_cannot_open_a_placeholder_in_the_next_steps_name(
     assert not _said(r.stderr), r.stderr
     assert _end(a, _last_step(a))["denied_reads"] == []
     assert not (a.root / "left-marker").exists() and not (a.root / "left.out").exists()
+
+
+def test_a_denied_name_linked_to_a_system_directory_leaves_that_directory_to_later_steps(attacker):
+    """`a/.env -> /etc`: a denied name leading out of the writable areas to a directory. Masking
+    what it leads to would take /etc from every later step (no /etc/passwd, a placeholder
+    /etc/gitconfig); nothing is read through it that the step cannot read by its own path."""
+    a = attacker
+    r = a.run("mkdir -p a && ln -s /etc a/.env && echo planted")
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    r = a.run("head -1 /etc/passwd; test -d /etc/ssl && echo ssl-there; git config --system --list >/dev/null 2>&1; "
+              "echo rc=$?")
+    assert r.stdout.startswith("root:") and "ssl-there" in r.stdout, r.stdout + r.stderr
+    assert "is hidden from this sandbox" not in r.stdout and not _said(r.stderr), r.stdout + r.stderr
+    # a project .env that is the person's own file stays hidden as before
+    (a.root / ".env").write_text(f"TOKEN={CANARY}\n")
+    a.own(a.root / ".env")
+    r = a.run("cat .env")
+    assert CANARY not in r.stdout and "is hidden from this sandbox" in r.stdout, r.stdout

@@ -136,7 +136,8 @@ def test_nothing_else_of_the_host_is_reachable_from_the_loopback(loopback):
     gate or the daemon might listen on is not listed; SSH on loopback is refused outright."""
     attacker, listed, v4, v6 = loopback
     r = attacker.run("ls -A .envgit; echo ---; ls -A /run/envgit")
-    assert r.stdout.split() == ["---", "proxy.sock"], r.stdout
+    # the gate's proxy socket, its ssh socket and the shim git's ssh runs (proxy/sshgit.py)
+    assert r.stdout.split() == ["---", "bin", "proxy.sock", "ssh.sock"], r.stdout
     r = attacker.run(f"curl -sS -m 5 --noproxy '' http://127.0.0.1:22/; "
                      f"curl -sS -m 5 --noproxy '' http://127.0.0.1:{listed.port + 1}/; "
                      f"curl -sS -m 5 --noproxy '' -p http://127.0.0.1:{v4.port}/; true")

@@ -56,7 +56,10 @@ def read_notice(step, path: str, rule: str, where: str, root: str, home: str) ->
         fix = ("its name holds *, ? or [, which filesystem.allow_read reads as a pattern: "
                "to let steps read it, rename it and add the new name")
     else:
-        fix = f"to let steps read it, add {shown!r} to filesystem.allow_read in envgit.yaml"
+        # a name with no `/` in allow_read matches at every depth (`.env` would lift every
+        # .env of the project): the entry offered names this one path
+        entry = "./" + shown if path.startswith(root + "/") and "/" not in shown else shown
+        fix = f"to let steps read it, add {entry!r} to filesystem.allow_read in envgit.yaml"
     return inert(f"envgit: step {step}: {shown} is hidden from steps by filesystem.deny_read "
                  f"'{rule}' ({where}); it reads as a one-line placeholder here: {fix}")
 

@@ -9,10 +9,12 @@ class JournalError(Exception):
 
 
 def disk_full(e: BaseException) -> bool:
-    """Whether `e` is the disk (or quota) being full: SQLite's SQLITE_FULL, or ENOSPC/EDQUOT."""
+    """Whether `e` is the disk (or quota) being full: SQLite's SQLITE_FULL, its WAL index that
+    could not be sized (SQLITE_IOERR_SHMSIZE: what opening the journal on a full disk says as
+    "disk I/O error"), or ENOSPC/EDQUOT."""
     import errno
     if isinstance(e, sqlite3.OperationalError):
-        return "full" in str(e)
+        return "full" in str(e) or getattr(e, "sqlite_errorname", "") == "SQLITE_IOERR_SHMSIZE"
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 

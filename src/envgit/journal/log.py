@@ -18,6 +18,30 @@ from .rows import check_entry, read_body
 from .tailwatch import tail_moved
 
 
+def _drop_half_made_wal(path: str) -> None:
+    """A writer that could not open the journal (a full disk) may leave the WAL files it began:
+    an empty -wal and a -shm too short to be one. Left there, every later reader fails on them
+    ("disk I/O error") even once space is freed; nothing is in them, so they go."""
+    try:
+        # a WAL index is 32 KiB at least: one shorter was cut off as it was made
+        if os.path.getsize(path + "-wal") != 0 or os.path.getsize(path + "-shm") >= 32768:
+            return
+    except OSError:
+        return
+    for suffix in ("-wal", "-shm"):
+        try:
+            os.unlink(path + suffix)
+        except OSError:
+            pass
+
+
+def _wal_has_data(path: str) -> bool:
+    try:
+        return os.path.getsize(path + "-wal") > 0
+    except OSError:
+        return False
+
+
 class Journal:
     def __init__(self, path: str, readonly: bool = False):
         self.path = path
@@ -29,12 +53,28 @@ class Journal:
                 raise FileNotFoundError(path)
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10,
                                       isolation_level=None)
-            self.version = self._check_version()
+            try:
+                self.version = self._check_version()
+            except sqlite3.OperationalError as e:
+                # A reader of a WAL journal makes the -shm file; on a full disk it cannot, and
+                # every read failed ("disk I/O error") until space was freed. With no -wal, or
+                # an empty one, the database file is the whole journal: read it as it is.
+                if "disk I/O" not in str(e) or _wal_has_data(path):
+                    raise
+                self.db.close()
+                self.db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, timeout=10,
+                                          isolation_level=None)
+                self.version = self._check_version()
         else:
             # The daemon's worker threads (rewind) write too: one connection, one lock.
             self.db = sqlite3.connect(path, timeout=10, isolation_level=None,
                                       check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:
+                self.db.close()
+                _drop_half_made_wal(path)
+                raise
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.version = self._check_version()
             self.db.executescript(SCHEMA)

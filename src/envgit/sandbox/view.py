@@ -390,10 +390,12 @@ def _files_of(p):
     """`p`, or the files under it when it is a directory (bounded)."""
     if not os.path.isdir(p) or os.path.islink(p):
         return [p]
-    out = []
+    out: list[str] = []
     for d, _, files in os.walk(p):
-        out += [os.path.join(d, n) for n in files]
-        if len(out) > MAX_DENIED_WALK:
+        # bounded by the file, not by the directory: one directory of 200,000 files would
+        # otherwise be stat'ed whole by every view
+        out += [os.path.join(d, n) for n in files[:MAX_DENIED_WALK - len(out)]]
+        if len(out) >= MAX_DENIED_WALK:
             break
     return out
 
@@ -405,11 +407,16 @@ def _mask_point(rules: Rules, p):
     to a directory would get a file bound onto a directory. A link is therefore masked at what
     it resolves to, typed by that (what its name holds is what is read through it), and a
     dangling one, or one leading to nothing the sandbox shows, is left as it is: nothing can be
-    read through it. Its appearing on a route is marked like any change (routes.fingerprint)."""
+    read through it. Its appearing on a route is marked like any change (routes.fingerprint).
+    A link to a *directory* outside the writable areas is left too: masking it would take that
+    directory from every later step's view (`a/.env -> /etc`: no /etc/passwd, a placeholder
+    gitconfig), and nothing is read through it that the step cannot read by its own path."""
     if not os.path.islink(p):
         return p
     real = os.path.realpath(p)
     if os.path.lexists(real) and not os.path.islink(real) and _visible(rules, real):
+        if os.path.isdir(real) and not any(_inside(real, w) for w in _writable(rules)):
+            return None
         return real
     return None
 
