@@ -29,6 +29,20 @@ def _last_step(a):
     steps = steps.get("steps", steps) if isinstance(steps, dict) else steps
     return max(s.get("id", s.get("step")) for s in steps)
 
+def _a_new_secret_is_said_once(a, directory, name):
+    """The person's new secret `directory/name` read by a step: never shown, said once, kept on
+    the step's end."""
+    (a.root / directory).mkdir()
+    (a.root / directory / name).write_text(f"TOKEN={CANARY}\n")
+    a.own(a.root / directory)
+    r = a.run(f"cat {directory}/{name}; echo read")
+    assert CANARY not in r.stdout + r.stderr and "read" in r.stdout, r.stdout + r.stderr
+    said = _said(r.stderr)
+    assert len(said) == 1 and f"{directory}/{name}" in said[0], r.stderr
+    reads = _end(a, _last_step(a))["denied_reads"]
+    assert [x["path"] for x in reads] == [str(a.root / directory / name)], reads
+
+
 
 def test_a_denied_name_that_is_not_utf8_leaves_later_steps_able_to_start(attacker):
     """A step makes a directory whose name is not UTF-8 holding a `.env` (denied by its own
@@ -63,15 +77,7 @@ def test_planted_denied_files_do_not_push_a_secret_out_of_the_watch(attacker):
     assert "planted" in r.stdout, r.stdout + r.stderr
     r = a.run("cat d1/.env >/dev/null; echo viewed")        # a view that covers all of them
     assert "viewed" in r.stdout, r.stdout + r.stderr
-    (a.root / "later").mkdir()
-    (a.root / "later" / ".env").write_text(f"TOKEN={CANARY}\n")
-    a.own(a.root / "later")
-    r = a.run("cat later/.env; echo read")
-    assert CANARY not in r.stdout + r.stderr and "read" in r.stdout, r.stdout + r.stderr
-    said = _said(r.stderr)
-    assert len(said) == 1 and "later/.env" in said[0], r.stderr
-    reads = _end(a, _last_step(a))["denied_reads"]
-    assert [x["path"] for x in reads] == [str(a.root / "later" / ".env")], reads
+    _a_new_secret_is_said_once(a, "later", ".env")
 
 
 def test_escape_sequences_in_a_denied_name_never_reach_the_terminal_raw(attacker):
@@ -157,14 +163,7 @@ def test_denied_directories_a_step_moved_away_do_not_crowd_out_the_persons(attac
     assert "planted" in r.stdout, r.stdout + r.stderr
     r = a.run("for i in $(seq 250); do mv a$i b$i || exit 1; done; echo moved")
     assert "moved" in r.stdout, r.stdout + r.stderr
-    (a.root / "secrets").mkdir()
-    (a.root / "secrets" / "k").write_text(f"{CANARY}\n")
-    a.own(a.root / "secrets")
-    r = a.run("cat secrets/k; echo read")
-    assert CANARY not in r.stdout + r.stderr and "read" in r.stdout, r.stdout + r.stderr
-    said = _said(r.stderr)
-    assert len(said) == 1 and "secrets/k" in said[0], r.stderr
-    assert [x["path"] for x in _end(a, _last_step(a))["denied_reads"]] == [str(a.root / "secrets" / "k")]
+    _a_new_secret_is_said_once(a, "secrets", "k")
 
 
 def test_a_home_denied_directory_that_is_a_symlink_reads_as_a_directory_of_placeholders(attacker):
