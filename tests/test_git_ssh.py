@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from conftest import CANARY
-from kit.sshgit import ssh_world  # noqa: F401  (the fixture `ssh`)
+from kit.sshgit import POLICY, ssh_world  # noqa: F401  (the fixture `ssh`)
 from test_grants import Person, deny_all, first_remembered
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
@@ -32,6 +32,20 @@ def test_fetch_over_ssh_works_and_is_recorded(ssh):
     assert fetch[0]["path"] == "/" + str(ssh.bare).lstrip("/")
     shown = ssh.env.envgit("show", "last", check=True).stdout
     assert "git-upload-pack" in shown and "gitserver" in shown
+
+
+def test_a_port_given_to_ssh_is_judged_as_that_port_of_the_host(ssh):
+    """`ssh -p N` (git's ssh://host:N/) reaches another port of an allowed host only when
+    network.allow names host:N, as over HTTPS: the host alone stands for SSH's own port."""
+    url = f"ssh://gitserver:{ssh.port}{ssh.bare}"
+    r = ssh.env.run(f"git ls-remote {url}")
+    assert r.returncode != 0 and "network.allow" in r.stderr, r.stdout + r.stderr
+    refused = _of(ssh.requests(), "git-upload-pack")
+    assert refused and refused[0]["decision"] == "deny" and refused[0]["port"] == ssh.port, refused
+    ssh.env.write_policy(POLICY.format(extra="").replace("allow: [gitserver]",
+                                                         f"allow: [gitserver, 'gitserver:{ssh.port}']"))
+    r = ssh.env.run(f"git ls-remote {url}")
+    assert r.returncode == 0 and "refs/heads/main" in r.stdout, r.stdout + r.stderr
 
 
 def test_the_key_and_the_agent_socket_are_not_inside_while_fetch_works(ssh):
@@ -114,13 +128,13 @@ def test_the_gate_takes_git_services_with_one_path_only_and_requotes_it():
 
 
 def test_a_push_is_read_to_the_end_of_its_commands_and_options_before_the_pack():
-    from envgit.proxy.sshgit import _section_end
+    from envgit.proxy.sshpipes import section_end
     old, new = "1" * 40, "2" * 40
     cmd = f"{old} {new} refs/heads/main\0report-status push-options\n".encode()
     # a shallow line first: the capabilities are the first command's
     push = _pkt(b"shallow " + b"3" * 40 + b"\n") + _pkt(cmd) + b"0000" + _pkt(b"ci.skip\n") + b"0000"
-    assert _section_end(push + b"PACK") == len(push)
-    assert _section_end(push[:-4]) is None                 # the options not ended yet: read on
+    assert section_end(push + b"PACK") == len(push)
+    assert section_end(push[:-4]) is None                 # the options not ended yet: read on
     plain = _pkt(cmd.replace(b" push-options", b"")) + b"0000"
-    assert _section_end(plain + _pkt(b"opt\n") + b"0000PACK") == len(plain)
-    assert _section_end(b"zz") is None and _section_end(b"zzzz") == 0   # malformed: judged as is
+    assert section_end(plain + _pkt(b"opt\n") + b"0000PACK") == len(plain)
+    assert section_end(b"zz") is None and section_end(b"zzzz") == 0   # malformed: judged as is

@@ -26,15 +26,12 @@ Force pushes are updates, as over HTTPS (receivepack.RefUpdate.action). A thread
 connection (blocking pipes); asks and records go through the daemon's loop (ask_once, emit).
 """
 
-import array
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import re
-import select
 import socket
 import subprocess
 import threading
@@ -43,19 +40,16 @@ import time
 from ..policy import network
 from ..policy.approval import approval_effect, query_digest
 from ..policy.hostnames import norm_host
-from ..policy.netrequest import BODY_CAP, Request
+from ..policy.netrequest import Request
 from ..policy.replay import request_facts
 from . import gitproto
+from .sshpipes import Refused, frame, gone, pump_down, pump_up, read_commands, receive, refuse, wait_ssh, write_pieces
 
 log = logging.getLogger("envgit.proxy")
 
-MAX_FRAME = 64 * 1024
 MAX_CONNECTIONS = 64
 MAX_PER_STEP = 16            # one step cannot take every connection from the others
 RECV_TIMEOUT_S = 30
-CHUNK = 65536
-PIECE = select.PIPE_BUF      # what a write after POLLOUT takes without blocking (a pipe's)
-DRAIN_CAP = 1 << 30          # a refused push's pack read and dropped, at most
 REFS_KEPT = 100              # a push's refs on its record (a 1 MiB command list is ~8000)
 # `git-upload-pack '/path'` as git sends it, or the words a person types (`ssh host
 # git-upload-pack /path`, the shell having taken the quotes): one path, no quote, no `!`
@@ -68,10 +62,6 @@ _PROTOCOL = re.compile(r"version=[0-2]")
 FIX = ("inside an envgit step ssh carries git's own services only: git-upload-pack, "
        "git-receive-pack or git-upload-archive with one repository path (git fetch, git push, "
        "git archive --remote); run anything else on the host yourself")
-
-
-class Refused(Exception):
-    """A request refused before any connection: its text is the one `envgit:` line."""
 
 
 def parse_command(command: str) -> tuple[str, str]:
@@ -106,9 +96,15 @@ def check(msg) -> dict:
 
 
 def judged_request(t: dict, body: bytes | None = None) -> Request:
-    """The HTTPS request the same fetch or push would be: what the policy judges."""
-    return Request(scheme="https", host=t["host"], port=443, method="POST",
+    """The HTTPS request the same fetch or push would be: what the policy judges. SSH's own
+    port stands for 443; any other (`ssh -p 2222`, git's ssh://host:2222/) is judged as that
+    port, as over HTTPS: network.allow must name `host:2222`."""
+    return Request(scheme="https", host=t["host"], port=judged_port(t), method="POST",
                    path=f"/{t['path'].lstrip('/')}/{t['service']}", body=body)
+
+
+def judged_port(t: dict) -> int:
+    return 443 if t.get("port") in (None, 22) else t["port"]
 
 
 def ssh_argv(ssh: str, t: dict, environ=os.environ) -> list[str]:
@@ -188,7 +184,7 @@ class SSHGit:
                 try:
                     step = self._take(conn)
                     conn.settimeout(RECV_TIMEOUT_S)
-                    msg, fds = _receive(conn)
+                    msg, fds = receive(conn)
                     conn.settimeout(None)
                     reply = self._session(conn, step, msg, fds)
                 except Refused as e:
@@ -200,7 +196,7 @@ class SSHGit:
                     reply = {"error": f"envgit: ssh: the gate failed ({type(e).__name__}: {e}); see "
                                       ".envgit/daemon.log", "exit": 255}
                 with contextlib.suppress(OSError):
-                    conn.sendall(_frame(reply))
+                    conn.sendall(frame(reply))
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
@@ -251,14 +247,14 @@ class SSHGit:
                "bytes_up": 0, "bytes_down": 0, "duration_ms": None, "intercepted": True,
                "irreversible": False, "started_at": started,
                # what replay and suggest re-judge (policy/replay.py as_request)
-               "judged_as": {"scheme": "https", "port": 443, "method": "POST",
+               "judged_as": {"scheme": "https", "port": judged_port(t), "method": "POST",
                              "path": judged_request(t).path}}
         policy = self.gate.policy()
         pre = network.decide_request(policy, judged_request(t))
         rec["facts"] = request_facts(judged_request(t))
         if t["service"] == "git-receive-pack" and pre.action != "allow":
             # the push rules judge the ref updates, read below; only the host is judged now
-            pre = network.judge_host(policy, t["host"], 443)
+            pre = network.judge_host(policy, t["host"], judged_port(t))
         rec.update(decision=pre.action, rule=pre.rule, kind=pre.kind, reason=pre.reason)
         if pre.action != "allow":
             self._emit(step, rec, started)
@@ -279,20 +275,20 @@ class SSHGit:
                                 stderr=fds[2], env=env, start_new_session=True, cwd="/")
 
         def alive() -> bool:     # not the step's fds: the daemon may hold their only ends
-            return not _gone(conn) and self.gate.step_open(step)
+            return not gone(conn) and self.gate.step_open(step)
 
-        down = threading.Thread(target=_pump_down, args=(proc.stdout, fds[1], rec, alive), daemon=True)
+        down = threading.Thread(target=pump_down, args=(proc.stdout, fds[1], rec, alive), daemon=True)
         down.start()
         try:
             refused = None
             if t["service"] == "git-receive-pack":
                 refused = self._judge_push(t, step, fds, proc, rec, alive)
             if refused is None:
-                _pump_up(fds[0], proc, rec, alive)
-            code = _wait(proc, alive)
+                pump_up(fds[0], proc, rec, alive)
+            code = wait_ssh(proc, alive)
             down.join()
             if refused:
-                rec["bytes_down"] += _refuse(fds, refused, alive)
+                rec["bytes_down"] += refuse(fds, refused, alive)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -308,7 +304,7 @@ class SSHGit:
         the report-status git gets (the server's input closed unsent); b"" when the host's ssh
         ended first (refused, unreachable): git, waiting for the server's refs, sends none."""
         try:
-            buf, end = _read_commands(fds[0], lambda: alive() and proc.poll() is None)
+            buf, end = read_commands(fds[0], lambda: alive() and proc.poll() is None)
         except EOFError:
             if proc.poll() is None:
                 raise
@@ -350,13 +346,13 @@ class SSHGit:
                                      irreversible=d.irreversible, kind=d.kind, hint=d.hint)
         rec["decision"], rec["reason"] = d.action, d.reason     # an ask in doubt is a deny
         if d.action == "allow":
-            _write(proc.stdin.fileno(), buf, alive)
+            write_pieces(proc.stdin.fileno(), buf, alive)
             rec["bytes_up"] += len(buf)
             return None
         try:
             # an empty command list, as git sends when it has nothing to push: the server ends
             # quietly (at end of input it would print `fatal: the remote end hung up`)
-            _write(proc.stdin.fileno(), b"0000", alive)
+            write_pieces(proc.stdin.fileno(), b"0000", alive)
             proc.stdin.close()                      # nothing of the push reached the server
         except (OSError, EOFError):
             pass
@@ -397,203 +393,3 @@ def _install_shim(dest: str) -> None:
         f.write(data)
     os.chmod(tmp, 0o755)
     os.replace(tmp, dest)
-
-
-def _frame(obj) -> bytes:
-    body = json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
-    return len(body).to_bytes(4, "big") + body
-
-
-def _receive(conn) -> tuple[dict, list[int]]:
-    """The request frame and the fds that came with its first bytes (at most 3 kept)."""
-    fds = array.array("i")
-    data, anc, _, _ = conn.recvmsg(4, socket.CMSG_LEN(16 * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-    got = list(fds)
-    for fd in got[3:]:
-        os.close(fd)
-    got = got[:3]
-    try:
-        data += _exact(conn, 4 - len(data))
-        size = int.from_bytes(data, "big")
-        if size > MAX_FRAME:
-            raise Refused(f"envgit: ssh socket: a frame of {size} bytes is over the limit")
-        msg = json.loads(_exact(conn, size).decode("utf-8"))
-    except BaseException:
-        for fd in got:
-            os.close(fd)
-        raise
-    return msg, got
-
-
-def _exact(conn, n) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            raise EOFError("the caller closed the connection")
-        buf += chunk
-    return buf
-
-
-def _gone(conn) -> bool:
-    """Has the caller (the step's ssh shim) hung up?"""
-    p = select.poll()
-    p.register(conn, select.POLLIN)
-    for _, ev in p.poll(0):
-        if ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-            return True
-        try:
-            if not conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
-                return True
-        except BlockingIOError:
-            pass
-        except OSError:
-            return True
-    return False
-
-
-def _read_commands(fd, alive) -> tuple[bytes, int | None]:
-    """The start of the push from the step: (bytes read, where its command section ends, or
-    None when it does not end within BODY_CAP or before the step stops sending)."""
-    buf, at, p = b"", [0, 0, 1, True], select.poll()
-    p.register(fd, select.POLLIN)
-    while True:
-        end = _section_end(buf, at)
-        if end is not None or len(buf) > BODY_CAP:
-            return buf, end
-        while not p.poll(200):
-            if not alive():
-                raise EOFError("the step's ssh went away")
-        chunk = os.read(fd, CHUNK)
-        if not chunk:
-            return buf, None
-        buf += chunk
-
-
-def _section_end(buf: bytes, at: list | None = None) -> int | None:
-    """Where the command list (and the push options, when asked for) ends in `buf`; None when
-    more is needed. A malformed line ends it where it stands: the judging doubts it. `at`: where
-    the last call on a shorter `buf` stopped, kept in place, so each line is read once however
-    the step splits its bytes (re-read from the start, four bytes at a time cost a square)."""
-    i, flushes, want, first = at if at is not None else (0, 0, 1, True)
-    while True:
-        if at is not None:
-            at[:] = i, flushes, want, first
-        head = buf[i:i + 4]
-        if len(head) < 4:
-            return None
-        try:
-            n = int(head, 16)
-        except ValueError:
-            return i
-        if n == 0:
-            flushes += 1
-            i += 4
-            if flushes >= want:
-                return i
-            continue
-        if n < 4:
-            return i
-        if i + n > len(buf):
-            return None
-        if first and flushes == 0 and not buf[i + 4:i + n].startswith(b"shallow "):
-            caps = buf[i + 4:i + n].partition(b"\0")[2].split()     # the first command's
-            if b"push-options" in caps:
-                want = 2
-            first = False
-        i += n
-
-
-def _write(fd, data: bytes, alive) -> None:
-    """All of `data` to `fd`, a piece at a time once poll says it fits, while alive(): a pipe
-    nobody reads (its reading end passed to the daemon) would hold a blocking write forever."""
-    p = select.poll()
-    p.register(fd, select.POLLOUT)
-    view = memoryview(data)
-    while view:
-        if not p.poll(200):
-            if not alive():
-                raise EOFError("the step's ssh went away")
-            continue
-        view = view[os.write(fd, view[:PIECE]):]
-
-
-def _pump_down(src, fd, rec, alive):
-    """The server's bytes to the step's stdout, counted."""
-    try:
-        while True:
-            chunk = src.read1(CHUNK)
-            if not chunk:
-                return
-            _write(fd, chunk, alive)
-            rec["bytes_down"] += len(chunk)
-    except (OSError, EOFError):
-        return
-
-
-def _pump_up(fd, proc, rec, alive):
-    """The step's bytes to the server until the step ends its input or the server exits."""
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    try:
-        while proc.poll() is None:
-            if not p.poll(200):
-                if not alive():
-                    return
-                continue
-            chunk = os.read(fd, CHUNK)
-            if not chunk:
-                return
-            _write(proc.stdin.fileno(), chunk, lambda: alive() and proc.poll() is None)
-            rec["bytes_up"] += len(chunk)
-    except (OSError, EOFError):
-        return
-    finally:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-
-
-def _refuse(fds, report: bytes, alive) -> int:
-    """A refused push's report to git while its pack is read and dropped (git writes the pack
-    before it reads the report), until git closes its end, the step is gone or DRAIN_CAP
-    bytes were dropped (an endless stdin, /dev/zero, ends there). Returns the bytes written."""
-    p = select.poll()
-    p.register(fds[0], select.POLLIN)
-    p.register(fds[1], select.POLLOUT)
-    view, dropped, checked, sent, reading = memoryview(report), 0, time.monotonic(), 0, True
-    try:
-        while (view or reading) and dropped <= DRAIN_CAP:
-            if time.monotonic() - checked > 0.2:       # a readable stdin never times the poll out
-                if not alive():
-                    break
-                checked = time.monotonic()
-            for fd, ev in p.poll(200):
-                if fd == fds[1]:
-                    n = os.write(fd, view[:PIECE])
-                    view, sent = view[n:], sent + n
-                    if not view:
-                        p.unregister(fd)
-                elif ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
-                    chunk = os.read(fd, CHUNK)
-                    dropped += len(chunk)
-                    if not chunk:
-                        reading = False
-                        p.unregister(fd)
-                    elif len(chunk) < PIECE:
-                        time.sleep(0.001)    # git's pipe fills meanwhile; a timer's 8 bytes wait
-    except OSError:
-        pass
-    return sent
-
-
-def _wait(proc, alive) -> int:
-    """ssh's exit status; ended at once when the caller hangs up or its step ends."""
-    while True:
-        try:
-            return proc.wait(0.2)
-        except subprocess.TimeoutExpired:
-            if not alive():
-                proc.kill()
