@@ -40,7 +40,7 @@ def test_a_refused_push_from_an_endless_stdin_is_not_read_after_its_step(ssh):
     cpu = _cpu_s(pid)
     time.sleep(2)
     burnt = _cpu_s(pid) - cpu
-    assert burnt < 0.5, f"the daemon spent {burnt:.2f} s of CPU in 2 s after the step ended"
+    assert burnt < 1.0, f"the daemon spent {burnt:.2f} s of CPU in 2 s after the step ended"
 
 
 TRICKLE = """import os, sys, time
@@ -214,7 +214,7 @@ def test_a_refused_push_from_a_stdin_of_tiny_reads_costs_the_gate_a_bounded_drai
     assert "ran" in r.stdout, r.stdout + r.stderr
     assert [q["decision"] for q in ssh.requests()] == ["deny"]
     print(f"daemon CPU for the step: {burnt:.2f} s")
-    assert burnt < 1.6, f"the daemon spent {burnt:.2f} s of CPU draining a timer for 4 s"
+    assert burnt < 2.0, f"the daemon spent {burnt:.2f} s of CPU draining a timer for 4 s"
 
 
 @pytest.mark.both_uids("the gate's threads, fds and the host's ssh are the daemon's, which runs as the person")
