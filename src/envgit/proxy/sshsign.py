@@ -18,11 +18,13 @@ A step's git asks, over the gate's ssh socket, {"op": "sign", "namespace", "payl
 
 import base64
 import hashlib
+import os
 import re
 import subprocess
 import time
 
 from ..hostcmd import trust
+from ..hostcmd.writable import step_writable
 from ..policy import network
 from ..policy.hostentries import signing_approves
 from ..sandbox.signing import key_path
@@ -96,6 +98,13 @@ def serve(gate, loop, step: int, msg: dict) -> dict:
             trust.require(policy, "signing", "key", signing_approves(sig_cfg))
         except trust.Untrusted as e:
             raise NotSigned(f"envgit: sign: {e}") from None
+        key = key_path(sig_cfg)
+        if step_writable(policy, key, os.environ):
+            # the path is what was approved, not the key: a step could put its own key there,
+            # or a link to another of the person's keys, between the approval and this request
+            raise NotSigned(f"envgit: sign: signing.key {key} is inside the project (or another place a "
+                            "step can write): move the key outside it (e.g. ~/.ssh/) and name it there "
+                            "in envgit.yaml, then `envgit trust`")
         if msg.get("namespace") != "git":
             raise NotSigned("envgit: sign: only git's namespace is signed through the gate")
         try:
@@ -119,7 +128,7 @@ def serve(gate, loop, step: int, msg: dict) -> dict:
             rec.update(answer=answer, answered_by=who, answered_how=how, answered_at=at)
             if answer != "allow":
                 raise NotSigned(f"envgit: sign: not approved ({how}): the {facts['kind']} is not signed")
-        signature = _sign(key_path(sig_cfg), payload)
+        signature = _sign(key, payload)
         rec.update(decision="allow", reason="signing: the policy's key",
                    signed={"kind": facts["kind"], "author": facts["author"], "subject": facts["subject"],
                            "object": object_id(facts["kind"], payload, signature, facts["hex_len"])},
