@@ -33,3 +33,36 @@ def test_a_signing_key_inside_the_project_signs_nothing(attacker):
     assert "inside the project" in r.stderr, r.stderr
     assert git_outside(p, "verify-commit", "HEAD").returncode != 0      # nothing signed with ~/.ssh's key
     assert signs(p, 1)[0]["decision"] == "deny"
+
+
+@pytest.mark.both_uids("the daemon signs as whoever runs envgit")
+def test_a_commit_with_a_second_author_header_is_not_signed(attacker):
+    """git shows a commit's last `author` header (and fsck calls a second one an error): a
+    commit with two would be recorded by its first while every log shows the other."""
+    p = make_signer(attacker)
+    assert p.envgit("trust", "--yes").returncode == 0
+    tree = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    r = p.envgit("run", "--", "sh", "-c",
+                 f"printf 'tree {tree}\\nauthor Me <me@example> 1 +0000\\ncommitter Me <me@example> 1 +0000\\n"
+                 "author Other <other@example> 1 +0000\\n\\nharmless\\n' > c && "
+                 "/run/envgit/bin/ssh-keygen -Y sign -n git -f x c; echo rc=$?")
+    assert "rc=1" in r.stdout and "rc=0" not in r.stdout, r.stdout + r.stderr
+    assert not (p.root / "c.sig").exists()
+    assert [s["decision"] for s in signs(p, 1)] == ["deny"]
+
+
+@pytest.mark.both_uids("the daemon signs as whoever runs envgit")
+def test_the_recorded_subject_is_the_one_git_shows(attacker):
+    """git's subject is the message's first paragraph, its lines joined: a record of the
+    first line alone hides the rest of it (and a terminal escape in it rewrites what
+    `envgit show` prints)."""
+    p = make_signer(attacker)
+    assert p.envgit("trust", "--yes").returncode == 0
+    r = p.envgit("run", "--", "sh", "-c",
+                 "printf 'Fix a typo\\nand drop the users table\\033[2K\\n\\nbody\\n' > m && "
+                 "echo one > a && git add a && git commit -q -S -F m")
+    assert r.returncode == 0, r.stdout + r.stderr
+    shown = git_outside(p, "log", "-1", "--format=%s").stdout.strip()
+    rec = signs(p, 1)[0]["signed"]["subject"]
+    assert "drop the users table" in rec and "\033" not in rec, rec
+    assert rec == shown.replace("\033", "\\x1b"), (rec, shown)

@@ -58,11 +58,35 @@ def what_is_signed(payload: bytes) -> dict:
         kind, who_key, hex_len = "tag", b"tagger ", len(payload.split(b"\n", 1)[0]) - len(b"object ")
     else:
         raise NotSigned("envgit: sign: only a commit or a tag is signed through the gate: not signed")
+    # once each: git shows a commit's last author header, the record would name its first
+    once = (b"tree", b"author", b"committer") if kind == "commit" else (b"object", b"type", b"tag", b"tagger")
+    if any(names.count(n) != 1 for n in once):
+        raise NotSigned(f"envgit: sign: a {kind} names its {', '.join(n.decode() for n in once)} once each: "
+                        "not signed")
     who = next((ln[len(who_key):] for ln in lines if ln.startswith(who_key)), b"")
     who = re.sub(rb" \d+ [+-]\d{4}$", b"", who)
-    subject = message.split(b"\n", 1)[0]
-    return {"kind": kind, "author": who.decode("utf-8", "replace")[:300],
-            "subject": subject.decode("utf-8", "replace")[:300], "hex_len": hex_len}
+    return {"kind": kind, "author": _shown(who), "subject": _shown(_subject(message)), "hex_len": hex_len}
+
+
+def _subject(message: bytes) -> bytes:
+    """git's subject: the message's first paragraph (after blank lines), its lines joined by a
+    space, each without its trailing whitespace."""
+    out: list[bytes] = []
+    for ln in message.split(b"\n"):
+        ln = ln.rstrip(b" \t\r")
+        if ln:
+            out.append(ln)
+        elif out:
+            break
+    return b" ".join(out)
+
+
+def _shown(text: bytes) -> str:
+    """Text for the record, with control characters written out (a terminal escape in a
+    subject would rewrite the line `envgit show` prints)."""
+    s = text.decode("utf-8", "replace")
+    return "".join(c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+                   for c in s)[:300]
 
 
 def object_id(kind: str, payload: bytes, signature: str, hex_len: int) -> str:
