@@ -66,3 +66,17 @@ def test_the_recorded_subject_is_the_one_git_shows(attacker):
     rec = signs(p, 1)[0]["signed"]["subject"]
     assert "drop the users table" in rec and "\033" not in rec, rec
     assert rec == shown.replace("\033", "\\x1b"), (rec, shown)
+
+
+@pytest.mark.both_uids("the daemon signs as whoever runs envgit")
+def test_a_commit_in_another_encoding_is_not_signed(attacker):
+    """git shows a message in the encoding its `encoding` header names (re-encoded to UTF-8):
+    a record read as UTF-8 would show other text than every log does."""
+    p = make_signer(attacker)
+    assert p.envgit("trust", "--yes").returncode == 0
+    r = p.envgit("run", "--", "sh", "-c",
+                 "printf 'Fix \\341\\342\\n' > m && echo one > a && git add a && "
+                 "git -c i18n.commitEncoding=ISO-8859-7 commit -q -S -F m; echo rc=$?")
+    assert "rc=0" not in r.stdout and "encoding ISO-8859-7" in r.stderr, r.stdout + r.stderr
+    assert git_outside(p, "rev-parse", "-q", "--verify", "HEAD").returncode != 0
+    assert [s["decision"] for s in signs(p, 1)] == ["deny"]

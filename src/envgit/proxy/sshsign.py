@@ -63,6 +63,12 @@ def what_is_signed(payload: bytes) -> dict:
     if any(names.count(n) != 1 for n in once):
         raise NotSigned(f"envgit: sign: a {kind} names its {', '.join(n.decode() for n in once)} once each: "
                         "not signed")
+    # git shows a message re-encoded from the encoding its header names; the record reads UTF-8
+    encodings = [ln[len(b"encoding "):].strip() for ln in lines if ln.startswith(b"encoding ")]
+    if names.count(b"encoding") > len(encodings) or any(e.lower() not in (b"utf-8", b"utf8") for e in encodings) \
+            or len(encodings) > 1:
+        raise NotSigned(f"envgit: sign: a {kind} in encoding {_shown(b' '.join(encodings) or b'?')} is not "
+                        "signed through the gate: leave git's i18n.commitEncoding unset (UTF-8)")
     who = next((ln[len(who_key):] for ln in lines if ln.startswith(who_key)), b"")
     who = re.sub(rb" \d+ [+-]\d{4}$", b"", who)
     return {"kind": kind, "author": _shown(who), "subject": _shown(_subject(message)), "hex_len": hex_len}
