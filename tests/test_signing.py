@@ -38,6 +38,9 @@ def test_a_commit_and_a_tag_signed_in_a_step_verify_outside_and_are_recorded(sig
     assert commit["object"] == head and commit["subject"] == "first signed" and commit["author"] == "Me <me@example>"
     shown = p.envgit("show", "1", check=True).stdout
     assert f"signed    allow commit {head[:12]} 'first signed' by Me <me@example>" in shown, shown
+    # what the signature fixes, whatever id the object ends up with: the tree, the parents, the tag's target
+    assert commit["tree"] == git_outside(p, "rev-parse", "HEAD^{tree}").stdout.strip() and commit["parents"] == []
+    assert recs[1]["signed"]["target"] == head, recs[1]
     tag_id = git_outside(p, "rev-parse", "v1").stdout.strip()
     assert recs[1]["signed"]["object"] == tag_id, (recs, tag_id)
 

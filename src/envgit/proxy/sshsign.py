@@ -95,6 +95,21 @@ def _shown(text: bytes) -> str:
                    for c in s)[:300]
 
 
+def pinned(payload: bytes) -> dict:
+    """What the signature fixes whatever the object's final id: a commit's tree and parents, a
+    tag's target. A step may move the signature header among the headers it was given, which
+    makes another id for the same signed content: these match such an object to its record."""
+    head = payload.partition(b"\n\n")[0].split(b"\n")
+    field = {b"tree": [], b"parent": [], b"object": []}
+    for ln in head:
+        name, _, value = ln.partition(b" ")
+        if name in field:
+            field[name].append(value.decode("ascii", "replace"))
+    if field[b"tree"]:
+        return {"tree": field[b"tree"][0], "parents": field[b"parent"]}
+    return {"target": field[b"object"][0]} if field[b"object"] else {}
+
+
 def object_id(kind: str, payload: bytes, signature: str, hex_len: int) -> str:
     """The id git gives the signed object: a commit carries the signature as a `gpgsig` header
     at the end of its headers (`gpgsig-sha256` in a SHA-256 repository), each line after a
@@ -161,7 +176,8 @@ def serve(gate, loop, step: int, msg: dict) -> dict:
         signature = _sign(key, payload)
         rec.update(decision="allow", reason="signing: the policy's key",
                    signed={"kind": facts["kind"], "author": facts["author"], "subject": facts["subject"],
-                           "object": object_id(facts["kind"], payload, signature, facts["hex_len"])},
+                           "object": object_id(facts["kind"], payload, signature, facts["hex_len"]),
+                           **pinned(payload)},
                    bytes_down=len(signature), duration_ms=round((time.time() - started) * 1000, 3))
         gate.emit(step, rec)
         return {"signature": signature}
