@@ -100,7 +100,7 @@ def pinned(payload: bytes) -> dict:
     tag's target. A step may move the signature header among the headers it was given, which
     makes another id for the same signed content: these match such an object to its record."""
     head = payload.partition(b"\n\n")[0].split(b"\n")
-    field = {b"tree": [], b"parent": [], b"object": []}
+    field: dict[bytes, list[str]] = {b"tree": [], b"parent": [], b"object": []}
     for ln in head:
         name, _, value = ln.partition(b" ")
         if name in field:
