@@ -8,11 +8,14 @@ Measures, medians of N runs (default 3; boots are the slow part under TCG):
                           status (image cached; the booted guest then kept, vm/kept.py)
   first step, kept boot   the same from the booted guest kept in the image's cache (restored,
                           checked and set up for its project: no boot)
-  step snapshot, idle     the pause of envgit's per-step memory snapshot (stop, device state with
-                          x-ignore-shared, clone of the RAM file's touched pages, cont) and its bytes
+  step snapshot, idle     envgit's per-step memory snapshot as steps take it (vm/background.py):
+                          the guest's pause (QEMU's STOP to RESUME), how long the step waited,
+                          the stream's write while the guest runs, the new chunks it stored;
+                          beside it the stopped method steps took before (stop, device state with
+                          x-ignore-shared, clone of the RAM file's touched pages, cont), interleaved
   step snapshot, 300 MB   the same with a guest process holding 300 MB of touched memory
-  restore to running      a new QEMU from that snapshot until the guest runs again (and, beside
-                          it, the RAM copy's share and the time until its agent answers)
+  restore to running      a new QEMU from each until the guest runs again (and the time until
+                          its agent answers)
 Anchors on the same guest, same run: `savevm`/`loadvm` (HMP, internal qcow2 snapshot: needs a
 qcow2 drive, added for the anchor only) and plain migrate-to-file (`stop` + `migrate
 exec:cat > f`, full RAM) / `-incoming` restore. It says whether the guest ran under KVM or TCG.
@@ -26,11 +29,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from envgit.vm import memstore, wire  # noqa: E402
+from envgit.vm import memchunks, memstore, wire  # noqa: E402
 from envgit.vm.qemu import QemuMachine  # noqa: E402
 
 
@@ -68,21 +72,62 @@ def med(xs):
 
 
 def snapshot_series(m, work, runs, tag):
-    pauses, sizes, restores = [], [], []
+    """A step's memory snapshot as steps take it (background, chunked) beside the stopped
+    method (stop, device state, RAM file cloned, cont) that steps took before, interleaved on
+    the same guest; then restores of the last of each."""
+    got = {k: [] for k in ("pause", "wait", "write", "bytes", "stored", "st_pause", "st_bytes")}
+    croot = memchunks.root(m.state)
     for i in range(runs):
         run(m, "true")
-        d = os.path.join(work, f"{tag}-{i}")
+        d = os.path.join(work, f"{tag}-bg-{i}")
         os.makedirs(d)
-        meta = m.snapshot(d)
+        done, meta_done = threading.Event(), {}
+
+        def finished(meta, error, d=d, done=done, meta_done=meta_done):
+            if meta is not None:
+                meta_done.update(meta)
+                meta_done.update(memchunks.store(croot, os.path.join(d, memstore.STREAM),
+                                                 os.path.join(d, memchunks.LIST)))
+                memstore.commit(d, meta_done)
+            done.set()
+        t0 = time.monotonic()
+        meta = m.snapshot(d, finished)
+        got["wait"].append((time.monotonic() - t0) * 1000)
+        assert meta.get("background"), meta
+        done.wait(600)
+        got["pause"].append(meta_done["pause_ms"])
+        got["write"].append(meta_done["write_ms"])
+        got["bytes"].append(meta_done["bytes"])
+        got["stored"].append(meta_done["stored"])
+        run(m, "true")
+        d = os.path.join(work, f"{tag}-stopped-{i}")
+        os.makedirs(d)
+        meta = m._snapshot_stopped(d)
         memstore.commit(d, meta)
-        pauses.append(meta["pause_ms"])
-        sizes.append(meta["bytes"])
+        got["st_pause"].append(meta["pause_ms"])
+        got["st_bytes"].append(meta["bytes"])
+    restores: dict[str, list] = {"bg": [], "stopped": []}
     for _ in range(runs):
-        got = m.restore(os.path.join(work, f"{tag}-{runs - 1}"))
-        restores.append(got)
-    for i in range(runs):
-        shutil.rmtree(os.path.join(work, f"{tag}-{i}"), ignore_errors=True)
-    return med(pauses), med(sizes), {k: med([r[k] for r in restores]) for k in restores[0]}
+        for kind in restores:
+            restores[kind].append(m.restore(os.path.join(work, f"{tag}-{kind}-{runs - 1}")))
+    for d in os.listdir(work):
+        if d.startswith(f"{tag}-"):
+            shutil.rmtree(os.path.join(work, d), ignore_errors=True)
+    return ({k: med(v) for k, v in got.items()},
+            {kind: {k: med([r[k] for r in rs]) for k in rs[0] if k != "ram"} for kind, rs in restores.items()})
+
+
+def _snapshot_rows(rows, what, f, r):
+    rows.append((f"step snapshot, {what}: guest paused (background)", f"{f['pause']:.0f} ms", "",
+                 f"step waited {f['wait']:.0f} ms"))
+    rows.append(("  … written while the guest runs / new chunks stored", f"{f['write']:.0f} ms",
+                 f"{f['stored'] / 1e6:.0f} MB", f"stream {f['bytes'] / 1e6:.0f} MB"))
+    rows.append(("  anchor: stopped method (before): guest paused / bytes", f"{f['st_pause']:.0f} ms",
+                 f"{f['st_bytes'] / 1e6:.0f} MB", f"pause ratio {f['pause'] / f['st_pause']:.3f}"))
+    rows.append((f"restore to running, {what}: from chunks", f"{r['bg']['restore_ms']:.0f} ms", "",
+                 f"agent {r['bg']['answering_ms']:.0f}"))
+    rows.append(("  anchor: from the RAM file (stopped method)", f"{r['stopped']['restore_ms']:.0f} ms", "",
+                 f"RAM copy {r['stopped']['clone_ms']:.0f}, agent {r['stopped']['answering_ms']:.0f}"))
 
 
 def anchors(m, work, runs):
@@ -166,19 +211,15 @@ def main():
         if args.first_step_only:
             m.stop()
             return _table(rows, accel, args)
-        p, b, r = snapshot_series(m, work, args.runs, "idle")
-        rows.append(("step snapshot, idle guest: pause / bytes", f"{p:.0f} ms", f"{b / 1e6:.0f} MB", ""))
-        rows.append(("restore to running, idle guest", f"{r['restore_ms']:.0f} ms", "",
-                     f"RAM copy {r['clone_ms']:.0f}, agent {r['answering_ms']:.0f}"))
+        f, r = snapshot_series(m, work, args.runs, "idle")
+        _snapshot_rows(rows, "idle guest", f, r)
         # 300 MB touched by a process that stays (random bytes: no zero page to skip)
         code, out = run(m, "python3 -c 'import os,time\nb=bytearray(os.urandom(1<<20))*300\n"
                            "open(\"/tmp/held\",\"w\").write(\"1\")\ntime.sleep(1e9)' >/dev/null 2>&1 & "
                            "while [ ! -e /tmp/held ]; do sleep 0.2; done; echo held")
         assert "held" in out, out
-        p, b, r = snapshot_series(m, work, args.runs, "touched")
-        rows.append(("step snapshot, 300 MB touched: pause / bytes", f"{p:.0f} ms", f"{b / 1e6:.0f} MB", ""))
-        rows.append(("restore to running, 300 MB touched", f"{r['restore_ms']:.0f} ms", "",
-                     f"RAM copy {r['clone_ms']:.0f}, agent {r['answering_ms']:.0f}"))
+        f, r = snapshot_series(m, work, args.runs, "touched")
+        _snapshot_rows(rows, "300 MB touched", f, r)
         m.stop()
         # anchors: the same guest (300 MB touched), QEMU's own methods
         a = AnchorMachine(proj, os.path.join(work, "anchor"), memory_mb=args.memory)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANARY, Env, make_home
+from conftest import CANARY, ENVGIT, Env, make_home
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (dev/run test installs it)")
@@ -67,6 +67,17 @@ def _steps(e):
     return json.loads(e.envgit("log", "--json", check=True).stdout)
 
 
+def _daemon_alive(e) -> bool:
+    import fcntl
+    with open(e.root / ".envgit" / "daemon.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
+
+
 def _get(e, path="inc"):
     r = e.envgit("run", "--", "wget", "-qO-", f"http://127.0.0.1:8000/{path}", timeout=120)
     assert r.returncode == 0, r.stderr
@@ -96,8 +107,15 @@ def test_boot_a_step_its_streams_and_exit_status(vm):
     status, out = vm.pty_run(["sh", "-c", "tty; test -t 0 && echo interactive; exit 3"], timeout=120)
     assert os.waitstatus_to_exitcode(status) == 3, out
     assert "/dev/pts/" in out and "interactive" in out
-    show = vm.envgit("show", "last", check=True).stdout
+    # the memory snapshot is written in the background: its size is said once it is whole
+    deadline = time.monotonic() + 120
+    while True:
+        show = vm.envgit("show", "last", check=True).stdout
+        if re.search(r"memory\s+[\d.]+ MB .* paused \d+ ms", show) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert re.search(r"memory\s+[\d.]+ MB .* paused \d+ ms", show), show
+    assert "method: background-snapshot" in show, show
 
 
 def test_a_typed_session_in_the_guest(vm):
@@ -162,14 +180,49 @@ def test_rewind_brings_back_the_process_with_its_memory_and_undo_goes_forward(vm
     assert rewinds and all(s["memory"]["restored"] for s in rewinds[-2:])
 
 
+def test_a_rewind_to_a_step_whose_memory_is_being_written_waits_for_it(vm, tmp_path):
+    """The step's end waits only for the guest's pause; its memory is written while the next
+    command runs. Held at the point where the stream is whole (ENVGIT_FAULT pause), a rewind to
+    that step waits, then brings back the process as the step left it."""
+    vm.envgit("daemon", "stop")
+    held = {"ENVGIT_FAULT": "vm-memory-written:pause", "ENVGIT_FAULT_DIR": str(tmp_path)}
+    r = vm.envgit("run", "--", "wget", "-qO-", "http://127.0.0.1:8000/inc", env=held, timeout=300)
+    assert r.returncode == 0, r.stderr
+    pid, value, n = map(str.strip, r.stdout.split())
+    step = _steps(vm)[-1]
+    assert step["memory"]["background"] is True and step["memory"]["pause_ms"] >= 0, step["memory"]
+    flag = tmp_path / "vm-memory-written.paused"
+    for _ in range(300):
+        if flag.exists():
+            break
+        time.sleep(0.1)
+    assert flag.exists(), "the background snapshot never reached its point"
+    rewind = subprocess.Popen([ENVGIT, "rewind", str(step["id"]), "--yes"],
+                              cwd=vm.root, env=vm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    time.sleep(3)
+    assert rewind.poll() is None, rewind.communicate()      # waiting for the snapshot
+    flag.unlink()
+    out, err = rewind.communicate(timeout=180)
+    assert rewind.returncode == 0, out + err
+    assert "memory and processes are back" in out, out
+    assert _get(vm) == (int(pid), value, int(n) + 1)
+
+
 def test_a_daemon_killed_during_a_memory_snapshot_leaves_the_earlier_ones(vm):
     before = _get(vm)
     last_good = _steps(vm)[-1]["id"]
     r = vm.envgit("daemon", "stop")
-    for point in ("vm-memory-migrated", "vm-memory-cloned"):
+    # the stream written whole, then cut into chunks: killed before either is committed. The
+    # step's end may be written first (its snapshot goes on in the background): the daemon
+    # dies at the point either way, and the next command starts a new one
+    for point in ("vm-memory-written", "vm-memory-chunked"):
         r = vm.envgit("run", "--", "true", env={"ENVGIT_FAULT": point}, timeout=300)
-        assert "could not be closed" in r.stderr, r.stderr      # the daemon died at the end
-        time.sleep(0.5)
+        for _ in range(600):           # until the daemon's lock is free: it died at the point
+            if not _daemon_alive(vm):
+                break
+            time.sleep(0.1)
+        assert not _daemon_alive(vm), f"{point} was not reached: {r.stderr}"
         mem = vm.root / ".envgit" / "vm" / "mem"
         killed = max(int(p.name) for p in mem.iterdir())
         assert not (mem / str(killed) / "ok").exists()          # left incomplete
@@ -180,6 +233,7 @@ def test_a_daemon_killed_during_a_memory_snapshot_leaves_the_earlier_ones(vm):
     pid, value, n = _get(vm)
     assert (pid, value) == before[:2] and n == before[2] + 1
     assert _steps(vm)[-1]["memory"]["pause_ms"] >= 0
+    assert _steps(vm)[-1]["memory"]["background"] is True
     assert last_good in [s["id"] for s in _steps(vm)]
 
 
@@ -198,3 +252,29 @@ def test_gc_removes_unreachable_memory_snapshots(vm):
     before = _get(vm)
     vm.envgit("daemon", "stop")
     assert _get(vm)[:2] == before[:2]
+
+
+def test_a_flipped_byte_in_a_memory_chunk_is_found_and_never_resumed(vm):
+    """A step's memory is kept as chunks named by their hash: a byte flipped on disk is listed
+    by fsck, and a rewind to that step brings its files back but not a guest resumed with a
+    page that is not what was written, and says why."""
+    pid, value, _ = _get(vm)
+    step = _steps(vm)[-1]["id"]
+    mem = vm.root / ".envgit" / "vm" / "mem" / str(step)
+    for _ in range(600):
+        if (mem / "ok").exists():
+            break
+        time.sleep(0.1)
+    listed = (mem / "memory.chunks").read_text().splitlines()[1:]
+    h = listed[len(listed) // 2].split()[0]
+    chunk = vm.root / ".envgit" / "vm" / "chunks" / h[:2] / h
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    r = vm.envgit("fsck")
+    assert r.returncode != 0 and f"memory chunk {h} is damaged" in r.stdout + r.stderr, r.stdout + r.stderr
+    vm.run("true")
+    r = vm.envgit("rewind", str(step), "--yes", timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "memory was not restored" in r.stdout and f"memory chunk {h} is damaged" in r.stdout, r.stdout
+    assert "memory and processes are back" not in r.stdout

@@ -92,7 +92,7 @@ def test_a_second_project_restores_the_booted_guest_instead_of_booting(world):
     print(f"first step: booted {boot_s:.1f} s, from the kept boot {restore_s:.1f} s")
     step = _last(b)
     assert step["memory"]["came_up"]["how"] == "restored", step["memory"]
-    assert step["memory"]["method"].startswith("x-ignore-shared")
+    assert step["memory"]["method"].startswith("background-snapshot")     # the step's own snapshot
     # the project's files pushed into the restored guest, in its own path, and written back
     assert "the notes of b\n" in r.stdout and f"{b.root}\n" in r.stdout
     assert (b.root / "made.txt").read_text() == "made-in-guest\n"
@@ -104,7 +104,7 @@ def test_a_second_project_restores_the_booted_guest_instead_of_booting(world):
                for q in step["requests"]), step["requests"]
     shown = b.envgit("show", "last", check=True).stdout
     assert "machine   restored from the booted guest kept in the cache" in shown, shown
-    assert "method: x-ignore-shared, RAM " in shown, shown
+    assert "method: background-snapshot" in shown, shown
 
 
 def test_a_damaged_kept_boot_is_refused_booted_anew_and_replaced(world):

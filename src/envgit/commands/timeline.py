@@ -1,5 +1,6 @@
 """Reading the journal: log (the timeline) and show (one step whole)."""
 
+import os
 
 from ..inert import inert
 from ..paths import find_project
@@ -182,7 +183,12 @@ def cmd_show(args):
     elif snap.get("error"):
         print(f"  snapshot  {inert(snap['error'])}")
     mem = s.memory or {}
-    if mem.get("pause_ms") is not None:      # backend: vm
+    if mem.get("background"):               # backend: vm, written while the guest ran on
+        print(f"  memory    {_background_memory(project, s.id)}, guest paused "
+              + (f"{mem['pause_ms']:.0f} ms" if mem.get("pause_ms") is not None else "(QEMU did not say how long)")
+              + f" ({inert(str(mem.get('accel', '?')).upper())})")
+        print(f"            method: {inert(str(mem.get('method', '')))}")
+    elif mem.get("pause_ms") is not None:      # backend: vm
         print(f"  memory    {mem.get('bytes', 0) / 1e6:.1f} MB ({mem.get('ram_bytes', 0) / 1e6:.1f} MB RAM "
               f"touched + {mem.get('device_bytes', 0) / 1e3:.0f} KB device state), guest paused "
               f"{mem['pause_ms']:.0f} ms ({inert(str(mem.get('accel', '?')).upper())})")
@@ -196,6 +202,21 @@ def cmd_show(args):
     elif mem.get("error") or mem.get("reason"):
         print(f"  memory    {inert(str(mem.get('error') or mem.get('reason')))}")
     return 0
+
+
+def _background_memory(project, step) -> str:
+    """What became of a memory snapshot written in the background: its meta says, once whole."""
+    from ..vm import memstore
+    d = memstore.path(project, step)
+    if not memstore.complete(d):
+        return ("not kept (the daemon stopped before it was written whole, or gc removed it)"
+                if not os.path.isdir(d) else "being written, or left unfinished by a daemon that stopped")
+    try:
+        meta = memstore.read_meta(d)
+    except (OSError, ValueError):
+        return "unreadable (`envgit fsck` says more)"
+    return (f"{meta.get('bytes', 0) / 1e6:.1f} MB (every page the guest touched, and its device "
+            f"state), written in {meta.get('write_ms', 0) / 1000:.1f} s while the guest ran")
 
 
 def _came_up(up) -> str:

@@ -74,7 +74,10 @@ async def _collect(sess, msg, conn):
                     "them: `envgit branches` lists those, `envgit branch rm ID` lets them go)", "exit": 4}
     sess.journal.append(0, "gc-done", {"freed": freed})
     from ..vm import memstore  # memory snapshots (backend: vm) follow their steps
-    mem_freed, mem_dropped = await asyncio.to_thread(memstore.collect, sess.project, keep)
+    if sess.vm is not None:         # under the machine's lock, none being written meanwhile
+        mem_freed, mem_dropped = await asyncio.to_thread(sess.vm.collect, keep)
+    else:
+        mem_freed, mem_dropped = await asyncio.to_thread(memstore.collect, sess.project, keep)
     return {"dropped": drop, "freed": freed, "kept": sorted(keep), "kept_by_branches": sorted(by_branches),
             "memory_freed": mem_freed, "memory_dropped": mem_dropped}
 

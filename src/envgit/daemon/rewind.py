@@ -255,6 +255,8 @@ def memory_plan(sess, to_step, paths):
         return None
     if getattr(pol, "backend", "sandbox") != "vm" or paths or to_step is None:
         return None
+    if sess.vm is not None:             # waits for the step's snapshot if it is being written
+        return {"step": to_step, "available": sess.vm.has_memory(to_step)}
     from ..vm import memstore
     return {"step": to_step, "available": memstore.complete(memstore.path(sess.project, to_step))}
 

@@ -23,7 +23,7 @@ import threading
 import time
 
 from .. import faults
-from . import memstore, sync, wire
+from . import memchunks, memstore, sync, wire
 from .machine import VMError
 from .qemu import QemuMachine
 
@@ -199,16 +199,48 @@ class VMHost:
         with self.lock:
             if self.machine is None or not self.machine.alive():
                 return {"error": "the VM is not running"}
+            self.machine.join_background()     # before begin() empties a directory it writes
             d = memstore.begin(self.project, step)
+            manifest = _manifest_json(self.manifest)
+
+            def finished(meta, error):          # a background snapshot's end, on its thread
+                if error is not None:
+                    shutil.rmtree(d, ignore_errors=True)
+                    self.log(f"envgit daemon: the memory snapshot of step {step} was not kept: {error}")
+                    return
+                faults.point("vm-memory-written")   # the stream whole, `ok` not yet
+                try:
+                    got = memchunks.store(memchunks.root(self.project.state_path("vm")),
+                                          os.path.join(d, memstore.STREAM), os.path.join(d, memchunks.LIST))
+                    faults.point("vm-memory-chunked")   # chunks and their list written, `ok` not yet
+                    memstore.commit(d, {**meta, **got, "step": step, "host_manifest": manifest})
+                except OSError as e:
+                    shutil.rmtree(d, ignore_errors=True)
+                    self.log(f"envgit daemon: the memory snapshot of step {step} was not kept: {e}")
             try:
-                meta = self.machine.snapshot(d)
+                meta = self.machine.snapshot(d, finished)
             except (VMError, OSError) as e:
                 shutil.rmtree(d, ignore_errors=True)
                 return {"error": f"memory snapshot failed: {e}", **self._came_up()}
-            faults.point("vm-memory-cloned")        # the files written, `ok` not yet
-            memstore.commit(d, {**meta, "step": step, "host_manifest": _manifest_json(self.manifest)})
+            if not meta.get("background"):
+                faults.point("vm-memory-cloned")        # the files written, `ok` not yet
+                memstore.commit(d, {**meta, "step": step, "host_manifest": manifest})
             return {**{k: meta[k] for k in ("pause_ms", "bytes", "ram_bytes", "device_bytes", "accel",
-                                             "method")}, **self._came_up()}
+                                             "method", "background") if k in meta}, **self._came_up()}
+
+    def collect(self, keep) -> tuple[int, list[int]]:
+        """gc of the memory snapshots (memstore.collect), none being written meanwhile."""
+        with self.lock:
+            if self.machine is not None:
+                self.machine.join_background()
+            return memstore.collect(self.project, keep)
+
+    def settle(self):
+        """A background memory snapshot being written, finished (gc, fsck's view, a rewind's
+        preview read the snapshots as they will stay)."""
+        with self.lock:
+            if self.machine is not None:
+                self.machine.join_background()
 
     def _came_up(self) -> dict:
         got, self.came_up = self.came_up, None
@@ -219,6 +251,8 @@ class VMHost:
             return self._restore_locked(step)
 
     def _restore_locked(self, step) -> dict:
+        if self.machine is not None:
+            self.machine.join_background()
         d = memstore.path(self.project, step)
         if not memstore.complete(d):
             raise VMError(f"step {step} has no memory snapshot")
@@ -228,6 +262,7 @@ class VMHost:
         return {**out, "from_step": step}
 
     def has_memory(self, step) -> bool:
+        self.settle()
         return memstore.complete(memstore.path(self.project, step))
 
     # --- the step stream socket ------------------------------------------------------------

@@ -1,13 +1,17 @@
 """Memory snapshots of the VM tier on disk: `.envgit/vm/mem/<step>/`, beside the step's file
 snapshot (docs/FORMAT.md, "VM memory snapshots").
 
-  ram          the guest's RAM file as it was at the end of the step (sparse: only the pages
-               the guest ever touched hold blocks; a reflink of the running file where the
-               filesystem shares extents)
-  device.state QEMU's device state (migrate with x-ignore-shared: ~50 KB)
-  meta.json    {"step", "pause_ms", "bytes", "memory_mb", "cpus", "accel", "host_manifest"}
+  memory.stream  a step's snapshot (meta "format": "stream"): QEMU's migration stream of the
+               whole guest, every page it touched and its device state, written by a background
+               snapshot while the guest ran on (background.py)
+  ram          the kept boot's (and older steps'): the guest's RAM file as it was (sparse:
+               only the pages the guest ever touched hold blocks; a reflink of the running file
+               where the filesystem shares extents)
+  device.state beside `ram`: QEMU's device state (migrate with x-ignore-shared: ~50 KB)
+  meta.json    {"step", "format", "pause_ms", "bytes", "memory_mb", "cpus", "accel", "host_manifest", ...}
   ok           written last (after an fsync of the rest): a directory without it is a snapshot
-               that was being taken when the daemon died, never restored, removed by gc/fsck
+               being written in the background, or one that was being taken when the daemon
+               died: never restored, removed by gc/fsck once no daemon writes it
 
 Retention follows the steps: gc keeps the memory snapshot of every step it keeps and removes
 the rest (`collect`); fsck checks each one (`check`).
@@ -19,8 +23,12 @@ import json
 import os
 import shutil
 
+from . import memchunks
+
 RAM = "ram"
 DEVICE_STATE = "device.state"
+STREAM = "memory.stream"       # QEMU's stream while it is written, cut into chunks once whole
+CHUNKS_FORMAT = "chunks"
 META = "meta.json"
 OK = "ok"
 FICLONE = 0x40049409
@@ -28,6 +36,10 @@ FICLONE = 0x40049409
 
 def root(project) -> str:
     return project.state_path("vm", "mem")
+
+
+def chunks_root(project) -> str:
+    return memchunks.root(project.state_path("vm"))
 
 
 def path(project, step) -> str:
@@ -131,9 +143,13 @@ def link_copy(project, src_step, dst_step):
     """Step `dst_step`'s memory snapshot is `src_step`'s (a rewind to it): hard links, the
     files being written once and never changed."""
     src, dst = path(project, src_step), begin(project, dst_step)
-    for name in (RAM, DEVICE_STATE):
+    for name in _files(read_meta(src)):
         os.link(os.path.join(src, name), os.path.join(dst, name))
     commit(dst, {**read_meta(src), "step": dst_step, "same_as": src_step})
+
+
+def _files(meta) -> tuple[str, ...]:
+    return (memchunks.LIST,) if meta.get("format") == CHUNKS_FORMAT else (RAM, DEVICE_STATE)
 
 
 def read_meta(d) -> dict:
@@ -163,22 +179,25 @@ def latest_complete(project, at_most=None):
 def collect(project, keep) -> tuple[int, list[int]]:
     """Remove every memory snapshot whose step is not in `keep`, and every incomplete one:
     (bytes freed, steps removed)."""
-    freed, dropped = 0, []
+    freed, dropped, lists = 0, [], []
     keep = set(keep)
     for s in steps(project):
         d = path(project, s)
         if s in keep and complete(d):
+            lists.append(os.path.join(d, memchunks.LIST))
             continue
         freed += _du(d)
         shutil.rmtree(d, ignore_errors=True)
         dropped.append(s)
+    freed += memchunks.sweep(chunks_root(project), [p for p in lists if os.path.exists(p)])
     return freed, dropped
 
 
 def usage(project) -> dict:
     """{count, bytes}: the memory snapshots kept and the disk they take (`envgit stats`)."""
     got = [path(project, s) for s in steps(project)]
-    return {"count": sum(1 for d in got if complete(d)), "bytes": sum(_du(d) for d in got)}
+    return {"count": sum(1 for d in got if complete(d)),
+            "bytes": sum(_du(d) for d in got) + memchunks.usage(chunks_root(project))}
 
 
 def _du(d) -> int:
@@ -199,17 +218,20 @@ def check(project, steps_known=None) -> tuple[list[str], list[str]]:
     for s in steps(project):
         d = path(project, s)
         if not complete(d):
-            notes.append(f"memory snapshot of step {s} is incomplete (the daemon stopped while "
-                         "taking it): never restored; `envgit gc` removes it")
+            notes.append(f"memory snapshot of step {s} is incomplete (being written in the "
+                         "background, or the daemon stopped while taking it): never restored; "
+                         "`envgit gc` removes it once it is not being written")
             continue
         try:
             meta = read_meta(d)
-            ram = os.stat(os.path.join(d, RAM))
-            dev = os.stat(os.path.join(d, DEVICE_STATE))
+            sizes = [os.stat(os.path.join(d, name)).st_size for name in _files(meta)]
         except (OSError, ValueError) as e:
             problems.append(f"memory snapshot of step {s} is damaged: {e}")
             continue
-        if ram.st_size < int(meta.get("memory_mb", 0)) << 20 or dev.st_size == 0:
+        if meta.get("format") == CHUNKS_FORMAT:
+            problems += [f"memory snapshot of step {s} is damaged: {p}"
+                         for p in memchunks.verify(chunks_root(project), os.path.join(d, memchunks.LIST))]
+        elif sizes[0] < int(meta.get("memory_mb", 0)) << 20 or sizes[1] == 0:
             problems.append(f"memory snapshot of step {s} is damaged: its files are shorter than recorded")
         if steps_known is not None and s not in steps_known:
             problems.append(f"memory snapshot of step {s} belongs to no step in the journal")

@@ -19,13 +19,16 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import faults
 from . import image as image_mod
-from . import kept, memstore, wire
+from . import kept, memchunks, memstore, wire
+from .background import Background, capabilities
 from .machine import Link, Machine, VMError, connect_unix, remove
+from .qmp import QMP
 
 BOOT_TIMEOUT_S = float(os.environ.get("ENVGIT_VM_BOOT_TIMEOUT", "120"))
 BOOT_TRIES = 2          # about 1 boot in 8 hangs silently under TCG here: one retry
@@ -109,36 +112,6 @@ def _ram_place(project_root, run_dir, memory_mb) -> str:
     return d
 
 
-class QMP:
-    def __init__(self, path, timeout=30):
-        self.sock = connect_unix(path, timeout)
-        self.sock.settimeout(timeout)
-        self.buf = b""
-        self._line()                    # the greeting
-        self.cmd("qmp_capabilities")
-
-    def _line(self):
-        while b"\n" not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise VMError("QEMU's QMP socket closed")
-            self.buf += data
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
-
-    def cmd(self, name, **args):
-        self.sock.sendall(json.dumps({"execute": name, **({"arguments": args} if args else {})}).encode() + b"\n")
-        while True:
-            msg = self._line()
-            if "return" in msg:
-                return msg["return"]
-            if "error" in msg:
-                raise VMError(f"QEMU {name}: {msg['error'].get('desc')}")
-
-    def close(self):
-        self.sock.close()
-
-
 class QemuMachine(Machine):
     keep_boot = True            # a booted guest kept and restored (kept.py); False: always boot
     def __init__(self, project_root, state_dir, memory_mb=512, cpus=1, image=None, progress=None,
@@ -166,6 +139,8 @@ class QemuMachine(Machine):
         # how this guest came up: {"how": "booted" | "restored", "from": "kept boot" | step
         # snapshot dir, "ms", ...}: on the next step's journal entry (host.py)
         self.came_up: dict = {}
+        self.background = None                  # the background snapshot being written, if any
+        self.background_refused = None          # why QEMU refused the method (then: stopped)
 
     # --- the command line ---------------------------------------------------------------
 
@@ -358,13 +333,45 @@ class QemuMachine(Machine):
 
     # --- snapshot and restore ------------------------------------------------------------
 
-    def snapshot(self, dest) -> dict:
+    def _meta(self) -> dict:
+        return {"setup": True, "memory_mb": self.memory_mb, "cpus": self.cpus, "accel": self.accel,
+                "tools": self.tools, "packages": list(self.packages)}
+
+    def snapshot(self, dest, finished=None) -> dict:
+        """The guest's memory into `dest`. With `finished` (a step's snapshot): in the
+        background (background.py), returning once the guest runs again, with "background":
+        True; `finished(meta, error)` is called when the stream is complete (meta: the whole
+        meta.json to commit) or failed. Without it (the kept boot), or when QEMU refuses the
+        background method: stopped for the whole copy, returning the complete meta."""
+        self.join_background()
+        if finished is not None and self.background_refused is None:
+            base = {**self._meta(), "format": memstore.CHUNKS_FORMAT,
+                    "method": "background-snapshot: RAM write-protected (userfaultfd), written while the guest runs"}
+
+            job = Background(self.qmp, dest, lambda info, error: finished(None if error else {**base, **info}, error))
+            self.background = job       # joined (instantly once done) by the next operation
+            try:
+                pause_ms = job.start()
+            except VMError as e:
+                self.background = None
+                self.background_refused = str(e)[:300]
+            else:
+                return {**base, "background": True, "pause_ms": pause_ms}
+        return self._snapshot_stopped(dest)
+
+    def join_background(self):
+        """Wait for a background snapshot being written (a restore, gc and stop need QEMU's
+        migration, or the files, as it leaves them)."""
+        job = self.background
+        if job is not None and not job.join():
+            raise VMError("a background memory snapshot did not finish")
+
+    def _snapshot_stopped(self, dest) -> dict:
         """Pause, migrate the device state alone, clone the RAM file, resume: into `dest`."""
         t0 = time.monotonic()
         self.qmp.cmd("stop")
         try:
-            self.qmp.cmd("migrate-set-capabilities",
-                         capabilities=[{"capability": "x-ignore-shared", "state": True}])
+            self.qmp.cmd("migrate-set-capabilities", capabilities=capabilities(False))
             state = os.path.join(dest, memstore.DEVICE_STATE)
             self.qmp.cmd("migrate", uri="exec:cat > " + shlex.quote(state))
             self._wait_migration()
@@ -387,10 +394,10 @@ class QemuMachine(Machine):
         # the method that ran: QEMU's device state alone (x-ignore-shared) while stopped, and
         # the RAM file cloned: "reflink" or "copy" (in /dev/shm during the pause, then to disk)
         method = "x-ignore-shared, RAM " + "+".join(how) + (" via /dev/shm" if len(how) > 1 else "")
-        return {"pause_ms": pause_ms, "method": method, "setup": True,
-                "bytes": ram_bytes + dev_bytes, "ram_bytes": ram_bytes,
-                "device_bytes": dev_bytes, "memory_mb": self.memory_mb, "cpus": self.cpus,
-                "accel": self.accel, "tools": self.tools, "packages": list(self.packages)}
+        if self.background_refused:
+            method += f" (QEMU refused a background snapshot: {self.background_refused})"
+        return {**self._meta(), "pause_ms": pause_ms, "method": method,
+                "bytes": ram_bytes + dev_bytes, "ram_bytes": ram_bytes, "device_bytes": dev_bytes}
 
     def _wait_migration(self, timeout=120):
         deadline = time.monotonic() + timeout
@@ -407,9 +414,11 @@ class QemuMachine(Machine):
         """The guest as snapshot `src` left it, running: a new QEMU fed the device state, its
         RAM file a clone of the snapshot's. `check()` (raises when `src` is damaged) runs
         meanwhile on another thread, and the guest only runs once it has passed."""
+        self.join_background()          # the snapshot asked for may be the one being written
         t0 = time.monotonic()
         checked = _spawner_check.submit(check) if check else None
         meta = memstore.read_meta(src)
+        stream = meta.get("format") == memstore.CHUNKS_FORMAT
         # the drive the snapshot's guest had mounted, whatever the policy asks for now
         if meta.get("tools") and not os.path.isfile(meta["tools"]):
             raise VMError(f"the tool image this memory snapshot's guest had mounted is gone ({meta['tools']})")
@@ -423,16 +432,32 @@ class QemuMachine(Machine):
         accel = meta.get("accel") or self.accel or chosen or "tcg"
         self.accel, self.accel_why = accel, self.accel_why or why
         how: list[str] = []
-        memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20, how=how)
+        if stream:                      # RAM comes in the stream: a fresh, sparse RAM file
+            with open(self.ram, "wb") as f:
+                f.truncate(self.memory_mb << 20)
+            how.append("stream")
+        else:
+            memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20, how=how)
         cloned_ms = round((time.monotonic() - t0) * 1000, 1)
         self.proc = self._spawn(self._args(accel, incoming=True))
+        stream_errors: list[str] = []
         try:
             self._connect(30)
             self._hold_ram()
-            self.qmp.cmd("migrate-set-capabilities",
-                         capabilities=[{"capability": "x-ignore-shared", "state": True}])
-            self.qmp.cmd("migrate-incoming",
-                         uri="exec:cat " + shlex.quote(os.path.join(src, memstore.DEVICE_STATE)))
+            self.qmp.cmd("migrate-set-capabilities", capabilities=[
+                {"capability": "x-ignore-shared", "state": not stream}])
+            if stream:                  # the chunks in order into a pipe QEMU reads
+                fd, w = os.pipe2(os.O_CLOEXEC)
+                threading.Thread(target=memchunks.stream_into, name="vm-restore-stream", daemon=True,
+                                 args=(memchunks.root(self.state), os.path.join(src, memchunks.LIST), w,
+                                       stream_errors)).start()
+            else:                       # QEMU reads the file itself
+                fd = os.open(os.path.join(src, memstore.DEVICE_STATE), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                self.qmp.getfd("envgit-restore", fd)
+            finally:
+                os.close(fd)
+            self.qmp.cmd("migrate-incoming", uri="fd:envgit-restore")
             deadline = time.monotonic() + 60
             while True:
                 st = self.qmp.cmd("query-status").get("status")
@@ -449,7 +474,8 @@ class QemuMachine(Machine):
             self.qmp.cmd("cont")
         except (VMError, OSError, ValueError) as e:
             self._kill()
-            raise VMError(f"the memory snapshot {src} could not be restored: {e}") from None
+            raise VMError(f"the memory snapshot {src} could not be restored: "
+                          f"{stream_errors[0] if stream_errors else e}") from None
         running_ms = round((time.monotonic() - t0) * 1000, 1)
         if not self.link.ping(30):
             raise VMError("the restored guest's agent does not answer")
@@ -485,6 +511,10 @@ class QemuMachine(Machine):
             self.proc = None
 
     def stop(self):
+        try:
+            self.join_background()      # the last step's memory written whole, then stopped
+        except VMError:
+            pass
         self._kill()
         if self.sock_dir:
             shutil.rmtree(self.sock_dir, ignore_errors=True)
