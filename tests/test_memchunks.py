@@ -95,14 +95,14 @@ def test_sweep_keeps_what_a_kept_list_names_and_nothing_while_a_list_is_damaged(
 
 def _reference_sizes(data: bytes) -> list[int]:
     """FORMAT.md's rule read directly: each byte projected to "0"/"1" by the format's table, a
-    chunk ends after the first match of the pattern's first 13 bits that ends it at least
-    4 KiB in, and at 64 KiB at most."""
+    chunk ends after the first match of the pattern's first 14 bits that ends it at least
+    8 KiB in, and at 128 KiB at most."""
     from envgit.snapshot.chunker import PROJECTION
-    proj, pattern, sizes, start = data.translate(PROJECTION), b"0110000001000", [], 0
+    proj, pattern, sizes, start = data.translate(PROJECTION), b"01100000010001", [], 0
     while start < len(data):
-        end = min(start + (64 << 10), len(data))
-        hit = proj.find(pattern, start + (4 << 10), end) if end - start > (4 << 10) else -1
-        cut = hit + 13 if hit >= 0 else end
+        end = min(start + (128 << 10), len(data))
+        hit = proj.find(pattern, start + (8 << 10), end) if end - start > (8 << 10) else -1
+        cut = hit + 14 if hit >= 0 else end
         sizes.append(cut - start)
         start = cut
     return sizes
@@ -114,5 +114,5 @@ def test_the_cut_is_the_formats_rule(tmp_path):
         assert [int(line.split()[1]) for line in listed.read_text().splitlines()[1:]] == _reference_sizes(data)
 
 
-KNOWN_SIZES = [21784, 5094, 9841, 4282]
-KNOWN_NAMES = ["3a36597a23e8c658", "6b401a5d305215ee"]
+KNOWN_SIZES = [21785, 23099, 25383, 14297]
+KNOWN_NAMES = ["0115b7925b8fc940", "49d323d7aca16d67"]
