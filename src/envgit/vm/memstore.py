@@ -1,9 +1,11 @@
 """Memory snapshots of the VM tier on disk: `.envgit/vm/mem/<step>/`, beside the step's file
 snapshot (docs/FORMAT.md, "VM memory snapshots").
 
-  memory.stream  a step's snapshot (meta "format": "stream"): QEMU's migration stream of the
-               whole guest, every page it touched and its device state, written by a background
+  memory.chunks  a step's snapshot (meta "format": "chunks"): the list of the chunks
+               (memchunks.py, shared by every snapshot) of QEMU's migration stream of the whole
+               guest, every page it touched and its device state, written by a background
                snapshot while the guest ran on (background.py)
+  memory.stream  that stream while QEMU writes it, until it is cut into chunks
   ram          the kept boot's (and older steps'): the guest's RAM file as it was (sparse:
                only the pages the guest ever touched hold blocks; a reflink of the running file
                where the filesystem shares extents)
