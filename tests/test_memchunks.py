@@ -1,7 +1,7 @@
 """The VM tier's memory streams kept as shared chunks (src/envgit/vm/memchunks.py, docs/FORMAT.md
-"VM memory snapshots"), in process on streams shaped as QEMU writes them: pages of 4 KiB each
-behind an 8-byte header. Known answers pin the cut and the names, so a second implementation
-reading FORMAT.md cuts and names the same chunks."""
+"VM memory snapshots"), in process on streams shaped as QEMU writes them (a page: an 8-byte
+word and 4 KiB; a zero page: the word and a byte). Known answers pin the cut and the names, so
+a second implementation reading FORMAT.md cuts and names the same chunks."""
 
 import hashlib
 import os
@@ -10,13 +10,22 @@ import struct
 from envgit.vm import memchunks
 
 
-def _stream(pages: dict[int, bytes], n_pages=256) -> bytes:
-    """A stream of `n_pages` pages: a page's header (its offset and a flag), then its 4 KiB;
-    `pages` replaces some pages' bytes."""
-    out = bytearray(b"QEVM\x00\x00\x00\x03")
+def _stream(pages: dict[int, bytes], n_pages=256, zero=()) -> bytes:
+    """A stream as QEMU writes one: a header, then the RAM block's pages, each an 8-byte word
+    (the page's offset | flags) and its 4 KiB (the block's first with its name, the others with
+    the continue flag), a zero page as the word and one byte; then a device state. `pages`
+    replaces some pages' bytes; `zero` are zero pages."""
+    out = bytearray(b"QEVM\x00\x00\x00\x03" + hashlib.shake_256(b"setup").digest(300))
     for i in range(n_pages):
+        if i in zero:
+            out += struct.pack(">Q", (i << 12) | 0x22) + b"\0"
+            continue
         data = pages.get(i) or hashlib.shake_256(f"page {i}".encode()).digest(4096)
-        out += struct.pack(">Q", (i << 12) | 0x08) + data
+        if i == 0:
+            out += struct.pack(">Q", 0x08) + bytes([3]) + b"mem" + data
+        else:
+            out += struct.pack(">Q", (i << 12) | 0x28) + data
+    out += struct.pack(">Q", 0x10) + hashlib.shake_256(b"devices").digest(200_000)
     return bytes(out)
 
 
@@ -49,7 +58,7 @@ def test_a_stream_is_cut_named_and_read_back_whole(tmp_path):
     assert lines[0] == "envgit memory chunks 1"
     sizes = [int(line.split()[1]) for line in lines[1:]]
     assert sum(sizes) == len(data) == got["bytes"] and got["chunks"] == len(sizes)
-    assert all(memchunks.MIN <= s <= memchunks.MAX for s in sizes[:-1])
+    assert all(s <= memchunks.MAX for s in sizes)
     assert not (tmp_path / "a" / "memory.stream").exists()          # the stream is its chunks now
     # known answers: where the first chunks end and what they are named
     assert sizes[:4] == KNOWN_SIZES, sizes[:4]
@@ -63,8 +72,20 @@ def test_a_stream_with_a_few_pages_changed_stores_only_the_chunks_around_them(tm
     changed = _stream({17: b"\x01" * 4096, 200: b"\x02" * 4096})
     listed, second = _store(tmp_path, "b", changed)
     assert first["stored"] == first["bytes"]
-    assert 0 < second["stored"] <= 4 * memchunks.MAX, second      # two pages: a few chunks
+    assert 0 < second["stored"] <= 2 * 8 * 4104 + 100, second   # two pages: their two groups
     assert _read_back(tmp_path, listed)[0] == changed
+
+
+def test_a_page_added_before_others_leaves_the_groups_after_it_shared(tmp_path):
+    _, first = _store(tmp_path, "a", _stream({}, zero=range(100, 120)))
+    _, second = _store(tmp_path, "b", _stream({}, zero=range(101, 120)))     # page 100 now written
+    assert 0 < second["stored"] <= 2 * 8 * 4104, second
+
+
+def test_bytes_that_are_not_page_records_are_cut_and_read_back(tmp_path):
+    data = hashlib.shake_256(b"no pages here").digest(1_000_000)
+    listed, got = _store(tmp_path, "a", data)
+    assert got["chunks"] == 8 and _read_back(tmp_path, listed)[0] == data
 
 
 def test_a_flipped_byte_ends_the_read_back_and_is_said(tmp_path):
@@ -93,26 +114,32 @@ def test_sweep_keeps_what_a_kept_list_names_and_nothing_while_a_list_is_damaged(
     assert _read_back(tmp_path, a)[0] == _stream({})
 
 
-def _reference_sizes(data: bytes) -> list[int]:
-    """FORMAT.md's rule read directly: each byte projected to "0"/"1" by the format's table, a
-    chunk ends after the first match of the pattern's first 14 bits that ends it at least
-    8 KiB in, and at 128 KiB at most."""
-    from envgit.snapshot.chunker import PROJECTION
-    proj, pattern, sizes, start = data.translate(PROJECTION), b"01100000010001", [], 0
-    while start < len(data):
-        end = min(start + (128 << 10), len(data))
-        hit = proj.find(pattern, start + (8 << 10), end) if end - start > (8 << 10) else -1
-        cut = hit + 14 if hit >= 0 else end
-        sizes.append(cut - start)
-        start = cut
-    return sizes
+def _reference_cuts(data: bytes) -> list[int]:
+    """FORMAT.md's rule read directly, on a stream whose records are known to start right
+    after the 308-byte header and to end where the device state's word (0x10) stands."""
+    ends, start, p = [], 0, 308
+    while True:
+        word = int.from_bytes(data[p:p + 8], "big")
+        flags, page = word & 0xFFF, word >> 12
+        if flags & ~0x20 not in (0x02, 0x08):
+            break
+        length = (8 if flags & 0x20 else 9 + data[p + 8]) + (4096 if flags & ~0x20 == 0x08 else 1)
+        if (page % 8 == 0 and p - start >= 16 << 10) or p - start + length > 128 << 10:
+            ends.append(p)
+            start = p
+        p += length
+    while len(data) - start > 128 << 10:
+        start += 128 << 10
+        ends.append(start)
+    return ends + [len(data)]
 
 
 def test_the_cut_is_the_formats_rule(tmp_path):
-    for n, data in enumerate((_stream({}), _stream({3: b"\0" * 4096}, n_pages=600), b"\0" * 300_000)):
+    for n, data in enumerate((_stream({}), _stream({3: b"\0" * 4096}, n_pages=600, zero=range(40, 300)))):
         listed, _ = _store(tmp_path, f"s{n}", data)
-        assert [int(line.split()[1]) for line in listed.read_text().splitlines()[1:]] == _reference_sizes(data)
+        sizes = [int(line.split()[1]) for line in listed.read_text().splitlines()[1:]]
+        assert [sum(sizes[:i + 1]) for i in range(len(sizes))] == _reference_cuts(data)
 
 
-KNOWN_SIZES = [21785, 23099, 25383, 14297]
-KNOWN_NAMES = ["0115b7925b8fc940", "49d323d7aca16d67"]
+KNOWN_SIZES = [33144, 32832, 32832, 32832]
+KNOWN_NAMES = ["c6ba0a0de3550ae1", "4c8e3d0b88bd4f22"]

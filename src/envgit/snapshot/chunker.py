@@ -25,18 +25,16 @@ PROJECTION = (
 PATTERN = b"0110000001000111101"
 
 
-def chunks(fd: int, min_size: int = MIN, max_size: int = MAX, pattern: bytes = PATTERN):
-    """Yield the chunks of the file open at `fd` (memoryviews of an immutable buffer). The
-    sizes and pattern are a file's (the format's) unless given: the VM tier's memory streams
-    cut smaller (vm/memchunks.py), where a changed page should cost kilobytes, not a megabyte."""
+def chunks(fd: int):
+    """Yield the chunks of the file open at `fd` (memoryviews of an immutable buffer)."""
     buf = proj = b""
     pos = 0          # start of the next chunk in buf (offsets, not slices: slicing copies)
     eof = False
     while True:
-        if len(buf) - pos < max_size and not eof:   # cut only with max_size in hand, or at the end
+        if len(buf) - pos < MAX and not eof:   # cut only with MAX bytes in hand, or at the end
             parts, projs = [buf[pos:]], [proj[pos:]]
             have = len(parts[0])
-            while have < max_size and not eof:
+            while have < MAX and not eof:
                 more = os.read(fd, _READ)
                 eof = not more
                 parts.append(more)
@@ -45,15 +43,15 @@ def chunks(fd: int, min_size: int = MIN, max_size: int = MAX, pattern: bytes = P
             buf, proj, pos = b"".join(parts), b"".join(projs), 0
         if pos == len(buf):
             return
-        cut = _boundary(proj, pos, len(buf), min_size, max_size, pattern)
+        cut = _boundary(proj, pos, len(buf))
         yield memoryview(buf)[pos:cut]
         pos = cut
 
 
-def _boundary(proj: bytes, start: int, available: int, min_size=MIN, max_size=MAX, pattern=PATTERN) -> int:
+def _boundary(proj: bytes, start: int, available: int) -> int:
     """Where the chunk starting at proj[start] ends (proj holds `available` bytes)."""
-    end = min(start + max_size, available)
-    if end - start <= min_size:
+    end = min(start + MAX, available)
+    if end - start <= MIN:
         return end
-    hit = proj.find(pattern, start + min_size, end)
-    return hit + len(pattern) if hit >= 0 else end
+    hit = proj.find(PATTERN, start + MIN, end)
+    return hit + PATTERN_LEN if hit >= 0 else end

@@ -1,24 +1,26 @@
-"""A step's memory stream kept as content-defined chunks shared by every snapshot of the
-project (docs/FORMAT.md, "VM memory snapshots"): a guest that changed a few pages between two
-steps costs the chunks around those pages, not the whole stream again.
+"""A step's memory stream kept as chunks shared by every snapshot of the project
+(docs/FORMAT.md, "VM memory snapshots"): a guest that changed a few pages between two steps
+costs the chunks holding those pages, not the whole stream again.
 
   .envgit/vm/chunks/<2 hex>/<64 hex>   a chunk, named by its BLAKE3 hash; written once, under a
                                        temporary name and renamed, never changed
   .envgit/vm/mem/<step>/memory.chunks  the stream's chunks in order: a first line
                                        "envgit memory chunks 1", then "<hash> <length>" a line
 
-QEMU writes pages in its RAM's order, each as an 8-byte header and 4 KiB, so an unchanged page
-stands between the same bytes from one stream to the next; chunks end where 14 bits of the
-projected bytes match (snapshot/chunker.py), at least 8 KiB and at most 128 KiB apart. The size
-trades sharing for reading back: three streams of an idle 256 MiB guest (101 MB each) kept
-129 MB of chunks at 4-64 KiB and 188 MB at 64 KiB-1 MiB, and a 464 MB stream read back in
-1.0-1.4 s as 36,658 chunks of 4-64 KiB but 0.6 s as 16,226 of 8-128 KiB.
+Where a chunk ends follows the stream's own records (`cuts`): QEMU writes each RAM page as an
+8-byte word (the page's offset in its RAM block, and flags) and its 4 KiB, or a zero page as
+the word and one byte; a chunk ends before the record of a page whose number is a multiple of
+8, once it holds 16 KiB, so a group of pages that did not change is the same chunk from one
+step's stream to the next, wherever the pages before it moved. Bytes that are not page records
+(the stream's header, the device state at its end) are cut every 128 KiB. The cut decides only
+what is shared: any cut reads back the same stream.
 
 A restore writes the chunks in order into a pipe QEMU reads (`stream_into`). gc removes the
 chunks no kept snapshot lists (`sweep`); fsck re-hashes each listed chunk (`verify`).
 """
 
 import fcntl
+import mmap
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -26,11 +28,11 @@ from itertools import islice
 
 import blake3
 
-from ..snapshot.chunker import PATTERN, chunks
-
 LIST = "memory.chunks"
 HEADER = "envgit memory chunks 1"
-MIN, MAX, PATTERN_BITS = 8 << 10, 128 << 10, 14
+MIN, MAX, GROUP_PAGES = 16 << 10, 128 << 10, 8
+PAGE = 4096
+FLAG_ZERO, FLAG_PAGE, FLAG_CONTINUE = 0x02, 0x08, 0x20     # QEMU's RAM_SAVE_FLAG_*
 GROUP = 64                  # chunks read and hashed as one task (a task per chunk costs more
 GROUPS_AHEAD = 4            # than reading it), and groups read ahead of the one being written
 WRITE_BATCH = 1 << 20       # the pipe's depth
@@ -50,27 +52,94 @@ def digest(data) -> str:
     return blake3.blake3(data).hexdigest()
 
 
+def _record(buf, p: int, n: int) -> tuple[int, int] | None:
+    """(length, page number) of a RAM page record at `p`, or None if `p` holds none."""
+    if p + 8 > n:
+        return None
+    word = int.from_bytes(buf[p:p + 8], "big")
+    flags = word & 0xFFF
+    kind = flags & ~FLAG_CONTINUE
+    if kind == FLAG_PAGE:
+        body = PAGE
+    elif kind == FLAG_ZERO:
+        body = 1
+    else:
+        return None
+    head = 8 if flags & FLAG_CONTINUE else 9 + buf[p + 8] if p + 9 <= n else n + 1
+    length = head + body
+    return (length, word >> 12) if p + length <= n else None
+
+
+def _in_sync(buf, p: int, n: int) -> bool:
+    """Three page records in a row start at `p` (one could be a page's bytes by chance)."""
+    for _ in range(3):
+        rec = _record(buf, p, n)
+        if rec is None:
+            return p == n
+        p += rec[0]
+    return True
+
+
+def cuts(buf):
+    """(start, end) of each chunk of the stream in `buf`, in order (the rule: module doc)."""
+    n, start, p = len(buf), 0, 0
+    while p < n:
+        if _in_sync(buf, p, n):
+            while (rec := _record(buf, p, n)) is not None:
+                length, page = rec
+                if (page % GROUP_PAGES == 0 and p - start >= MIN) or p - start + length > MAX:
+                    if p > start:
+                        yield start, p
+                        start = p
+                p += length
+            if p >= n:
+                break
+        # not a page record: the next place one could start (its flags' byte a page's or a
+        # zero page's with the continue bit), cut every MAX bytes meanwhile
+        q = p + 1
+        while q < n:
+            hits = [h for h in (buf.find(b"\x28", q + 7), buf.find(b"\x22", q + 7)) if h >= 0]
+            if not hits:
+                q = n
+                break
+            q = min(hits) - 7
+            if _in_sync(buf, q, n):
+                break
+            q += 1
+        while q - start > MAX:
+            yield start, start + MAX
+            start += MAX
+        p = q
+    if n > start:
+        yield start, n
+
+
 def store(croot, stream_path, list_path) -> dict:
     """Cut the stream at `stream_path` into chunks (writing those not stored yet), write its
     list at `list_path` and remove the stream: {"bytes", "chunks", "stored"} (stored: bytes of
     chunks written new)."""
     lines, total, stored = [HEADER], 0, 0
-    fd = os.open(stream_path, os.O_RDONLY | os.O_CLOEXEC)
+    with open(stream_path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        buf: mmap.mmap | bytes = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) if size else b""
     try:
-        for piece in chunks(fd, MIN, MAX, PATTERN[:PATTERN_BITS]):
-            h = digest(piece)
-            p = chunk_path(croot, h)
-            if not os.path.exists(p):
-                os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
-                tmp = f"{p}.{os.getpid()}.part"
-                with open(tmp, "wb") as f:
-                    f.write(piece)
-                os.replace(tmp, p)
-                stored += len(piece)
-            lines.append(f"{h} {len(piece)}")
-            total += len(piece)
+        with memoryview(buf) as view:
+            for a, b in cuts(buf):
+                with view[a:b] as piece:
+                    h = digest(piece)
+                    p = chunk_path(croot, h)
+                    if not os.path.exists(p):
+                        os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
+                        tmp = f"{p}.{os.getpid()}.part"
+                        with open(tmp, "wb") as out:
+                            out.write(piece)
+                        os.replace(tmp, p)
+                        stored += b - a
+                lines.append(f"{h} {b - a}")
+                total += b - a
     finally:
-        os.close(fd)
+        if isinstance(buf, mmap.mmap):
+            buf.close()
     with open(list_path + ".part", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(list_path + ".part", list_path)
@@ -131,7 +200,7 @@ def stream_into(croot, list_path, fd: int, errors: list) -> None:
 def _load(croot, group) -> tuple[bytes, str | None]:
     """A group of chunks' bytes joined, up to the first whose bytes are not what its name and
     list say (named second, else None)."""
-    parts = []
+    parts: list[bytes] = []
     for h, length in group:
         with open(chunk_path(croot, h), "rb") as f:
             data = f.read()
