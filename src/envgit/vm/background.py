@@ -28,6 +28,10 @@ RESUME_WAIT_S = 30.0        # QEMU resumes the guest once its RAM is write-prote
 WRITE_WAIT_S = 900.0        # the whole copy: a 4 GiB guest on a slow disk, bounded
 
 
+class Refused(VMError):
+    """QEMU refuses the background method itself (its capability), not one snapshot."""
+
+
 def capabilities(background: bool) -> list[dict]:
     """The migration capabilities of either method: device state alone with the RAM file cloned
     (x-ignore-shared), or everything in one stream while the guest runs."""
@@ -51,9 +55,13 @@ class Background:
 
     def start(self) -> float | None:
         """Start it; returns once the guest runs again, with the pause in ms (None when QEMU's
-        events did not say it). Raises VMError when QEMU refuses the method."""
+        events did not say it). Raises Refused when QEMU refuses the method, VMError when this
+        snapshot could not start."""
         mark = self.qmp.count
-        self.qmp.cmd("migrate-set-capabilities", capabilities=capabilities(True))
+        try:
+            self.qmp.cmd("migrate-set-capabilities", capabilities=capabilities(True))
+        except VMError as e:            # this QEMU or kernel cannot: said, and not tried again
+            raise Refused(str(e)) from None
         self.t0 = time.monotonic()
         fd = os.open(os.path.join(self.dest, memstore.STREAM),
                      os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

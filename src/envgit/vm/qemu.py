@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import faults
 from . import image as image_mod
 from . import kept, memchunks, memstore, wire
-from .background import Background, capabilities
+from .background import Background, Refused, capabilities
 from .machine import Link, Machine, VMError, connect_unix, remove
 from .qmp import QMP
 
@@ -139,6 +139,12 @@ class QemuMachine(Machine):
         # how this guest came up: {"how": "booted" | "restored", "from": "kept boot" | step
         # snapshot dir, "ms", ...}: on the next step's journal entry (host.py)
         self.came_up: dict = {}
+        # A guest restored from a step's stream runs on anonymous memory: QEMU fills it from
+        # the stream, and a page never touched is no page at all, where a shared file's pages
+        # are allocated by QEMU's reading them (a zero page's check, the write-protect's
+        # populating); booted or from the kept boot, it runs on the shared RAM file the stopped
+        # method (kept.py) clones
+        self.anon_ram = False
         self.background = None                  # the background snapshot being written, if any
         self.background_refused = None          # why QEMU refused the method (then: stopped)
 
@@ -151,7 +157,8 @@ class QemuMachine(Machine):
                 *(["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg", "-cpu", "max"]),
                 "-smp", str(self.cpus), "-m", mem,
                 "-machine", "microvm,acpi=on,pit=on,pic=on,rtc=on,memory-backend=mem",
-                "-object", f"memory-backend-file,id=mem,size={mem},mem-path={self.ram},share=on",
+                "-object", (f"memory-backend-ram,id=mem,size={mem}" if self.anon_ram else
+                            f"memory-backend-file,id=mem,size={mem},mem-path={self.ram},share=on"),
                 "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
                 "-kernel", img.kernel, "-initrd", img.initrd,
                 "-append", self._cmdline(),
@@ -207,7 +214,7 @@ class QemuMachine(Machine):
         """In /dev/shm, the RAM file is unlinked once QEMU has it open (its QMP answering
         means its memory backend exists), held by an fd of this process: a kill -9 of the
         daemon (QEMU dies with it) leaves no guest-sized file in memory behind."""
-        if self.ram_dir == self.run_dir or self.ram_fd is not None:
+        if self.ram_dir == self.run_dir or self.ram_fd is not None or self.anon_ram:
             return
         self.ram_fd = os.open(self.ram, os.O_RDONLY)
         remove(self.ram)
@@ -231,6 +238,7 @@ class QemuMachine(Machine):
         that does not restore (damaged, stale, another QEMU) is dropped, booted anew and
         replaced."""
         self._prepare()
+        self.anon_ram = False
         from . import toolimage
         self.tools = toolimage.ensure(self.image, self.packages, self.progress)
         accel, _ = accel_choice()
@@ -352,9 +360,12 @@ class QemuMachine(Machine):
             self.background = job       # joined (instantly once done) by the next operation
             try:
                 pause_ms = job.start()
-            except VMError as e:
+            except Refused as e:
                 self.background = None
                 self.background_refused = str(e)[:300]
+            except VMError:
+                self.background = None
+                raise
             else:
                 return {**base, "background": True, "pause_ms": pause_ms}
         return self._snapshot_stopped(dest)
@@ -368,6 +379,9 @@ class QemuMachine(Machine):
 
     def _snapshot_stopped(self, dest) -> dict:
         """Pause, migrate the device state alone, clone the RAM file, resume: into `dest`."""
+        if self.anon_ram:
+            raise VMError("a background snapshot failed, and this guest's memory (restored from "
+                          f"a step's) is no file to clone: {self.background_refused}")
         t0 = time.monotonic()
         self.qmp.cmd("stop")
         try:
@@ -432,9 +446,8 @@ class QemuMachine(Machine):
         accel = meta.get("accel") or self.accel or chosen or "tcg"
         self.accel, self.accel_why = accel, self.accel_why or why
         how: list[str] = []
-        if stream:                      # RAM comes in the stream: a fresh, sparse RAM file
-            with open(self.ram, "wb") as f:
-                f.truncate(self.memory_mb << 20)
+        self.anon_ram = stream
+        if stream:                      # RAM comes in the stream, into anonymous memory
             how.append("stream")
         else:
             memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20, how=how)
