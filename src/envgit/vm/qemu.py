@@ -1,12 +1,16 @@
 """The QEMU backend of the VM tier: a `microvm` machine (PVH boot of Debian's kernel, an
 initramfs root), the guest agent on a virtio-serial port, QMP for pause, snapshot and resume.
 
-Memory snapshots are QEMU's cheapest kind available in 7.2: the guest's RAM is a
-`memory-backend-file,share=on` file, so a snapshot migrates the device state alone
+A step's memory snapshot is QEMU's background snapshot (background.py): the guest pauses only
+to have its RAM write-protected, and QEMU writes the stream while it runs on; memchunks.py
+keeps it as chunks shared by every snapshot. A restore starts QEMU with `-incoming defer` and
+feeds it the stream, into anonymous memory. The kept boot (kept.py), and a step where QEMU
+refuses the background method, use the stopped method instead: the guest's RAM is a
+`memory-backend-file,share=on` file, so the snapshot migrates the device state alone
 (`x-ignore-shared`: ~50 KB) while the guest is stopped, and clones the RAM file beside it
 (memstore.clone: a reflink where the filesystem has them, else a copy of the pages the guest
-touched; the file is sparse). A restore clones the RAM back and starts QEMU with
-`-incoming defer`, feeding it the device state. See shared/notes/vm.md for what was measured.
+touched; the file is sparse); its restore clones the RAM back and feeds QEMU the device state.
+See shared/notes/vm.md for what was measured.
 
 No network device: the guest's only ways out are the agent's port and the gate's port
 (`envgit.gate`, a second virtio-serial port whose host end is the daemon's gate socket).
