@@ -33,7 +33,6 @@ type, size and meaning (`check_request`) before anything acts on it. A bad frame
 reply (or the connection closed) and the daemon serves on. The caller's side is inner_shim.py.
 """
 
-import array
 import asyncio
 import errno
 import fcntl
@@ -46,6 +45,7 @@ import stat
 import struct
 import threading
 
+from ..fdpass import recv_with_fds
 from ..sandbox.launch import Launch, LaunchError
 from ..sandbox.resolver import PER_WAKE, Resolver
 from . import mcphost, steps
@@ -253,7 +253,7 @@ class InnerSocket:
         with conn:
             try:
                 conn.settimeout(RECV_TIMEOUT_S)
-                head, fds = _recv_with_fds(conn, 4)
+                head, fds = recv_with_fds(conn, 4)
                 if len(head) < 4:
                     return
                 size = int.from_bytes(head, "big")
@@ -525,31 +525,6 @@ def say(fd, text: str):
         pass
     finally:
         os.close(out)
-
-
-def _recv_with_fds(conn, n):
-    """The frame's first bytes and the fds that came with them (close-on-exec: never inherited
-    by another step's sandbox started meanwhile). At most 3 are kept; extra ones are closed."""
-    fds = array.array("i")
-    data, anc, _, _ = conn.recvmsg(n, socket.CMSG_LEN(16 * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-    fds = list(fds)
-    for fd in fds[3:]:
-        os.close(fd)
-    fds = fds[:3]
-    try:
-        while len(data) < n:
-            more = conn.recv(n - len(data))
-            if not more:
-                break
-            data += more
-    except OSError:
-        for fd in fds:
-            os.close(fd)
-        raise
-    return data, fds
 
 
 def _recv_exact(conn, n):

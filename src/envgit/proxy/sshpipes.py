@@ -5,7 +5,6 @@ its step ended, and every write goes out in pieces a poll said fit: a step canno
 thread by handing over a pipe it keeps both ends of.
 """
 
-import array
 import contextlib
 import json
 import os
@@ -14,6 +13,7 @@ import socket
 import subprocess
 import time
 
+from ..fdpass import recv_with_fds
 from ..policy.netrequest import BODY_CAP
 
 MAX_FRAME = 64 * 1024
@@ -33,17 +33,10 @@ def frame(obj) -> bytes:
 
 def receive(conn) -> tuple[dict, list[int]]:
     """The request frame and the fds that came with its first bytes (at most 3 kept)."""
-    fds = array.array("i")
-    data, anc, _, _ = conn.recvmsg(4, socket.CMSG_LEN(16 * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-    got = list(fds)
-    for fd in got[3:]:
-        os.close(fd)
-    got = got[:3]
+    data, got = recv_with_fds(conn, 4)
     try:
-        data += exact(conn, 4 - len(data))
+        if len(data) < 4:
+            raise EOFError("the caller closed the connection")
         size = int.from_bytes(data, "big")
         if size > MAX_FRAME:
             raise Refused(f"envgit: ssh socket: a frame of {size} bytes is over the limit")
