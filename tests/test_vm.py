@@ -261,23 +261,29 @@ def test_gc_removes_unreachable_memory_snapshots(vm):
 def test_a_flipped_byte_in_a_memory_chunk_is_found_and_never_resumed(vm):
     """A step's memory is kept as chunks named by their hash: a byte flipped on disk is listed
     by fsck, and a rewind to that step brings its files back but not a guest resumed with a
-    page that is not what was written, and says why."""
-    pid, value, _ = _get(vm)
+    page that is not what was written, and says why. (A chunk a later stream holds again is
+    written anew, healed: the one flipped here is the step's own.)"""
+    _get(vm)
     step = _steps(vm)[-1]["id"]
-    mem = vm.root / ".envgit" / "vm" / "mem" / str(step)
+    vm.run("true")
+    later = _steps(vm)[-1]["id"]
+    mem = vm.root / ".envgit" / "vm" / "mem"
     for _ in range(600):
-        if (mem / "ok").exists():
+        if (mem / str(later) / "ok").exists():
             break
         time.sleep(0.1)
-    listed = (mem / "memory.chunks").read_text().splitlines()[1:]
-    h = listed[len(listed) // 2].split()[0]
+
+    def listed(n):
+        return [line.split()[0] for line in (mem / str(n) / "memory.chunks").read_text().splitlines()[1:]]
+    own = [h for h in listed(step) if h not in set(listed(later))]
+    assert own, "the step's stream has no chunk of its own"
+    h = own[len(own) // 2]
     chunk = vm.root / ".envgit" / "vm" / "chunks" / h[:2] / h
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2] ^= 0x01
     chunk.write_bytes(bytes(data))
     r = vm.envgit("fsck")
     assert r.returncode != 0 and f"memory chunk {h} is damaged" in r.stdout + r.stderr, r.stdout + r.stderr
-    vm.run("true")
     r = vm.envgit("rewind", str(step), "--yes", timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "memory was not restored" in r.stdout and f"memory chunk {h} is damaged" in r.stdout, r.stdout

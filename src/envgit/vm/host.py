@@ -47,6 +47,7 @@ class VMHost:
         # how the machine came up, for the next step's journal entry (its `memory`, then
         # `came_up`): {"how": "booted" | "restored" | "resumed", ...}; said once
         self.came_up: dict | None = None
+        self.snapshot_failed: str | None = None     # why the last background snapshot failed
 
     # --- the machine --------------------------------------------------------------------
 
@@ -57,6 +58,16 @@ class VMHost:
             notices: list[str] = []
             wanted = list(pol.vm_packages)
             asked_before, self.packages_asked = self.packages_asked, wanted
+            if self.snapshot_failed and self.machine is not None:
+                why, self.snapshot_failed = self.snapshot_failed, None
+                if not self.machine.alive(answer_within=3.0):
+                    # QEMU 7.2 can leave a guest write-protected after a failed background
+                    # snapshot (a full disk): said, and the machine replaced
+                    notices.append(f"the VM did not run on after its last memory snapshot failed "
+                                   f"({why}): it resumes from the newest snapshot kept, and what "
+                                   "ran in it since is gone")
+                    self.machine.stop()
+                    self.machine = None
             if self.machine is not None and self.machine.alive():
                 # a rewind may have brought back a guest with other tools: kept until the
                 # policy's list itself changes
@@ -69,9 +80,15 @@ class VMHost:
                 self.machine = None
             m = self._new_machine(pol, progress)
             latest = memstore.latest_complete(self.project)
+            meta: dict = {}
             if latest is not None and not notices:
-                meta = memstore.read_meta(memstore.path(self.project, latest))
-                if not meta.get("tools") or meta.get("packages", []) != wanted:
+                try:
+                    meta = memstore.read_meta(memstore.path(self.project, latest))
+                except (OSError, ValueError) as e:
+                    notices.append(f"the VM boots afresh: step {latest}'s memory snapshot is "
+                                   f"damaged ({e}); `envgit fsck` lists it")
+                    latest = None
+                if latest is not None and (not meta.get("tools") or meta.get("packages", []) != wanted):
                     notices.append(f"the VM boots afresh: step {latest}'s memory snapshot has "
                                    "other tools than vm.packages asks for (`envgit rewind "
                                    f"{latest}` brings it back with its own)")
@@ -140,7 +157,7 @@ class VMHost:
                 self._new_machine(pol)
             try:
                 got = self._restore_locked(to_step)
-            except (VMError, OSError) as e:
+            except (VMError, OSError, ValueError) as e:     # ValueError: a damaged meta.json
                 return {**out, "restored": False, "reason": str(e)}
             self._serve()
             memstore.link_copy(self.project, to_step, rewind_step)
@@ -200,12 +217,21 @@ class VMHost:
             if self.machine is None or not self.machine.alive():
                 return {"error": "the VM is not running"}
             self.machine.join_background()     # before begin() empties a directory it writes
+            room = _free_bytes(memstore.root(self.project))
+            need = 2 * (self.machine.memory_mb << 20)      # the stream, then its new chunks
+            if room is not None and room < need:
+                # a background snapshot that fails for a full disk can leave QEMU 7.2's guest
+                # write-protected: never started without room
+                return {"error": f"memory snapshot not taken: {room >> 20} MiB free where it may "
+                                 f"need {need >> 20} MiB (the guest's memory twice); `envgit gc` "
+                                 "frees snapshots", **self._came_up()}
             d = memstore.begin(self.project, step)
             manifest = _manifest_json(self.manifest)
 
             def finished(meta, error):          # a background snapshot's end, on its thread
                 if error is not None:
                     shutil.rmtree(d, ignore_errors=True)
+                    self.snapshot_failed = f"step {step}: {error}"
                     self.log(f"envgit daemon: the memory snapshot of step {step} was not kept: {error}")
                     return
                 faults.point("vm-memory-written")   # the stream whole, `ok` not yet
@@ -364,6 +390,16 @@ def guest_env(env, step) -> dict:
                 "ENVGIT_STEP": str(step), "ENVGIT_VM": "1"})
     out.setdefault("TERM", "xterm-256color")
     return out
+
+
+def _free_bytes(path) -> int | None:
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path or "/")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _manifest_json(manifest):

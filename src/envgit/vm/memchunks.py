@@ -115,9 +115,11 @@ def cuts(buf):
 
 
 def store(croot, stream_path, list_path) -> dict:
-    """Cut the stream at `stream_path` into chunks (writing those not stored yet), write its
-    list at `list_path` and remove the stream: {"bytes", "chunks", "stored"} (stored: bytes of
-    chunks written new)."""
+    """Cut the stream at `stream_path` into chunks (writing those not stored yet, or stored
+    with other bytes: a damaged one is written anew rather than listed again), write its list
+    at `list_path`, make both durable, and remove the stream: {"bytes", "chunks", "stored",
+    "list_hash"} (stored: bytes of chunks written new; list_hash: the list's BLAKE3, which
+    meta.json keeps so a list changed or torn afterwards is never read as this stream's)."""
     lines, total, stored = [HEADER], 0, 0
     with open(stream_path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -128,7 +130,7 @@ def store(croot, stream_path, list_path) -> dict:
                 with view[a:b] as piece:
                     h = digest(piece)
                     p = chunk_path(croot, h)
-                    if not os.path.exists(p):
+                    if not _holds(p, piece):
                         os.makedirs(os.path.dirname(p), mode=0o700, exist_ok=True)
                         tmp = f"{p}.{os.getpid()}.part"
                         with open(tmp, "wb") as out:
@@ -140,11 +142,46 @@ def store(croot, stream_path, list_path) -> dict:
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
-    with open(list_path + ".part", "w") as f:
-        f.write("\n".join(lines) + "\n")
+    text = ("\n".join(lines) + "\n").encode()
+    with open(list_path + ".part", "wb") as f:
+        f.write(text)
     os.replace(list_path + ".part", list_path)
+    _sync(croot)            # the chunks and the list on disk before meta.json and `ok` are
     os.remove(stream_path)
-    return {"bytes": total, "chunks": len(lines) - 1, "stored": stored}
+    return {"bytes": total, "chunks": len(lines) - 1, "stored": stored, "list_hash": digest(text)}
+
+
+def _holds(path, piece) -> bool:
+    """Is the chunk at `path` there with exactly these bytes? (A size check alone would keep
+    a chunk a flipped byte damaged, and list it again in every later snapshot.)"""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(piece) + 1) == piece
+    except FileNotFoundError:
+        return False
+
+
+def _sync(path):
+    """Everything written on the filesystem holding `path` made durable: syncfs(2), one call
+    for thousands of new chunks (an fsync each would cost seconds); sync(2) where libc has
+    no syncfs."""
+    import ctypes
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)        # this process's own: libc's syncfs
+        if getattr(libc, "syncfs", None) is None or libc.syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+def list_matches(list_path, expected: str | None) -> bool:
+    """Is the list at `list_path` the one its snapshot recorded (meta.json's list_hash)?
+    Snapshots written before the hash was kept (None) are taken as they are."""
+    if expected is None:
+        return True
+    with open(list_path, "rb") as f:
+        return digest(f.read()) == expected
 
 
 def read_list(list_path) -> list[tuple[str, int]]:
@@ -248,32 +285,41 @@ def sweep(croot, lists) -> int:
         except (OSError, ValueError):
             return 0
     freed = 0
-    try:
-        dirs = os.listdir(croot)
-    except FileNotFoundError:
-        return 0
-    for d in dirs:
-        for name in os.listdir(os.path.join(croot, d)):
-            if name not in keep:
-                p = os.path.join(croot, d, name)
-                try:
-                    freed += os.lstat(p).st_blocks * 512
-                    os.remove(p)
-                except OSError:
-                    pass
+    for p in _chunk_files(croot):
+        if os.path.basename(p) not in keep:
+            try:
+                freed += os.lstat(p).st_blocks * 512
+                os.remove(p)
+            except OSError:
+                pass
     return freed
+
+
+def _chunk_files(croot):
+    """The chunk store's files (and leftovers of a killed write): only in its own two-hex
+    directories, never through a link (a directory of the store that is a link to elsewhere
+    is not the store's), never anything that is not a regular file."""
+    try:
+        tops = list(os.scandir(croot))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for top in tops:
+        if len(top.name) != 2 or not top.is_dir(follow_symlinks=False):
+            continue
+        try:
+            entries = list(os.scandir(top.path))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith(top.name) and e.is_file(follow_symlinks=False):
+                yield e.path
 
 
 def usage(croot) -> int:
     total = 0
-    try:
-        dirs = os.listdir(croot)
-    except FileNotFoundError:
-        return 0
-    for d in dirs:
-        for name in os.listdir(os.path.join(croot, d)):
-            try:
-                total += os.lstat(os.path.join(croot, d, name)).st_blocks * 512
-            except OSError:
-                pass
+    for p in _chunk_files(croot):
+        try:
+            total += os.lstat(p).st_blocks * 512
+        except OSError:
+            pass
     return total

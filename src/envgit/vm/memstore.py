@@ -231,8 +231,12 @@ def check(project, steps_known=None) -> tuple[list[str], list[str]]:
             problems.append(f"memory snapshot of step {s} is damaged: {e}")
             continue
         if meta.get("format") == CHUNKS_FORMAT:
+            listed = os.path.join(d, memchunks.LIST)
+            if not memchunks.list_matches(listed, meta.get("list_hash")):
+                problems.append(f"memory snapshot of step {s} is damaged: its list of chunks is not "
+                                "the one written with it")
             problems += [f"memory snapshot of step {s} is damaged: {p}"
-                         for p in memchunks.verify(chunks_root(project), os.path.join(d, memchunks.LIST))]
+                         for p in memchunks.verify(chunks_root(project), listed)]
         elif sizes[0] < int(meta.get("memory_mb", 0)) << 20 or sizes[1] == 0:
             problems.append(f"memory snapshot of step {s} is damaged: its files are shorter than recorded")
         if steps_known is not None and s not in steps_known:

@@ -35,6 +35,7 @@ from .machine import Link, Machine, VMError, connect_unix, remove
 from .qmp import QMP
 
 BOOT_TIMEOUT_S = float(os.environ.get("ENVGIT_VM_BOOT_TIMEOUT", "120"))
+STOP_WAIT_S = 20.0      # a stopping daemon waits this long for a memory snapshot being written
 BOOT_TRIES = 2          # about 1 boot in 8 hangs silently under TCG here: one retry
 CMDLINE = ("console=ttyS0 quiet rdinit=/init panic=-1 tsc=reliable tsc_early_khz=2000000 "
            "lpj=8000000 8250.nr_uarts=1 mitigations=off")
@@ -164,6 +165,9 @@ class QemuMachine(Machine):
                 "-object", (f"memory-backend-ram,id=mem,size={mem}" if self.anon_ram else
                             f"memory-backend-file,id=mem,size={mem},mem-path={self.ram},share=on"),
                 "-nodefaults", "-no-user-config", "-nographic", "-display", "none", "-no-reboot",
+                # a guest that powers off or panics is paused, not ended: QEMU stays until a
+                # background snapshot of the step before has been written whole
+                "-action", "shutdown=pause", "-action", "panic=pause",
                 "-kernel", img.kernel, "-initrd", img.initrd,
                 "-append", self._cmdline(),
                 "-serial", f"file:{os.path.join(self.run_dir, 'console.log')}",
@@ -340,8 +344,14 @@ class QemuMachine(Machine):
         seconds: an agent that no longer reads its port (wedged, or its port taken by another
         reader) is a dead machine, replaced by the caller, not one every later request waits
         out its timeout on."""
-        return self.proc is not None and self.proc.poll() is None and self.link is not None \
-            and not self.link.closed and self.link.ping(answer_within)
+        if self.proc is None or self.proc.poll() is not None or self.link is None or self.link.closed:
+            return False
+        try:                            # powered off or panicked (paused by -action): dead now
+            if self.qmp.cmd("query-status").get("status") in ("shutdown", "guest-panicked"):
+                return False
+        except (VMError, OSError, ValueError):
+            return False
+        return self.link.ping(answer_within)
 
     # --- snapshot and restore ------------------------------------------------------------
 
@@ -374,11 +384,11 @@ class QemuMachine(Machine):
                 return {**base, "background": True, "pause_ms": pause_ms}
         return self._snapshot_stopped(dest)
 
-    def join_background(self):
+    def join_background(self, timeout=None):
         """Wait for a background snapshot being written (a restore, gc and stop need QEMU's
         migration, or the files, as it leaves them)."""
         job = self.background
-        if job is not None and not job.join():
+        if job is not None and not (job.join() if timeout is None else job.join(timeout)):
             raise VMError("a background memory snapshot did not finish")
 
     def _snapshot_stopped(self, dest) -> dict:
@@ -464,6 +474,9 @@ class QemuMachine(Machine):
             self.qmp.cmd("migrate-set-capabilities", capabilities=[
                 {"capability": "x-ignore-shared", "state": not stream}])
             if stream:                  # the chunks in order into a pipe QEMU reads
+                if not memchunks.list_matches(os.path.join(src, memchunks.LIST), meta.get("list_hash")):
+                    raise VMError("its list of memory chunks is not the one written with it "
+                                  "(changed or torn since): `envgit fsck` says so too")
                 fd, w = os.pipe2(os.O_CLOEXEC)
                 threading.Thread(target=memchunks.stream_into, name="vm-restore-stream", daemon=True,
                                  args=(memchunks.root(self.state), os.path.join(src, memchunks.LIST), w,
@@ -528,8 +541,8 @@ class QemuMachine(Machine):
             self.proc = None
 
     def stop(self):
-        try:
-            self.join_background()      # the last step's memory written whole, then stopped
+        try:                            # the last step's memory written whole, then stopped;
+            self.join_background(STOP_WAIT_S)   # not past what `envgit daemon stop` waits
         except VMError:
             pass
         self._kill()
