@@ -8,6 +8,7 @@ on it, and no sandbox can see it."""
 
 import _socket
 import marshal
+import os
 import sys
 import time
 
@@ -34,6 +35,7 @@ def decode(body: bytes):
 PROTOCOL = 2
 
 START_TIMEOUT_S = 30
+STOPPING_WAIT_S = 60    # a stopping daemon waits 20 s at most for a VM snapshot (vm/qemu.py)
 STOP_TIMEOUT_S = 15
 try:        # how long a connected daemon may take to say its first word (a wedged or full one)
     ANSWER_TIMEOUT_S = float(__import__("os").environ.get("ENVGIT_DAEMON_ANSWER_TIMEOUT", "10"))
@@ -169,6 +171,19 @@ def _other_build(conn, project, theirs, start) -> Conn:
     return fresh
 
 
+def _lock_held(project) -> bool:
+    """Does a daemon hold daemon.lock? Read from /proc/locks, never by taking the lock: a
+    client holding it for an instant would make a daemon starting meanwhile give up."""
+    try:
+        st = os.stat(project.state_path("daemon.lock"))
+        with open("/proc/locks") as f:
+            locks = f.read()
+    except OSError:
+        return False
+    me = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    return any(" FLOCK " in line and me in line for line in locks.splitlines())
+
+
 def _alive(pid) -> bool:
     if not isinstance(pid, int):
         return False
@@ -181,6 +196,14 @@ def _alive(pid) -> bool:
 
 def _connect(project, start) -> Conn:
     s = _try(project.socket)
+    if s is None and start and _lock_held(project):
+        # a daemon that no longer answers but still holds the project: stopping (a VM's last
+        # memory snapshot being written); a new one could not take the project before it ends
+        sys.stderr.write("envgit: the session daemon of this project is still stopping; waiting for it\n")
+        deadline = time.monotonic() + STOPPING_WAIT_S
+        while _lock_held(project) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s = _try(project.socket)
     if s is None and start:
         proc = _spawn(project)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -236,6 +236,27 @@ class QemuMachine(Machine):
             self.link = Link(connect_unix(os.path.join(self.sock_dir, "agent.sock"), 30))
         except (OSError, ValueError) as e:
             raise VMError(f"QEMU's sockets: {e}") from None
+        self._watch_power(self.proc, self.qmp)
+
+    def _watch_power(self, proc, qmp):
+        """A guest that powers off or panics is paused by QEMU (-action), so a background
+        snapshot of the step before it still completes; then QEMU is ended, as it would have
+        ended itself, so the step running in it ends too (its agent's port closes)."""
+        def watch():
+            while proc.poll() is None:
+                time.sleep(0.5)
+                try:
+                    status = qmp.cmd("query-status").get("status")
+                except (VMError, OSError, ValueError):
+                    return              # QEMU gone, or this machine's QMP closed
+                if status in ("shutdown", "guest-panicked"):
+                    try:
+                        self.join_background(STOP_WAIT_S)
+                    except VMError:
+                        pass
+                    proc.kill()
+                    return
+        threading.Thread(target=watch, name="vm-power-watch", daemon=True).start()
 
     # --- boot ---------------------------------------------------------------------------
 
