@@ -391,7 +391,11 @@ class QemuMachine(Machine):
             base = {**self._meta(), "format": memstore.CHUNKS_FORMAT,
                     "method": "background-snapshot: RAM write-protected (userfaultfd), written while the guest runs"}
 
-            job = Background(self.qmp, dest, lambda info, error: finished(None if error else {**base, **info}, error))
+            def done(info, error):
+                if error is not None:
+                    self._wedged_after(error)
+                finished(None if error else {**base, **info}, error)
+            job = Background(self.qmp, dest, done)
             self.background = job       # joined (instantly once done) by the next operation
             try:
                 pause_ms = job.start()
@@ -404,6 +408,17 @@ class QemuMachine(Machine):
             else:
                 return {**base, "background": True, "pause_ms": pause_ms}
         return self._snapshot_stopped(dest)
+
+    def _wedged_after(self, error):
+        """A background snapshot that failed (a disk filled while QEMU wrote it) can leave
+        QEMU 7.2's guest write-protected, its vCPU asleep for ever, and the step running in it
+        with it: a guest whose agent does not answer then is ended, so that step ends, and the
+        next resumes from the newest snapshot kept (host.py says so)."""
+        proc, link = self.proc, self.link
+        if proc is None or proc.poll() is not None:
+            return                      # QEMU was ended: that is why it failed
+        if link is None or not link.ping(5.0):
+            proc.kill()
 
     def join_background(self, timeout=None):
         """Wait for a background snapshot being written (a restore, gc and stop need QEMU's
