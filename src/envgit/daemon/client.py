@@ -38,7 +38,7 @@ START_TIMEOUT_S = 30
 STOPPING_WAIT_S = 60    # a stopping daemon waits 20 s at most for a VM snapshot (vm/qemu.py)
 STOP_TIMEOUT_S = 15
 try:        # how long a connected daemon may take to say its first word (a wedged or full one)
-    ANSWER_TIMEOUT_S = float(__import__("os").environ.get("ENVGIT_DAEMON_ANSWER_TIMEOUT", "10"))
+    ANSWER_TIMEOUT_S = float(os.environ.get("ENVGIT_DAEMON_ANSWER_TIMEOUT", "10"))
 except ValueError:
     ANSWER_TIMEOUT_S = 10.0
 
@@ -269,7 +269,7 @@ def _last_words(project) -> str:
     if said:
         return said[-1].removeprefix("envgit: ")
     try:                                # a full disk may not have let it write even that line
-        full = __import__("os").statvfs(path).f_bavail == 0
+        full = os.statvfs(path).f_bavail == 0
     except OSError:
         full = False
     if full:

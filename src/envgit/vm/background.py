@@ -114,6 +114,7 @@ class Background:
         finally:
             self.done.set()
 
-    def join(self, timeout=WRITE_WAIT_S + 30) -> bool:
-        """Wait for it to be done (committed or dropped); False if it was not within `timeout`."""
-        return self.done.wait(timeout)
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for it to be done (committed or dropped); False if it was not within `timeout`
+        (by default as long as the write itself may take)."""
+        return self.done.wait(WRITE_WAIT_S + 30 if timeout is None else timeout)

@@ -228,21 +228,22 @@ class VMHost:
             d = memstore.begin(self.project, step)
             manifest = _manifest_json(self.manifest)
 
+            def dropped(why):
+                shutil.rmtree(d, ignore_errors=True)
+                self.log(f"envgit daemon: the memory snapshot of step {step} was not kept: {why}")
+
             def finished(meta, error):          # a background snapshot's end, on its thread
                 if error is not None:
-                    shutil.rmtree(d, ignore_errors=True)
                     self.snapshot_failed = f"step {step}: {error}"
-                    self.log(f"envgit daemon: the memory snapshot of step {step} was not kept: {error}")
-                    return
+                    return dropped(error)
                 faults.point("vm-memory-written")   # the stream whole, `ok` not yet
                 try:
-                    got = memchunks.store(memchunks.root(self.project.state_path("vm")),
+                    got = memchunks.store(memstore.chunks_root(self.project),
                                           os.path.join(d, memstore.STREAM), os.path.join(d, memchunks.LIST))
                     faults.point("vm-memory-chunked")   # chunks and their list written, `ok` not yet
                     memstore.commit(d, {**meta, **got, "step": step, "host_manifest": manifest})
                 except OSError as e:
-                    shutil.rmtree(d, ignore_errors=True)
-                    self.log(f"envgit daemon: the memory snapshot of step {step} was not kept: {e}")
+                    dropped(e)
             try:
                 meta = self.machine.snapshot(d, finished)
             except (VMError, OSError) as e:
@@ -257,8 +258,7 @@ class VMHost:
     def collect(self, keep) -> tuple[int, list[int]]:
         """gc of the memory snapshots (memstore.collect), none being written meanwhile."""
         with self.lock:
-            if self.machine is not None:
-                self.machine.join_background()
+            self.settle()
             return memstore.collect(self.project, keep)
 
     def settle(self):
@@ -277,8 +277,7 @@ class VMHost:
             return self._restore_locked(step)
 
     def _restore_locked(self, step) -> dict:
-        if self.machine is not None:
-            self.machine.join_background()
+        self.settle()                   # the snapshot asked for may be the one being written
         d = memstore.path(self.project, step)
         if not memstore.complete(d):
             raise VMError(f"step {step} has no memory snapshot")

@@ -35,6 +35,7 @@ from .machine import Link, Machine, VMError, connect_unix, remove
 from .qmp import QMP
 
 BOOT_TIMEOUT_S = float(os.environ.get("ENVGIT_VM_BOOT_TIMEOUT", "120"))
+POWERED_OFF = ("shutdown", "guest-panicked")    # QEMU's status of a guest paused by -action
 STOP_WAIT_S = 20.0      # a stopping daemon waits this long for a memory snapshot being written
 BOOT_TRIES = 2          # about 1 boot in 8 hangs silently under TCG here: one retry
 CMDLINE = ("console=ttyS0 quiet rdinit=/init panic=-1 tsc=reliable tsc_early_khz=2000000 "
@@ -249,7 +250,7 @@ class QemuMachine(Machine):
                     status = qmp.cmd("query-status").get("status")
                 except (VMError, OSError, ValueError):
                     return              # QEMU gone, or this machine's QMP closed
-                if status in ("shutdown", "guest-panicked"):
+                if status in POWERED_OFF:
                     try:
                         self.join_background(STOP_WAIT_S)
                     except VMError:
@@ -368,7 +369,7 @@ class QemuMachine(Machine):
         if self.proc is None or self.proc.poll() is not None or self.link is None or self.link.closed:
             return False
         try:                            # powered off or panicked (paused by -action): dead now
-            if self.qmp.cmd("query-status").get("status") in ("shutdown", "guest-panicked"):
+            if self.qmp.cmd("query-status").get("status") in POWERED_OFF:
                 return False
         except (VMError, OSError, ValueError):
             return False
@@ -424,7 +425,7 @@ class QemuMachine(Machine):
         """Wait for a background snapshot being written (a restore, gc and stop need QEMU's
         migration, or the files, as it leaves them)."""
         job = self.background
-        if job is not None and not (job.join() if timeout is None else job.join(timeout)):
+        if job is not None and not job.join(timeout):
             raise VMError("a background memory snapshot did not finish")
 
     def _snapshot_stopped(self, dest) -> dict:
