@@ -20,13 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANARY, ENVGIT, Env, make_home
+from conftest import CANARY, ENVGIT
+from kit.vmproject import vm_project
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (dev/run test installs it)")
 
-# shared with tests/adversarial/conftest.py
-VM_CACHE = os.environ.get("ENVGIT_VM_CACHE") or "/var/tmp/envgit-test-vm-cache"
 
 COUNTER = r'''
 import http.server, os, random
@@ -48,14 +47,8 @@ http.server.HTTPServer(("127.0.0.1", 8000), H).serve_forever()
 
 @pytest.fixture(scope="module")
 def vm(tmp_path_factory):
-    base = tmp_path_factory.mktemp("vm")
-    home = make_home(base)
-    root = home / "proj"
-    root.mkdir()
-    e = Env(home, root, {"ENVGIT_VM_CACHE": VM_CACHE, "ENVGIT_DAEMON_IDLE": "600"})
-    e.envgit("init", check=True)
-    with open(root / "envgit.yaml", "a") as f:
-        f.write("backend: vm\nvm: { memory: 256MiB, cpus: 1 }\n")
+    e = vm_project(tmp_path_factory.mktemp("vm"))
+    root = e.root
     (root / "counter.py").write_text(COUNTER)
     (root / ".env").write_text(f"TOKEN={CANARY}\n")
     (root / "notes.txt").write_text("from the host\n")

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENVGIT, Env, make_home
+from conftest import ENVGIT, Env
+from kit.vmproject import vm_project
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (dev/run test installs it)")
 
-VM_CACHE = os.environ.get("ENVGIT_VM_CACHE") or "/var/tmp/envgit-test-vm-cache"
 BARE_EXCEPTION = re.compile(r"Traceback|\b[A-Z][A-Za-z]*(Error|Exception)\b")
 
 # A program for the guest: writes an 8-byte generation stamp at the start and the end of each
@@ -108,17 +108,26 @@ time.sleep(10 ** 6)
 # --- the project and its daemon ----------------------------------------------------------------
 
 def _project(base: Path, memory="256MiB") -> Env:
-    home = make_home(base)
-    root = home / "proj"
-    root.mkdir()
-    e = Env(home, root, {"ENVGIT_VM_CACHE": VM_CACHE, "ENVGIT_DAEMON_IDLE": "600"})
-    e.envgit("init", check=True)
-    with open(root / "envgit.yaml", "a") as f:
-        f.write(f"backend: vm\nvm: {{ memory: {memory}, cpus: 1 }}\n")
+    e = vm_project(base, memory)
     e.flags = base / "flags"            # ENVGIT_FAULT_DIR: where a held point says it is held
     e.flags.mkdir()
     e.mounts = []
     return e
+
+
+def _held_step(vm, point: str, sleeper: int) -> tuple[int, Path]:
+    """A step that leaves `sleep SLEEPER` running, its memory snapshot held at fault point
+    `point` (a daemon started anew with ENVGIT_FAULT=point:pause): (its id, the flag whose
+    removal lets the snapshot go on)."""
+    vm.run("true", timeout=300)
+    vm.stop()
+    held = {"ENVGIT_FAULT": f"{point}:pause", "ENVGIT_FAULT_DIR": str(vm.flags)}
+    r = vm.envgit("run", "--", "sh", "-c", f"setsid sleep {sleeper} >/dev/null 2>&1 < /dev/null &",
+                  env=held, timeout=300)
+    assert r.returncode == 0, r.stderr
+    flag = vm.flags / f"{point}.paused"
+    _wait_for(flag)
+    return _last(vm), flag
 
 
 def _daemon_pid(e):
@@ -454,15 +463,7 @@ def test_fsck_show_gc_and_rewind_while_a_snapshot_is_held(vm):
     """Held: the stream whole, its commit held (ENVGIT_FAULT=...:pause). fsck says it is
     incomplete (exit 0); show says it is being written; gc waits for it and keeps it; a rewind
     to it waits and brings its process back."""
-    vm.run("true", timeout=300)
-    vm.stop()
-    held = {"ENVGIT_FAULT": "vm-memory-written:pause", "ENVGIT_FAULT_DIR": str(vm.flags)}
-    r = vm.envgit("run", "--", "sh", "-c", "setsid sleep 4848 >/dev/null 2>&1 < /dev/null &",
-                  env=held, timeout=300)
-    assert r.returncode == 0, r.stderr
-    a = _last(vm)
-    flag = vm.flags / "vm-memory-written.paused"
-    _wait_for(flag)
+    a, flag = _held_step(vm, "vm-memory-written", 4848)
     r = vm.envgit("fsck")
     _clean(r)
     assert r.returncode == 0 and "incomplete" in r.stdout, r.stdout
@@ -499,15 +500,7 @@ def test_the_command_after_a_daemon_stop_while_a_snapshot_is_written_runs(vm):
     command runs (0b0185f: a command finding the daemon still stopping waits for it); the
     snapshot cut short is then not kept, which a rewind to its step must say. Expected: the
     next command runs, and the step's memory is back or said to be gone."""
-    vm.run("true", timeout=300)
-    vm.stop()
-    held = {"ENVGIT_FAULT": "vm-memory-chunked:pause", "ENVGIT_FAULT_DIR": str(vm.flags)}
-    r = vm.envgit("run", "--", "sh", "-c", "setsid sleep 4949 >/dev/null 2>&1 < /dev/null &",
-                  env=held, timeout=300)
-    assert r.returncode == 0, r.stderr
-    a = _last(vm)
-    flag = vm.flags / "vm-memory-chunked.paused"
-    _wait_for(flag)
+    a, flag = _held_step(vm, "vm-memory-chunked", 4949)
     held_at = time.monotonic()
     r = vm.envgit("daemon", "stop", timeout=120)
     _clean(r)
