@@ -15,7 +15,7 @@ import pytest
 
 from conftest import Env, make_home
 from gitserver import GitServer
-from test_vm import VM_CACHE
+from kit.vmproject import VM_CACHE
 
 needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (dev/run test installs it)")
