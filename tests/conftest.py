@@ -75,8 +75,10 @@ class Env:
         (self.root / "envgit.yaml").write_text(text)
 
     def stop(self):
+        # `envgit daemon stop` waits up to 60 s for the daemon to exit (an auto-push under way
+        # is let finish): the bound here is above it, or a loaded machine fails the teardown
         subprocess.run([ENVGIT, "daemon", "stop"], cwd=self.root, env=self.env,
-                       capture_output=True, timeout=30)
+                       capture_output=True, timeout=90)
 
 
 def network_policy(allow, irreversible=({"preset": "default"},), l7=None):

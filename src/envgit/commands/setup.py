@@ -221,10 +221,11 @@ def cmd_doctor(args):
 
 # --- daemon (plumbing) -------------------------------------------------------------------
 
-def _wait_for_exit(project, timeout_s=30.0) -> None:
-    """After `stop` is answered the daemon still finishes its session (the gate's start-up if
-    it is under way, the journal): done when it lets go of daemon.lock, which it holds for
-    its life. Then the directory is the caller's to remove or copy."""
+def _wait_for_exit(project, timeout_s=60.0) -> None:
+    """After `stop` is answered the daemon still finishes its session (an auto-push under way,
+    30 s at most; a VM's last snapshot, 20 s; the journal): done when it lets go of
+    daemon.lock, which it holds for its life. Then the directory is the caller's to remove or
+    copy."""
     import fcntl
     import time
     try:
