@@ -124,3 +124,19 @@ def taken_back(a, r, *paths) -> dict:
     back = [x for x in steps if x["argv"] == ["envgit", "take-back", str(s["id"])]]
     assert back and "escape-route-taken-back" in back[0]["marks"], steps[-1]
     return s
+
+
+def every_case(cases, check) -> None:
+    """`check(case)` for each of `cases` in turn, in one world (a project, its daemon, its
+    servers) that the cases share: each is its own steps, with its own oracle, and must leave
+    nothing a later case would see. A case that fails does not stop the rest; the test fails
+    at the end naming every case that failed and what it said."""
+    cases, failed = list(cases), {}
+    for case in cases:
+        try:
+            check(case)
+        except Exception as e:          # an error too is one case's, named with the rest
+            failed[case] = f"{type(e).__name__}: {str(e)[:800]}"
+    assert not failed, f"{len(failed)} of {len(cases)} cases failed:\n\n" + \
+        "\n\n".join(f"[{k}] {v}" for k, v in failed.items())
+

@@ -26,6 +26,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import netproject, servers
+from harness import every_case
 from kit.rawtls import raw_tls_server, read_head
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None or shutil.which("python3") is None,
@@ -140,7 +141,9 @@ def world(attacker):
         yield api, seen
 
 
-def _fetch(attacker, api, path) -> str:
+def _fetch(attacker, api, seen, path) -> str:
+    """One step fetches `path`; `seen` is emptied first, so what it holds after is this step's."""
+    seen.clear()
     r = attacker.run(f"rm -f b h; curl -sS -D h -H \"Authorization: Bearer $MY_TOKEN\" https://{api}{path} "
                      "-o b; echo curl-exit=$?; touch b h; cat h; python3 read.py h b")
     return r.stdout + r.stderr
@@ -151,7 +154,7 @@ def _last(attacker) -> dict:
 
 
 def _check_body(attacker, api, seen, how, spelling):
-    out = _fetch(attacker, api, f"/{how}/{spelling}")
+    out = _fetch(attacker, api, seen, f"/{how}/{spelling}")
     assert seen and seen[-1] == f"Bearer {TOKEN}", seen            # the real token arrived
     assert CANARY not in out, f"the real token reached the step ({spelling}, {how}):\n{out}"
     s = _last(attacker)
@@ -165,48 +168,56 @@ def _check_body(attacker, api, seen, how, spelling):
         assert "credential-misuse" in s["marks"], (s["marks"], s["requests"])
 
 
-@pytest.mark.parametrize("how", ["buffered", "stream"])
-def test_a_spelled_real_token_in_a_body_never_reaches_the_step(attacker, how):
-    """Every spelling, each its own step, in one project and gate (one world per test: a new
-    gate per spelling cost the suite minutes); every spelling that fails is named."""
-    failed = {}
+# Each test below is one world (servers, project, gate: a new one per case cost the suite
+# minutes); every case is its own step in it, and every case that fails is named (every_case).
+# No case changes the policy or the server: what one leaves (b, h) the next step removes.
+
+def test_a_spelled_real_token_in_a_body_never_reaches_the_step(attacker):
+    """Every spelling, in a body as it is and streamed, each its own step."""
     with world(attacker) as (api, seen):
-        for spelling in SPELL:
-            try:
-                _check_body(attacker, api, seen, how, spelling)
-            except AssertionError as e:
-                failed[spelling] = str(e)[:600]
-    assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
+        every_case([f"{how}/{spelling}" for how in ("buffered", "stream") for spelling in SPELL],
+                   lambda case: _check_body(attacker, api, seen, *case.split("/")))
 
 
 @pytest.mark.both_uids("the stream is cut in the daemon, which runs as the step's user")
-@pytest.mark.parametrize("spelling", TRICKLED)
-def test_a_spelled_real_token_trickled_a_few_bytes_a_chunk_is_cut_before_it_passes(attacker, spelling):
+def test_a_spelled_real_token_trickled_a_few_bytes_a_chunk_is_cut_before_it_passes(attacker):
     """Three bytes an HTTP chunk: the gate holds back what may begin the value in the
     percent/HTML reading, so no prefix of it reaches the step either."""
-    with world(attacker) as (api, seen):
+    def check(spelling):
         _check_body(attacker, api, seen, "trickle", spelling)
         got = attacker.run("python3 read.py b").stdout
         assert CANARY[:4] not in got, f"a prefix of the token reached the step:\n{got}"
 
-
-@pytest.mark.both_uids("headers are rewritten in the daemon, which runs as the step's user")
-@pytest.mark.parametrize("spelling", ["pct-all", "pct-first", "pct-last", "html-one"])
-def test_a_spelled_real_token_in_a_location_is_dropped(attacker, spelling):
     with world(attacker) as (api, seen):
-        out = _fetch(attacker, api, f"/location/{spelling}")
-        assert seen and seen[-1] == f"Bearer {TOKEN}", seen
-        assert CANARY not in out, f"the real token reached the step in a Location ({spelling}):\n{out}"
-        assert "301" in out, out
-        assert [q for q in _last(attacker)["requests"] if q.get("credential_echo") == "tok"]
+        every_case(TRICKLED, check)
 
 
-@pytest.mark.both_uids("headers are rewritten in the daemon, which runs as the step's user")
-def test_a_real_token_in_a_folded_header_is_dropped(attacker):
+def _check_location(attacker, api, seen, spelling):
+    out = _fetch(attacker, api, seen, f"/location/{spelling}")
+    assert seen and seen[-1] == f"Bearer {TOKEN}", seen
+    assert CANARY not in out, f"the real token reached the step in a Location ({spelling}):\n{out}"
+    assert "301" in out, out
+    assert [q for q in _last(attacker)["requests"] if q.get("credential_echo") == "tok"]
+
+
+def _check_folded(attacker, api, seen):
     """`X-Tok: CANARY-7\\r\\n f3a9c…`: mitmproxy passes the folded line on; clients unfold it."""
+    out = _fetch(attacker, api, seen, "/fold/-")
+    assert seen and seen[-1] == f"Bearer {TOKEN}", seen
+    assert CANARY not in out, f"the real token reached the step in a folded header:\n{out}"
+    assert "curl-exit=0" in out and "HTTP/1.1 200" in out, out
+    assert [q for q in _last(attacker)["requests"] if q.get("credential_echo") == "tok"], out
+
+
+@pytest.mark.both_uids("headers are rewritten in the daemon, which runs as the step's user")
+def test_a_spelled_real_token_in_a_location_or_a_folded_header_is_dropped(attacker):
+    """A Location spelled four ways, and a header folded across lines: each its own step."""
+    def check(case):
+        how, _, spelling = case.partition("/")
+        if how == "fold":
+            _check_folded(attacker, api, seen)
+        else:
+            _check_location(attacker, api, seen, spelling)
+
     with world(attacker) as (api, seen):
-        out = _fetch(attacker, api, "/fold/-")
-        assert seen and seen[-1] == f"Bearer {TOKEN}", seen
-        assert CANARY not in out, f"the real token reached the step in a folded header:\n{out}"
-        assert "curl-exit=0" in out and "HTTP/1.1 200" in out, out
-        assert [q for q in _last(attacker)["requests"] if q.get("credential_echo") == "tok"], out
+        every_case([f"location/{s}" for s in ("pct-all", "pct-first", "pct-last", "html-one")] + ["fold"], check)
