@@ -78,3 +78,34 @@ def test_fish_completes_commands_subcommands_and_options(tmp_path):
 def test_an_unknown_shell_is_a_usage_error():
     r = subprocess.run([ENVGIT, "completion", "tcsh"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_each_command_is_built_by_the_module_commands_names_for_it():
+    """A command parses with only its own module's parsers (cli.py, commands.COMMAND_MODULE):
+    the map names, for every command the whole tree has, the module that registers it."""
+    import argparse
+    import importlib
+
+    from envgit import cli, commands
+    made = {}
+    for name in commands.MODULES:
+        p = argparse.ArgumentParser()
+        sub = p.add_subparsers()
+        importlib.import_module(f"envgit.commands.{name}").add_parsers(sub, argparse)
+        made.update({c: name for c in sub.choices})
+    expect = {c: (None if c == "completion" else m) for c, m in made.items()}
+    assert commands.COMMAND_MODULE == expect
+    whole = cli._parser(False)._subparsers._group_actions[0].choices
+    assert set(whole) - set(made) == {"run", "mcp", *cli.AGENTS}      # dispatched before argparse
+    for command, module in commands.COMMAND_MODULE.items():
+        if module is not None:
+            assert command in cli._parser(False, command)._subparsers._group_actions[0].choices
+
+
+def test_a_command_and_its_help_work_from_its_own_parsers(tmp_path):
+    r = subprocess.run([ENVGIT, "show", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "envgit show last~1 --json" in r.stdout, r.stderr
+    r = subprocess.run([ENVGIT, "show", "1", "--bogus"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr, r.stderr
+    r = subprocess.run([ENVGIT, "--json-typo"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "usage: envgit" in r.stderr, r.stderr

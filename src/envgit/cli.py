@@ -86,7 +86,10 @@ def _die_of(signum):
     sys.exit(128 + signum)              # not reached unless the signal is blocked
 
 
-def _parser(json_errors):
+def _parser(json_errors, command=None):
+    """The command line's parser: only `command`'s own module's parsers when it is a command
+    whose module is known (commands.COMMAND_MODULE), else the whole tree (`envgit --help`, an
+    unknown command, completion)."""
     import argparse
 
     from . import __version__, commands
@@ -104,8 +107,12 @@ def _parser(json_errors):
     p.add_argument("--version", action="version", version=f"envgit {__version__}")
     p.set_defaults(parser_root=p)       # `envgit completion` reads the whole tree from it
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-    _hot_path_parsers(sub, commands)
     import importlib
+    module = commands.COMMAND_MODULE.get(command or "")
+    if module is not None:
+        importlib.import_module(f".commands.{module}", __package__).add_parsers(sub, argparse)
+        return p
+    _hot_path_parsers(sub, commands)
     for name in commands.MODULES:
         importlib.import_module(f".commands.{name}", __package__).add_parsers(sub, argparse)
     return p
@@ -149,7 +156,7 @@ def _parse_and_dispatch(argv):
     from . import commands
     # `-- PATH…` (diff, rewind, restore) is split off here: argparse mixes it up with subcommands.
     head, paths = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    p = _parser(json_errors="--json" in head)
+    p = _parser(json_errors="--json" in head, command=head[0] if head else None)
     args = p.parse_args(head)
     if hasattr(args, "paths"):
         args.paths = paths

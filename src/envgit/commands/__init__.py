@@ -46,6 +46,18 @@ __all__ = ["EXIT_DAEMON", "EXIT_FAILED", "EXIT_JOURNAL", "EXIT_STORE", "EXIT_USA
 # The command modules, in the order `envgit --help` lists them.
 MODULES = ("setup", "timeline", "diff", "snapshot", "rewind", "adopt", "gc", "asks", "grants", "stats", "export",
            "ui", "fsck", "remote", "trust", "completion", "ps", "compare", "branch", "learn")
+# Which module's add_parsers makes each command: a command builds only its own module's parsers
+# (cli.py), not all twenty (importing them all cost every command ~30 ms). Pinned by
+# tests/test_cli_conventions.py against what each module registers.
+COMMAND_MODULE = {
+    "init": "setup", "demo": "setup", "doctor": "setup", "policy": "setup", "daemon": "setup",
+    "log": "timeline", "show": "timeline", "diff": "diff", "ls": "snapshot", "cat": "snapshot",
+    "restore": "snapshot", "rewind": "rewind", "adopt": "adopt", "gc": "gc", "pending": "asks",
+    "approve": "asks", "deny": "asks", "grants": "grants", "stats": "stats", "export": "export",
+    "ui": "ui", "fsck": "fsck", "remote": "remote", "push": "remote", "audit": "remote",
+    "trust": "trust", "completion": None, "ps": "ps", "compare": "compare", "fork": "branch",
+    "branches": "branch", "branch": "branch", "learn": "learn",
+}       # None: needs the whole command tree (completion reads it)
 
 
 # --- parsers ----------------------------------------------------------------------------
