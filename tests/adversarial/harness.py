@@ -136,7 +136,39 @@ def every_case(cases, check) -> None:
         try:
             check(case)
         except Exception as e:          # an error too is one case's, named with the rest
-            failed[case] = f"{type(e).__name__}: {str(e)[:800]}"
+            said = str(e)
+            said = said if len(said) <= 2400 else f"{said[:800]}\n[…]\n{said[-1600:]}"
+            failed[case] = f"{type(e).__name__}: {said}"
     assert not failed, f"{len(failed)} of {len(cases)} cases failed:\n\n" + \
         "\n\n".join(f"[{k}] {v}" for k, v in failed.items())
 
+
+@contextlib.contextmanager
+def put_back(a, *rels):
+    """The project's `rels` as they were before the block, after it, as the person would put
+    them back between steps: a file that was there gets its bytes and mode again, and one that
+    was not is removed with every directory made for it; what a case of every_case changed
+    that a later case would see."""
+    saved, made = {}, set()
+    for rel in rels:
+        p = a.root / rel
+        if p.is_file() and not p.is_symlink():
+            saved[p] = (p.read_bytes(), p.stat().st_mode)
+            continue
+        top = p                                  # the topmost of it and its parents not there
+        while not top.parent.exists() and top.parent != a.root:
+            top = top.parent
+        if not os.path.lexists(top):
+            made.add(top)
+    try:
+        yield
+    finally:
+        for p in [*made, *saved]:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p in made and os.path.lexists(p) or p.is_symlink():
+                p.unlink()
+        for p, (data, mode) in saved.items():
+            p.write_bytes(data)
+            p.chmod(mode)
+            a.own(p)

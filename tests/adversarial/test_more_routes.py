@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from harness import taken_back
+from harness import every_case, put_back, taken_back
 
 NOTICE = "ESCAPE ROUTE"
 ID = "-c user.name=a -c user.email=a@example.com"
@@ -84,22 +84,30 @@ def test_a_planted_rebase_is_marked_and_really_runs(attacker):
     assert m.exists()                        # the oracle is live: that is why it is said
 
 
-@pytest.mark.parametrize("files,route", [
-    ({".git/rebase-apply/next": "1\\n", ".git/rebase-apply/last": "1\\n",
-      ".git/rebase-apply/0001": "From x\\n"}, ".git/rebase-apply"),
-    ({".git/sequencer/todo": "pick 0000000 x\\n"}, ".git/sequencer"),
-    ({".git/objects/info/alternates": "/tmp/elsewhere/objects\\n"}, ".git/objects/info/alternates"),
-    ({".git/info/grafts": "0" * 40 + "\\n"}, ".git/info/grafts"),
-    ({".git/shallow": "0" * 40 + "\\n"}, ".git/shallow"),
-    ({".git/refs/replace/" + "1" * 40: "0" * 40 + "\\n"}, ".git/refs/replace"),
-    ({".git/info/exclude": "evil.sh\\n"}, ".git/info/exclude"),
-], ids=["rebase-apply", "sequencer", "alternates", "grafts", "shallow", "replace", "exclude"])
-def test_git_state_left_behind_is_marked(attacker, files, route):
+GIT_STATE = {
+    "rebase-apply": ({".git/rebase-apply/next": "1\\n", ".git/rebase-apply/last": "1\\n",
+                      ".git/rebase-apply/0001": "From x\\n"}, ".git/rebase-apply"),
+    "sequencer": ({".git/sequencer/todo": "pick 0000000 x\\n"}, ".git/sequencer"),
+    "alternates": ({".git/objects/info/alternates": "/tmp/elsewhere/objects\\n"}, ".git/objects/info/alternates"),
+    "grafts": ({".git/info/grafts": "0" * 40 + "\\n"}, ".git/info/grafts"),
+    "shallow": ({".git/shallow": "0" * 40 + "\\n"}, ".git/shallow"),
+    "replace": ({".git/refs/replace/" + "1" * 40: "0" * 40 + "\\n"}, ".git/refs/replace"),
+    "exclude": ({".git/info/exclude": "evil.sh\\n"}, ".git/info/exclude"),
+}
+
+
+def test_git_state_left_behind_is_marked(attacker):
+    """Each kind its own step in one project, which the person puts back as it was after it."""
     a = attacker
-    script = " && ".join(f"mkdir -p $(dirname {p}) && printf '{c}' > {p}" for p, c in files.items())
-    r = a.run(script)
-    assert r.returncode == 0, r.stderr
-    marked(a, r, route)
+
+    def check(kind):
+        files, route = GIT_STATE[kind]
+        with put_back(a, *files):
+            r = a.run(" && ".join(f"mkdir -p $(dirname {p}) && printf '{c}' > {p}" for p, c in files.items()))
+            assert r.returncode == 0, r.stderr
+            marked(a, r, route)
+
+    every_case(GIT_STATE, check)
 
 
 def test_a_rebase_inside_a_step_still_works_and_is_not_marked(attacker):
@@ -135,10 +143,8 @@ def make_venv(a, path=".venv"):
     person(a, f"/usr/bin/python3 -m venv {path}")
 
 
-def test_a_venv_pip_rewritten_is_listed_and_really_runs(attacker):
-    a = attacker
+def _pip_rewritten_is_listed_and_really_runs(a):
     m = a.home / "pwned-venv-pip"
-    make_venv(a)
     r = a.run(f"sed -i '1a import os; os.system(\"touch {m}\")' .venv/bin/pip")
     assert r.returncode == 0, r.stderr
     assert not m.exists()
@@ -147,30 +153,22 @@ def test_a_venv_pip_rewritten_is_listed_and_really_runs(attacker):
     assert m.exists()                        # the oracle is live
 
 
-@pytest.mark.parametrize("plant,route,loud", [
-    ("rm .venv/bin/python && printf '#!/bin/sh\\ntouch {m}\\n' > .venv/bin/python", ".venv/bin/python", False),
-    ("printf '[global]\\nindex-url = http://127.0.0.1:9/simple\\n' > .venv/pip.conf", ".venv/pip.conf", True),
-    ("sed -i 's|^home = .*|home = /tmp/evil|' .venv/pyvenv.cfg", ".venv/pyvenv.cfg", False),
-], ids=["python-replaced", "pip.conf", "pyvenv.cfg"])
-def test_a_venv_route_is_marked(attacker, plant, route, loud):
-    """pip.conf routes the person's index credentials: loud. The venv's programs and its
-    pyvenv.cfg are what `python -m venv` and pip write: listed quietly."""
-    a = attacker
-    make_venv(a)
+# pip.conf routes the person's index credentials: loud. The venv's programs and its
+# pyvenv.cfg are what `python -m venv` and pip write: listed quietly.
+VENV_ROUTES = {
+    "python-replaced": ("rm .venv/bin/python && printf '#!/bin/sh\\ntouch {m}\\n' > .venv/bin/python",
+                        ".venv/bin/python", False),
+    "pip.conf": ("printf '[global]\\nindex-url = http://127.0.0.1:9/simple\\n' > .venv/pip.conf",
+                 ".venv/pip.conf", True),
+    "pyvenv.cfg": ("sed -i 's|^home = .*|home = /tmp/evil|' .venv/pyvenv.cfg", ".venv/pyvenv.cfg", False),
+}
+
+
+def _a_venv_route_is_marked(a, kind):
+    plant, route, loud = VENV_ROUTES[kind]
     r = a.run(plant.format(m=a.home / "pwned"))
     assert r.returncode == 0, r.stderr
     (marked if loud else listed_quietly)(a, r, route)
-
-
-def test_a_venv_made_and_planted_in_one_step_is_listed(attacker):
-    """No pyvenv.cfg before the step: the venv is recognised as it is after."""
-    a = attacker
-    r = a.run("/usr/bin/python3 -m venv --without-pip tools/env && "
-              "printf '#!/bin/sh\\necho hijacked\\n' > tools/env/bin/black && chmod +x tools/env/bin/black")
-    assert r.returncode == 0, r.stderr
-    s = last_step(a)
-    assert "tools/env/bin/black" in s["escape_routes"] and "tool-files-written" in s["marks"], s
-    assert "escape-route-written" not in s["marks"] and NOTICE not in r.stderr, r.stderr
 
 
 def _wheel(path):
@@ -185,20 +183,51 @@ def _wheel(path):
         z.writestr(f"{dist}/RECORD", "")
 
 
-def test_pip_install_into_a_venv_works_and_is_listed(attacker):
+def _pip_install_into_a_venv_works_and_is_listed(a):
+    with put_back(a, "hello-1.0-py3-none-any.whl", "bin"):
+        _wheel(a.root / "hello-1.0-py3-none-any.whl")
+        a.own(a.root / "hello-1.0-py3-none-any.whl")
+        r = a.run(".venv/bin/pip install -q --no-index --no-deps --no-cache-dir "
+                  "--disable-pip-version-check ./hello-1.0-py3-none-any.whl && .venv/bin/hello")
+        assert r.returncode == 0 and "hello" in r.stdout, r.stderr
+        listed_quietly(a, r, ".venv/bin/hello")
+        # an ordinary file in the project beside the venv is not a route
+        r = a.run("mkdir -p bin && echo x > bin/tool && echo y > .venv/notes.txt")
+        assert r.returncode == 0, r.stderr
+        not_marked(a)
+        assert "tool-files-written" not in last_step(a)["marks"]
+
+
+def test_a_venvs_programs_and_files_written_by_a_step_are_listed_or_marked(attacker):
+    """A venv the person made (`python -m venv`: its pip takes seconds to install, once): each
+    case its own steps on it, and the person copies the venv as made back after each. Its pip
+    rewritten is listed and runs; its python, pip.conf and pyvenv.cfg are routes; pip install
+    into it still works, listed quietly."""
     a = attacker
     make_venv(a)
-    _wheel(a.root / "hello-1.0-py3-none-any.whl")
-    a.own(a.root / "hello-1.0-py3-none-any.whl")
-    r = a.run(".venv/bin/pip install -q --no-index --no-deps --no-cache-dir "
-              "--disable-pip-version-check ./hello-1.0-py3-none-any.whl && .venv/bin/hello")
-    assert r.returncode == 0 and "hello" in r.stdout, r.stderr
-    listed_quietly(a, r, ".venv/bin/hello")
-    # an ordinary file in the project beside the venv is not a route
-    r = a.run("mkdir -p bin && echo x > bin/tool && echo y > .venv/notes.txt")
+    person(a, "cp -a .venv ../venv-as-made")
+    cases = {"pip-rewritten": _pip_rewritten_is_listed_and_really_runs,
+             **{k: lambda a, k=k: _a_venv_route_is_marked(a, k) for k in VENV_ROUTES},
+             "pip-install": _pip_install_into_a_venv_works_and_is_listed}
+
+    def check(case):
+        try:
+            cases[case](a)
+        finally:
+            person(a, "rm -rf .venv && cp -a ../venv-as-made .venv")
+
+    every_case(cases, check)
+
+
+def test_a_venv_made_and_planted_in_one_step_is_listed(attacker):
+    """No pyvenv.cfg before the step: the venv is recognised as it is after."""
+    a = attacker
+    r = a.run("/usr/bin/python3 -m venv --without-pip tools/env && "
+              "printf '#!/bin/sh\\necho hijacked\\n' > tools/env/bin/black && chmod +x tools/env/bin/black")
     assert r.returncode == 0, r.stderr
-    not_marked(a)
-    assert "tool-files-written" not in last_step(a)["marks"]
+    s = last_step(a)
+    assert "tools/env/bin/black" in s["escape_routes"] and "tool-files-written" in s["marks"], s
+    assert "escape-route-written" not in s["marks"] and NOTICE not in r.stderr, r.stderr
 
 
 def test_node_modules_bin_is_never_loud(attacker):
@@ -230,32 +259,44 @@ PLANT = "touch /tmp/pwned-by-more-routes"
 @pytest.mark.both_uids("an existing route is protected by a read-only bind in the step's view: as a non-root user "
                        "bwrap builds it in a user namespace, where DAC lets the person write their own file: the bind "
                        "must hold there too")
-@pytest.mark.parametrize("rel", PROTECTED)
-def test_an_existing_one_is_read_only(attacker, rel):
+def test_an_existing_one_is_read_only(attacker):
+    """Each route made by the person, attacked by a step, then removed: one after another in
+    one project."""
     a = attacker
-    p = a.root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("original\n")
-    a.own(a.root)
-    r = a.run(f"echo '{PLANT}' >> {rel}; echo '{PLANT}' > {rel}.new && mv {rel}.new {rel}")
-    assert r.returncode != 0
-    assert p.read_text() == "original\n"
-    assert a.run("echo ok > notes.txt && rm notes.txt").returncode == 0
+
+    def check(rel):
+        p = a.root / rel
+        with put_back(a, rel, f"{rel}.new"):
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("original\n")
+            a.own(a.root)
+            r = a.run(f"echo '{PLANT}' >> {rel}; echo '{PLANT}' > {rel}.new && mv {rel}.new {rel}")
+            assert r.returncode != 0
+            assert p.read_text() == "original\n"
+            assert a.run("echo ok > notes.txt && rm notes.txt").returncode == 0
+
+    every_case(PROTECTED, check)
 
 
-@pytest.mark.parametrize("rel", PROTECTED + MARKED)
-def test_a_new_one_is_taken_back_or_marked_and_told(attacker, rel):
+def test_a_new_one_is_taken_back_or_marked_and_told(attacker):
+    """Each route made by a step, one after another in one project; what a marked one leaves
+    the person removes before the next."""
     a = attacker
-    r = a.run(f"mkdir -p $(dirname {rel}) && echo '{PLANT}' > {rel}")
-    assert r.returncode == 0, r.stderr
-    if rel in PROTECTED:                    # nothing to bind before it exists: taken back
-        taken_back(a, r, rel)
-        assert not (a.root / rel).exists()
-        return
-    marked(a, r, rel)
-    r = a.run(f"echo '# more' >> {rel}")    # writable: tools edit them, every change is told
-    assert r.returncode == 0, r.stderr
-    marked(a, r, rel)
+
+    def check(rel):
+        with put_back(a, rel):
+            r = a.run(f"mkdir -p $(dirname {rel}) && echo '{PLANT}' > {rel}")
+            assert r.returncode == 0, r.stderr
+            if rel in PROTECTED:                    # nothing to bind before it exists: taken back
+                taken_back(a, r, rel)
+                assert not (a.root / rel).exists()
+                return
+            marked(a, r, rel)
+            r = a.run(f"echo '# more' >> {rel}")    # writable: tools edit them, every change is told
+            assert r.returncode == 0, r.stderr
+            marked(a, r, rel)
+
+    every_case(PROTECTED + MARKED, check)
 
 
 def test_gitattributes_driver_really_runs(attacker):
