@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import taken_back
+from harness import every_case, put_back, taken_back
 
 NOTICE = "WROTE AN ESCAPE ROUTE"
 ID = "-c user.name=a -c user.email=a@example.com"
@@ -177,12 +177,7 @@ def _person_home(a):
     return home
 
 
-@pytest.mark.both_uids(READ_ONLY_GIT +
-                       "; and core.hooksPath comes from the person's HOME (runuser's passwd home for a non-root "
-                       "person)")
-@pytest.mark.parametrize("source", ["xdg-default", "xdg-env", "gitconfig-absolute", "xdg-beside-gitconfig"])
-def test_hooks_path_from_any_config_source(attacker, source):
-    a = attacker
+def _hooks_path_from(a, source):
     home = _person_home(a)
     m = a.home / f"pwned-hookspath-{source}"
     made = []
@@ -201,23 +196,36 @@ def test_hooks_path_from_any_config_source(attacker, source):
     elif source == "xdg-env":
         xdg = a.home / "xdg"
         a.env["XDG_CONFIG_HOME"] = str(xdg)
-        _hooks_path_config(a, ".githooks", xdg / "git" / "config")
+        made.append(xdg / "git" / "config")
+        _hooks_path_config(a, ".githooks", made[-1])
         hooks = a.root / ".githooks"
     else:
         hooks = a.root / "tools" / "hooks"
         made.append(home / ".gitconfig")
         _hooks_path_config(a, str(hooks), made[-1])
     try:
-        r = a.run(f"mkdir -p {hooks} && printf '#!/bin/sh\\ntouch {m}\\n' > {hooks}/pre-commit && "
-                  f"chmod +x {hooks}/pre-commit")
-        assert r.returncode != 0
-        assert not host_git(a, f"echo x > f && git add f && git {ID} commit -q -m x", m)
-        assert (a.root / "f").exists()          # the commit really ran
-        said = hooks.relative_to(a.root) if source != "gitconfig-absolute" else hooks
-        assert a.host("git config --get core.hooksPath").stdout.strip() == str(said)
+        with put_back(a, ".githooks", "tools"):
+            r = a.run(f"mkdir -p {hooks} && printf '#!/bin/sh\\ntouch {m}\\n' > {hooks}/pre-commit && "
+                      f"chmod +x {hooks}/pre-commit")
+            assert r.returncode != 0
+            assert not host_git(a, f"echo {source} > f && git add f && git {ID} commit -q -m x", m)
+            assert (a.root / "f").read_text() == f"{source}\n"      # the commit really ran
+            said = hooks.relative_to(a.root) if source != "gitconfig-absolute" else hooks
+            assert a.host("git config --get core.hooksPath").stdout.strip() == str(said)
     finally:
         for f in made:
             f.unlink()
+        a.env.pop("XDG_CONFIG_HOME", None)      # the next case's daemon is started afresh
+
+
+@pytest.mark.both_uids(READ_ONLY_GIT +
+                       "; and core.hooksPath comes from the person's HOME (runuser's passwd home for a non-root "
+                       "person)")
+def test_hooks_path_from_any_config_source(attacker):
+    """Each source of core.hooksPath in turn, in one project: the person's config written and
+    the daemon started afresh, a step's plant, the person's commit; the config removed after."""
+    every_case(["xdg-default", "xdg-env", "gitconfig-absolute", "xdg-beside-gitconfig"],
+               lambda source: _hooks_path_from(attacker, source))
 
 
 @pytest.mark.both_uids(READ_ONLY_GIT)
@@ -312,14 +320,7 @@ def _person_config(a, where, text):
 FSMONITOR = '[core]\\n\\tfsmonitor = "touch {m}; false"\\n'
 
 
-@pytest.mark.both_uids(READ_ONLY_GIT + "; and the person's configuration comes from their HOME")
-@pytest.mark.parametrize("source", ["xdg-include", "xdg-include-absent", "global-includeif-absent",
-                                    "command-scope-include"])
-def test_a_project_file_the_persons_config_includes(attacker, source):
-    """The person's own config (XDG beside ~/.gitconfig, ~/.gitconfig's includeIf, the command
-    scope of GIT_CONFIG_COUNT) includes a project file: one that exists is read-only, one a
-    step creates is taken back; the person's `git status` never runs what a step put there."""
-    a = attacker
+def _included_by_the_persons_config(a, source):
     home = _person_home(a)
     m = a.home / f"pwned-{source}"
     inc = a.root / "team.gitconfig"
@@ -337,53 +338,78 @@ def test_a_project_file_the_persons_config_includes(attacker, source):
         a.stop()
     plant = FSMONITOR.format(m=m)
     try:
-        if not source.endswith("absent") and source != "command-scope-include":
-            inc.write_text("[user]\n\temail = person@example.com\n")
-            a.own(inc)
-            r = a.run(f"printf '{plant}' >> team.gitconfig")
-            assert r.returncode != 0
-            assert "fsmonitor" not in inc.read_text()
-        else:
-            r = a.run(f"printf '{plant}' > team.gitconfig")
-            assert r.returncode == 0, r.stderr
-            taken_back(a, r, "team.gitconfig")
-        assert not host_git(a, "git status", m)
-        person(a, f"printf '{plant}' > team.gitconfig")        # the oracle is live
-        assert host_git(a, "git status", m)
+        with put_back(a, "team.gitconfig"):
+            if not source.endswith("absent") and source != "command-scope-include":
+                inc.write_text("[user]\n\temail = person@example.com\n")
+                a.own(inc)
+                r = a.run(f"printf '{plant}' >> team.gitconfig")
+                assert r.returncode != 0
+                assert "fsmonitor" not in inc.read_text()
+            else:
+                r = a.run(f"printf '{plant}' > team.gitconfig")
+                assert r.returncode == 0, r.stderr
+                taken_back(a, r, "team.gitconfig")
+            assert not host_git(a, "git status", m)
+            person(a, f"printf '{plant}' > team.gitconfig")        # the oracle is live
+            assert host_git(a, "git status", m)
     finally:
         for f in made:
             f.unlink(missing_ok=True)
+        for k in ("GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0"):
+            a.env.pop(k, None)                      # the next case's daemon is started afresh
+
+
+@pytest.mark.both_uids(READ_ONLY_GIT + "; and the person's configuration comes from their HOME")
+def test_a_project_file_the_persons_config_includes(attacker):
+    """The person's own config (XDG beside ~/.gitconfig, ~/.gitconfig's includeIf, the command
+    scope of GIT_CONFIG_COUNT) includes a project file: one that exists is read-only, one a
+    step creates is taken back; the person's `git status` never runs what a step put there.
+    Each source in turn in one project, its config and the included file removed after it."""
+    every_case(["xdg-include", "xdg-include-absent", "global-includeif-absent", "command-scope-include"],
+               lambda source: _included_by_the_persons_config(attacker, source))
+
+
+# key: (value, trigger)
+REPO_PROGRAMS = {
+    "filter.tidy.clean": ("./tools/clean.sh", "echo x > f.txt && git add f.txt"),
+    "alias.st2": ("!./tools/st.sh", "git st2"),
+    "core.fsmonitor": ("./tools/fsmon.sh", "git status"),
+}
+
+
+def _a_program_the_repository_config_names(a, key):
+    value, trigger = REPO_PROGRAMS[key]
+    m = a.home / f"pwned-program-{key}"
+    ok = a.home / f"program-ran-{key}"
+    prog = a.root / value.lstrip("!")
+    with put_back(a, ".gitattributes", "tools", "f.txt"):
+        person(a, f"git config {key} '{value}' && printf '* filter=tidy\\n' > .gitattributes")
+        try:
+            prog.parent.mkdir(parents=True, exist_ok=True)
+            prog.write_text(f"#!/bin/sh\ntouch {ok}\ncat\n")
+            prog.chmod(0o755)
+            a.own(prog.parent)
+            r = a.run(f"printf '#!/bin/sh\\ntouch {m}\\ncat\\n' > {prog.relative_to(a.root)}")
+            assert r.returncode != 0
+            a.host(trigger)
+            assert ok.exists() and not m.exists()                     # the person's own ran, nothing else
+            prog.unlink()                                             # absent: one a step makes is taken back
+            r = a.run(f"printf '#!/bin/sh\\ntouch {m}\\ncat\\n' > {prog.relative_to(a.root)} && "
+                      f"chmod +x {prog.relative_to(a.root)}")
+            assert r.returncode == 0, r.stderr
+            taken_back(a, r, str(prog.relative_to(a.root)))
+            a.host(trigger)
+            assert not m.exists()
+        finally:                                  # the person's config and index as they were
+            person(a, f"git rm -q --cached --ignore-unmatch f.txt && git config --unset {key}")
 
 
 @pytest.mark.both_uids(READ_ONLY_GIT)
-@pytest.mark.parametrize("key,value,trigger", [
-    ("filter.tidy.clean", "./tools/clean.sh", "echo x > f.txt && git add f.txt"),
-    ("alias.st2", "!./tools/st.sh", "git st2"),
-    ("core.fsmonitor", "./tools/fsmon.sh", "git status"),
-])
-def test_a_program_the_repository_config_names_in_the_project(attacker, key, value, trigger):
+def test_a_program_the_repository_config_names_in_the_project(attacker):
     """The person's repository config runs a program that lives in the project (a filter, an
-    alias, an fsmonitor hook): that program is protected like a hook, present or not."""
-    a = attacker
-    m = a.home / "pwned-program"
-    ok = a.home / "program-ran"
-    prog = a.root / value.lstrip("!")
-    person(a, f"git config {key} '{value}' && printf '* filter=tidy\\n' > .gitattributes")
-    prog.parent.mkdir(parents=True, exist_ok=True)
-    prog.write_text(f"#!/bin/sh\ntouch {ok}\ncat\n")
-    prog.chmod(0o755)
-    a.own(prog.parent)
-    r = a.run(f"printf '#!/bin/sh\\ntouch {m}\\ncat\\n' > {prog.relative_to(a.root)}")
-    assert r.returncode != 0
-    a.host(trigger)
-    assert ok.exists() and not m.exists()                     # the person's own ran, nothing else
-    prog.unlink()                                             # absent: one a step makes is taken back
-    r = a.run(f"printf '#!/bin/sh\\ntouch {m}\\ncat\\n' > {prog.relative_to(a.root)} && "
-              f"chmod +x {prog.relative_to(a.root)}")
-    assert r.returncode == 0, r.stderr
-    taken_back(a, r, str(prog.relative_to(a.root)))
-    a.host(trigger)
-    assert not m.exists()
+    alias, an fsmonitor hook): that program is protected like a hook, present or not. Each in
+    turn in one project, the person's setting and files removed after it."""
+    every_case(REPO_PROGRAMS, lambda key: _a_program_the_repository_config_names(attacker, key))
 
 
 @pytest.mark.both_uids(READ_ONLY_GIT)
