@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from harness import every_case
 from kit.sshgit import ssh_world  # noqa: F401  (the fixture `ssh`)
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
@@ -29,7 +30,7 @@ def _cpu_s(pid) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_a_refused_push_from_an_endless_stdin_is_not_read_after_its_step(ssh):
+def _a_refused_push_from_an_endless_stdin_is_not_read_after_its_step(ssh):
     # /dev/zero as git's output: the refused push's "pack", which the gate reads and drops
     r = ssh.env.run(f"for i in 1 2 3; do ssh gitserver \"git-receive-pack '{ssh.bare}'\" < /dev/zero "
                     "> /dev/null; done; echo ran")
@@ -52,7 +53,7 @@ while time.monotonic() - t0 < 4:           # then four bytes at a time
 """
 
 
-def test_a_command_list_sent_four_bytes_at_a_time_costs_the_gate_no_more_than_once(ssh):
+def _a_command_list_sent_four_bytes_at_a_time_costs_the_gate_no_more_than_once(ssh):
     (ssh.env.root / "trickle.py").write_text(TRICKLE)
     pid = _daemon_pid(ssh)
     cpu = _cpu_s(pid)
@@ -204,7 +205,7 @@ print("ran")
 """
 
 
-def test_a_refused_push_from_a_stdin_of_tiny_reads_costs_the_gate_a_bounded_drain(ssh):
+def _a_refused_push_from_a_stdin_of_tiny_reads_costs_the_gate_a_bounded_drain(ssh):
     # a timer as git's output: always readable, eight bytes a read, never at an end
     (ssh.env.root / "timer.py").write_text(TIMERFD)
     pid = _daemon_pid(ssh)
@@ -216,6 +217,20 @@ def test_a_refused_push_from_a_stdin_of_tiny_reads_costs_the_gate_a_bounded_drai
     print(f"daemon CPU for the step: {burnt:.2f} s")
     assert burnt < 2.0, f"the daemon spent {burnt:.2f} s of CPU draining a timer for 4 s"
 
+
+
+# The daemon's CPU over each case's own step (or the seconds after it); the first case also
+# finds the daemon idle after a refused push, so a later case's window holds its own work only.
+DAEMON_CPU = {
+    "endless-stdin": _a_refused_push_from_an_endless_stdin_is_not_read_after_its_step,
+    "four-bytes-at-a-time": _a_command_list_sent_four_bytes_at_a_time_costs_the_gate_no_more_than_once,
+    "tiny-reads": _a_refused_push_from_a_stdin_of_tiny_reads_costs_the_gate_a_bounded_drain,
+}
+
+
+def test_a_refused_push_of_endless_trickled_or_tiny_reads_costs_the_daemon_bounded_cpu(ssh):
+    """Each its own step in one ssh world: none changes the remote or the policy."""
+    every_case(DAEMON_CPU, lambda case: DAEMON_CPU[case](ssh))
 
 @pytest.mark.both_uids("the gate's threads, fds and the host's ssh are the daemon's, which runs as the person")
 def test_the_gate_still_answers_after_steps_left_it_connections_it_holds_both_ends_of(attacker):
@@ -232,7 +247,7 @@ def test_the_gate_still_answers_after_steps_left_it_connections_it_holds_both_en
     assert "nohost.invalid" in r.stderr and r.returncode == 255, r.stderr    # the host's ssh, run
 
 
-def test_a_push_whose_ssh_fails_before_the_advertisement_ends_at_once(ssh):
+def _a_push_whose_ssh_fails_before_the_advertisement_ends_at_once(ssh, tmp_path):
     # the host's ssh is refused (no such user): git waits for the server's refs, the gate for
     # git's commands; neither comes, and the step used to hang with its connection held
     r = ssh.env.run(f"timeout 30 git push nosuchuser@gitserver:{ssh.bare} main; echo rc=$?")
@@ -242,7 +257,7 @@ def test_a_push_whose_ssh_fails_before_the_advertisement_ends_at_once(ssh):
     assert [q["status"] for q in push] == [255] and push[0]["refs"] == [], push
 
 
-def test_a_refused_push_of_thousands_of_refs_costs_the_journal_a_small_record(ssh):
+def _a_refused_push_of_thousands_of_refs_costs_the_journal_a_small_record(ssh, tmp_path):
     main = ssh.refs()["refs/heads/main"]
     cmds = [_pkt(f"{main} {ZERO} refs/heads/t{i:05d}-{'x' * 40}\n".encode()) for i in range(6000)]
     cmds[0] = cmds[0][:-1] + b"\0report-status delete-refs\n"
@@ -262,10 +277,10 @@ def test_a_refused_push_of_thousands_of_refs_costs_the_journal_a_small_record(ss
     assert push[0]["refs"][0]["ref"].startswith("refs/heads/t00000") and push[0]["refs_total"] == 6000
 
 
-def test_shell_in_a_quoted_repository_path_reaches_the_remote_as_one_literal_word(ssh, tmp_path):
+def _shell_in_a_quoted_repository_path_reaches_the_remote_as_one_literal_word(ssh, tmp_path):
     # the gate takes a quoted path with any character but a quote, `!` or a control character,
     # and sends it on: the remote's shell must read it as one literal word
-    m = tmp_path / "made-by-remote"
+    m = tmp_path / "made-by-remote-shell"
     paths = [f"/x$(touch {m}-1)", f"/x`touch {m}-2`", f"/x;touch {m}-3", f"/x & touch {m}-4",
              f"/x|touch {m}-5", f"/x > {m}-6"]
     # each quoted for the step's own shell, so that the remote's is the one tested
@@ -274,7 +289,7 @@ def test_shell_in_a_quoted_repository_path_reaches_the_remote_as_one_literal_wor
                     f"\"git-upload-pack '/x'\" </dev/null; "
                     f"ssh -l '-oProxyCommand=touch {m}-9' gitserver \"git-upload-pack '/x'\"; "
                     f"ssh 'gitserver -oProxyCommand=touch {m}-10' \"git-upload-pack '/x'\"; true")
-    assert not list(tmp_path.glob("made-by-remote*")), r.stderr
+    assert not list(tmp_path.glob("made-by-remote-shell*")), r.stderr
     # each path reached git on the remote whole, and no more: "… does not appear to be a git repository"
     for p in paths:
         assert f"'{p}' does not appear to be a git repository" in r.stderr, (p, r.stderr)
@@ -282,15 +297,32 @@ def test_shell_in_a_quoted_repository_path_reaches_the_remote_as_one_literal_wor
     assert sorted(q["path"] for q in fetches) == sorted([*paths, "/x"]), fetches
 
 
-def test_upload_archive_arguments_write_nothing_on_the_remote(ssh, tmp_path):
-    m = tmp_path / "made-by-remote"
+def _upload_archive_arguments_write_nothing_on_the_remote(ssh, tmp_path):
+    m = tmp_path / "made-by-remote-archive"
     for i, args in enumerate(([f"--output={m}-1", "HEAD"], [f"--exec=touch {m}-2", "HEAD"],
                               [f"--remote=ext::sh -c touch% {m}-3", "HEAD"], ["--format=tar", "HEAD"])):
         stream = b"".join(_pkt(f"argument {a}\n".encode()) for a in args) + b"0000"
         (ssh.env.root / f"archive{i}.bin").write_bytes(stream)
     r = ssh.env.run("; ".join(f"ssh gitserver \"git-upload-archive '{ssh.bare}'\" < archive{i}.bin > archive{i}.out"
                               for i in range(4)) + "; true")
-    assert not list(tmp_path.glob("made-by-remote*")), r.stderr
+    assert not list(tmp_path.glob("made-by-remote-archive*")), r.stderr
     assert (ssh.env.root / "archive3.out").stat().st_size > 1024, r.stderr   # the plain one is served
     archives = [q for q in ssh.requests() if q["method"] == "git-upload-archive"]
     assert len(archives) == 4 and {q["decision"] for q in archives} == {"allow"}, archives
+
+
+# None of these changes the remote, the policy or what the daemon holds (each step's requests
+# are read from that step): one ssh world serves them all, each its own steps.
+REMOTE_AND_JOURNAL = {
+    "ssh-fails-before-the-advertisement": _a_push_whose_ssh_fails_before_the_advertisement_ends_at_once,
+    "thousands-of-refs": _a_refused_push_of_thousands_of_refs_costs_the_journal_a_small_record,
+    "shell-in-a-quoted-path": _shell_in_a_quoted_repository_path_reaches_the_remote_as_one_literal_word,
+    "upload-archive-arguments": _upload_archive_arguments_write_nothing_on_the_remote,
+}
+
+
+def test_what_reaches_the_remote_is_what_was_sent_and_a_refusal_is_small_and_quick(ssh, tmp_path):
+    """A push whose host ssh fails first ends at once; thousands of refused refs cost the
+    journal a small record; shell or options in a repository path or in upload-archive's
+    arguments reach the remote as literal words and make nothing there."""
+    every_case(REMOTE_AND_JOURNAL, lambda case: REMOTE_AND_JOURNAL[case](ssh, tmp_path))
