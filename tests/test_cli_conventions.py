@@ -442,8 +442,8 @@ def test_pipx_install_from_a_checkout_and_from_a_wheel(tmp_path):
     # --no-compile: pip byte-compiles every installed module (botocore's thousands among them)
     # at install; an interpreter compiles what it imports on its own, and the test's time was
     # mostly that, three installs over
-    r = subprocess.run([tool / "bin" / "pip", "install", "-q", "--no-compile", "-c", str(ROOT / "constraints.txt"), PIPX],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run([tool / "bin" / "pip", "install", "-q", "--no-compile", "-c", str(ROOT / "constraints.txt"),
+                        PIPX], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     src = tmp_path / "checkout"
     _checkout_copy(src)
@@ -456,8 +456,9 @@ def test_pipx_install_from_a_checkout_and_from_a_wheel(tmp_path):
         env = {**os.environ, "PIPX_HOME": str(home / "home"), "PIPX_BIN_DIR": str(home / "bin"),
                "PIPX_MAN_DIR": str(home / "man"), "PIPX_DEFAULT_PYTHON": sys.executable}
         env.pop("VIRTUAL_ENV", None)
-        r = subprocess.run([tool / "bin" / "pipx", "install", "--pip-args", f"--no-compile --constraint {src / 'constraints.txt'}",
-                            what], env=env, capture_output=True, text=True, timeout=900)
+        r = subprocess.run([tool / "bin" / "pipx", "install", "--pip-args",
+                            f"--no-compile --constraint {src / 'constraints.txt'}", what],
+                           env=env, capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stdout + r.stderr
         envgit = home / "bin" / "envgit"
         from envgit import __version__

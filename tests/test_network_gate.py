@@ -302,3 +302,32 @@ def test_ca_bundle_dir_holds_system_roots_and_the_session_ca(gate_for):
     assert (key.stat().st_mode & 0o777) == 0o600
     assert (key.parent.stat().st_mode & 0o777) == 0o700
     assert b"PRIVATE KEY" not in bundle
+
+
+def test_the_session_ca_is_ecdsa_and_a_ca_made_before_is_kept(tmp_path):
+    """proxy/ca.py makes the session CA (P-256, in mitmproxy's layout, the key 0600), once: a
+    second call, or a CA an earlier envgit made with RSA, is left as it is."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    from envgit.proxy import ca
+    d = ca.ca_dir(tmp_path / "state")
+    ca.make_session_ca(d)
+    cert = x509.load_pem_x509_certificate((d / "mitmproxy-ca-cert.pem").read_bytes())
+    key = load_pem_private_key((d / "mitmproxy-ca.pem").read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1"
+    assert cert.public_key() == key.public_key()
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert (d / "mitmproxy-ca.pem").stat().st_mode & 0o777 == 0o600
+    assert not list(d.glob("*.tmp"))
+    before = (d / "mitmproxy-ca.pem").read_bytes()
+    ca.make_session_ca(d)
+    assert (d / "mitmproxy-ca.pem").read_bytes() == before
+    from mitmproxy.certs import CertStore
+    old = tmp_path / "old"
+    CertStore.create_store(old, "mitmproxy", 2048)          # how envgit's CA was made before
+    was = (old / "mitmproxy-ca.pem").read_bytes()
+    ca.make_session_ca(old)
+    assert (old / "mitmproxy-ca.pem").read_bytes() == was
+    assert isinstance(load_pem_private_key(was, None), rsa.RSAPrivateKey)
