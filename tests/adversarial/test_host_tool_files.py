@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness import taken_back
+from harness import every_case, put_back, taken_back
 
 PLANT = "touch /tmp/pwned-by-host-tool"
 PROTECTED = [".npmrc", "packages/web/.npmrc", ".yarnrc.yml", ".devcontainer/devcontainer.json",
@@ -25,32 +25,43 @@ def last_step(a):
 @pytest.mark.both_uids("an existing route is protected by a read-only bind in the step's view: as a non-root user "
                        "bwrap builds it in a user namespace, where DAC lets the person write their own file: the bind "
                        "must hold there too")
-@pytest.mark.parametrize("rel", PROTECTED)
-def test_an_existing_one_is_read_only(attacker, rel):
+def test_an_existing_one_is_read_only(attacker):
+    """Every route its own steps in one project: the person's file is there before its steps
+    and removed after them, with the directories made for it."""
     a = attacker
-    p = a.root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("original\n")
-    a.own(a.root)
-    r = a.run(f"echo '{PLANT}' >> {rel}; echo '{PLANT}' > {rel}.new && mv {rel}.new {rel}")
-    assert r.returncode != 0
-    assert p.read_text() == "original\n"
-    # the project around it stays writable
-    assert a.run("echo ok > notes.txt && rm notes.txt").returncode == 0
+
+    def check(rel):
+        with put_back(a, rel, f"{rel}.new"):             # the .new its mv could not move
+            p = a.root / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("original\n")
+            a.own(a.root)
+            r = a.run(f"echo '{PLANT}' >> {rel}; echo '{PLANT}' > {rel}.new && mv {rel}.new {rel}")
+            assert r.returncode != 0, r.stdout + r.stderr
+            assert p.read_text() == "original\n"
+            # the project around it stays writable
+            assert a.run("echo ok > notes.txt && rm notes.txt").returncode == 0
+
+    every_case(PROTECTED, check)
 
 
 @pytest.mark.both_uids("the take-back restores as the daemon, through directory fds: a non-root person's step "
                        "files are theirs")
-@pytest.mark.parametrize("rel", PROTECTED)
-def test_a_new_one_is_taken_back_and_told(attacker, rel):
+def test_a_new_one_is_taken_back_and_told(attacker):
     """Nothing to bind read-only before it exists: the step may create it, and at its end it is
-    taken back (the host tool never reads it), its version kept in the step's snapshot."""
+    taken back (the host tool never reads it), its version kept in the step's snapshot. Every
+    route its own step in one project; the directories its step made are removed after it."""
     a = attacker
-    r = a.run(f"mkdir -p $(dirname {rel}) && echo '{PLANT}' > {rel}")
-    assert r.returncode == 0, r.stderr
-    s = taken_back(a, r, rel)
-    assert not (a.root / rel).exists()
-    assert rel in a.envgit("diff", str(s["id"])).stdout
+
+    def check(rel):
+        with put_back(a, rel):
+            r = a.run(f"mkdir -p $(dirname {rel}) && echo '{PLANT}' > {rel}")
+            assert r.returncode == 0, r.stderr
+            s = taken_back(a, r, rel)
+            assert not (a.root / rel).exists()
+            assert rel in a.envgit("diff", str(s["id"])).stdout
+
+    every_case(PROTECTED, check)
 
 
 def test_escape_routes_allow_keeps_one_a_step_creates(attacker):
