@@ -33,6 +33,7 @@ import pytest
 
 from conftest import CANARY
 from gatekit import netproject, servers
+from harness import every_case
 from kit.rawtls import raw_tls_server, read_head
 from kit.tunnel import TUNNEL
 
@@ -171,21 +172,25 @@ def _check_wrapped(attacker, api, seen, ph, path):
 
 
 @pytest.mark.both_uids("the stream is cut in the daemon, which runs as the step's user")
-@pytest.mark.parametrize("how", ["stream", "trickle"])
-def test_a_real_token_in_wrapped_base64_in_a_stream_is_cut_off(attacker, how):
+def test_a_real_token_in_wrapped_base64_in_a_stream_is_cut_off(attacker):
     """Streamed (chunked): the stream cannot be rewritten across its runs' ends, so it is cut
     off before any byte of the token's base64; trickled, no prefix of it reaches the step
-    either (a prefix would give away the token's first bytes)."""
+    either (a prefix would give away the token's first bytes). Streamed and trickled each its
+    own steps, in one project and gate; each starts without the other's /tmp/b."""
     with world(attacker) as (api, _, seen):
-        r = attacker.run(f"curl -sS -H \"Authorization: Bearer $MY_TOKEN\" "
-                         f"https://{api}/b64-crlf76?{how} -o /tmp/b; echo curl-exit=$?; {B64_READ}")
-        out = r.stdout + r.stderr
-        assert seen and seen[-1] == f"Bearer {CANARY}", seen
-        assert CANARY not in out, f"the real token reached the step through wrapped base64:\n{out}"
-        assert _marked(attacker), "the cut was not recorded"
-        got = "".join(attacker.run("cat /tmp/b").stdout.partition(":")[2].split())
-        part = base64.b64decode(got[:len(got) // 4 * 4]).decode("latin-1")
-        assert CANARY[:2] not in part, f"a prefix of the token reached the step: {part!r}"
+        def check(how):
+            n = len(seen)
+            r = attacker.run(f"rm -f /tmp/b; curl -sS -H \"Authorization: Bearer $MY_TOKEN\" "
+                             f"https://{api}/b64-crlf76?{how} -o /tmp/b; echo curl-exit=$?; {B64_READ}")
+            out = r.stdout + r.stderr
+            assert len(seen) > n and seen[-1] == f"Bearer {CANARY}", seen
+            assert CANARY not in out, f"the real token reached the step through wrapped base64:\n{out}"
+            assert _marked(attacker), "the cut was not recorded"
+            got = "".join(attacker.run("cat /tmp/b").stdout.partition(":")[2].split())
+            part = base64.b64decode(got[:len(got) // 4 * 4]).decode("latin-1")
+            assert CANARY[:2] not in part, f"a prefix of the token reached the step: {part!r}"
+
+        every_case(["stream", "trickle"], check)
 
 
 # --- bodies the gate cannot decode --------------------------------------------------------
@@ -200,28 +205,23 @@ UNDECODABLE = {
 
 
 @pytest.mark.both_uids("the response is withheld by the daemon, which runs as the step's user")
-@pytest.mark.parametrize("how", ["buffered", "stream"])
-def test_an_echo_the_gate_cannot_decode_is_cut_off(attacker, how):
+def test_an_echo_the_gate_cannot_decode_is_cut_off(attacker):
     """A body on a credential's host the gate cannot decode and check is cut off: a 502 saying
-    so (buffered), a closed stream (streamed); the step is marked. Every body its own step,
-    in one project and gate; each one that fails is named."""
-    failed = {}
+    so (buffered), a closed stream (streamed); the step is marked. Every body, buffered and
+    streamed, its own step, in one project and gate; each one that fails is named."""
     with world(attacker) as (api, _, seen):
-        for path in UNDECODABLE:
-            try:
-                _check_undecodable(attacker, api, seen, path, how)
-            except AssertionError as e:
-                failed[path] = str(e)[:600]
-    assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
+        every_case([(path, how) for how in ("buffered", "stream") for path in UNDECODABLE],
+                   lambda case: _check_undecodable(attacker, api, seen, *case))
 
 
 def _check_undecodable(attacker, api, seen, path, how):
-    q = "?stream" if how == "stream" else ""
-    r = attacker.run(f"curl -sS -D /tmp/h -H \"Authorization: Bearer $MY_TOKEN\" https://{api}{path}{q} "
+    q, n = "?stream" if how == "stream" else "", len(seen)
+    r = attacker.run(f"rm -f /tmp/b /tmp/h; "
+                     f"curl -sS -D /tmp/h -H \"Authorization: Bearer $MY_TOKEN\" https://{api}{path}{q} "
                      f"-o /tmp/b; echo curl-exit=$?; {UNDECODABLE[path]}; cat /tmp/h; "
                      "tr -cd '[:print:]\\n' < /tmp/b")
     out = r.stdout + r.stderr
-    assert seen and seen[-1] == f"Bearer {CANARY}", seen
+    assert len(seen) > n and seen[-1] == f"Bearer {CANARY}", seen
     assert CANARY not in out, f"the real token reached the step through {path} ({how}):\n{out}"
     if how == "buffered":
         assert "HTTP/1.1 502" in out and "envgit" in out and "could not read" in out, out
@@ -313,21 +313,26 @@ def _ws(attacker):
 
 
 @pytest.mark.both_uids("the 101 is judged by the daemon, which runs as the step's user")
-@pytest.mark.parametrize("where", ["credential-host", "other-host"])
-def test_a_101_to_a_request_that_asked_no_upgrade_is_refused(attacker, where):
+def test_a_101_to_a_request_that_asked_no_upgrade_is_refused(attacker):
     """GET with `Sec-WebSocket-Version: 13` but no `Upgrade`/`Connection: upgrade`: the policy
     never judged it as an upgrade (refused on every intercepted host unless network.l7 allows
     WebSockets). The server answers 101 websocket; mitmproxy relayed frames both ways: a
-    Ping carrying the real token to the step, the step's message to the server."""
+    Ping carrying the real token to the step, the step's message to the server. On the
+    credential's host and on another, each its own step in one project and gate."""
     with world(attacker, ws_server) as (api, other, seen):
         _ws(attacker)
-        target, auth = (api, "auth") if where == "credential-host" else (other, "")
-        r = attacker.run(f"python3 ws.py {target} /no-upgrade plain {auth}")
-        out = r.stdout + r.stderr
-        assert CANARY not in out, f"the real token reached the step past a 101:\n{out}"
-        assert not seen, f"a WebSocket message reached {where} past the policy: {seen}"
-        assert "HTTP/1.1 502" in out and "envgit" in out, out
-        assert _marked_upgrade(attacker)
+
+        def check(where):
+            n = len(seen)
+            target, auth = (api, "auth") if where == "credential-host" else (other, "")
+            r = attacker.run(f"python3 ws.py {target} /no-upgrade plain {auth}")
+            out = r.stdout + r.stderr
+            assert CANARY not in out, f"the real token reached the step past a 101:\n{out}"
+            assert not seen[n:], f"a WebSocket message reached {where} past the policy: {seen[n:]}"
+            assert "HTTP/1.1 502" in out and "envgit" in out, out
+            assert _marked_upgrade(attacker)
+
+        every_case(["credential-host", "other-host"], check)
 
 
 def test_a_101_with_a_wrong_accept_is_refused(attacker):
