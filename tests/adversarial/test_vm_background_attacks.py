@@ -36,11 +36,11 @@ from kit.vmproject import (
     chunks,
     clean,
     last,
+    project_pool,  # noqa: F401  (the fixture `pool`)
     settled,
     shared_project,
     sleepers,
     steps,
-    teardown,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
@@ -98,14 +98,6 @@ while True:
 # `su` (busybox) to the guest's `nobody`: the guest's python3 crashes (SIGSEGV) under any uid
 # but root, so what nobody runs here is shell and busybox.
 AS_NOBODY = "su -s /bin/sh nobody -c "
-
-
-@pytest.fixture(scope="module")
-def pool():
-    kept: dict = {}
-    yield kept
-    for e in kept.values():
-        teardown(e)
 
 
 @pytest.fixture

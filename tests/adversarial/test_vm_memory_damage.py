@@ -35,6 +35,7 @@ from kit.vmproject import (
     listed,
     mem,
     memory_project,
+    project_pool,  # noqa: F401  (the fixture `pool`)
     settled,
     shared_project,
     sleepers,
@@ -45,14 +46,6 @@ from kit.vmproject import (
 
 qemu = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                           reason="QEMU is not installed (dev/run test installs it)")
-
-
-@pytest.fixture(scope="module")
-def pool():
-    kept: dict = {}
-    yield kept
-    for e in kept.values():
-        teardown(e)
 
 
 @pytest.fixture

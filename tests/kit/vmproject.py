@@ -106,6 +106,19 @@ def sound(e) -> bool:
     return r.returncode == 0 and not BARE_EXCEPTION.search(r.stdout + r.stderr)
 
 
+@pytest.fixture(scope="module", name="pool")
+def project_pool():
+    """The projects a module's tests share (shared_project), torn down at the module's end. A
+    module imports it by this function's name; pytest finds it as `pool`:
+
+        from kit.vmproject import project_pool  # noqa: F401  (the fixture `pool`)
+    """
+    kept: dict = {}
+    yield kept
+    for e in kept.values():
+        teardown(e)
+
+
 def shared_project(request, pool: dict, key: str, memory="256MiB"):
     """The project (and its guest) that the tests of a module asking for `key` share, built
     at the first (`pool`: the module's, whose fixture tears down what is left in it at the
