@@ -65,7 +65,11 @@ def make_session_ca(confdir: Path, days: int = 3650) -> None:
                                serialization.NoEncryption()) + pem
     for path, data, mode in ((key_file, secret, 0o600), (cert_file, pem, 0o644)):
         tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:                        # a crash's leftover: made anew, never written through
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
