@@ -21,6 +21,7 @@ import pytest
 
 from conftest import ENVGIT
 from gatekit import hostport
+from harness import every_case, put_back
 from kit.tunnel import TUNNEL
 
 pytestmark = [pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")]
@@ -38,7 +39,8 @@ def project(attacker, git, stub, allow=(), l7=""):
 
 
 def reached(stub, needle):
-    return [r for r in stub.requests if needle in r["path"]]
+    """The requests of `stub` (the server, or a list of its requests) whose path holds `needle`."""
+    return [r for r in getattr(stub, "requests", stub) if needle in r["path"]]
 
 
 def curl(*args):
@@ -144,7 +146,6 @@ def test_suggest_and_stats_finish_on_a_path_of_stars(attacker, gate_servers):
     assert not hung, f"still running after 5 s: envgit {', envgit '.join(hung)}"
 
 
-
 # A raw request whose target holds bytes that are not UTF-8 (mitmproxy hands the path on with
 # them as lone surrogates): argv[2] is the request line's target, argv[3] "push" sends a push.
 RAW = TUNNEL + r'''
@@ -159,64 +160,6 @@ try:
 except OSError:
     pass
 '''
-
-
-def test_a_request_learn_mode_let_through_is_on_record_whatever_bytes_its_path_holds(attacker, gate_servers):
-    git, stub = gate_servers
-    project(attacker, git, stub)
-    (attacker.root / "raw.py").write_text(RAW)
-    attacker.own(attacker.root / "raw.py")
-    st = hostport(stub, "stub.example.test")
-    r = attacker.envgit("learn", "--", "sh", "-c", f": > /tmp/push; python3 raw.py {st} /canary-raw-@FF@", check=True)
-    assert reached(stub, "/canary-raw-"), stub.requests                 # let through to the server
-    step = json.loads(attacker.envgit("show", "last", "--json", check=True).stdout)
-    assert [q for q in step["requests"] if "canary-raw-" in q["path"]], (r.stderr, step["requests"])
-
-
-def test_an_ask_for_a_path_that_is_not_utf8_prints_no_traceback(attacker, gate_servers):
-    git, stub = gate_servers
-    project(attacker, git, stub)
-    attacker.write_policy((attacker.root / "envgit.yaml").read_text() + "  - rule: git-push\n    action: ask\n")
-    (attacker.root / "raw.py").write_text(RAW)
-    attacker.own(attacker.root / "raw.py")
-    st = hostport(stub, "stub.example.test")
-    r = attacker.envgit("learn", "--", "sh", "-c",
-                        f"printf '{PUSH}' > /tmp/push; python3 raw.py {st} '/r.git/git-receive-pack?@FF@' push",
-                        timeout=60)
-    assert not reached(stub, "receive-pack"), stub.requests
-    assert "Traceback" not in r.stderr, r.stderr
-
-# --- learn mode: when it ends, it has ended -------------------------------------------------
-
-WAIT = r'''
-touch started
-while [ ! -e go ]; do sleep 0.1; done
-'''
-
-
-@pytest.mark.both_uids("learn mode lives in the daemon of the person's uid")
-def test_learn_off_ends_learn_mode_for_a_step_still_running(attacker, gate_servers):
-    git, stub = gate_servers
-    project(attacker, git, stub)
-    u = f"https://{hostport(stub, 'stub.example.test')}"
-    attacker.envgit("learn", "on", check=True)
-    script = WAIT + curl(f"{u}/canary-after-learn-off")
-    p = subprocess.Popen(attacker._argv([ENVGIT, "run", "--", "sh", "-c", script]), cwd=attacker.root,
-                         env=attacker.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        t0 = time.monotonic()
-        while not (attacker.root / "started").exists() and time.monotonic() - t0 < 30:
-            time.sleep(0.1)
-        assert "learn mode is off" in attacker.envgit("learn", "off", check=True).stdout + \
-            attacker.envgit("learn", check=True).stdout
-        (attacker.root / "go").touch()
-        attacker.own(attacker.root / "go")
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert not reached(stub, "canary-after-learn-off"), (out, err, stub.requests)
 
 
 # --- learn mode: an irreversible action by another spelling, on a host only learn mode lets in --
@@ -249,24 +192,6 @@ _UPDATE = f"{'0' * 40} {'1' * 40} refs/heads/learned\0report-status\n"
 PUSH = f"{len(_UPDATE) + 4:04x}{_UPDATE}0000".replace("\0", "\\0")
 
 
-def test_learn_mode_lets_out_no_push_upload_or_mutation_by_another_spelling(attacker, gate_servers):
-    git, stub = gate_servers
-    project(attacker, git, stub, allow=[])
-    attacker.write_policy((attacker.root / "envgit.yaml").read_text().replace(f'"{hostport(git)}"', ""))
-    r = attacker.host("git add -A && git -c user.email=a@b -c user.name=a commit -qm x --allow-empty")
-    assert r.returncode == 0, r.stderr
-    before = git.refs()
-    stub_url, gh = (f"https://{hostport(stub, n)}" for n in ("stub.example.test", "api.github.com"))
-    r = attacker.envgit("learn", "--", "sh", "-c", SPELLINGS.replace("@STUB@", stub_url)
-                        .replace("@GH@", gh).replace("@GIT@", git.url).replace("@PUSH@", PUSH), timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert reached(stub, "/control-read"), (r.stdout, r.stderr)        # the host is let in
-    leaked = [q for q in stub.requests if q["method"] != "GET" or "graphql" in q["path"]]
-    leaked += [q for q in stub.requests if "receive-pack" in repr(q).lower()]
-    assert not leaked, (r.stdout, leaked)
-    assert git.refs() == before, r.stdout + r.stderr
-
-
 # Inside a tunnel learn mode opened: a read and a push pipelined in one write, then a CONNECT to
 # another name and a push behind it (a tunnel in the tunnel), all on one connection.
 PIPELINED = TUNNEL + r'''
@@ -286,28 +211,160 @@ except OSError:
 '''
 
 
-def test_learn_mode_judges_each_pipelined_request_and_opens_no_tunnel_in_a_tunnel(attacker, gate_servers):
-    git, stub = gate_servers
-    project(attacker, git, stub)
-    (attacker.root / "pipelined.py").write_text(PIPELINED)
-    attacker.own(attacker.root / "pipelined.py")
+def _on_record_whatever_bytes_its_path_holds(attacker, git, stub, n):
+    st = hostport(stub, "stub.example.test")
+    r = attacker.envgit("learn", "--", "sh", "-c", f": > /tmp/push; python3 raw.py {st} /canary-raw-@FF@", check=True)
+    assert reached(stub.requests[n:], "/canary-raw-"), stub.requests[n:]     # let through to the server
+    step = json.loads(attacker.envgit("show", "last", "--json", check=True).stdout)
+    assert [q for q in step["requests"] if "canary-raw-" in q["path"]], (r.stderr, step["requests"])
+
+
+def _an_ask_for_a_path_not_utf8_prints_no_traceback(attacker, git, stub, n):
+    with put_back(attacker, "envgit.yaml"):
+        attacker.write_policy((attacker.root / "envgit.yaml").read_text() + "  - rule: git-push\n    action: ask\n")
+        st = hostport(stub, "stub.example.test")
+        r = attacker.envgit("learn", "--", "sh", "-c",
+                            f"printf '{PUSH}' > /tmp/push; python3 raw.py {st} '/r.git/git-receive-pack?@FF@' push",
+                            timeout=60)
+    assert not reached(stub.requests[n:], "receive-pack"), stub.requests[n:]
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+def _no_push_upload_or_mutation_by_another_spelling(attacker, git, stub, n):
+    """On a host only learn mode lets in (the git server's own taken out of network.allow)."""
+    with put_back(attacker, "envgit.yaml"):
+        attacker.write_policy((attacker.root / "envgit.yaml").read_text().replace(f'"{hostport(git)}"', ""))
+        r = attacker.host("git add -A && git -c user.email=a@b -c user.name=a commit -qm x --allow-empty")
+        assert r.returncode == 0, r.stderr
+        before = git.refs()
+        stub_url, gh = (f"https://{hostport(stub, h)}" for h in ("stub.example.test", "api.github.com"))
+        r = attacker.envgit("learn", "--", "sh", "-c", SPELLINGS.replace("@STUB@", stub_url)
+                            .replace("@GH@", gh).replace("@GIT@", git.url).replace("@PUSH@", PUSH), timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = stub.requests[n:]
+    assert reached(got, "/control-read"), (r.stdout, r.stderr)        # the host is let in
+    leaked = [q for q in got if q["method"] != "GET" or "graphql" in q["path"]]
+    leaked += [q for q in got if "receive-pack" in repr(q).lower()]
+    assert not leaked, (r.stdout, leaked)
+    assert git.refs() == before, r.stdout + r.stderr
+
+
+def _each_pipelined_request_judged_and_no_tunnel_in_a_tunnel(attacker, git, stub, n):
     st, other = hostport(stub, "stub.example.test"), hostport(stub, "gitlab.com")
     r = attacker.envgit("learn", "--", "sh", "-c", f"printf '{PUSH}' > /tmp/push; python3 pipelined.py {st} {other}")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert [q["path"] for q in stub.requests] == ["/pipelined-read"], (r.stderr, stub.requests)
+    assert [q["path"] for q in stub.requests[n:]] == ["/pipelined-read"], (r.stderr, stub.requests[n:])
 
-def test_a_process_a_learn_step_left_behind_is_not_in_learn_mode(attacker, gate_servers):
-    git, stub = gate_servers
-    project(attacker, git, stub)
+
+def _a_process_a_learn_step_left_behind_is_not_in_learn_mode(attacker, git, stub, n):
     u = f"https://{hostport(stub, 'stub.example.test')}"
     later = curl(f"{u}/canary-left-behind").strip()
     left = f"(setsid sh -c 'while [ ! -e go ]; do sleep 0.1; done; {later} > left.out 2>&1' &)\n"
-    r = attacker.envgit("learn", "--", "sh", "-c", left + curl(f"{u}/in-step"), check=True)
-    assert reached(stub, "/in-step"), r.stdout + r.stderr            # the step itself was in it
-    (attacker.root / "go").touch()
-    attacker.own(attacker.root / "go")
-    time.sleep(2)
-    assert not reached(stub, "canary-left-behind"), stub.requests
+    with put_back(attacker, "go", "left.out"):
+        r = attacker.envgit("learn", "--", "sh", "-c", left + curl(f"{u}/in-step"), check=True)
+        assert reached(stub.requests[n:], "/in-step"), r.stdout + r.stderr     # the step itself was in it
+        (attacker.root / "go").touch()
+        attacker.own(attacker.root / "go")
+        time.sleep(2)
+        assert not reached(stub.requests[n:], "canary-left-behind"), stub.requests[n:]
+
+
+LEARN_STEPS = {
+    "a request it let through is on record whatever bytes its path holds": _on_record_whatever_bytes_its_path_holds,
+    "an ask for a path that is not UTF-8 prints no traceback": _an_ask_for_a_path_not_utf8_prints_no_traceback,
+    "no push, upload or mutation by another spelling": _no_push_upload_or_mutation_by_another_spelling,
+    "each pipelined request judged, no tunnel in a tunnel": _each_pipelined_request_judged_and_no_tunnel_in_a_tunnel,
+    # last: a process it failed to end would still be waiting to send
+    "a process a learn step left behind is not in learn mode": _a_process_a_learn_step_left_behind_is_not_in_learn_mode,
+}
+
+
+def test_learn_mode_records_each_request_and_lets_out_no_push_nor_a_process_left_behind(attacker, gate_servers):
+    """LEARN_STEPS, each its own steps in one project and gate, judged on what reached the
+    servers during it; a case that changes the policy puts it back."""
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    for name, text in (("raw.py", RAW), ("pipelined.py", PIPELINED)):
+        (attacker.root / name).write_text(text)
+        attacker.own(attacker.root / name)
+    every_case(LEARN_STEPS, lambda case: LEARN_STEPS[case](attacker, git, stub, len(stub.requests)))
+
+
+# --- learn mode: when it ends, it has ended -------------------------------------------------
+
+WAIT = r'''
+touch started
+while [ ! -e go ]; do sleep 0.1; done
+'''
+
+# Many files written outside envgit since the last step: the next step's begin records them
+# first (daemon/steps.py settle, on a thread): 40,000 files take about 2 s on an idle machine.
+MANY_FILES = "python3 -c \"import os; os.mkdir('outside'); [open(f'outside/{i}', 'w').write(str(i)) " \
+             "for i in range(40000)]\""
+
+
+def _learn_off_for_a_step_still_running(attacker, stub, u):
+    attacker.envgit("learn", "on", check=True)
+    script = WAIT + curl(f"{u}/canary-after-learn-off")
+    p = subprocess.Popen(attacker._argv([ENVGIT, "run", "--", "sh", "-c", script]), cwd=attacker.root,
+                         env=attacker.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while not (attacker.root / "started").exists() and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        assert "learn mode is off" in attacker.envgit("learn", "off", check=True).stdout + \
+            attacker.envgit("learn", check=True).stdout
+        (attacker.root / "go").touch()
+        attacker.own(attacker.root / "go")
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return out, err
+
+
+def _learn_off_for_a_step_whose_begin_it_overtook(attacker, stub, u):
+    attacker.envgit("run", "--", "true", check=True)        # the baseline taken: later ones are outside changes
+    attacker.envgit("learn", "on", check=True)
+    assert attacker.host(MANY_FILES, timeout=60).returncode == 0
+    p = subprocess.Popen(attacker._argv([ENVGIT, "run", "--", "sh", "-c", curl(f"{u}/canary-after-learn-off")]),
+                         cwd=attacker.root, env=attacker.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)                     # its begin is recording the outside changes
+        off = attacker.envgit("learn", "off", check=True).stdout
+        if p.poll() is not None or "learn mode is off" not in off:     # the race not set up
+            raise AssertionError(f"the step ended before learn off, or learn off failed: {off}")
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return out, err
+
+
+LEARN_OFF = {"a step still running": (_learn_off_for_a_step_still_running, ("started", "go")),
+             "a step whose begin it overtook": (_learn_off_for_a_step_whose_begin_it_overtook, ("outside",))}
+
+
+@pytest.mark.both_uids("learn mode lives in the daemon of the person's uid")
+def test_learn_off_ends_learn_mode_for_a_step_under_way(attacker, gate_servers):
+    """LEARN_OFF, each its own steps in one project and gate (each ends with learn mode off,
+    and what it wrote in the project removed), judged on what reached the stub during it."""
+    git, stub = gate_servers
+    project(attacker, git, stub)
+    u = f"https://{hostport(stub, 'stub.example.test')}"
+
+    def check(case):
+        how, wrote = LEARN_OFF[case]
+        n = len(stub.requests)
+        with put_back(attacker, *wrote):
+            out, err = how(attacker, stub, u)
+        assert not reached(stub.requests[n:], "canary-after-learn-off"), (out, err, stub.requests[n:])
+
+    every_case(LEARN_OFF, check)
+
 
 # --- second look: what the fixes may not cover ------------------------------------------------
 
@@ -344,38 +401,6 @@ def test_a_suggested_path_glob_admits_no_other_path_by_unicode_case_folding(atta
         pytest.fail(r.stdout + r.stderr + sug.stdout + sug.stderr)
     attacker.run(curl(f"https://{st}/secret/canary-after-apply"))
     assert not reached(stub, "canary-after-apply"), (sug.stdout, stub.requests)
-
-
-# Many files written outside envgit since the last step: the next step's begin records them
-# first (daemon/steps.py settle, on a thread): 40,000 files take about 2 s on an idle machine.
-MANY_FILES = "python3 -c \"import os; os.mkdir('outside'); [open(f'outside/{i}', 'w').write(str(i)) " \
-             "for i in range(40000)]\""
-
-
-@pytest.mark.both_uids("learn mode lives in the daemon of the person's uid")
-def test_learn_off_ends_learn_mode_for_a_step_whose_begin_it_overtook(attacker, gate_servers):
-    git, stub = gate_servers
-    project(attacker, git, stub)
-    u = f"https://{hostport(stub, 'stub.example.test')}"
-    attacker.envgit("run", "--", "true", check=True)        # the baseline taken: later ones are outside changes
-    attacker.envgit("learn", "on", check=True)
-    assert attacker.host(MANY_FILES, timeout=60).returncode == 0
-    p = subprocess.Popen(attacker._argv([ENVGIT, "run", "--", "sh", "-c", curl(f"{u}/canary-after-learn-off")]),
-                         cwd=attacker.root, env=attacker.env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(0.5)                     # its begin is recording the outside changes
-        off = attacker.envgit("learn", "off", check=True).stdout
-        if p.poll() is not None or "learn mode is off" not in off:     # the race not set up
-            pytest.fail(f"the step ended before learn off, or learn off failed: {off}")
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert not reached(stub, "canary-after-learn-off"), (out, err, stub.requests)
-
-
 
 
 def test_a_method_suggest_names_is_one_the_step_sent_not_its_unicode_upper_case(attacker, gate_servers):
