@@ -125,7 +125,10 @@ def test_a_process_outside_any_step_gets_nothing_from_the_ssh_socket(ssh):
     s.connect(str(sock))
     body = json.dumps({"op": "git-ssh", "host": "gitserver", "command": f"git-upload-pack '{ssh.bare}'"}).encode()
     with s:
-        s.sendall(len(body).to_bytes(4, "big") + body)
+        try:
+            s.sendall(len(body).to_bytes(4, "big") + body)
+        except BrokenPipeError:     # refused before a byte is read (sshgit.py _take): the
+            pass                    # reply may be written and the socket closed before this
         reply = json.loads(s.recv(65536)[4:])
     assert "in no running step" in reply["error"], reply
     assert subprocess.run(["true"]).returncode == 0
