@@ -1,6 +1,6 @@
 """Landlock, the kernel's unprivileged access control (Linux 5.13+), through its three system
 calls: the filesystem, TCP and scope rules of a step on a host where bubblewrap cannot make
-namespaces (docs/ARCHITECTURE.md "Hosts without user namespaces"). Standard library only.
+namespaces (docs/ARCHITECTURE.md "Hosts without user namespaces", planned). Standard library only.
 
 A ruleset names the accesses it handles; everything handled is denied but what a rule allows,
 beneath a directory (rules add up along a path: a right given on a directory cannot be taken
