@@ -14,6 +14,7 @@ run is skipped only where the machine cannot create a user.
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -57,9 +58,22 @@ class Attacker(Env):
                               timeout=timeout)
 
     def own(self, *paths):
-        """Files the test wrote as root, handed to the test user."""
-        if self.user:
-            subprocess.run(["chown", "-R", f"{self.user}:{self.user}", *map(str, paths)], check=True)
+        """Files the test wrote as root, handed to the test user. A walk that lets an entry
+        vanish under it: the daemon clears a finished step's `.envgit/step-tmp/N` on its own
+        time, so a `chown -R` of the project can meet a directory it listed and that is gone."""
+        if not self.user:
+            return
+        pw = pwd.getpwnam(self.user)
+
+        def give(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.lchown(path, pw.pw_uid, pw.pw_gid)
+
+        for top in map(str, paths):
+            give(top)
+            for d, dirs, files in os.walk(top):
+                for name in dirs + files:
+                    give(os.path.join(d, name))
 
     def write_policy(self, text):
         (self.root / "envgit.yaml").write_text(text)
