@@ -2,19 +2,22 @@
 journal, its checks and a remote's reader (remote/read.py) all fold rows with."""
 
 import time
-from dataclasses import dataclass, field
 
 from .rows import read_body
 
 
-@dataclass
 class Step:
+    """A step as the journal's entries tell it (`fold`): each field with its value before any
+    entry sets it, in the order `to_json` gives. A plain class, not a dataclass: `dataclasses`
+    imports `inspect`, 10 ms of CPU that every `envgit log` and `envgit show` paid for nothing
+    they used. A list or dict default is copied for each step, never shared."""
+
     id: int
-    argv: list = field(default_factory=list)
+    argv: list = []
     cwd: str = ""
     session: str = ""
     user: str = ""
-    status: str = "running"        # running | done | interrupted
+    status: str = "running"               # running | done | interrupted
     exit_code: int | None = None
     signal: str | None = None
     started_at: str = ""
@@ -22,33 +25,47 @@ class Step:
     started_ns: int = 0
     duration_ms: float | None = None
     policy_sha256: str = ""
-    marks: list = field(default_factory=list)
-    denied_paths: list = field(default_factory=list)
-    denied_reads: list = field(default_factory=list)     # [{path, rule, where}]: denied paths it opened
-    escape_routes: list = field(default_factory=list)   # protected paths the step created
-    taken_back: list = field(default_factory=list)      # of those, brought back (daemon/takeback.py)
-    dns_names: list = field(default_factory=list)   # names it looked up (all "do not exist")
-    dns_queries: int | None = None                  # how many lookups, names past 100 included
+    marks: list = []
+    denied_paths: list = []
+    denied_reads: list = []               # [{path, rule, where}]: denied paths it opened
+    escape_routes: list = []              # protected paths the step created
+    taken_back: list = []                 # of those, brought back (daemon/takeback.py)
+    dns_names: list = []                  # names it looked up (all "do not exist")
+    dns_queries: int | None = None        # how many lookups, names past 100 included
     tool_call_id: str | None = None
     pid: int | None = None
-    published: list = field(default_factory=list)   # [[host port, step port]…] (sandbox/publish.py)
-    requests: list = field(default_factory=list)
-    approvals: list = field(default_factory=list)
-    snapshot: dict | None = None        # the tree after the step and what changed (end entry)
-    baseline: dict | None = None        # the tree before step 1: what the first diff compares to
-    rewind: dict | None = None          # for a rewind step: its target and undo trees
-    outside: dict | None = None         # for changes made outside envgit: {since_step, before}
-    irreversible: list = field(default_factory=list)
-    events: list = field(default_factory=list)   # mcp-call / file-op / note entries, in order
-    extra: dict = field(default_factory=dict)    # what a recorded step's caller added at its end
-    memory: dict | None = None          # backend: vm: the memory snapshot after it (vm/memstore.py)
-    last_seq: int = 0                            # the last entry folded in (what rewind verifies)
+    published: list = []                  # [[host port, step port]…] (sandbox/publish.py)
+    requests: list = []
+    approvals: list = []
+    snapshot: dict | None = None          # the tree after the step and what changed (end entry)
+    baseline: dict | None = None          # the tree before step 1: what the first diff compares to
+    rewind: dict | None = None            # for a rewind step: its target and undo trees
+    outside: dict | None = None           # for changes made outside envgit: {since_step, before}
+    irreversible: list = []
+    events: list = []                     # mcp-call / file-op / note entries, in order
+    extra: dict = {}                      # what a recorded step's caller added at its end
+    memory: dict | None = None            # backend: vm: the memory snapshot after it (vm/memstore.py)
+    last_seq: int = 0                     # the last entry folded in (what rewind verifies)
+
+    def __init__(self, id: int, **given):
+        unknown = given.keys() - _DEFAULTS.keys()
+        if unknown:
+            raise TypeError(f"Step has no field {sorted(unknown)[0]!r}")
+        self.id = id
+        for k, v in _DEFAULTS.items():
+            setattr(self, k, given[k] if k in given else v.copy() if isinstance(v, (list, dict)) else v)
+
+    def __repr__(self):
+        return f"Step({self.__dict__!r})"
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
         d.pop("started_ns")
         d.pop("last_seq")
         return d
+
+
+_DEFAULTS = {k: getattr(Step, k) for k in Step.__annotations__ if k != "id"}
 
 
 def utc(ns: int) -> str:

@@ -15,17 +15,20 @@ import os
 import shutil
 import sqlite3
 import time
-from dataclasses import dataclass, field
 
 COLUMNS = "seq, step, kind, at_ns, body, prev, hash"
 
 
-@dataclass
 class Damage:
-    error: str                          # what SQLite said, or "" when the file reads whole
-    rows: list = field(default_factory=list)        # every row that could be read
-    unreadable: list = field(default_factory=list)  # seqs that could not be
-    highest: int = 0                    # the last seq the journal is known to have reached
+    """What a journal file holds, row by row (a plain class: `fsck` should not import
+    `dataclasses`' `inspect` for it)."""
+
+    def __init__(self, error: str, rows: list | None = None, unreadable: list | None = None,
+                 highest: int = 0):
+        self.error = error                      # what SQLite said, or "" when the file reads whole
+        self.rows = rows if rows is not None else []                # every row that could be read
+        self.unreadable = unreadable if unreadable is not None else []  # seqs that could not be
+        self.highest = highest                  # the last seq the journal is known to have reached
 
     @property
     def damaged(self) -> bool:
