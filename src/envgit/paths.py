@@ -17,9 +17,22 @@ def inside(path: str, top: str) -> bool:
     return path == top or path.startswith(top + "/")
 
 
+def external_state(root: str) -> str:
+    """Where a project's state lives when `envgit init` put it outside the project: on a host
+    whose steps run with Landlock (sandbox/backend.py), which cannot keep a directory inside
+    the writable project from a step, `.envgit` is only a symlink to here, which no rule of a
+    step's allows. Found from the project's path alone, never from the link (a step can
+    replace the link; it cannot write here)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    import _sha2  # type: ignore[import-not-found]  # the builtin; hashlib would load OpenSSL on the hot path
+    digest = _sha2.sha256(root.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(base, "envgit", "projects", f"{os.path.basename(root) or 'root'}-{digest}")
+
+
 class Project:
     def __init__(self, root: str):
         self.root = root
+        self._state: str | None = None
 
     @property
     def policy(self):
@@ -27,10 +40,15 @@ class Project:
 
     @property
     def state(self):
-        return os.path.join(self.root, STATE_DIR)
+        """The project's state directory: `.envgit` in it, or the one outside it that `envgit
+        init` made on a Landlock host (external_state), which wins whenever it exists."""
+        if self._state is None:
+            ext = external_state(self.root)
+            self._state = ext if os.path.isdir(ext) else os.path.join(self.root, STATE_DIR)
+        return self._state
 
     def state_path(self, *parts):
-        return os.path.join(self.root, STATE_DIR, *parts)
+        return os.path.join(self.state, *parts)
 
     @property
     def journal(self):

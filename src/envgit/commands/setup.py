@@ -73,6 +73,28 @@ def cmd_demo(args):
 
 # --- init --------------------------------------------------------------------------------
 
+def _state_outside(root, state, said) -> bool:
+    """On a host whose steps run with Landlock, the state goes outside the project, `.envgit`
+    a symlink to it (paths.external_state): True when `.envgit` is that link."""
+    from ..paths import external_state
+    from ..sandbox import backend
+    ext = external_state(root)
+    if os.path.islink(state) and os.path.isdir(ext):
+        return True
+    if not backend.host_is_landlock():
+        return False
+    if os.path.lexists(state):
+        print(f"envgit: {state} is inside the project, and on this host a step can write it (steps "
+              f"run with Landlock, not bubblewrap): move it to {ext} and make {state} a symlink to "
+              "it to keep it from steps", file=sys.stderr)
+        return False
+    os.makedirs(ext, mode=0o700, exist_ok=True)
+    os.symlink(ext, state)
+    said.append(f"made {state} a link to {ext}: steps run with Landlock here, which cannot keep "
+                "a directory inside the project from them")
+    return True
+
+
 def cmd_init(args):
     from ..policy import defaults
     root = os.path.realpath(os.getcwd())
@@ -91,6 +113,7 @@ def cmd_init(args):
         write_atomic(policy, defaults.TEMPLATE)     # whole or absent, never through a planted link
         said.append(f"wrote {policy}")
     state = os.path.join(root, ".envgit")
+    link = _state_outside(root, state, said)
     os.makedirs(state, mode=0o700, exist_ok=True)
     gi = os.path.join(root, ".gitignore")
     fd = _open_regular(gi, os.O_RDWR | os.O_APPEND)
@@ -100,14 +123,17 @@ def cmd_init(args):
     else:
         with os.fdopen(os.dup(fd), "rb") as f:
             lines = f.read().decode("utf-8", "replace").splitlines()
-    ignored = not any(line.strip() in (".envgit", ".envgit/", "/.envgit", "/.envgit/") for line in lines)
+    # `.envgit/` matches a directory only; the link of a Landlock host needs `.envgit`
+    names = (".envgit", "/.envgit") if link else (".envgit", ".envgit/", "/.envgit", "/.envgit/")
+    ignored = not any(line.strip() in names for line in lines)
     if ignored and fd is None:          # a symlink, FIFO or directory a step left: not followed
         print(f"envgit: {gi} is not a regular file; add .envgit/ to your ignore rules yourself",
               file=sys.stderr)
         ignored = False
     elif ignored:
-        os.write(fd, (b"\n" if lines and lines[-1] != "" else b"") + b".envgit/\n")
-        said.append(f"added .envgit/ to {gi}")
+        entry = ".envgit" if link else ".envgit/"
+        os.write(fd, (b"\n" if lines and lines[-1] != "" else b"") + entry.encode() + b"\n")
+        said.append(f"added {entry} to {gi}")
     if fd is not None:
         os.close(fd)
     if args.json:

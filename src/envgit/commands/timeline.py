@@ -141,6 +141,7 @@ def cmd_show(args):
         print(f"  tool call {inert(s.tool_call_id)}")
     if s.marks:
         print(f"  marks     {inert(', '.join(s.marks))}")
+    _show_sandbox(s)
     opened = {r.get("path"): r for r in s.denied_reads}
     for p in s.denied_paths:        # opened: the daemon saw the step open its placeholder
         r = opened.get(p)
@@ -234,6 +235,19 @@ def _came_up(up) -> str:
         elif up.get("kept"):
             text += "; kept in the cache for the next fresh start"
     return text
+
+
+def _show_sandbox(s):
+    """A step not run under bubblewrap's namespaces: which sandbox, what it could not do."""
+    if not isinstance(s.sandbox, dict):
+        return
+    print(inert(f"  sandbox   {s.sandbox.get('backend')} (weaker than bubblewrap's namespaces):"))
+    for w in s.sandbox.get("weaker") or []:
+        print(inert(f"            - {w}"))
+    kept = [p for e in s.events if e.get("type") == "sandbox" for p in e.get("not_enforced") or []]
+    if kept:
+        print(inert(f"            not hidden or kept read-only here: {', '.join(kept[:12])}"
+                    + (f" and {len(kept) - 12} more" if len(kept) > 12 else "")))
 
 
 def _show_mcp(extra):

@@ -21,12 +21,12 @@ from ..journal.rows import listed
 from ..policy import PolicyError, decide_command, marks
 from ..policy import learn as learn_rules
 from ..policy.ports import PublishError
-from ..sandbox import resolver, routes
+from ..sandbox import backend, resolver, routes
 from ..sandbox.masks import shown
 from ..sandbox.network import Net
 from ..sandbox.publish import ports
 from ..sandbox.spec import build
-from . import learn, netadvice, special_bits, takeback
+from . import learn, netadvice, special_bits, statelink, takeback
 from . import outside as outside_changes
 from .asks import user_name
 from .heldends import disk_full_notice, log_line
@@ -62,6 +62,13 @@ async def begin(sess, msg, conn=None, run_argv=None):
             "tool_call_id": msg.get("tool_call_id")}
     if msg.get("origin") == "inner":       # asked for from inside a sandbox (inner.py)
         head["origin"] = "inner"
+    try:
+        if pol.backend != "vm" and (sandbox := backend.record()):
+            head["sandbox"] = sandbox          # Landlock, and what is weaker (sandbox/backend.py)
+    except RuntimeError as e:
+        return {"error": f"envgit: {e}", "exit": 125}
+    if head.get("sandbox") and (refused := org_refuses_degraded(pol)):
+        return {"error": f"envgit: {refused}", "exit": 125}
     learning, offs = learn.for_step(sess, msg, session), sess.learn.offs
     if learning:
         refused = learn_rules.refusal(pol)
@@ -123,6 +130,10 @@ async def begin(sess, msg, conn=None, run_argv=None):
         return {"error": f"envgit: could not set up the sandbox: {e}", "exit": 125}
     finally:
         sess.starting -= 1
+    if head.get("sandbox"):         # what this step's view hides or keeps read-only, not enforced
+        from ..sandbox.landlock_run import not_enforced
+        sess.journal.append(step, "note", {"type": "sandbox", "from": "daemon", "backend": "landlock",
+                                           "not_enforced": not_enforced(spec.argv)})
     if spec.withheld_env:           # env.pass let a credential's real value in: said, not passed
         sess.journal.append(step, "note", {
             "type": "env-withheld", "from": "daemon", "variables": spec.withheld_env,
@@ -278,6 +289,7 @@ async def end(sess, msg):
         sess.gate.close_step(step)
     sess.asks.end_step(step)
     sess.denials.release(step)      # what it opened of its placeholders, said before its end
+    relinked = statelink.repair(sess.project, step)      # a Landlock host's state link
     if info.agent_session and (agents := outside_changes.agent_sessions_only(sess.live)):
         # the routes the person changed since the session's last step are not its own
         async with sess.tree_lock:
@@ -300,7 +312,7 @@ async def end(sess, msg):
         info.published.close()
     escapes, tool_files = escape_routes_written(info, summary, sess.project.root, sess.scan)
     # the session's own notices, taken before the next await lets another step's settle add one
-    notices = sess.tracked_denied_notice(info) + sess.outside_notices
+    notices = sess.tracked_denied_notice(info) + sess.outside_notices + ([relinked] if relinked else [])
     sess.outside_notices = []
     found = marks.Found(
         step=step, summary=summary, requests=info.requests, client_marks=msg.get("marks") or [],
@@ -487,6 +499,16 @@ def escape_routes_written(info, summary, project, scan):
     except Exception as e:              # never lose the step's end over it; say so
         return [f"(escape routes could not be checked: {type(e).__name__}: {e})"], []
 
+
+
+def org_refuses_degraded(pol) -> str | None:
+    """Why a step cannot run on this host with Landlock (`degraded_sandbox: forbid`), or None."""
+    if getattr(pol, "degraded_sandbox", "allow") != "forbid":
+        return None
+    where = pol.where.get("degraded_sandbox", "") if getattr(pol, "where", None) else ""
+    return (f"this host refuses the user namespaces bubblewrap needs, and {where or 'the policy'} "
+            "forbids running steps with the weaker Landlock sandbox instead (degraded_sandbox: "
+            "forbid); run `envgit doctor` for how to allow user namespaces here")
 
 
 def outside_project(cwd, root):

@@ -45,6 +45,7 @@ class Step:
     events: list = []                     # mcp-call / file-op / note entries, in order
     extra: dict = {}                      # what a recorded step's caller added at its end
     memory: dict | None = None            # backend: vm: the memory snapshot after it (vm/memstore.py)
+    sandbox: dict | None = None           # not bubblewrap: {backend, weaker} (sandbox/backend.py)
     last_seq: int = 0                     # the last entry folded in (what rewind verifies)
 
     def __init__(self, id: int, **given):
@@ -89,6 +90,9 @@ def fold_entry(out, seq, step, kind, at, text):
                 setattr(s, k, body[k])
         if body.get("learn") is True:   # it ran in learn mode: said wherever marks are (log,
             s.marks = [*s.marks, "learn"]   # show, the page, --mark filters)
+        if isinstance(body.get("sandbox"), dict):   # a weaker sandbox than bubblewrap's: said so
+            s.sandbox = body["sandbox"]
+            s.marks = [*s.marks, "sandbox-degraded"]
         return
     if kind == "outside":               # a step of one entry: changes made outside envgit
         s = out[step] = Step(id=step, started_ns=at, started_at=utc(at), last_seq=seq, status="done",

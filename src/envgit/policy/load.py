@@ -56,6 +56,7 @@ class Policy:
     user_path: str = ""
     user_sha256: str = ""
     learn: str = "allow"            # "forbid": no step runs in learn mode (policy/learn.py)
+    degraded_sandbox: str = "allow"  # "forbid": no step runs with Landlock (sandbox/backend.py)
     signing: dict | None = None     # {key, action}: the gate signs commits and tags (proxy/sshsign.py)
     backend: str = "sandbox"        # "vm": steps run in the project's microVM (vm/)
     vm_memory: int = 512 << 20
@@ -235,6 +236,7 @@ def _merge(data, where, path, sha) -> Policy:
     pol.credentials = given("credentials", data.get("credentials"), {})
     vm = data.get("vm", {})
     pol.learn = given("learn", data.get("learn"), "allow")
+    pol.degraded_sandbox = given("degraded_sandbox", data.get("degraded_sandbox"), "allow")
     pol.signing = given("signing", data.get("signing"), None)
     pol.backend = given("backend", data.get("backend"), "sandbox")
     pol.vm_memory = given("vm.memory", vm.get("memory"), 512 << 20)

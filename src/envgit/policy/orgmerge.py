@@ -263,16 +263,18 @@ class _Combiner:
                      self.ow.get("signing") if osig is not None else self.pw.get("signing"))
 
     def learn(self):
-        """`learn: forbid` of the organisation's binds every project (policy/learn.py)."""
-        ol, pl = self.get("o", "learn"), self.get("p", "learn")
-        if ol == "forbid" and pl == "allow":
-            self.refuse("learn", f"learn: allow would let steps run in learn mode, which "
-                        f"{self.ow['learn']} forbids (learn: forbid); remove it")
-        if ol == "forbid":
-            self.put("learn", ol, self.ow["learn"])
-        elif pl is not None or ol is not None:
-            self.put("learn", pl if pl is not None else ol,
-                     self.pw["learn"] if pl is not None else self.ow["learn"])
+        """`learn: forbid` of the organisation's binds every project (policy/learn.py), as does
+        its `degraded_sandbox: forbid` (sandbox/backend.py)."""
+        for key, does in (("learn", "let steps run in learn mode"),
+                          ("degraded_sandbox", "let steps run with Landlock where bubblewrap cannot")):
+            ol, pl = self.get("o", key), self.get("p", key)
+            if ol == "forbid" and pl == "allow":
+                self.refuse(key, f"{key}: allow would {does}, which {self.ow[key]} forbids "
+                            f"({key}: forbid); remove it")
+            if ol == "forbid":
+                self.put(key, ol, self.ow[key])
+            elif pl is not None or ol is not None:
+                self.put(key, pl if pl is not None else ol, self.pw[key] if pl is not None else self.ow[key])
 
     def credentials(self):
         oc, pc = self.get("o", "credentials", {}), self.get("p", "credentials", {})

@@ -355,6 +355,11 @@ SCHEMA = Map({
         "'forbid': no step runs in learn mode (`envgit learn`, `--learn`) under this policy; a "
         "project or your defaults cannot undo an organisation's 'forbid'; 'allow' (the default) "
         "lets a person switch it on", enum=("allow", "forbid")),
+    "degraded_sandbox": Str(
+        "where the host refuses the user namespaces bubblewrap needs, steps run with Landlock + "
+        "seccomp, which is weaker (each step records how; `envgit doctor` says it): 'allow' (the "
+        "default) runs them so; 'forbid' refuses every step there instead; a project or your "
+        "defaults cannot undo an organisation's 'forbid'", enum=("allow", "forbid")),
     "escape_routes": Map({
         "allow": List(Str(check=check_path_glob), doc=(
             "project globs of escape routes (`envgit policy protected`) a step may create: "

@@ -104,8 +104,9 @@ LISTS = ("filesystem.deny_read", "filesystem.allow_read", "filesystem.allow_writ
 # Named entries: the person's and the project's; a name both give is the project's.
 NAMED = ("env.set", "network.l7", "credentials", "mcp.servers")
 # Single values: the project's when it has one, else the person's.
-SCALARS = ("network.ask_timeout", "snapshot.max_file_size", "backend", "learn", "signing", "vm.memory", "vm.cpus",
-           "mcp.max_return_bytes", "mcp.flag_bytes_in", "mcp.flag_bytes_out")
+SCALARS = ("network.ask_timeout", "snapshot.max_file_size", "backend", "learn", "degraded_sandbox",
+           "signing", "vm.memory", "vm.cpus", "mcp.max_return_bytes", "mcp.flag_bytes_in",
+           "mcp.flag_bytes_out")
 
 
 def _get(d, dotted):

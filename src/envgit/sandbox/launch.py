@@ -27,6 +27,7 @@ Callers that spawn with their own process API (asyncio, anyio) use `Launch.argv`
 
 import _signal  # type: ignore[import-not-found]  # the builtin module (no stub): `signal` would import enum on the hot path
 import os
+import sys
 
 from .seccomp import program
 
@@ -36,6 +37,9 @@ from .seccomp import program
 TRUSTED_DIRS = ("/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin")
 
 _found: dict[str, str] = {}
+
+# argv[0] of a spec for the Landlock backend (a host where bwrap cannot make namespaces)
+LANDLOCK = "envgit-landlock"
 
 
 class LaunchError(Exception):
@@ -157,13 +161,16 @@ class Launch:
     """
 
     def __init__(self, spec_argv, project_root=None, report=False):
-        self.bwrap = bwrap_path(project_root)
+        # A spec for a host without user namespaces (spec.py) names LANDLOCK: the same
+        # arguments, taken by landlock_run.py in bwrap's stead, on this interpreter.
+        landlock = spec_argv[0] == LANDLOCK
+        self.bwrap = sys.executable if landlock else bwrap_path(project_root)
         self.perl = trusted_binary("perl", project_root) if report else None
         self.report_r = None
         self._mine = []          # parent ends, closed by close()
         self._child = []         # the ends bwrap inherits, closed once it is spawned
-        extra = []
-        prog = program()
+        extra = [] if not landlock else ["-I", "-S", os.path.join(os.path.dirname(__file__), "landlock_run.py")]
+        prog = program(sockets_tcp_only=landlock)
         if prog is not None:
             fd = os.memfd_create("envgit-seccomp", os.MFD_CLOEXEC)
             os.write(fd, prog)

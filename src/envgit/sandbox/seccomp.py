@@ -72,10 +72,44 @@ def _op(code, k, jt=0, jf=0):
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def program(machine: str | None = None) -> bytes | None:
+# socket(2)'s number, for the Landlock backend's socket rules (sockets_tcp_only)
+_SOCKET_NR = {"x86_64": 41, "aarch64": 198}
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+SOCK_STREAM, SOCK_TYPE_MASK, IPPROTO_TCP = 1, 0xF, 6
+_ALU_AND_K = 0x54     # BPF_ALU | BPF_AND | BPF_K
+
+
+def _sockets_tcp_only(socket_nr):
+    """Where there is no network namespace (the Landlock backend), a new socket may only be a
+    TCP one, which Landlock's port rules judge, or a netlink one (the host's addresses, read
+    only): a unix socket could connect to any socket file of the host by its path (the
+    person's ssh-agent, /run/docker.sock), which Landlock's filesystem rules do not judge, and
+    UDP or raw sockets reach any address. socketpair(2), a pair joined to nothing, stays."""
+    refuse = _ERRNO | errno.EACCES
+    return [
+        _op(_JEQ_K, socket_nr, jt=0, jf=14),     # not socket(2): past this block
+        _op(_LD_W_ABS, _arg_lo(0)),
+        _op(_JEQ_K, AF_NETLINK, jt=11, jf=0),   # to the allow at the end
+        _op(_JEQ_K, AF_INET, jt=2, jf=0),
+        _op(_JEQ_K, AF_INET6, jt=1, jf=0),
+        _op(_RET_K, _ERRNO | errno.EAFNOSUPPORT),
+        _op(_LD_W_ABS, _arg_lo(1)),
+        _op(_ALU_AND_K, SOCK_TYPE_MASK),
+        _op(_JEQ_K, SOCK_STREAM, jt=1, jf=0),
+        _op(_RET_K, refuse),
+        _op(_LD_W_ABS, _arg_lo(2)),
+        _op(_JEQ_K, 0, jt=2, jf=0),
+        _op(_JEQ_K, IPPROTO_TCP, jt=1, jf=0),
+        _op(_RET_K, refuse),
+        _op(_RET_K, _ALLOW),
+    ]
+
+
+def program(machine: str | None = None, sockets_tcp_only: bool = False) -> bytes | None:
     """The filter for this machine (or `machine`, as `uname -m` names it), or None where the
-    architecture is not known."""
-    arch = _ARCHES.get(machine or os.uname().machine)
+    architecture is not known. `sockets_tcp_only`: the Landlock backend's socket rules too."""
+    machine = machine or os.uname().machine
+    arch = _ARCHES.get(machine)
     if arch is None:
         return None
     audit_arch, ioctl_nr, foreign, refused, mode_calls, open_calls, absent = arch
@@ -87,6 +121,9 @@ def program(machine: str | None = None) -> bytes | None:
         _op(_RET_K, deny),
         _op(_LD_W_ABS, _NR),
     ]
+    if sockets_tcp_only:
+        ops += _sockets_tcp_only(_SOCKET_NR[machine])
+        ops.append(_op(_LD_W_ABS, _NR))
     if foreign is not None:
         ops += [_op(_JGE_K, foreign, jt=0, jf=1), _op(_RET_K, deny)]
     for nr in refused:

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from ..policy import resolve
 from ..policy.globs import has_magic
-from . import kernel, loopback, network, signing
+from . import backend, kernel, loopback, network, signing
 from . import publish as pub
 from .environ import cache_env, credential_env, project_cache, scrub, withhold_real_values
+from .launch import LANDLOCK
 from .masks import Masks, deny_origin
 from .projectscan import ProjectScan
 from .view import build_view
@@ -45,6 +46,10 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     step publishes (publish.py). `masks`: where the placeholders of the denied paths are made
     (masks.py; the daemon watches them), else a directory of the state's own."""
     home = os.path.normpath(home or host_env.get("HOME") or os.path.expanduser("~"))
+    landlock = backend.current() == backend.LANDLOCK
+    if landlock:
+        net = None              # no network namespace, so no bridge to the gate (backend.WEAKER)
+        session_tmp = os.path.realpath(session_tmp)
     rules = resolve(policy, project, home)
     agent = agent or {}
     if agent.get("read") or agent.get("write") or agent.get("protect"):
@@ -89,7 +94,27 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     # As root bwrap keeps the capabilities of the new user namespace, and with them
     # CAP_DAC_OVERRIDE would read the mode-000 masks: drop them all.
     caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
+    literal = [p for p, _ in rules.deny_abs if not has_magic(p)]
+    if landlock:
+        pointed = landlock_environment(view.args, state_dir, session_tmp)
+        env.update(pointed)
+        shown = [a for k in ("GIT_CONFIG_SYSTEM", "GIT_CONFIG_GLOBAL") for a in ("--ro-bind", pointed[k], pointed[k])]
+        ll = [LANDLOCK, *caps, "--die-with-parent", *view.args, *shown, "--chdir", cwd, "--", *argv]
+        return Spec(ll, env, view.masked, literal, withheld, view.protected)
     bw = ["bwrap", *NAMESPACES, *caps, "--die-with-parent", "--hostname", "envgit",
           *view.args, "--chdir", cwd, "--", *argv]
-    literal = [p for p, _ in rules.deny_abs if not has_magic(p)]
     return Spec(bw, env, view.masked, literal, withheld, view.protected)
+
+
+def landlock_environment(view_args, state_dir, session_tmp) -> dict:
+    """Where the Landlock backend cannot show a path as another (landlock_run.py), the program
+    is pointed at the other path instead: the step's own tmp directory, and git's sanitised
+    configs (git refuses to run when a config file it looks for is unreadable, as the hidden
+    originals are; an empty file stands in for one the view does not show)."""
+    shown = {view_args[i + 2]: view_args[i + 1] for i, a in enumerate(view_args[:-2]) if a == "--ro-bind"}
+    from .view import _empty_config
+    empty = _empty_config(state_dir)
+    home_cfg = [src for dst, src in shown.items() if dst.endswith("/.gitconfig")]
+    return {"TMPDIR": session_tmp,
+            "GIT_CONFIG_SYSTEM": shown.get("/etc/gitconfig", empty),
+            "GIT_CONFIG_GLOBAL": home_cfg[0] if home_cfg else empty}

@@ -1,0 +1,79 @@
+"""Which sandbox a step runs in on this host: bubblewrap's namespaces, or, where the host refuses
+unprivileged user namespaces (Ubuntu 24.04's AppArmor restriction, Docker's default seccomp
+profile, `user.max_user_namespaces = 0`), Landlock + seccomp (landlock_run.py), which is weaker
+in ways every step records (WEAKER). Decided once per daemon, by trying bwrap itself.
+"""
+
+import subprocess
+
+BWRAP, LANDLOCK = "bwrap", "landlock"
+MIN_LANDLOCK_ABI = 4        # TCP port rules: without them a step's TCP would be the host's own
+
+# What a step under Landlock does not get that a step under bubblewrap does, in the words the
+# step's record, `envgit show` and `envgit doctor` use (docs/THREATS.md has the why of each).
+WEAKER = (
+    "other processes of the host are visible in /proc (their command lines, not their "
+    "environments or memory)",
+    "a path the policy hides is unreadable rather than shown as a placeholder, and a directory "
+    "holding hidden entries can still be listed",
+    "inside a writable tree nothing can be hidden or kept read-only: the project's own denied "
+    "files (.env), envgit.yaml, .envgit and git's hooks and config are readable and writable "
+    "by the step (escape routes a step writes are taken back after it, as always)",
+    "no network: the gate is not reachable without a network namespace, and no TCP connection "
+    "or listening socket at all, not even on 127.0.0.1",
+    "no unix sockets (socket(AF_UNIX) is refused: a path's socket cannot be judged), no UDP",
+    "a step that opens a hidden path is not told why at once (no placeholder to watch)",
+    "/tmp is not the step's own: TMPDIR names the step's directory, and a program that writes "
+    "to /tmp by name is refused",
+)
+
+_chosen: list = []
+
+
+def current() -> str:
+    """BWRAP or LANDLOCK for this host; raises RuntimeError (worded for the person) when
+    neither can run."""
+    if not _chosen:
+        _chosen.append(_choose())
+    if isinstance(_chosen[0], RuntimeError):
+        raise _chosen[0]
+    return _chosen[0]
+
+
+def _choose():
+    from .launch import LaunchError, bwrap_path
+    try:
+        bwrap = bwrap_path()
+    except LaunchError as e:
+        bwrap, said = None, str(e)
+    if bwrap:
+        try:
+            r = subprocess.run([bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/",
+                                "true"], capture_output=True, text=True, timeout=30)
+            if r.returncode == 0:
+                return BWRAP
+            said = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
+        except (OSError, subprocess.TimeoutExpired) as e:
+            said = str(e)
+    from .landlock import abi
+    version = abi()
+    if version >= MIN_LANDLOCK_ABI:
+        return LANDLOCK
+    return RuntimeError(f"steps cannot be sandboxed on this host: bwrap cannot make namespaces "
+                        f"({said}) and the kernel's Landlock ABI is {version} (4 or later is needed: "
+                        "Linux 6.7+). Run `envgit doctor` for the fix.")
+
+
+def record() -> dict | None:
+    """What a step's begin entry says of its sandbox: nothing under bubblewrap (the default),
+    else the backend and what is weaker."""
+    if current() == BWRAP:
+        return None
+    return {"backend": LANDLOCK, "weaker": list(WEAKER)}
+
+
+def host_is_landlock() -> bool:
+    try:
+        return current() == LANDLOCK
+    except RuntimeError:
+        return False

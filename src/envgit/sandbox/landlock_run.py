@@ -1,0 +1,334 @@
+"""A step's start where bubblewrap cannot make namespaces: the Landlock + seccomp backend
+(docs/ARCHITECTURE.md "Hosts without user namespaces").
+
+It takes bwrap's own command line, the one the daemon built for the step (sandbox/spec.py), so
+the view is drawn once, in one place, for both backends; launch.Launch runs this file in bwrap's
+stead (`python -I -S landlock_run.py ARGS… -- COMMAND…`). What each argument becomes:
+
+  --ro-bind P P, --bind P P     a Landlock rule: P readable (and executable), or writable too
+  --ro-bind S D, --bind S D     S allowed, D left out: a path shown as another cannot be shown
+                                here (the caller points the program at S instead: TMPDIR,
+                                GIT_CONFIG_GLOBAL); a placeholder over a denied path (a mask)
+                                thus makes the path unreadable rather than replaced
+  --tmpfs D                     D left out (empty in bwrap: nothing of it here)
+  --proc /proc                  /proc readable; Landlock's own ptrace rule keeps every process
+                                outside the step's domain from it (environ, mem, fd)
+  --dev /dev                    the terminal and the harmless devices, and nothing else
+  --seccomp FD                  the same filter, installed by this process before the exec
+  --info-fd, --block-fd         the same protocol: {"child-pid", "pid-namespace"} written once
+                                the command's process exists, the command held until released
+  --cap-drop ALL                every capability and the bounding set dropped, root's exec
+                                gaining none back (SECBIT_NOROOT)
+  --die-with-parent             PR_SET_PDEATHSIG
+  --unshare-*, --hostname,
+  --as-pid-1, --dir, --symlink,
+  --remount-ro                  nothing: there are no namespaces to make
+
+Landlock rights add up along a path and cannot be taken back beneath it. A read-only tree with
+something hidden inside (/etc with /etc/shadow masked) is therefore allowed entry by entry,
+down to the hidden path's directory, each entry but the hidden one; a writable tree cannot be
+treated so (a file made later at its top would have no rule), and what its view hides or keeps
+read-only inside it stays as the tree is: `plan` lists those as not enforced, and the step's
+record says so. A process the step leaves behind is ended with it: this process is the step's
+subreaper, and kills what is left once the command has ended, as the end of bwrap's pid
+namespace would.
+
+Standard library only; nothing else of envgit's but landlock.py.
+"""
+
+import ctypes
+import os
+import sys
+
+R, RW, NONE = "r", "rw", "none"
+
+# what the view's --dev gives a step: readable and writable, terminal ioctls allowed
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+           "/dev/ptmx", "/dev/pts")
+
+_TAKES = {"--seccomp": 1, "--info-fd": 1, "--block-fd": 1, "--chdir": 1, "--hostname": 1,
+          "--cap-drop": 1, "--ro-bind": 2, "--bind": 2, "--ro-bind-try": 2, "--bind-try": 2,
+          "--symlink": 2, "--tmpfs": 1, "--dir": 1, "--proc": 1, "--dev": 1, "--remount-ro": 1}
+_IGNORED = {"--as-pid-1", "--die-with-parent", "--disable-userns", "--new-session", "--unshare-user",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net",
+            "--unshare-all"}
+
+
+class RunError(Exception):
+    pass
+
+
+def parse(args: list[str]) -> tuple[dict, list[tuple[str, str, str]], list[str]]:
+    """(options, view operations [(kind, source, destination)] in order, the command)."""
+    opts: dict = {"flags": set()}
+    ops: list[tuple[str, str, str]] = []
+    sources: list[tuple[str, str, str]] = []    # what a bind shows elsewhere, allowed last
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return opts, ops + sources, args[i + 1:]
+        if a in _IGNORED:
+            opts["flags"].add(a)
+            i += 1
+            continue
+        n = _TAKES.get(a)
+        if n is None or i + n >= len(args):
+            raise RunError(f"the Landlock launcher does not take {a!r}")
+        vals = args[i + 1:i + 1 + n]
+        if a in ("--ro-bind", "--bind", "--ro-bind-try", "--bind-try"):
+            src, dst = vals
+            if src != dst and os.path.realpath(src) == os.path.realpath(dst):
+                src = dst
+            writable = a.startswith("--bind")
+            if src == dst:
+                ops.append((RW if writable else R, dst, dst))
+            else:
+                ops.append((NONE, dst, dst))
+                # what is shown there, allowed by its own name (the program is pointed at it:
+                # spec.landlock_environment), after the view so no operation of it covers it
+                sources.append((RW if writable else R, src, src))
+        elif a == "--tmpfs":
+            ops.append((NONE, vals[0], vals[0]))
+        elif a == "--proc":
+            ops.append(("proc", vals[0], vals[0]))
+        elif a == "--dev":
+            ops.append(("dev", vals[0], vals[0]))
+        else:
+            opts[a] = vals[0] if n == 1 else vals
+        i += 1 + n
+    raise RunError("no command after --")
+
+
+def _inside(p, top):
+    return p == top or p.startswith(top.rstrip("/") + "/")
+
+
+def plan(ops) -> tuple[list[tuple[str, str]], list[str]]:
+    """([(path, R | RW)] to allow, [paths the view hides or keeps read-only that these rules
+    cannot]). A later operation covers an earlier one at or below its path, as a later mount
+    does in bwrap."""
+    grants: list[tuple[str, str]] = []
+    unenforced: list[str] = []
+    for i, (kind, path, _) in enumerate(ops):
+        if kind == NONE:
+            continue
+        if any(_inside(path, later) and later != path or later == path
+               for _, later, _ in ops[i + 1:]):
+            continue                    # covered by a later operation at or above it
+        if kind == "dev":
+            grants += [(d, RW) for d in DEVICES if os.path.exists(d)]
+            continue
+        holes = [(k, p) for k, p, _ in ops[i + 1:] if _inside(p, path) and p != path
+                 and _less(k, kind)]
+        if kind == "proc" or kind == RW:
+            grants.append((path, R if kind == "proc" else RW))
+            unenforced += [p for _, p in holes]
+            continue
+        _expand(path, kind, [p for _, p in holes], grants)
+    return grants, sorted(set(unenforced))
+
+
+def not_enforced(spec_argv) -> list[str]:
+    """The paths a spec's view hides or keeps read-only that Landlock cannot (the daemon
+    records them on the step)."""
+    _, ops, _ = parse(spec_argv[1:])
+    return plan(ops)[1]
+
+
+def _less(k, than):
+    rank = {NONE: 0, R: 1, "proc": 1, "dev": 1, RW: 2}
+    return rank[k] < rank[than]
+
+
+def _expand(top, kind, holes, grants):
+    """Allow `top` for `kind` but none of `holes` beneath it: entry by entry down to each."""
+    if not holes:
+        grants.append((top, kind))
+        return
+    if top in holes:
+        return
+    grants.append((top, "list"))
+    try:
+        names = os.listdir(top)
+    except OSError:
+        return
+    for name in names:
+        child = os.path.join(top, name)
+        inner = [h for h in holes if _inside(h, child)]
+        if child in inner:
+            continue
+        if inner and os.path.isdir(child) and not os.path.islink(child):
+            _expand(child, kind, inner, grants)
+        else:
+            grants.append((child, kind))
+
+
+def ruleset(grants, port=None):
+    """The Landlock ruleset of `grants` (TCP: connect to `port` only, or to nothing)."""
+    from envgit.sandbox import landlock as L
+    rs = L.Ruleset(L.abi())
+    rights = {R: L.READ, RW: L.READ | L.WRITE | L.IOCTL_DEV, "list": L.READ_DIR}
+    for path, kind in grants:
+        r = rights[kind]
+        if kind == RW and path.startswith("/dev/"):
+            r = L.READ_FILE | L.WRITE_FILE | L.READ_DIR | L.IOCTL_DEV
+        rs.allow_path(path, r)
+    if port:
+        rs.allow_port(port)
+    return rs
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP = 1, 36, 24
+PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 28, 38, 22
+SECCOMP_MODE_FILTER = 2
+# SECBIT_NOROOT | _LOCKED, SECBIT_NO_SETUID_FIXUP | _LOCKED, SECBIT_KEEP_CAPS_LOCKED,
+# SECBIT_NO_CAP_AMBIENT_RAISE | _LOCKED: uid 0 gains nothing by exec
+SECUREBITS = 0x3 | 0xC | 0x20 | 0xC0
+CAPSET_NR = {"x86_64": 126, "aarch64": 91}
+
+
+def _prctl(*args, ok_fail=False):
+    if _libc.prctl(*[ctypes.c_ulong(a) for a in args]) != 0 and not ok_fail:
+        e = ctypes.get_errno()
+        raise RunError(f"prctl({args[0]}): {os.strerror(e)}")
+
+
+def drop_capabilities():
+    """Root's capabilities gone for good, and none regained by an exec (what bwrap's
+    --cap-drop ALL gives inside its namespace). Nothing to do for another uid."""
+    if os.geteuid() != 0:
+        return
+    _prctl(PR_SET_SECUREBITS, SECUREBITS)
+    for cap in range(64):
+        _prctl(PR_CAPBSET_DROP, cap, ok_fail=True)       # past the last cap: EINVAL
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)         # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()                        # effective, permitted, inheritable x2: none
+    nr = CAPSET_NR.get(os.uname().machine)
+    if nr is None or _libc.syscall(ctypes.c_long(nr), header, data) != 0:
+        raise RunError("cannot drop root's capabilities on this machine")
+
+
+def install_seccomp(prog: bytes):
+    buf = ctypes.create_string_buffer(prog, len(prog))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    fp = Fprog(len(prog) // 8, ctypes.addressof(buf))
+    if _libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
+                   ctypes.byref(fp), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        raise RunError(f"cannot install the seccomp filter: {os.strerror(ctypes.get_errno())}")
+
+
+def _read_all(fd):
+    out = b""
+    while chunk := os.read(fd, 65536):
+        out += chunk
+    return out
+
+
+def _child(opts, ops, command, port):
+    """In the command's process, before its exec: wait for the release, then restrict."""
+    _prctl(PR_SET_PDEATHSIG, 9)
+    block = opts.get("--block-fd")
+    if block is not None:
+        os.read(int(block), 1)
+        os.close(int(block))
+    prog = b""
+    if opts.get("--seccomp") is not None:
+        fd = int(opts["--seccomp"])
+        os.lseek(fd, 0, os.SEEK_SET)
+        prog = _read_all(fd)
+        os.close(fd)
+    grants, _ = plan(ops)
+    rs = ruleset(grants, port)
+    if opts.get("--chdir"):
+        os.chdir(opts["--chdir"])
+    if opts.get("--cap-drop"):
+        drop_capabilities()
+    rs.restrict()                      # no_new_privs first, then the domain for good
+    if prog:
+        install_seccomp(prog)
+    os.execvp(command[0], command)
+
+
+def _descendants(pid):
+    out, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        stack += kids
+    return out
+
+
+def main(argv):
+    try:
+        opts, ops, command = parse(argv)
+        port = int(os.environ.pop("ENVGIT_LANDLOCK_PORT", "0") or 0)
+        if "--die-with-parent" in opts["flags"]:
+            _prctl(PR_SET_PDEATHSIG, 9)
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        plan(ops)                                       # fails here, not half-way in the child
+    except (RunError, OSError, ValueError) as e:
+        print(f"envgit: cannot start the step with Landlock: {e}", file=sys.stderr)
+        return 125
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if opts.get("--info-fd") is not None:
+                os.close(int(opts["--info-fd"]))
+            _child(opts, ops, command, port)
+        except BaseException as e:      # noqa: BLE001 — anything before the exec is the start failing
+            msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            print(f"envgit: cannot start the step with Landlock: {msg}", file=sys.stderr)
+        os._exit(125)
+    for key in ("--block-fd", "--seccomp"):
+        if opts.get(key) is not None:
+            os.close(int(opts[key]))
+    info = opts.get("--info-fd")
+    if info is not None:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+        os.write(int(info), f'{{"child-pid": {pid}, "pid-namespace": {ns}}}\n'.encode())
+        os.close(int(info))
+    while True:
+        try:
+            got, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 125
+        except InterruptedError:
+            continue
+        if got == pid:
+            break
+    # what the command left behind (reparented here, its subreaper) ends with it, as the
+    # step's pid namespace would end in bwrap
+    for _ in range(3):
+        left = _descendants(os.getpid())
+        if not left:
+            break
+        for p in left:
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, 0)[0] <= 0:
+                    break
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.exit(main(sys.argv[1:]))
