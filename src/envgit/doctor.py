@@ -39,6 +39,29 @@ def checkout() -> str | None:
         os.path.isfile(os.path.join(top, "pyproject.toml")) else None
 
 
+def _landlock() -> bool:
+    """Steps run with Landlock on this host (sandbox/backend.py): what bwrap needs is missing,
+    and the weaker backend stands in."""
+    from .sandbox import backend
+    return backend.host_is_landlock()
+
+
+def _sandbox_check() -> list[Check]:
+    """Which sandbox steps get here, and, for Landlock, what is weaker (backend.WEAKER)."""
+    from .sandbox import backend
+    try:
+        which = backend.current()
+    except RuntimeError as e:
+        return [Check("sandbox", False, str(e), "allow user namespaces (the checks below), or use "
+                      "Linux 6.7+ with Landlock enabled")]
+    if which == backend.BWRAP:
+        return [Check("sandbox", True, "steps run in bubblewrap's namespaces")]
+    return [Check("sandbox", True, "steps run with Landlock + seccomp (degraded: "
+                  + "; ".join(backend.WEAKER) + ")",
+                  "for the full sandbox, allow user namespaces (the checks below); an organisation "
+                  "policy's `degraded_sandbox: forbid` refuses steps here", required=False)]
+
+
 def _python_fix() -> str:
     if checkout():
         return "install Python >= 3.12 (apt-get install python3.12, or pyenv) and re-run dev/run"
@@ -86,7 +109,8 @@ def run_checks() -> list[Check]:
         out.append(Check("namespaces", r.returncode == 0,
                          "bwrap can create user, pid, net, ipc, uts and cgroup namespaces"
                          if r.returncode == 0 else f"bwrap failed: {r.stderr.strip()}",
-                         "see the user-namespace checks below"))
+                         "see the user-namespace checks below", required=r.returncode == 0 or not _landlock()))
+    out += _sandbox_check()
     clone = _read("/proc/sys/kernel/unprivileged_userns_clone")
     if clone is not None:
         out.append(Check("kernel.unprivileged_userns_clone", clone == "1", clone,
@@ -94,7 +118,7 @@ def run_checks() -> list[Check]:
     maxns = _read("/proc/sys/user/max_user_namespaces")
     if maxns is not None:
         out.append(Check("user.max_user_namespaces", maxns != "0", maxns,
-                         "sysctl -w user.max_user_namespaces=15000"))
+                         "sysctl -w user.max_user_namespaces=15000", required=not _landlock()))
     aa = _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
     if aa is not None:
         out.append(Check("kernel.apparmor_restrict_unprivileged_userns", aa == "0" or os.geteuid() == 0, aa,

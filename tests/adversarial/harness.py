@@ -24,22 +24,26 @@ from pathlib import Path
 import pytest
 
 from conftest import ENVGIT, Env, make_home
+from kit import nouserns
 from kit.users import can_make_users, open_path_to, test_user
 
 
 class Attacker(Env):
     """An Env whose commands run as `user` (None: as the test's own uid, root in CI)."""
 
-    def __init__(self, home: Path, root: Path, user: str | None):
+    def __init__(self, home: Path, root: Path, user: str | None, no_userns: bool = False):
         super().__init__(home, root)
         self.user = user
+        self.no_userns = no_userns      # envgit runs on a host without user namespaces (Landlock)
         self.env["ENVGIT_DAEMON_IDLE"] = "60"
 
     @property
     def is_root(self):
         return self.user is None and os.geteuid() == 0
 
-    def _argv(self, argv):
+    def _argv(self, argv, host=False):
+        if self.no_userns and not host:
+            return nouserns.wrap(argv, uid=pwd.getpwnam(self.user).pw_uid if self.user else None)
         return argv if self.user is None else ["runuser", "-u", self.user, "--", *argv]
 
     def envgit(self, *args, cwd=None, env=None, input=None, timeout=120, check=False):
@@ -53,7 +57,7 @@ class Attacker(Env):
     def host(self, script, cwd=None, env=None, timeout=60):
         """`sh -c SCRIPT` outside any sandbox, as the person (root or the test user) would run
         it later: how a planted file would be triggered."""
-        return subprocess.run(self._argv(["sh", "-c", script]), cwd=cwd or self.root,
+        return subprocess.run(self._argv(["sh", "-c", script], host=True), cwd=cwd or self.root,
                               env={**self.env, **(env or {})}, capture_output=True, text=True,
                               timeout=timeout)
 
@@ -81,16 +85,17 @@ class Attacker(Env):
 
 
 @contextlib.contextmanager
-def attacker_in(kind, tmp_path):
+def attacker_in(kind, tmp_path, no_userns=False):
     """An Attacker with its home and project, `envgit init` done: as root (`kind` "root"), or
     as an unprivileged user made for it ("user"; skipped where none can be made). What the
-    `attacker` fixture yields."""
+    `attacker` fixture yields. `no_userns`: every envgit command runs on a host that refuses
+    user namespaces (kit/nouserns.py), so its steps run with Landlock."""
     if kind == "root":
         home = make_home(tmp_path)
         root = home / "proj"
         root.mkdir()
         subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
-        a = Attacker(home, root, None)
+        a = Attacker(home, root, None, no_userns)
         a.envgit("init", check=True)
         try:
             yield a
@@ -107,7 +112,7 @@ def attacker_in(kind, tmp_path):
         root.mkdir()
         subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
         subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
-        a = Attacker(home, root, name)
+        a = Attacker(home, root, name, no_userns)
         with open_path_to(os.path.realpath(sys.executable), ENVGIT):
             try:
                 a.envgit("init", check=True)

@@ -17,8 +17,9 @@ WEAKER = (
     "a path the policy hides is unreadable rather than shown as a placeholder, and a directory "
     "holding hidden entries can still be listed",
     "inside a writable tree nothing can be hidden or kept read-only: the project's own denied "
-    "files (.env), envgit.yaml, .envgit and git's hooks and config are readable and writable "
-    "by the step (escape routes a step writes are taken back after it, as always)",
+    "files (.env), envgit.yaml and git's hooks and config are readable and writable while the "
+    "step runs (the escape routes it writes are taken back after it; `envgit init` on such a "
+    "host keeps the project's state outside the project, behind a link restored after each step)",
     "no network: the gate is not reachable without a network namespace, and no TCP connection "
     "or listening socket at all, not even on 127.0.0.1",
     "no unix sockets (socket(AF_UNIX) is refused: a path's socket cannot be judged), no UDP",

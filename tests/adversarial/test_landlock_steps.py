@@ -1,0 +1,231 @@
+"""Steps on a host that refuses user namespaces (kit/nouserns.py: `user.max_user_namespaces`
+0, as Docker's default profile or Ubuntu 24.04's AppArmor leave it): bubblewrap cannot start
+there, so every step runs with Landlock + seccomp (sandbox/landlock_run.py), records so, and
+still holds the default tier's "cannot"s but those sandbox/backend.py's WEAKER gives up. Each
+case attacks from inside a step, a canary or a marker file its only oracle; the cases of one
+uid share one project (`every_case`)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CANARY
+from harness import attacker_in, every_case, steps_of
+from kit import nouserns
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.xdist_group("landlock"),
+              pytest.mark.skipif(not nouserns.available(), reason="making a host without user "
+                                 "namespaces needs root and user namespaces (kit/nouserns.py)")]
+
+
+@pytest.fixture(params=["root", "user"])
+def ll(request, tmp_path):
+    with attacker_in(request.param, tmp_path, no_userns=True) as a:
+        yield a
+
+
+class Listener:
+    """What a host socket heard from the step: TCP on 127.0.0.1, UDP, a unix socket file and
+    an abstract one. `heard` is the oracle."""
+
+    def __init__(self, base):
+        self.heard = []
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.path = os.path.join(base, "host.sock")
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.unix.bind(self.path)
+        os.chmod(self.path, 0o777)
+        self.unix.listen()
+        self.abstract = socket.socket(socket.AF_UNIX)
+        self.abstract.bind(b"\0envgit-landlock-test-%d" % os.getpid())
+        self.abstract.listen()
+        for s in (self.tcp, self.udp, self.unix, self.abstract):
+            s.settimeout(0.2)
+        self.stop = False
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self):
+        while not self.stop:
+            for name, s in (("tcp", self.tcp), ("unix", self.unix), ("abstract", self.abstract)):
+                try:
+                    s.accept()[0].close()
+                    self.heard.append(name)
+                except OSError:
+                    pass
+            try:
+                self.udp.recvfrom(100)
+                self.heard.append("udp")
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop = True
+        self.thread.join(5)
+        for s in (self.tcp, self.udp, self.unix, self.abstract):
+            s.close()
+
+
+def test_a_step_runs_with_landlock_and_its_record_says_so(ll):
+    """bwrap cannot make namespaces on this host; the step runs anyway, and its record, `show`
+    and `doctor` say it ran with the weaker sandbox."""
+    r = ll.envgit("run", "--", "/usr/bin/bwrap", "--unshare-user", "--ro-bind", "/", "/", "true")
+    assert r.returncode != 0
+    ll.envgit("run", "--", "sh", "-c", "echo made > made.txt", check=True)
+    assert (ll.root / "made.txt").read_text() == "made\n"
+    step = steps_of(ll)[-1]
+    assert "sandbox-degraded" in step["marks"] and step["sandbox"]["backend"] == "landlock"
+    assert any("no network" in w for w in step["sandbox"]["weaker"])
+    shown = ll.envgit("show", str(step["id"]), check=True).stdout
+    assert "sandbox   landlock" in shown and "envgit.yaml" in shown     # not enforced, and said
+    doctor = ll.envgit("doctor").stdout
+    assert "steps run with Landlock + seccomp (degraded:" in doctor
+    # the project's state is outside it, behind a link
+    assert os.path.islink(ll.root / ".envgit")
+
+
+def test_what_a_landlock_step_cannot_do(ll, tmp_path):
+    """Each case is one attack from inside a step; its marker or canary must not appear."""
+    a = ll
+    # Everything here is open to the step's uid on the host (a world-writable file, sockets
+    # anyone may connect to, a process of its own uid): only the sandbox can refuse it.
+    base = Path(tempfile.mkdtemp(prefix="envgit-ll-"))
+    os.chmod(base, 0o755)
+    hear = Listener(str(base))
+    outside = base / "outside.txt"
+    outside.write_text("outside\n")
+    os.chmod(outside, 0o666)
+    uid = {"user": a.user, "group": a.user, "extra_groups": []} if a.user else {}
+    victim = subprocess.Popen(["sleep", "300"], env={"SECRET_ENV": CANARY}, **uid)
+    py = "/usr/bin/python3"
+
+    def secret(script):
+        r = a.run(script + " 2>&1; true")
+        assert CANARY not in r.stdout + r.stderr, r.stdout
+
+    def unchanged(script):
+        a.run(script + " 2>/dev/null; true")
+        assert outside.read_text() == "outside\n"
+        assert not os.path.exists(a.home / "planted")
+
+    def unheard(script):
+        before = len(hear.heard)
+        a.run(script + " 2>/dev/null; true")
+        time.sleep(0.5)
+        assert hear.heard[before:] == []
+
+    cases = {
+        "ssh key": lambda: secret("cat ~/.ssh/id_ed25519"),
+        "aws, gh, netrc, history": lambda: secret(
+            "cat ~/.aws/credentials ~/.config/gh/hosts.yml ~/.netrc ~/.bash_history"),
+        "a symlink to the key": lambda: secret("ln -s ~/.ssh/id_ed25519 k && cat k; rm -f k"),
+        "a hard link to the key": lambda: secret("ln ~/.ssh/id_ed25519 k2 && cat k2; rm -f k2"),
+        "through /proc/self/root": lambda: secret("cat /proc/self/root$HOME/.ssh/id_ed25519"),
+        "a process's environment": lambda: secret(f"cat /proc/{victim.pid}/environ"),
+        "a process's memory": lambda: secret(
+            f"{py} -c \"import sys; f=open('/proc/{victim.pid}/mem','rb')\""),
+        "write outside": lambda: unchanged(f"echo x > {outside}; echo x >> {outside}"),
+        "write the home": lambda: unchanged("echo x > ~/planted"),
+        "tcp to the host": lambda: unheard(
+            f"{py} -c \"import socket; socket.create_connection(('127.0.0.1', {hear.tcp.getsockname()[1]}))\""),
+        "udp to the host": lambda: unheard(
+            f"{py} -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
+            f".sendto(b'x', ('127.0.0.1', {hear.udp.getsockname()[1]}))\""),
+        "a unix socket file": lambda: unheard(
+            f"{py} -c \"import socket; socket.socket(socket.AF_UNIX).connect('{hear.path}')\""),
+        "an abstract unix socket": lambda: unheard(
+            f"{py} -c \"import socket; socket.socket(socket.AF_UNIX)"
+            f".connect(b'\\\\0envgit-landlock-test-{os.getpid()}')\""),
+        "signal a process outside": lambda: (a.run(f"kill -9 {victim.pid}"), time.sleep(0.3),
+                                             _alive(victim)),
+    }
+    if a.is_root:
+        cases["/etc/shadow"] = lambda: _unreadable(a, "/etc/shadow")
+        cases["a setuid copy"] = lambda: _no_setuid(a)
+    try:
+        every_case(cases, lambda name: cases[name]())
+    finally:
+        hear.close()
+        victim.kill()
+        victim.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _alive(p):
+    assert p.poll() is None, "a step killed a process outside it"
+
+
+def _unreadable(a, path):
+    r = a.run(f"head -c 200 {path}")
+    assert "root:" not in r.stdout, r.stdout
+
+
+def _no_setuid(a):
+    a.run("cp /bin/sh ./rootsh; chmod 4755 ./rootsh; true")
+    p = a.root / "rootsh"
+    assert not (p.exists() and os.stat(p).st_mode & 0o4000)
+    if p.exists():
+        p.unlink()
+
+
+def test_the_state_stays_out_of_reach_and_its_link_comes_back(ll):
+    """The journal and snapshots are outside the project; a step that removes or replaces the
+    link loses nothing: the daemon makes the link again, the journal verifies, a rewind works."""
+    a = ll
+    a.run("echo one > f.txt", check=True)
+    r = a.run("cat .envgit/journal.sqlite | head -c 100; ls .envgit; rm -rf .envgit/*; rm -f .envgit; "
+              "mkdir .envgit; echo fake > .envgit/journal.sqlite; echo two > f.txt")
+    assert "SQLite" not in r.stdout
+    assert os.path.islink(a.root / ".envgit")
+    assert (a.root / ".envgit-left-by-step-2" / "journal.sqlite").read_text() == "fake\n"
+    assert "it is a link again" in r.stderr
+    fsck = a.envgit("fsck", check=True).stdout
+    assert "journal chain intact" in fsck
+    a.envgit("rewind", "1", "--yes", check=True)
+    assert (a.root / "f.txt").read_text() == "one\n"
+
+
+def test_escape_routes_a_landlock_step_writes_are_taken_back(ll):
+    """Landlock cannot keep .git/hooks read-only inside the writable project: what the step
+    wrote there is taken back at its end, so the person's next `git commit` runs nothing."""
+    a = ll
+    marker = a.home / "hook-ran"
+    r = a.run(f"printf '#!/bin/sh\\ntouch {marker}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; "
+              f"echo '# a step was here' >> envgit.yaml")
+    assert "took back" in r.stderr
+    assert not (a.root / ".git" / "hooks" / "pre-commit").exists()
+    assert "a step was here" not in (a.root / "envgit.yaml").read_text()
+    a.host("git -c user.email=a@b -c user.name=a commit -q --allow-empty -m x")
+    assert not marker.exists()
+
+
+def test_what_a_landlock_step_leaves_running_ends_with_it(ll):
+    """No pid namespace ends a step's leftovers: the launcher, their subreaper, does."""
+    a = ll
+    a.run("(sleep 3; echo late > late.txt) & setsid sh -c 'sleep 3; echo late > late2.txt' & true", check=False)
+    time.sleep(5)
+    assert not (a.root / "late.txt").exists() and not (a.root / "late2.txt").exists()
+
+
+@pytest.mark.parametrize("ll", ["root"], indirect=True)
+def test_an_organisation_can_refuse_the_landlock_sandbox(ll, tmp_path):
+    """`degraded_sandbox: forbid` in the organisation's policy: no step runs here, said why."""
+    a = ll
+    org = tmp_path / "org"
+    org.mkdir()
+    (org / "policy.yaml").write_text("version: 1\ndegraded_sandbox: forbid\n")
+    os.chmod(org, 0o755)
+    r = a.envgit("run", "--", "sh", "-c", "echo ran > ran.txt", env={"ENVGIT_ORG_POLICY": str(org / "policy.yaml")})
+    assert r.returncode == 125 and "degraded_sandbox: forbid" in r.stderr, r.stderr
+    assert not (a.root / "ran.txt").exists()
+    assert json.loads(a.envgit("log", "--json", check=True).stdout) in ([], {"steps": []})
