@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANARY
+from gatekit import clone_into_project, hostport, netproject
 from harness import attacker_in, every_case, steps_of
 from kit import nouserns
 
@@ -229,3 +230,25 @@ def test_an_organisation_can_refuse_the_landlock_sandbox(ll, tmp_path):
     assert r.returncode == 125 and "degraded_sandbox: forbid" in r.stderr, r.stderr
     assert not (a.root / "ran.txt").exists()
     assert json.loads(a.envgit("log", "--json", check=True).stdout) in ([], {"steps": []})
+
+
+@pytest.mark.parametrize("ll", ["root"], indirect=True)
+def test_a_landlock_step_reaches_the_network_only_through_the_gate(ll, gate_servers):
+    """No network namespace to bridge: the step gets the gate's TCP port, and the gate judges
+    as it does for any step: a fetch goes through, a hidden push is refused and the remote is
+    unchanged, and nothing but the gate's port can be connected to."""
+    git, stub = gate_servers
+    a = netproject(ll, git, stub)
+    clone_into_project(a, git)
+    before = git.refs()["refs/heads/main"]
+    r = a.run("git fetch -q origin && echo fetched; echo x > x && git add x && git commit -qm x && "
+              "g=git; $g push -q origin HEAD:main; echo push=$?; "
+              f"curl -s -o /dev/null -w '%{{http_code}}' https://{hostport(stub)}/ok; echo; "
+              f"/usr/bin/python3 -c \"import socket; socket.create_connection(('127.0.0.1', {stub.port}))\" "
+              "2>&1 | tail -1", timeout=180)
+    assert "fetched" in r.stdout and "push=0" not in r.stdout, (r.stdout, r.stderr)
+    assert git.refs()["refs/heads/main"] == before                       # the oracle
+    assert "200" in r.stdout and "Permission denied" in r.stdout, r.stdout
+    step = steps_of(a)[-1]
+    assert step["sandbox"]["backend"] == "landlock" and any("gate is reached" in w for w in step["sandbox"]["weaker"])
+    assert any(q.get("decision") == "deny" for q in step["requests"]), step["requests"]

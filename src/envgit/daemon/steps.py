@@ -62,19 +62,19 @@ async def begin(sess, msg, conn=None, run_argv=None):
             "tool_call_id": msg.get("tool_call_id")}
     if msg.get("origin") == "inner":       # asked for from inside a sandbox (inner.py)
         head["origin"] = "inner"
-    try:
-        if pol.backend != "vm" and (sandbox := backend.record()):
-            head["sandbox"] = sandbox          # Landlock, and what is weaker (sandbox/backend.py)
-    except RuntimeError as e:
-        return {"error": f"envgit: {e}", "exit": 125}
-    if head.get("sandbox") and (refused := org_refuses_degraded(pol)):
-        return {"error": f"envgit: {refused}", "exit": 125}
     learning, offs = learn.for_step(sess, msg, session), sess.learn.offs
     if learning:
         refused = learn_rules.refusal(pol)
         if refused:
             return {"error": refused, "exit": 2}
         head["learn"] = True
+    try:
+        if pol.backend != "vm" and (sandbox := backend.record(bool(pol.network_allow) or bool(learning))):
+            head["sandbox"] = sandbox          # Landlock, and what is weaker (sandbox/backend.py)
+    except RuntimeError as e:
+        return {"error": f"envgit: {e}", "exit": 125}
+    if head.get("sandbox") and (refused := org_refuses_degraded(pol)):
+        return {"error": f"envgit: {refused}", "exit": 125}
     verdict = decide_command(pol, argv)
     if verdict.action == "deny":
         step = sess.journal.begin_step({**head, "marks": ["refused"]})
@@ -231,7 +231,12 @@ async def net_for(sess, pol, step, learning=False):
     if sess.gate is None:          # it could not start: no network, said in daemon.log
         return None
     sess.gate.ask_timeout = pol.ask_timeout
-    return Net(str(sess.gate.socket_path), str(sess.certs_dir), sess.gate.open_step(step, learning))
+    port = None
+    if backend.host_is_landlock():     # no network namespace to bridge: the gate's TCP port
+        if sess.gate_task is not None and not await sess.gate_task or sess.gate.tcp_address is None:
+            return None
+        port = sess.gate.tcp_address[1]
+    return Net(str(sess.gate.socket_path), str(sess.certs_dir), sess.gate.open_step(step, learning), port)
 
 
 async def settle(sess, pol, look_outside=True, before="step", conn=None):
@@ -471,7 +476,8 @@ async def start_gate(sess):
 
 async def _gate_started(sess, gate) -> bool:
     try:
-        await gate.start()
+        # Landlock steps reach it by a TCP port on 127.0.0.1 (sandbox/backend.py)
+        await gate.start(tcp_port=0 if backend.host_is_landlock() else None)
         return True
     except Exception as e:
         _gate_failed(e)

@@ -20,8 +20,6 @@ WEAKER = (
     "files (.env), envgit.yaml and git's hooks and config are readable and writable while the "
     "step runs (the escape routes it writes are taken back after it; `envgit init` on such a "
     "host keeps the project's state outside the project, behind a link restored after each step)",
-    "no network: the gate is not reachable without a network namespace, and no TCP connection "
-    "or listening socket at all, not even on 127.0.0.1",
     "no unix sockets (socket(AF_UNIX) is refused: a path's socket cannot be judged), no UDP",
     "a step that opens a hidden path is not told why at once (no placeholder to watch)",
     "/tmp is not the step's own: TMPDIR names the step's directory, and a program that writes "
@@ -65,12 +63,21 @@ def _choose():
                         "Linux 6.7+). Run `envgit doctor` for the fix.")
 
 
-def record() -> dict | None:
+# What is weaker of the network, for a step without network.allow and for one with it.
+OFFLINE = ("no network, and no TCP connection or listening socket at all, not even on "
+           "127.0.0.1 (a dev server in a step cannot be reached, even by the step)")
+GATED = ("the gate is reached by its TCP port on 127.0.0.1, not through a network namespace: "
+         "Landlock allows that port number on any address, the gate knows the step by its "
+         "proxy password alone, no other TCP connection or listening socket is allowed (not even "
+         "on 127.0.0.1), and git over SSH and loopback entries of network.allow are not available")
+
+
+def record(gated: bool = False) -> dict | None:
     """What a step's begin entry says of its sandbox: nothing under bubblewrap (the default),
-    else the backend and what is weaker."""
+    else the backend and what is weaker (`gated`: the step has network.allow)."""
     if current() == BWRAP:
         return None
-    return {"backend": LANDLOCK, "weaker": list(WEAKER)}
+    return {"backend": LANDLOCK, "weaker": [*WEAKER, GATED if gated else OFFLINE]}
 
 
 def host_is_landlock() -> bool:

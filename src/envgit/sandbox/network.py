@@ -62,6 +62,7 @@ class Net:
     socket: str            # the gate's unix socket (outside path)
     certs_dir: str         # regenerated /etc/ssl/certs: system roots + the session CA
     credential: str        # "user:password" naming this step to the gate
+    tcp_port: int | None = None   # Landlock steps: the gate's port on 127.0.0.1 (no bridge)
 
 
 def mounts(net: Net) -> list[str]:
@@ -113,7 +114,12 @@ def _socat() -> str:
 
 
 def environment(net: Net) -> dict[str, str]:
-    url = f"http://{net.credential}@127.0.0.1:{PORT}"
+    """The proxy and CA variables of a step with network: the bridge's 127.0.0.1:3128 and the
+    trust directory bound at /etc/ssl/certs, or for a Landlock step (no namespace to bridge,
+    no path shown as another) the gate's own TCP port and the trust directory where it is."""
+    port = net.tcp_port or PORT
+    bundle_dir = net.certs_dir if net.tcp_port else CERTS_INSIDE
+    url = f"http://{net.credential}@127.0.0.1:{port}"
     env = {}
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         env[name] = env[name.lower()] = url
@@ -122,13 +128,14 @@ def environment(net: Net) -> dict[str, str]:
     for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
                  "PIP_CERT", "CARGO_HTTP_CAINFO", "NODE_EXTRA_CA_CERTS", "npm_config_cafile",
                  "AWS_CA_BUNDLE"):
-        env[name] = BUNDLE_INSIDE
-    env["SSL_CERT_DIR"] = CERTS_INSIDE
+        env[name] = os.path.join(bundle_dir, "ca-certificates.crt")
+    env["SSL_CERT_DIR"] = bundle_dir
     env["UV_SYSTEM_CERTS"] = "1"
-    env["GIT_SSH_COMMAND"] = SSH_INSIDE     # git over ssh through the gate (ssh_mounts)
+    if not net.tcp_port:
+        env["GIT_SSH_COMMAND"] = SSH_INSIDE     # git over ssh through the gate (ssh_mounts)
     user, _, password = net.credential.partition(":")
     env["JAVA_TOOL_OPTIONS"] = " ".join(
-        f"-D{scheme}.proxyHost=127.0.0.1 -D{scheme}.proxyPort={PORT} -D{scheme}.proxyUser={user} "
+        f"-D{scheme}.proxyHost=127.0.0.1 -D{scheme}.proxyPort={port} -D{scheme}.proxyUser={user} "
         f"-D{scheme}.proxyPassword={password}" for scheme in ("http", "https")) + \
         " -Dhttp.nonProxyHosts=localhost|127.0.0.1"
     return env

@@ -48,7 +48,8 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     home = os.path.normpath(home or host_env.get("HOME") or os.path.expanduser("~"))
     landlock = backend.current() == backend.LANDLOCK
     if landlock:
-        net = None              # no network namespace, so no bridge to the gate (backend.WEAKER)
+        if net is not None and not net.tcp_port:
+            net = None          # no network namespace, and no gate port to reach instead
         session_tmp = os.path.realpath(session_tmp)
     rules = resolve(policy, project, home)
     agent = agent or {}
@@ -76,7 +77,11 @@ def build(policy, project: str, cwd: str, argv: list[str], host_env: dict, state
     if publish is not None and publish[1]:
         view.args += pub.mounts(publish[0])
         argv = pub.wrap(argv, publish[1])
-    if net is not None:
+    if net is not None and landlock:       # the gate's port; its trust directory by its own name
+        view.args += ["--ro-bind", net.certs_dir, net.certs_dir]
+        ours.update(network.environment(net))
+        ours["ENVGIT_LANDLOCK_PORT"] = str(net.tcp_port)     # landlock_run.py's one TCP port
+    elif net is not None:
         view.args += network.mounts(net)
         ours.update(network.environment(net))
         argv = network.wrap(loopback.wrap(argv, loopback.forwards(policy.network_allow), net.credential))
