@@ -67,9 +67,15 @@ def _is_project(d: str) -> bool:
     try:
         if os.stat(os.path.join(d, POLICY_FILE)).st_mode & 0o170000 != 0o100000:   # a regular file
             return False
-        return os.stat(os.path.join(d, STATE_DIR)).st_mode & 0o170000 == 0o040000   # a directory
     except OSError:
         return False
+    for state in (os.path.join(d, STATE_DIR), external_state(d)):   # in it, or kept outside it
+        try:
+            if os.stat(state).st_mode & 0o170000 == 0o040000:          # a directory
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def find_project(start: str | None = None) -> Project:

@@ -24,12 +24,12 @@ from ..journal import Journal, disk_full
 from ..paths import Project, UnixAddress
 from ..policy import PolicyError
 from ..remote.auto import AutoPush
-from ..sandbox import kernel
+from ..sandbox import backend, kernel
 from ..sandbox.projectscan import ProjectScan
 from ..sandbox.spec import build
 from ..sandbox.tracked import tracked_denied, warning
 from ..snapshot import CorruptObject, StoreError
-from . import heldends, netadvice, protocol, rewind, steps
+from . import degraded, heldends, netadvice, protocol, rewind, steps
 from .asks import Asks, user_name
 from .client import encode
 from .denials import DenialWatch, read_notice
@@ -112,6 +112,8 @@ class Session:
         session = msg.get("session") or self.id
         try:
             pol = self.policy()
+            if backend.host_is_landlock() and (refused := degraded.org_refuses_degraded(pol)):
+                return {"error": f"envgit: {refused}", "exit": 125}
             net = None
             step = msg.get("step")
             if step is not None:

@@ -26,7 +26,7 @@ from ..sandbox.masks import shown
 from ..sandbox.network import Net
 from ..sandbox.publish import ports
 from ..sandbox.spec import build
-from . import learn, netadvice, special_bits, statelink, takeback
+from . import degraded, learn, netadvice, special_bits, statelink, takeback
 from . import outside as outside_changes
 from .asks import user_name
 from .heldends import disk_full_notice, log_line
@@ -50,6 +50,8 @@ async def begin(sess, msg, conn=None, run_argv=None):
     outside = outside_project(cwd, sess.project.root)
     if outside:
         return {"error": outside, "exit": 2}
+    if (relinked := statelink.repair(sess.project, None)):     # a Landlock host's state link
+        log_line(f"envgit daemon: before a step: {relinked}")
     try:
         pol = sess.policy()
     except PolicyError as e:
@@ -68,13 +70,8 @@ async def begin(sess, msg, conn=None, run_argv=None):
         if refused:
             return {"error": refused, "exit": 2}
         head["learn"] = True
-    try:
-        if pol.backend != "vm" and (sandbox := backend.record(bool(pol.network_allow) or bool(learning))):
-            head["sandbox"] = sandbox          # Landlock, and what is weaker (sandbox/backend.py)
-    except RuntimeError as e:
-        return {"error": f"envgit: {e}", "exit": 125}
-    if head.get("sandbox") and (refused := org_refuses_degraded(pol)):
-        return {"error": f"envgit: {refused}", "exit": 125}
+    if (refused := degraded.begin(sess, pol, head, learning)):   # a host without user namespaces
+        return refused
     verdict = decide_command(pol, argv)
     if verdict.action == "deny":
         step = sess.journal.begin_step({**head, "marks": ["refused"]})
@@ -391,10 +388,20 @@ async def interrupted(sess, step, reason):
     sess.denials.release(step)
     if info.published:
         info.published.close()
+    relinked = statelink.repair(sess.project, step)
     summary = await take_after(sess, info.policy)
     if sess.live.pop(step, None) is not None:
         drop_tmp(info.tmp)
-        sess.record(step, "interrupted", {"reason": reason, "snapshot": summary})
+        # An interrupted step's escape routes are taken back as an ended one's: what it wrote
+        # before its client went away is as much the host's to run later.
+        escapes, _ = escape_routes_written(info, summary, sess.project.root, sess.scan)
+        back = takeback.to_take_back(info.policy, sess.project.root, escapes, sess.scan) if escapes else []
+        sess.record(step, "interrupted", {"reason": reason, "snapshot": summary, **listed("escape_routes", escapes),
+                                          **listed("taken_back", back)})
+        if back:
+            await takeback.take_back(sess, step, info, back)
+        for line in [relinked] if relinked else []:
+            log_line(f"envgit daemon: step {step}: {line}")
 
 
 def event(sess, msg):
@@ -505,16 +512,6 @@ def escape_routes_written(info, summary, project, scan):
     except Exception as e:              # never lose the step's end over it; say so
         return [f"(escape routes could not be checked: {type(e).__name__}: {e})"], []
 
-
-
-def org_refuses_degraded(pol) -> str | None:
-    """Why a step cannot run on this host with Landlock (`degraded_sandbox: forbid`), or None."""
-    if getattr(pol, "degraded_sandbox", "allow") != "forbid":
-        return None
-    where = pol.where.get("degraded_sandbox", "") if getattr(pol, "where", None) else ""
-    return (f"this host refuses the user namespaces bubblewrap needs, and {where or 'the policy'} "
-            "forbids running steps with the weaker Landlock sandbox instead (degraded_sandbox: "
-            "forbid); run `envgit doctor` for how to allow user namespaces here")
 
 
 def outside_project(cwd, root):

@@ -126,6 +126,8 @@ def fold_entry(out, seq, step, kind, at, text):
     elif kind == "interrupted":
         s.status = "interrupted"
         s.snapshot = body.get("snapshot", s.snapshot)
+        s.escape_routes = body.get("escape_routes", s.escape_routes)
+        s.taken_back = body.get("taken_back", s.taken_back)
         s.marks = s.marks + ["interrupted"]
         _ended(s, at)
     elif kind == "request":

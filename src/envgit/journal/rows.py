@@ -138,7 +138,7 @@ KINDS = {
     "begin": {"argv": _strs, "cwd": _str, "session": _str, "user": _str, "pid": _opt_int,
               "policy_sha256": _str, "tool_call_id": _opt_str, "marks": _strs,
               "baseline": _baseline, "rewind": _rewind, "origin": _str, "published": _port_pairs,
-              "learn": _bool},
+              "learn": _bool, "sandbox": _obj},
     "end": {"exit_code": _opt_int, "signal": _opt_str, "duration_ms": _opt_num, "marks": _strs,
             "denied_paths": _strs, "escape_routes": _strs, "snapshot": _snapshot, "extra": _obj,
             "error": _str, "refused_by": _str, "policy_files": _strs, "dns_names": _strs,
@@ -146,7 +146,8 @@ KINDS = {
             "denied_reads": _denied_reads,
             **{f"{k}_more": _int for k in ("denied_paths", "escape_routes", "taken_back", "policy_files",
                                            "denied_reads")}},
-    "interrupted": {"reason": _str, "snapshot": _snapshot},
+    "interrupted": {"reason": _str, "snapshot": _snapshot, "escape_routes": _strs, "taken_back": _strs,
+                    **{f"{k}_more": _int for k in ("escape_routes", "taken_back")}},
     # A step of its own, one entry long: what changed outside envgit since the last snapshot
     # (the person's editor, their own git), recorded before the next step or rewind begins.
     "outside": {"snapshot": _snapshot, "session": _str, "user": _str, "since_step": _opt_int,

@@ -4,6 +4,7 @@ profile, `user.max_user_namespaces = 0`), Landlock + seccomp (landlock_run.py), 
 in ways every step records (WEAKER). Decided once per daemon, by trying bwrap itself.
 """
 
+import os
 import subprocess
 
 BWRAP, LANDLOCK = "bwrap", "landlock"
@@ -22,6 +23,12 @@ WEAKER = (
     "host keeps the project's state outside the project, behind a link restored after each step)",
     "no unix sockets (socket(AF_UNIX) is refused: a path's socket cannot be judged), no UDP",
     "a step that opens a hidden path is not told why at once (no placeholder to watch)",
+    "the modes, times and extended attributes of any file the step's uid owns can be changed, "
+    "outside the project too (Landlock has no right for chmod, utimes or setxattr): as root, "
+    "those of every root-owned file of the host; envgit's own state gets its modes back before "
+    "and after each step",
+    "the kernel's files in /proc that bubblewrap hides (keys, timer_list, kpage*…) are readable",
+    "no new terminal (no /dev/pts: script, expect and tmux cannot make one inside a step)",
     "/tmp is not the step's own: TMPDIR names the step's directory, and a program that writes "
     "to /tmp by name is refused",
 )
@@ -54,6 +61,10 @@ def _choose():
             said = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
         except (OSError, subprocess.TimeoutExpired) as e:
             said = str(e)
+    if not _userns_refused(said):
+        # bwrap is broken, not refused by the host (a wrong ENVGIT_BWRAP, a missing library):
+        # its own failure stands, each step fails with it (exit 125) rather than run weaker
+        return BWRAP
     from .landlock import abi
     version = abi()
     if version >= MIN_LANDLOCK_ABI:
@@ -70,6 +81,19 @@ GATED = ("the gate is reached by its TCP port on 127.0.0.1, not through a networ
          "Landlock allows that port number on any address, the gate knows the step by its "
          "proxy password alone, no other TCP connection or listening socket is allowed (not even "
          "on 127.0.0.1), and git over SSH and loopback entries of network.allow are not available")
+
+
+def _userns_refused(said) -> bool:
+    """The host refuses user namespaces (what the Landlock backend is for), as told by
+    util-linux's `unshare -Ur`, which makes one and maps its uid as bwrap does (Ubuntu's
+    AppArmor lets the unshare through and refuses the map); without it, by bwrap's words."""
+    for unshare in ("/usr/bin/unshare", "/bin/unshare"):
+        if os.path.isfile(unshare):
+            try:
+                return subprocess.run([unshare, "-Ur", "true"], capture_output=True, timeout=30).returncode != 0
+            except (OSError, subprocess.TimeoutExpired):
+                break
+    return any(w in said for w in ("namespace", "uid map", "Operation not permitted"))
 
 
 def record(gated: bool = False) -> dict | None:

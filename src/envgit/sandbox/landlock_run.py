@@ -36,17 +36,22 @@ namespace would.
 Standard library only; nothing else of envgit's but landlock.py.
 """
 
+import _signal  # type: ignore[import-not-found]  # the builtin: `signal` imports enum
 import ctypes
 import os
 import sys
+import time
 
 R, RW, NONE = "r", "rw", "none"
 
-# what the view's --dev gives a step: readable and writable, terminal ioctls allowed
-DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
-           "/dev/ptmx", "/dev/pts")
+# What the view's --dev gives a step: readable and writable, terminal ioctls allowed on its
+# controlling terminal. Not /dev/pts nor /dev/ptmx: bwrap's --dev is a devpts of the step's
+# own, the host's holds every terminal of the person (typed into, read from, stty'd), and a
+# step's own terminal is open already (its stdio) before the rules apply.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
 _TAKES = {"--seccomp": 1, "--info-fd": 1, "--block-fd": 1, "--chdir": 1, "--hostname": 1,
+          "--report-fd": 1, "--report-signals": 1,
           "--cap-drop": 1, "--ro-bind": 2, "--bind": 2, "--ro-bind-try": 2, "--bind-try": 2,
           "--symlink": 2, "--tmpfs": 1, "--dir": 1, "--proc": 1, "--dev": 1, "--remount-ro": 1}
 _IGNORED = {"--as-pid-1", "--die-with-parent", "--disable-userns", "--new-session", "--unshare-user",
@@ -156,8 +161,8 @@ def _expand(top, kind, holes, grants):
     for name in names:
         child = os.path.join(top, name)
         inner = [h for h in holes if _inside(h, child)]
-        if child in inner:
-            continue
+        if child in inner or os.path.islink(child):
+            continue        # a link is not allowed itself: what it leads to is judged by its own path
         if inner and os.path.isdir(child) and not os.path.islink(child):
             _expand(child, kind, inner, grants)
         else:
@@ -180,7 +185,7 @@ def ruleset(grants, port=None):
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP = 1, 36, 24
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP = 1, 4, 36, 24
 PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 28, 38, 22
 SECCOMP_MODE_FILTER = 2
 # SECBIT_NOROOT | _LOCKED, SECBIT_NO_SETUID_FIXUP | _LOCKED, SECBIT_KEEP_CAPS_LOCKED,
@@ -229,12 +234,16 @@ def _read_all(fd):
 
 
 def _child(opts, ops, command, port):
-    """In the command's process, before its exec: wait for the release, then restrict."""
+    """In the command's process, before its exec: wait for the release, then restrict. Found
+    as a shell finds a command: not found 127, not executable 126 (what bwrap's reporter says)."""
+    _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)    # the launcher's own handler is not its
     _prctl(PR_SET_PDEATHSIG, 9)
     block = opts.get("--block-fd")
     if block is not None:
         os.read(int(block), 1)
         os.close(int(block))
+    if opts.get("--report-fd") is not None:
+        os.close(int(opts["--report-fd"]))
     prog = b""
     if opts.get("--seccomp") is not None:
         fd = int(opts["--seccomp"])
@@ -250,21 +259,83 @@ def _child(opts, ops, command, port):
     rs.restrict()                      # no_new_privs first, then the domain for good
     if prog:
         install_seccomp(prog)
-    os.execvp(command[0], command)
+    for name in (opts.get("--report-signals") or "").split(","):
+        if name in ("INT", "QUIT"):     # the terminal's, at their default in the command
+            _signal.signal(getattr(_signal, "SIG" + name), _signal.SIG_DFL)
+    e = _exec(command)
+    missing = isinstance(e, (FileNotFoundError, NotADirectoryError))
+    said = "command not found" if missing and "/" not in command[0] else e.strerror
+    os.write(2, f"envgit: {command[0]}: {said}\n".encode(errors="replace"))
+    os._exit(127 if missing else 126)
+
+
+def _exec(command) -> OSError:
+    """execvp's search of PATH, without its import of `warnings` (which, under the rules just
+    applied, could not read the interpreter's own library); returns the error if nothing ran."""
+    if "/" in command[0]:
+        dirs = [""]
+    else:
+        dirs = (os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":")
+    saved: OSError | None = None
+    last: OSError | None = None
+    for d in dirs:
+        try:
+            os.execv(os.path.join(d, command[0]) if d else command[0], command)
+        except (FileNotFoundError, NotADirectoryError) as e:
+            last = e
+        except OSError as e:
+            last = e
+            saved = saved or e
+    return saved or last or FileNotFoundError(2, "No such file or directory")
 
 
 def _descendants(pid):
+    """Every process below `pid`, through every thread's children (a process forked by a
+    thread is that thread's child, not the main thread's)."""
     out, stack = [], [pid]
     while stack:
         p = stack.pop()
+        kids = []
         try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                kids = [int(x) for x in f.read().split()]
+            for t in os.listdir(f"/proc/{p}/task"):
+                try:
+                    with open(f"/proc/{p}/task/{t}/children") as f:
+                        kids += [int(x) for x in f.read().split()]
+                except OSError:
+                    pass
         except OSError:
-            kids = []
+            pass
         out += kids
         stack += kids
     return out
+
+
+def _end_leftovers(rounds=200):
+    """Kill everything below this process (its subreaper's orphans too) and reap them, until
+    none is left or `rounds` passes are done (a step forking faster than it is killed)."""
+    for _ in range(rounds):
+        left = _descendants(os.getpid())
+        for p in left:
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] <= 0:
+                    break
+            except ChildProcessError:
+                break
+        if not left:
+            return
+        time.sleep(0.005)
+
+
+def _on_parent_death(signum, frame):
+    """Its caller (`envgit run`, the daemon) is gone: what the step runs ends with it, as bwrap's
+    --die-with-parent ends its whole pid namespace."""
+    _end_leftovers()
+    os._exit(128 + signum)
 
 
 def main(argv):
@@ -272,8 +343,10 @@ def main(argv):
         opts, ops, command = parse(argv)
         port = int(os.environ.pop("ENVGIT_LANDLOCK_PORT", "0") or 0)
         if "--die-with-parent" in opts["flags"]:
-            _prctl(PR_SET_PDEATHSIG, 9)
+            _signal.signal(_signal.SIGTERM, _on_parent_death)
+            _prctl(PR_SET_PDEATHSIG, _signal.SIGTERM)
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        _prctl(PR_SET_DUMPABLE, 0)      # its /proc/PID/fd (the report fd) for no one but root
         plan(ops)                                       # fails here, not half-way in the child
     except (RunError, OSError, ValueError) as e:
         print(f"envgit: cannot start the step with Landlock: {e}", file=sys.stderr)
@@ -291,39 +364,32 @@ def main(argv):
     for key in ("--block-fd", "--seccomp"):
         if opts.get(key) is not None:
             os.close(int(opts[key]))
+    # This process is the step's reporter, as the reporter is pid 1 under bwrap: outside the
+    # step's Landlock domain, so nothing of the step can signal it, trace it or open its fds
+    # (its report fd), and its children are the command's processes (Launch.command_pids).
+    report = opts.get("--report-fd")
+    if report is not None:
+        os.set_inheritable(int(report), False)
     info = opts.get("--info-fd")
     if info is not None:
         ns = os.stat("/proc/self/ns/pid").st_ino
-        os.write(int(info), f'{{"child-pid": {pid}, "pid-namespace": {ns}}}\n'.encode())
+        os.write(int(info), f'{{"child-pid": {os.getpid()}, "pid-namespace": {ns}}}\n'.encode())
         os.close(int(info))
-    while True:
+    while True:             # reap every orphan (this is their subreaper) until the command ends
         try:
             got, status = os.waitpid(-1, 0)
         except ChildProcessError:
             return 125
-        except InterruptedError:
-            continue
         if got == pid:
             break
+    if report is not None:
+        try:
+            os.write(int(report), f"{status}\n".encode())     # the raw wait status, as the reporter's
+        except OSError:
+            pass
     # what the command left behind (reparented here, its subreaper) ends with it, as the
     # step's pid namespace would end in bwrap
-    for _ in range(3):
-        left = _descendants(os.getpid())
-        if not left:
-            break
-        for p in left:
-            try:
-                os.kill(p, 9)
-            except OSError:
-                pass
-        while True:
-            try:
-                if os.waitpid(-1, 0)[0] <= 0:
-                    break
-            except ChildProcessError:
-                break
-            except InterruptedError:
-                continue
+    _end_leftovers()
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)

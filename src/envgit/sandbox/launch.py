@@ -163,9 +163,9 @@ class Launch:
     def __init__(self, spec_argv, project_root=None, report=False):
         # A spec for a host without user namespaces (spec.py) names LANDLOCK: the same
         # arguments, taken by landlock_run.py in bwrap's stead, on this interpreter.
-        landlock = spec_argv[0] == LANDLOCK
+        self.landlock = landlock = spec_argv[0] == LANDLOCK
         self.bwrap = sys.executable if landlock else bwrap_path(project_root)
-        self.perl = trusted_binary("perl", project_root) if report else None
+        self.perl = trusted_binary("perl", project_root) if report and not landlock else None
         self.report_r = None
         self._mine = []          # parent ends, closed by close()
         self._child = []         # the ends bwrap inherits, closed once it is spawned
@@ -249,6 +249,10 @@ class Launch:
         if self.report_r is None:
             return self.argv, env
         sigs = ",".join(n for n in ("INT", "QUIT") if n not in self._caller_ignored)
+        if self.landlock:       # landlock_run.py reports itself, from outside the step's domain
+            at = self._reporter_at - 1          # its options go before the `--`
+            return [*self.argv[:at], "--report-fd", str(self._report_fd), "--report-signals", sigs or "-",
+                    *self.argv[at:]], env
         stash = [f"{k}={env[k]}" if k in env else k for k in REPORTER_STASHED]
         env = {k: v for k, v in env.items() if k not in REPORTER_STASHED}
         env["PERL_BADLANG"] = "0"

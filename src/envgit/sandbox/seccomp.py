@@ -72,37 +72,78 @@ def _op(code, k, jt=0, jf=0):
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-# socket(2)'s number, for the Landlock backend's socket rules (sockets_tcp_only)
-_SOCKET_NR = {"x86_64": 41, "aarch64": 198}
+# socket(2), socketpair(2) and listen(2), for the Landlock backend's socket rules
+_SOCKET_CALLS = {"x86_64": (41, 53, 50), "aarch64": (198, 199, 201)}
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
-SOCK_STREAM, SOCK_TYPE_MASK, IPPROTO_TCP = 1, 0xF, 6
+SOCK_STREAM, SOCK_SEQPACKET, SOCK_TYPE_MASK, IPPROTO_TCP, NETLINK_ROUTE = 1, 5, 0xF, 6, 0
 _ALU_AND_K = 0x54     # BPF_ALU | BPF_AND | BPF_K
 
 
-def _sockets_tcp_only(socket_nr):
+def _assemble(items) -> list[bytes]:
+    """Classic BPF from (code, k, jump-if-true label, jump-if-false label) and label names:
+    a label is the next instruction's place; None jumps to the next instruction."""
+    at, n = {}, 0
+    for it in items:
+        if isinstance(it, str):
+            at[it] = n
+        else:
+            n += 1
+    out, n = [], 0
+    for it in items:
+        if isinstance(it, str):
+            continue
+        code, k, t, f = it
+        jt = at[t] - n - 1 if t else 0
+        jf = at[f] - n - 1 if f else 0
+        out.append(_op(code, k, jt, jf))
+        n += 1
+    return out
+
+
+def _sockets_tcp_only(socket_nr, pair_nr, listen_nr):
     """Where there is no network namespace (the Landlock backend), a new socket may only be a
-    TCP one, which Landlock's port rules judge, or a netlink one (the host's addresses, read
-    only): a unix socket could connect to any socket file of the host by its path (the
-    person's ssh-agent, /run/docker.sock), which Landlock's filesystem rules do not judge, and
-    UDP or raw sockets reach any address. socketpair(2), a pair joined to nothing, stays."""
+    TCP one, which Landlock's port rules judge, or a NETLINK_ROUTE one (the host's addresses;
+    another netlink protocol, NETLINK_USERSOCK, carries messages to any process of the host):
+    a unix socket could connect to any socket file of the host by its path (the person's
+    ssh-agent, /run/docker.sock), which Landlock's filesystem rules do not judge, and UDP or
+    raw sockets reach any address. A unix socketpair(2) stays, as a stream or seqpacket one
+    only (a datagram end can still be sent to any socket file by path). listen(2) is refused:
+    a socket listened on without bind(2) is bound by the kernel to a port of every address,
+    which Landlock's bind rule never sees."""
     refuse = _ERRNO | errno.EACCES
-    return [
-        _op(_JEQ_K, socket_nr, jt=0, jf=14),     # not socket(2): past this block
-        _op(_LD_W_ABS, _arg_lo(0)),
-        _op(_JEQ_K, AF_NETLINK, jt=11, jf=0),   # to the allow at the end
-        _op(_JEQ_K, AF_INET, jt=2, jf=0),
-        _op(_JEQ_K, AF_INET6, jt=1, jf=0),
-        _op(_RET_K, _ERRNO | errno.EAFNOSUPPORT),
-        _op(_LD_W_ABS, _arg_lo(1)),
-        _op(_ALU_AND_K, SOCK_TYPE_MASK),
-        _op(_JEQ_K, SOCK_STREAM, jt=1, jf=0),
-        _op(_RET_K, refuse),
-        _op(_LD_W_ABS, _arg_lo(2)),
-        _op(_JEQ_K, 0, jt=2, jf=0),
-        _op(_JEQ_K, IPPROTO_TCP, jt=1, jf=0),
-        _op(_RET_K, refuse),
-        _op(_RET_K, _ALLOW),
-    ]
+    ld, eq, ret = _LD_W_ABS, _JEQ_K, _RET_K
+    return _assemble([
+        (eq, listen_nr, "refuse", None),
+        (eq, pair_nr, "pair", None),
+        (eq, socket_nr, None, "done"),
+        (ld, _arg_lo(0), None, None),
+        (eq, AF_NETLINK, "netlink", None),
+        (eq, AF_INET, "inet", None),
+        (eq, AF_INET6, "inet", None),
+        (ret, _ERRNO | errno.EAFNOSUPPORT, None, None),
+        "netlink",
+        (ld, _arg_lo(2), None, None),
+        (eq, NETLINK_ROUTE, "allow", "refuse"),
+        "inet",
+        (ld, _arg_lo(1), None, None),
+        (_ALU_AND_K, SOCK_TYPE_MASK, None, None),
+        (eq, SOCK_STREAM, None, "refuse"),
+        (ld, _arg_lo(2), None, None),
+        (eq, 0, "allow", None),
+        (eq, IPPROTO_TCP, "allow", "refuse"),
+        "pair",
+        (ld, _arg_lo(0), None, None),
+        (eq, AF_UNIX, None, "refuse"),
+        (ld, _arg_lo(1), None, None),
+        (_ALU_AND_K, SOCK_TYPE_MASK, None, None),
+        (eq, SOCK_STREAM, "allow", None),
+        (eq, SOCK_SEQPACKET, "allow", "refuse"),
+        "refuse",
+        (ret, refuse, None, None),
+        "allow",
+        (ret, _ALLOW, None, None),
+        "done",
+    ])
 
 
 def program(machine: str | None = None, sockets_tcp_only: bool = False) -> bytes | None:
@@ -122,7 +163,7 @@ def program(machine: str | None = None, sockets_tcp_only: bool = False) -> bytes
         _op(_LD_W_ABS, _NR),
     ]
     if sockets_tcp_only:
-        ops += _sockets_tcp_only(_SOCKET_NR[machine])
+        ops += _sockets_tcp_only(*_SOCKET_CALLS[machine])
         ops.append(_op(_LD_W_ABS, _NR))
     if foreign is not None:
         ops += [_op(_JGE_K, foreign, jt=0, jf=1), _op(_RET_K, deny)]
