@@ -57,7 +57,7 @@ def _sandbox_check() -> list[Check]:
     if which == backend.BWRAP:
         return [Check("sandbox", True, "steps run in bubblewrap's namespaces")]
     return [Check("sandbox", True, "steps run with Landlock + seccomp (degraded: "
-                  + "; ".join(backend.WEAKER) + ")",
+                  + "; ".join(backend.weaker()) + ")",
                   "for the full sandbox, allow user namespaces (the checks below); an organisation "
                   "policy's `degraded_sandbox: forbid` refuses steps here", required=False)]
 

@@ -23,10 +23,6 @@ WEAKER = (
     "host keeps the project's state outside the project, behind a link restored after each step)",
     "no unix sockets (socket(AF_UNIX) is refused: a path's socket cannot be judged), no UDP",
     "a step that opens a hidden path is not told why at once (no placeholder to watch)",
-    "the modes, times and extended attributes of any file the step's uid owns can be changed, "
-    "outside the project too (Landlock has no right for chmod, utimes or setxattr): as root, "
-    "those of every root-owned file of the host; envgit's own state gets its modes back before "
-    "and after each step",
     "the kernel's files in /proc that bubblewrap hides (keys, timer_list, kpage*…) are readable",
     "no new terminal (no /dev/pts: script, expect and tmux cannot make one inside a step)",
     "/tmp is not the step's own: TMPDIR names the step's directory, and a program that writes "
@@ -96,12 +92,25 @@ def _userns_refused(said) -> bool:
     return any(w in said for w in ("namespace", "uid map", "Operation not permitted"))
 
 
+# Where landlock_meta.py cannot judge them (not x86-64): chmod, utimensat and setxattr as
+# Landlock leaves them, which is not at all.
+METADATA = ("the modes, times and extended attributes of any file the step's uid owns can be "
+            "changed, outside the project too (Landlock has no right for them, and this machine's "
+            "system calls are not judged by envgit's launcher): as root, those of every root-owned "
+            "file of the host")
+
+
+def weaker(gated: bool = False) -> list[str]:
+    from .landlock_meta import supported
+    return [*WEAKER, *(() if supported() else (METADATA,)), GATED if gated else OFFLINE]
+
+
 def record(gated: bool = False) -> dict | None:
     """What a step's begin entry says of its sandbox: nothing under bubblewrap (the default),
     else the backend and what is weaker (`gated`: the step has network.allow)."""
     if current() == BWRAP:
         return None
-    return {"backend": LANDLOCK, "weaker": [*WEAKER, GATED if gated else OFFLINE]}
+    return {"backend": LANDLOCK, "weaker": weaker(gated)}
 
 
 def host_is_landlock() -> bool:

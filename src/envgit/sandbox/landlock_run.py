@@ -238,6 +238,7 @@ def _child(opts, ops, command, port):
     as a shell finds a command: not found 127, not executable 126 (what bwrap's reporter says)."""
     _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)    # the launcher's own handler is not its
     _prctl(PR_SET_PDEATHSIG, 9)
+    _prctl(PR_SET_DUMPABLE, 1)         # the launcher's pidfd_getfd of its listener needs it
     block = opts.get("--block-fd")
     if block is not None:
         os.read(int(block), 1)
@@ -259,6 +260,17 @@ def _child(opts, ops, command, port):
     rs.restrict()                      # no_new_privs first, then the domain for good
     if prog:
         install_seccomp(prog)
+    meta = opts.get("meta")
+    if meta is not None:               # chmod and its kin, judged by the launcher (landlock_meta.py)
+        from envgit.sandbox import landlock_meta
+        os.close(meta[0])
+        os.close(meta[3])
+        listener = landlock_meta.install()
+        os.write(meta[1], f"{listener}\n".encode())
+        os.close(meta[1])
+        os.read(meta[2], 1)            # the launcher holds its own copy now
+        os.close(meta[2])
+        os.close(listener)
     for name in (opts.get("--report-signals") or "").split(","):
         if name in ("INT", "QUIT"):     # the terminal's, at their default in the command
             _signal.signal(getattr(_signal, "SIG" + name), _signal.SIG_DFL)
@@ -331,6 +343,45 @@ def _end_leftovers(rounds=200):
         time.sleep(0.005)
 
 
+def _meta_pipes(opts):
+    """(the child's fd-number pipe, its write end, the ack pipe's read end) for the metadata
+    supervisor, or None where it is not supported (landlock_meta.py)."""
+    from envgit.sandbox import landlock_meta
+    if not landlock_meta.supported():
+        return None
+    num_r, num_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    opts["meta"] = (num_r, num_w, ack_r, ack_w)
+    return num_r, num_w, ack_r, ack_w
+
+
+def _supervise(opts, ops, pid, meta):
+    """Take the step's listener and answer its metadata calls from a thread of this process
+    (outside the step's domain): the writable places are the step's read-write rules."""
+    from envgit.sandbox import landlock_meta
+    num_r, num_w, ack_r, ack_w = meta
+    os.close(num_w)
+    os.close(ack_r)
+    data = b""
+    while not data.endswith(b"\n") and (chunk := os.read(num_r, 32)):
+        data += chunk
+    os.close(num_r)
+    if not data.strip().isdigit():
+        os.close(ack_w)                 # the child failed before: its status says why
+        return
+    try:
+        listener = landlock_meta.take_listener(pid, int(data))
+    except OSError as e:
+        print(f"envgit: cannot judge the step's chmod calls: {e}", file=sys.stderr)
+        os.kill(pid, 9)                 # never run it with them unjudged
+        os.close(ack_w)
+        return
+    os.write(ack_w, b"k")
+    os.close(ack_w)
+    writable = [p for p, kind in plan(ops)[0] if kind == RW and not p.startswith("/dev/")]
+    landlock_meta.Supervisor(listener, writable).start()
+
+
 def _on_parent_death(signum, frame):
     """Its caller (`envgit run`, the daemon) is gone: what the step runs ends with it, as bwrap's
     --die-with-parent ends its whole pid namespace."""
@@ -351,6 +402,7 @@ def main(argv):
     except (RunError, OSError, ValueError) as e:
         print(f"envgit: cannot start the step with Landlock: {e}", file=sys.stderr)
         return 125
+    meta = _meta_pipes(opts)
     pid = os.fork()
     if pid == 0:
         try:
@@ -375,6 +427,8 @@ def main(argv):
         ns = os.stat("/proc/self/ns/pid").st_ino
         os.write(int(info), f'{{"child-pid": {os.getpid()}, "pid-namespace": {ns}}}\n'.encode())
         os.close(int(info))
+    if meta is not None:
+        _supervise(opts, ops, pid, meta)
     while True:             # reap every orphan (this is their subreaper) until the command ends
         try:
             got, status = os.waitpid(-1, 0)
