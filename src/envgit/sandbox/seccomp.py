@@ -146,6 +146,41 @@ def _sockets_tcp_only(socket_nr, pair_nr, listen_nr):
     ])
 
 
+# What a Landlock step may not call at all, as absent (ENOSYS) or refused (EPERM): x86-64, aarch64.
+# System V IPC and POSIX message queues are reached by key or name, not by a path Landlock
+# judges, and no IPC namespace keeps the host's apart; a namespace of its own (unshare, setns,
+# clone with a CLONE_NEW* flag; clone3's flags are in memory the filter cannot read, so clone3
+# is absent and libc falls back to clone) is what bwrap's --disable-userns refuses.
+_NO_NAMESPACE_CALLS = {
+    "x86_64": {"absent": (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 241, 242, 243, 244, 245, 435),
+               "refused": (272, 308), "clone": 56},
+    "aarch64": {"absent": (186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197,
+                           180, 181, 182, 183, 184, 185, 435),
+                "refused": (97, 268), "clone": 220},
+}
+CLONE_NAMESPACES = 0x20000 | 0x4000000 | 0x8000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x2000000 | 0x80
+
+
+def _no_ipc_or_namespaces(calls):
+    deny, enosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
+    ops = []
+    for nr in calls["absent"]:
+        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, enosys)]
+    for nr in calls["refused"]:
+        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, deny)]
+    ops += _assemble([
+        (_JEQ_K, calls["clone"], None, "done"),
+        (_LD_W_ABS, _arg_lo(0), None, None),
+        (_JSET_K, CLONE_NAMESPACES, "deny", "reload"),
+        "deny",
+        (_RET_K, deny, None, None),
+        "reload",
+        (_LD_W_ABS, _NR, None, None),
+        "done",
+    ])
+    return ops
+
+
 def program(machine: str | None = None, sockets_tcp_only: bool = False) -> bytes | None:
     """The filter for this machine (or `machine`, as `uname -m` names it), or None where the
     architecture is not known. `sockets_tcp_only`: the Landlock backend's socket rules too."""
@@ -162,9 +197,10 @@ def program(machine: str | None = None, sockets_tcp_only: bool = False) -> bytes
         _op(_RET_K, deny),
         _op(_LD_W_ABS, _NR),
     ]
-    if sockets_tcp_only:
+    if sockets_tcp_only:                # the Landlock backend: no namespace does these for it
         ops += _sockets_tcp_only(*_SOCKET_CALLS[machine])
         ops.append(_op(_LD_W_ABS, _NR))
+        ops += _no_ipc_or_namespaces(_NO_NAMESPACE_CALLS[machine])
     if foreign is not None:
         ops += [_op(_JGE_K, foreign, jt=0, jf=1), _op(_RET_K, deny)]
     for nr in refused:
