@@ -21,6 +21,7 @@ from conftest import CANARY
 from gatekit import clone_into_project, hostport, netproject
 from harness import attacker_in, every_case, steps_of
 from kit import nouserns
+from uikit import UI
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.xdist_group("landlock"),
               pytest.mark.skipif(not nouserns.available(), reason="making a host without user "
@@ -91,6 +92,9 @@ def test_a_step_runs_with_landlock_and_its_record_says_so(ll):
     assert "sandbox   landlock" in shown and "envgit.yaml" in shown     # not enforced, and said
     doctor = ll.envgit("doctor").stdout
     assert "steps run with Landlock + seccomp (degraded:" in doctor
+    with UI(ll) as ui:                                  # the page says it too
+        _, _, body = ui.get(f"/steps/{step['id']}")
+        assert "weaker than bubblewrap" in body and "mark-sandbox-degraded" in body
     # the project's state is outside it, behind a link
     assert os.path.islink(ll.root / ".envgit")
 

@@ -24,7 +24,7 @@ TOP = 1 << 62
 KNOWN_MARKS = ("denied-net", "denied-read", "asked", "irreversible", "escape-route-written", "tool-files-written",
                "credential-misuse", "read-much-return-little", "outside", "rewind",
                "policy-file-written", "setuid-stripped", "interrupted", "refused",
-               "snapshot-failed", "learn")
+               "snapshot-failed", "learn", "sandbox-degraded")
 
 
 @dataclass(frozen=True)
