@@ -256,3 +256,23 @@ def test_a_landlock_step_reaches_the_network_only_through_the_gate(ll, gate_serv
     step = steps_of(a)[-1]
     assert step["sandbox"]["backend"] == "landlock" and any("gate is reached" in w for w in step["sandbox"]["weaker"])
     assert any(q.get("decision") == "deny" for q in step["requests"]), step["requests"]
+
+
+@pytest.mark.parametrize("ll", ["root"], indirect=True)
+def test_daily_work_in_a_landlock_step(ll):
+    """What the metadata judge (landlock_meta.py) and the socket rules must leave working inside
+    the project: a venv with pip's scripts, chmod +x, tar's modes and times, cp -p, a commit,
+    a program that starts programs."""
+    a = ll
+    r = a.run("python3 -m venv --without-pip .venv && echo '#!/bin/sh' > s.sh && chmod +x s.sh && ./s.sh && "
+              "mkdir -p d/e && echo x > d/e/f && chmod 700 d/e && touch -d 2001-01-01 d/e/f && "
+              "tar czf t.tgz d && mkdir x && tar xzf t.tgz -C x && stat -c '%a %Y' x/d/e x/d/e/f && "
+              "cp -p d/e/f g && stat -c %Y g && "
+              "git add s.sh && git -c user.email=a@b -c user.name=a commit -qm s && git log --oneline | wc -l && "
+              "/usr/bin/python3 -c \"import subprocess; print(subprocess.run(['echo', 'child'], "
+              "capture_output=True, text=True).stdout.strip())\"", timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    words = r.stdout.split()
+    # tar kept the directory's mode and the file's time; cp -p the time
+    assert words[0] == "700" and words[3] == words[4] == str(int(os.stat(a.root / "d/e/f").st_mtime)), r.stdout
+    assert "child" in r.stdout

@@ -15,8 +15,9 @@ MIN_LANDLOCK_ABI = 4        # TCP port rules: without them a step's TCP would be
 WEAKER = (
     "other processes of the host are visible in /proc (their command lines, not their "
     "environments or memory)",
-    "a path the policy hides is unreadable rather than shown as a placeholder, and a directory "
-    "holding hidden entries can still be listed",
+    "a path the policy hides is unreadable rather than shown as a placeholder or absent: a "
+    "program can still see that it exists (stat), and a directory holding hidden entries can "
+    "still be listed",
     "inside a writable tree nothing can be hidden or kept read-only: the project's own denied "
     "files (.env), envgit.yaml and git's hooks and config are readable and writable while the "
     "step runs (the escape routes it writes are taken back after it; `envgit init` on such a "

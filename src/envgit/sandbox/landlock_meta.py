@@ -10,7 +10,7 @@ allow_write): the inode checked is the inode changed, whatever the step renames 
 meanwhile. Anything else gets EPERM, as a read-only file system would answer.
 
 What is done for the step is what it could do itself: a mode (never a setuid or setgid bit),
-times, or a `user.` attribute of a file its uid owns; a chown that changes nothing. x86-64
+times, a `user.` attribute or an ACL of a file its uid owns; a chown that changes nothing. x86-64
 only (the numbers below); elsewhere these calls stay as Landlock leaves them (backend.WEAKER).
 Standard library only.
 """
@@ -184,6 +184,7 @@ class Supervisor(threading.Thread):
         nofollow = 0 if follow else os.O_NOFOLLOW
         if where[0] == "fd":
             return os.open(f"/proc/{pid}/fd/{_s32(args[where[1]])}", os.O_PATH | os.O_CLOEXEC)
+        path = _as_seen_by(pid, path)
         dirfd = AT_FDCWD if where[0] == "path" else _s32(args[where[1]])
         base = os.open(f"/proc/{pid}/cwd" if dirfd == AT_FDCWD else f"/proc/{pid}/fd/{dirfd}",
                        os.O_PATH | os.O_CLOEXEC)
@@ -219,14 +220,38 @@ class Supervisor(threading.Thread):
                 return ctypes.get_errno()
         elif what == "setxattr":
             name, value, flags = extra
-            if not name.startswith("user."):
+            if not _settable(name):
                 return errno.EPERM
             os.setxattr(me, name, value, flags)
         elif what == "removexattr":
-            if not extra[0].startswith("user."):
+            if not _settable(extra[0]):
                 return errno.EPERM
             os.removexattr(me, extra[0])
         return 0
+
+
+# The names by which a process means itself, which here would mean this launcher: tar's
+# `chmod("/proc/self/fd/3")` of a directory it holds open, a shell's /dev/stdin.
+_SELF = (("/proc/self/", "/proc/{pid}/"), ("/proc/thread-self/", "/proc/{pid}/"),
+         ("/dev/fd/", "/proc/{pid}/fd/"), ("/dev/stdin", "/proc/{pid}/fd/0"),
+         ("/dev/stdout", "/proc/{pid}/fd/1"), ("/dev/stderr", "/proc/{pid}/fd/2"))
+
+
+def _as_seen_by(pid, path):
+    """`path` as the step's process `pid` would resolve its own-self names. (Whatever it names,
+    the file reached is judged where it is, so a name that still means this launcher's own
+    fds reaches nothing the step may change.)"""
+    if path:
+        for mine, theirs in _SELF:
+            if path == mine.rstrip("/") or path.startswith(mine):
+                return theirs.format(pid=pid) + path[len(mine):]
+    return path
+
+
+def _settable(name) -> bool:
+    """A `user.` attribute or a POSIX ACL (what `cp -p` and `tar` keep), which the file's owner
+    may set; never `security.` (file capabilities) or `trusted.`, which need privileges."""
+    return name.startswith("user.") or name in ("system.posix_acl_access", "system.posix_acl_default")
 
 
 def _s32(v) -> int:
