@@ -3,6 +3,7 @@
 - `attacker`: an attacker's project (harness.py: the Attacker class, attacker_in). It is
   parametrized by tests/conftest.py's pytest_generate_tests (indirect): "root", and "user" too
   where the test says `@pytest.mark.both_uids(why)`.
+- `ll`: an attacker's project on a host without user namespaces (Landlock steps), root and user.
 - `gate_servers`: gatekit's git server and recording stub, up for one test.
 - `shared_image`: the VM tier's guest image, built once per machine.
 - `s3`: a real S3-compatible server for one test (tests/kit/s3.py)."""
@@ -42,6 +43,17 @@ def attacker(request, tmp_path):
     """An attacker's project, as root or as an unprivileged user (request.param)."""
     from harness import attacker_in  # not at the top: harness imports tests/conftest.py's names
     with attacker_in(request.param, tmp_path) as a:
+        yield a
+
+
+@pytest.fixture(params=["root", "user"])
+def ll(request, tmp_path):
+    """An attacker's project on a host that refuses user namespaces (kit/nouserns.py), where
+    its steps run with Landlock; as root and as an unprivileged user (a test narrows it with
+    `@pytest.mark.parametrize("ll", ["root"], indirect=True)`), its daemon already up."""
+    from harness import attacker_in
+    with attacker_in(request.param, tmp_path, no_userns=True) as a:
+        a.run("true", check=True)
         yield a
 
 

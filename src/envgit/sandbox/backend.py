@@ -24,6 +24,8 @@ WEAKER = (
     "host keeps the project's state outside the project, behind a link restored after each step)",
     "no unix sockets (socket(AF_UNIX) is refused: a path's socket cannot be judged), no UDP",
     "a step that opens a hidden path is not told why at once (no placeholder to watch)",
+    "a step can watch a hidden directory with inotify and learn the names of entries used in "
+    "it (never their contents)",
     "the kernel's files in /proc that bubblewrap hides (keys, timer_list, kpage*…) are readable",
     "no new terminal (no /dev/pts: script, expect and tmux cannot make one inside a step)",
     "/tmp is not the step's own: TMPDIR names the step's directory, and a program that writes "

@@ -105,6 +105,12 @@ class Supervisor(threading.Thread):
         self.writable = [os.path.realpath(w) for w in writable]
 
     def run(self):
+        try:
+            self._serve()
+        finally:                # closed, the step's next such call fails (ENOSYS) instead of hanging
+            os.close(self.fd)
+
+    def _serve(self):
         poll = select.poll()
         poll.register(self.fd, select.POLLIN)
         req = ctypes.create_string_buffer(80)
@@ -183,9 +189,14 @@ class Supervisor(threading.Thread):
         """An O_PATH fd on what the call names, reached as the step would reach it."""
         nofollow = 0 if follow else os.O_NOFOLLOW
         if where[0] == "fd":
-            return os.open(f"/proc/{pid}/fd/{_s32(args[where[1]])}", os.O_PATH | os.O_CLOEXEC)
+            fd = _s32(args[where[1]])
+            if _opened_as_path(pid, fd):
+                raise OSError(errno.EBADF, "")      # fchmod of an O_PATH fd: the kernel's answer
+            return os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
         path = _as_seen_by(pid, path)
         dirfd = AT_FDCWD if where[0] == "path" else _s32(args[where[1]])
+        if path is None and dirfd == AT_FDCWD:
+            raise OSError(errno.EFAULT, "")         # utimensat(AT_FDCWD, NULL): no file named
         base = os.open(f"/proc/{pid}/cwd" if dirfd == AT_FDCWD else f"/proc/{pid}/fd/{dirfd}",
                        os.O_PATH | os.O_CLOEXEC)
         try:
@@ -246,6 +257,18 @@ def _as_seen_by(pid, path):
             if path == mine.rstrip("/") or path.startswith(mine):
                 return theirs.format(pid=pid) + path[len(mine):]
     return path
+
+
+def _opened_as_path(pid, fd) -> bool:
+    """The step's fd `fd` is an O_PATH one (its fdinfo's flags)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            for line in f:
+                if line.startswith("flags:"):
+                    return bool(int(line.split()[1], 8) & os.O_PATH)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def _settable(name) -> bool:

@@ -181,6 +181,41 @@ def _no_ipc_or_namespaces(calls):
     return ops
 
 
+# Calls that act on another process by its pid, which Landlock's scopes (signals, ptrace) do
+# not cover: a Landlock step may make them on itself only (pid 0): prlimit64, sched_setaffinity,
+# sched_setparam, sched_setscheduler, sched_setattr, migrate_pages, move_pages (pid in argument 0);
+# setpriority and ioprio_set (which, who): on the caller alone. The launcher, the daemon and the
+# person's other processes are otherwise the step's to starve (RLIMIT_NOFILE 0), renice or pin.
+_OTHER_PROCESS_CALLS = {
+    "x86_64": {"pid0": (302, 203, 142, 144, 314, 256, 279), "prio": ((141, 0), (251, 1)), "ioctl": 16},
+    "aarch64": {"pid0": (261, 122, 118, 119, 274, 238, 239), "prio": ((140, 0), (30, 1)), "ioctl": 29},
+}
+# The inode-flag ioctls (chattr's FS_IOC_SETFLAGS and its 32-bit form, FS_IOC_FSSETXATTR, the
+# version ones): a file's owner may set them on any file it can open, read-only too, and no
+# Landlock right covers them outside device files.
+FS_FLAG_IOCTLS = (0x40086602, 0x40046602, 0x401C5820, 0x40087602, 0x40047602)
+
+
+def _own_process_only(calls):
+    deny = _ERRNO | errno.EPERM
+    items: list = []
+    for nr in calls["pid0"]:
+        items += [(_JEQ_K, nr, None, f"after{nr}"), (_LD_W_ABS, _arg_lo(0), None, None),
+                  (_JEQ_K, 0, "reload", "deny"), f"after{nr}"]
+    for nr, self_which in calls["prio"]:
+        items += [(_JEQ_K, nr, None, f"after{nr}"), (_LD_W_ABS, _arg_lo(0), None, None),
+                  (_JEQ_K, self_which, None, "deny"), (_LD_W_ABS, _arg_lo(1), None, None),
+                  (_JEQ_K, 0, "reload", "deny"), f"after{nr}"]
+    items += [(_JEQ_K, calls["ioctl"], None, "done"), (_LD_W_ABS, _arg_lo(1), None, None)]
+    for req in FS_FLAG_IOCTLS[:-1]:
+        items.append((_JEQ_K, req, "deny", None))
+    items += [(_JEQ_K, FS_FLAG_IOCTLS[-1], "deny", "reload"),
+              "deny", (_RET_K, deny, None, None),
+              "reload", (_LD_W_ABS, _NR, None, None),
+              "done"]
+    return _assemble(items)
+
+
 def program(machine: str | None = None, sockets_tcp_only: bool = False) -> bytes | None:
     """The filter for this machine (or `machine`, as `uname -m` names it), or None where the
     architecture is not known. `sockets_tcp_only`: the Landlock backend's socket rules too."""
@@ -201,6 +236,7 @@ def program(machine: str | None = None, sockets_tcp_only: bool = False) -> bytes
         ops += _sockets_tcp_only(*_SOCKET_CALLS[machine])
         ops.append(_op(_LD_W_ABS, _NR))
         ops += _no_ipc_or_namespaces(_NO_NAMESPACE_CALLS[machine])
+        ops += _own_process_only(_OTHER_PROCESS_CALLS[machine])
     if foreign is not None:
         ops += [_op(_JGE_K, foreign, jt=0, jf=1), _op(_RET_K, deny)]
     for nr in refused:
