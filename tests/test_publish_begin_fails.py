@@ -13,6 +13,7 @@ from envgit.daemon import steps
 from envgit.daemon.learn import LearnState
 from envgit.paths import Project
 from envgit.policy.load import load_policy
+from envgit.sandbox import backend
 
 
 class FullJournal:
@@ -32,6 +33,9 @@ def test_a_step_whose_begin_cannot_be_written_leaves_no_port_listened_on(tmp_pat
     async def settled(*args, **kwargs):
         return None
     monkeypatch.setattr(steps, "settle", settled)
+    # which sandbox this host gives is decided by starting bwrap once (sandbox/backend.py): a
+    # quick test starts no process, and this one is about the listeners, under bubblewrap
+    monkeypatch.setattr(backend, "_chosen", [backend.BWRAP])
     pol = load_policy(tmp_path / "envgit.yaml")
     sess = SimpleNamespace(project=Project(str(tmp_path)), policy=lambda: pol, id="s1",
                            journal=FullJournal(), pending_baseline=None, live={}, learn=LearnState())

@@ -166,6 +166,8 @@ def test_the_repl_and_inner_steps_start_through_the_launcher():
     src = Path(__file__).resolve().parents[2] / "src" / "envgit"
     starters = []
     for f in src.rglob("*.py"):
+        if f.name == "landlock_run.py":   # bwrap's stand-in on a Landlock host: it takes these
+            continue                      # options from the launcher, as bwrap does
         text = f.read_text()
         if '"--seccomp"' in text or '"--block-fd"' in text or "memfd_create(" in text:
             starters.append(f.relative_to(src).as_posix())
