@@ -233,7 +233,7 @@ def _read_all(fd):
     return out
 
 
-def _child(opts, ops, command, port):
+def _child(opts, grants, command, port):
     """In the command's process, before its exec: wait for the release, then restrict. Found
     as a shell finds a command: not found 127, not executable 126 (what bwrap's reporter says)."""
     _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)    # the launcher's own handler is not its
@@ -251,7 +251,6 @@ def _child(opts, ops, command, port):
         os.lseek(fd, 0, os.SEEK_SET)
         prog = _read_all(fd)
         os.close(fd)
-    grants, _ = plan(ops)
     rs = ruleset(grants, port)
     if opts.get("--chdir"):
         os.chdir(opts["--chdir"])
@@ -355,7 +354,7 @@ def _meta_pipes(opts):
     return num_r, num_w, ack_r, ack_w
 
 
-def _supervise(opts, ops, pid, meta):
+def _supervise(opts, grants, pid, meta):
     """Take the step's listener and answer its metadata calls from a thread of this process
     (outside the step's domain): the writable places are the step's read-write rules."""
     from envgit.sandbox import landlock_meta
@@ -378,7 +377,7 @@ def _supervise(opts, ops, pid, meta):
         return
     os.write(ack_w, b"k")
     os.close(ack_w)
-    writable = [p for p, kind in plan(ops)[0] if kind == RW and not p.startswith("/dev/")]
+    writable = [p for p, kind in grants if kind == RW and not p.startswith("/dev/")]
     landlock_meta.Supervisor(listener, writable).start()
 
 
@@ -398,7 +397,7 @@ def main(argv):
             _prctl(PR_SET_PDEATHSIG, _signal.SIGTERM)
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         _prctl(PR_SET_DUMPABLE, 0)      # its /proc/PID/fd (the report fd) for no one but root
-        plan(ops)                                       # fails here, not half-way in the child
+        grants, _ = plan(ops)           # once, here: the child and the judge share it
     except (RunError, OSError, ValueError) as e:
         print(f"envgit: cannot start the step with Landlock: {e}", file=sys.stderr)
         return 125
@@ -408,7 +407,7 @@ def main(argv):
         try:
             if opts.get("--info-fd") is not None:
                 os.close(int(opts["--info-fd"]))
-            _child(opts, ops, command, port)
+            _child(opts, grants, command, port)
         except BaseException as e:      # noqa: BLE001 — anything before the exec is the start failing
             msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             print(f"envgit: cannot start the step with Landlock: {msg}", file=sys.stderr)
@@ -428,7 +427,7 @@ def main(argv):
         os.write(int(info), f'{{"child-pid": {os.getpid()}, "pid-namespace": {ns}}}\n'.encode())
         os.close(int(info))
     if meta is not None:
-        _supervise(opts, ops, pid, meta)
+        _supervise(opts, grants, pid, meta)
     while True:             # reap every orphan (this is their subreaper) until the command ends
         try:
             got, status = os.waitpid(-1, 0)
