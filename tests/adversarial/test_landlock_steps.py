@@ -5,6 +5,7 @@ still holds the default tier's "cannot"s but those sandbox/backend.py's WEAKER g
 case attacks from inside a step, a canary or a marker file its only oracle; the cases of one
 uid share one project (`every_case`)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANARY
+from conftest import CANARY, Env, make_home
+from conftest import ENVGIT as ENVGIT_BIN
 from gatekit import clone_into_project, hostport, netproject
 from harness import every_case, steps_of
 from kit import nouserns
@@ -227,3 +229,30 @@ def test_daily_work_in_a_landlock_step(ll):
     # tar kept the directory's mode and the file's time; cp -p the time
     assert words[0] == "700" and words[3] == words[4] == str(int(os.stat(a.root / "d/e/f").st_mtime)), r.stdout
     assert "child" in r.stdout
+
+
+def test_init_moves_a_projects_state_out_of_it_on_a_landlock_host(tmp_path):
+    """A project made where steps ran in bubblewrap keeps `.envgit` inside it, where a Landlock
+    step could write its journal; `envgit init` on the Landlock host moves it out, steps and
+    all, once no daemon holds it, and the step made before is still there to rewind to."""
+    home = make_home(tmp_path)
+    root = home / "proj"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    e = Env(home, root)
+    e.envgit("init", check=True)
+    e.run("echo one > f.txt", check=True)               # a step under bubblewrap
+    e.stop()
+    assert (root / ".envgit").is_dir() and not (root / ".envgit").is_symlink()
+    r = subprocess.run(nouserns.wrap([ENVGIT_BIN, "init"]), cwd=root, env=e.env, capture_output=True, text=True)
+    assert r.returncode == 0 and "moved" in r.stdout, (r.stdout, r.stderr)
+    assert (root / ".envgit").is_symlink()
+    r = subprocess.run(nouserns.wrap([ENVGIT_BIN, "run", "--", "sh", "-c", "cat .envgit/journal.sqlite | head -c 20; "
+                             "echo two > f.txt"]), cwd=root, env=e.env, capture_output=True, text=True)
+    assert "SQLite" not in r.stdout, r.stdout
+    steps = json.loads(e.envgit("log", "--json", check=True).stdout)
+    assert steps[0]["argv"][-1] == "echo one > f.txt" and steps[0].get("sandbox") is None
+    assert steps[-1]["sandbox"]["backend"] == "landlock"
+    e.envgit("rewind", "1", "--yes", check=True)
+    assert (root / "f.txt").read_text() == "one\n"
+    e.stop()

@@ -1,5 +1,6 @@
 """Setting a project up and looking at the machine: init, demo, policy, doctor, daemon."""
 
+import errno
 import os
 import stat
 import sys
@@ -84,14 +85,43 @@ def _state_outside(root, state, said) -> bool:
     if not backend.host_is_landlock():
         return False
     if os.path.lexists(state):
-        print(f"envgit: {state} is inside the project, and on this host a step can write it (steps "
-              f"run with Landlock, not bubblewrap): move it to {ext} and make {state} a symlink to "
-              "it to keep it from steps", file=sys.stderr)
-        return False
+        return _move_state_out(root, state, ext, said)
     os.makedirs(ext, mode=0o700, exist_ok=True)
     os.symlink(ext, state)
     said.append(f"made {state} a link to {ext}: steps run with Landlock here, which cannot keep "
                 "a directory inside the project from them")
+    return True
+
+
+def _move_state_out(root, state, ext, said) -> bool:
+    """A project made where steps ran in bubblewrap keeps its state inside it; on a Landlock
+    host `envgit init` moves it out (journal, snapshots and all), when no daemon holds it."""
+    from ..daemon.client import lock_held
+    from ..paths import Project
+    why = None
+    if os.path.islink(state) or not os.path.isdir(state) or os.path.lexists(ext):
+        why = f"{ext} exists already" if os.path.lexists(ext) else f"{state} is not a directory"
+    elif lock_held(Project(root)):
+        why = "its session daemon is running: `envgit daemon stop`, then `envgit init` again"
+    if why:
+        print(f"envgit: {state} is inside the project, and on this host a step can write it (steps "
+              f"run with Landlock, not bubblewrap); it was not moved out ({why})", file=sys.stderr)
+        return False
+    os.makedirs(os.path.dirname(ext), mode=0o700, exist_ok=True)
+    try:
+        os.rename(state, ext)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        import shutil
+        tmp = ext + ".moving"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(state, tmp, symlinks=True)      # whole first: a crash leaves the original
+        os.rename(tmp, ext)
+        shutil.rmtree(state)
+    os.symlink(ext, state)
+    said.append(f"moved {state} to {ext} and made it a link there: steps run with Landlock here, "
+                "which cannot keep a directory inside the project from them")
     return True
 
 

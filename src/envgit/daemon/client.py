@@ -171,7 +171,7 @@ def _other_build(conn, project, theirs, start) -> Conn:
     return fresh
 
 
-def _lock_held(project) -> bool:
+def lock_held(project) -> bool:
     """Does a daemon hold daemon.lock? Read from /proc/locks, never by taking the lock: a
     client holding it for an instant would make a daemon starting meanwhile give up."""
     try:
@@ -196,12 +196,12 @@ def _alive(pid) -> bool:
 
 def _connect(project, start) -> Conn:
     s = _try(project.socket)
-    if s is None and start and _lock_held(project):
+    if s is None and start and lock_held(project):
         # a daemon that no longer answers but still holds the project: stopping (a VM's last
         # memory snapshot being written); a new one could not take the project before it ends
         sys.stderr.write("envgit: the session daemon of this project is still stopping; waiting for it\n")
         deadline = time.monotonic() + STOPPING_WAIT_S
-        while _lock_held(project) and time.monotonic() < deadline:
+        while lock_held(project) and time.monotonic() < deadline:
             time.sleep(0.05)
         s = _try(project.socket)
     if s is None and start:

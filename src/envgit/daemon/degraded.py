@@ -9,8 +9,8 @@ from ..paths import STATE_DIR, external_state
 from ..sandbox import backend
 
 INSIDE = ("this project's state (.envgit: its journal and snapshots) is inside it, made where "
-          "steps ran in bubblewrap: a step here can write it; keep it from steps with "
-          "`envgit daemon stop; mv .envgit {ext} && ln -s {ext} .envgit`")
+          "steps ran in bubblewrap: a step here can write it; `envgit daemon stop`, then `envgit "
+          "init`, moves it out to {ext}")
 
 
 def begin(sess, pol, head, learning) -> dict | None:
