@@ -25,7 +25,7 @@ import threading
 
 # imported now: the step's process builds the filter after its Landlock rules apply, when the
 # interpreter's own files are no longer readable to it
-from .seccomp import _ALLOW, _ERRNO, _JEQ_K, _LD_W_ABS, _NR, _RET_K, _op
+from .seccomp import _ALLOW, _ERRNO, _LD_W_ABS, _NR, _RET_K, _op, returning
 
 # x86-64 numbers -> (what, where the path is: ("path", i) | ("at", dirfd i, path i) | ("fd", i),
 #                    follow links (True/False, or ("flags", i): AT_SYMLINK_NOFOLLOW in arg i))
@@ -59,23 +59,23 @@ def supported() -> bool:
 
 def program() -> bytes:
     """The filter sending CALLS to the listener, ABSENT refused as missing, the rest allowed."""
-    ops = [_op(_LD_W_ABS, _NR)]
-    for nr in CALLS:
-        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, SECCOMP_RET_USER_NOTIF)]
-    for nr in ABSENT:
-        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, _ERRNO | errno.ENOSYS)]
-    ops.append(_op(_RET_K, _ALLOW))
-    return b"".join(ops)
+    return b"".join([_op(_LD_W_ABS, _NR), *returning(CALLS, SECCOMP_RET_USER_NOTIF),
+                     *returning(ABSENT, _ERRNO | errno.ENOSYS), _op(_RET_K, _ALLOW)])
+
+
+def sock_fprog(prog: bytes):
+    """The kernel's `struct sock_fprog` for a filter `prog`, as a buffer to pass by address
+    (prctl's PR_SET_SECCOMP, seccomp(2)); it keeps `prog`'s own buffer alive with it."""
+    filt = ctypes.create_string_buffer(prog, len(prog))
+    fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(prog) // 8, ctypes.addressof(filt)), 16)
+    fprog.keep = filt       # type: ignore[attr-defined]
+    return fprog
 
 
 def install() -> int:
     """In the step's process, after no_new_privs: the filter, and the listener's fd."""
-    prog = program()
-    buf = ctypes.create_string_buffer(prog, len(prog))
-    fprog = struct.pack("HxxxxxxQ", len(prog) // 8, ctypes.addressof(buf))
-    fb = ctypes.create_string_buffer(fprog, len(fprog))
     fd = _libc.syscall(ctypes.c_long(SECCOMP_NR), ctypes.c_long(SECCOMP_SET_MODE_FILTER),
-                       ctypes.c_long(SECCOMP_FILTER_FLAG_NEW_LISTENER), fb)
+                       ctypes.c_long(SECCOMP_FILTER_FLAG_NEW_LISTENER), sock_fprog(program()))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "seccomp listener: " + os.strerror(ctypes.get_errno()))
     return fd

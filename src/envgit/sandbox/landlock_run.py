@@ -216,13 +216,9 @@ def drop_capabilities():
 
 
 def install_seccomp(prog: bytes):
-    buf = ctypes.create_string_buffer(prog, len(prog))
-
-    class Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    fp = Fprog(len(prog) // 8, ctypes.addressof(buf))
+    from envgit.sandbox.landlock_meta import sock_fprog  # imported already (_meta_pipes)
     if _libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
-                   ctypes.byref(fp), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+                   sock_fprog(prog), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         raise RunError(f"cannot install the seccomp filter: {os.strerror(ctypes.get_errno())}")
 
 

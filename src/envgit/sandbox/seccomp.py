@@ -72,6 +72,11 @@ def _op(code, k, jt=0, jf=0):
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
+def returning(nrs, action) -> list[bytes]:
+    """Each syscall of `nrs` returns `action` (the syscall number is in the accumulator)."""
+    return [op for nr in nrs for op in (_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, action))]
+
+
 # socket(2), socketpair(2) and listen(2), for the Landlock backend's socket rules
 _SOCKET_CALLS = {"x86_64": (41, 53, 50), "aarch64": (198, 199, 201)}
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
@@ -163,11 +168,7 @@ CLONE_NAMESPACES = 0x20000 | 0x4000000 | 0x8000000 | 0x10000000 | 0x20000000 | 0
 
 def _no_ipc_or_namespaces(calls):
     deny, enosys = _ERRNO | errno.EPERM, _ERRNO | errno.ENOSYS
-    ops = []
-    for nr in calls["absent"]:
-        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, enosys)]
-    for nr in calls["refused"]:
-        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, deny)]
+    ops = returning(calls["absent"], enosys) + returning(calls["refused"], deny)
     ops += _assemble([
         (_JEQ_K, calls["clone"], None, "done"),
         (_LD_W_ABS, _arg_lo(0), None, None),
@@ -239,10 +240,7 @@ def program(machine: str | None = None, sockets_tcp_only: bool = False) -> bytes
         ops += _own_process_only(_OTHER_PROCESS_CALLS[machine])
     if foreign is not None:
         ops += [_op(_JGE_K, foreign, jt=0, jf=1), _op(_RET_K, deny)]
-    for nr in refused:
-        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, deny)]
-    for nr in absent:
-        ops += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, enosys)]
+    ops += returning(refused, deny) + returning(absent, enosys)
     for nr, m in mode_calls:                # a setuid/setgid bit in the mode: refused
         ops += [_op(_JEQ_K, nr, jt=0, jf=4),
                 _op(_LD_W_ABS, _arg_lo(m)),
