@@ -33,7 +33,7 @@ record says so. A process the step leaves behind is ended with it: this process 
 subreaper, and kills what is left once the command has ended, as the end of bwrap's pid
 namespace would.
 
-Standard library only; nothing else of envgit's but landlock.py.
+Standard library only; of envgit's own, paths.py, landlock.py and landlock_meta.py.
 """
 
 import _signal  # type: ignore[import-not-found]  # the builtin: `signal` imports enum
@@ -41,6 +41,11 @@ import ctypes
 import os
 import sys
 import time
+
+if __name__ == "__main__":      # run as a file (`python -I -S`): envgit from where this file is
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from envgit.paths import inside  # noqa: E402
 
 R, RW, NONE = "r", "rw", "none"
 
@@ -105,10 +110,6 @@ def parse(args: list[str]) -> tuple[dict, list[tuple[str, str, str]], list[str]]
     raise RunError("no command after --")
 
 
-def _inside(p, top):
-    return p == top or p.startswith(top.rstrip("/") + "/")
-
-
 def plan(ops) -> tuple[list[tuple[str, str]], list[str]]:
     """([(path, R | RW)] to allow, [paths the view hides or keeps read-only that these rules
     cannot]). A later operation covers an earlier one at or below its path, as a later mount
@@ -118,13 +119,12 @@ def plan(ops) -> tuple[list[tuple[str, str]], list[str]]:
     for i, (kind, path, _) in enumerate(ops):
         if kind == NONE:
             continue
-        if any(_inside(path, later) and later != path or later == path
-               for _, later, _ in ops[i + 1:]):
+        if any(inside(path, later) for _, later, _ in ops[i + 1:]):
             continue                    # covered by a later operation at or above it
         if kind == "dev":
             grants += [(d, RW) for d in DEVICES if os.path.exists(d)]
             continue
-        holes = [(k, p) for k, p, _ in ops[i + 1:] if _inside(p, path) and p != path
+        holes = [(k, p) for k, p, _ in ops[i + 1:] if inside(p, path) and p != path
                  and _less(k, kind)]
         if kind == "proc" or kind == RW:
             grants.append((path, R if kind == "proc" else RW))
@@ -160,10 +160,10 @@ def _expand(top, kind, holes, grants):
         return
     for name in names:
         child = os.path.join(top, name)
-        inner = [h for h in holes if _inside(h, child)]
+        inner = [h for h in holes if inside(h, child)]
         if child in inner or os.path.islink(child):
             continue        # a link is not allowed itself: what it leads to is judged by its own path
-        if inner and os.path.isdir(child) and not os.path.islink(child):
+        if inner and os.path.isdir(child):
             _expand(child, kind, inner, grants)
         else:
             grants.append((child, kind))
@@ -445,5 +445,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     sys.exit(main(sys.argv[1:]))
