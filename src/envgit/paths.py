@@ -47,6 +47,11 @@ class Project:
             self._state = ext if os.path.isdir(ext) else os.path.join(self.root, STATE_DIR)
         return self._state
 
+    @property
+    def state_is_outside(self) -> bool:
+        """The state is kept outside the project (external_state), `.envgit` only its link."""
+        return self.state != os.path.join(self.root, STATE_DIR)
+
     def state_path(self, *parts):
         return os.path.join(self.state, *parts)
 

@@ -3,9 +3,7 @@ Landlock (sandbox/backend.py): the step's record says so, and it is refused wher
 forbids the weaker sandbox or where a running step may have written the policy it would run
 under."""
 
-import os
-
-from ..paths import STATE_DIR, external_state
+from ..paths import external_state
 from ..sandbox import backend
 
 INSIDE = ("this project's state (.envgit: its journal and snapshots) is inside it, made where "
@@ -18,7 +16,7 @@ def begin(sess, pol, head, learning) -> dict | None:
     must not run, else None."""
     try:
         if pol.backend != "vm" and (sandbox := backend.record(bool(pol.network_allow) or bool(learning))):
-            if sess.project.state == os.path.join(sess.project.root, STATE_DIR):
+            if not sess.project.state_is_outside:
                 sandbox["weaker"].append(INSIDE.format(ext=external_state(sess.project.root)))
             head["sandbox"] = sandbox          # Landlock, and what is weaker
     except RuntimeError as e:                  # neither bwrap nor Landlock can run here

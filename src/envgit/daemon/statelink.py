@@ -18,7 +18,7 @@ PRIVATE = {"": 0o700, "journal.sqlite": 0o600, "daemon.sock": 0o600}
 def repair(project, step) -> str | None:
     """Put the link and the modes back if a step changed them; a line saying what was done,
     or None. `step`: the step that ended, or None before one begins."""
-    if project.state == os.path.join(project.root, STATE_DIR):
+    if not project.state_is_outside:
         return None                                  # the state is inside: nothing to keep
     said = _modes(project.state)
     link = os.path.join(project.root, STATE_DIR)
@@ -38,8 +38,8 @@ def repair(project, step) -> str | None:
                 moved = os.path.join(project.root, f"{STATE_DIR}-left-by-{tag}-{n}")
             os.rename(link, moved)
         os.symlink(project.state, link)
-    except OSError as e:     # the project made unwritable to the daemon: envgit finds the state
-        return (f"could not make {link} a link to this project's state again ({e.strerror}); "   # by path
+    except OSError as e:     # the project made unwritable to the daemon: the state is found by path
+        return (f"could not make {link} a link to this project's state again ({e.strerror}); "
                 f"envgit still finds it at {project.state}")
     return (f"changed {link}, the link to this project's state ({project.state}); it is a link "
             "again" + (f", and what the step left there is at {moved}" if moved else ""))

@@ -312,7 +312,7 @@ async def end(sess, msg):
     drop_tmp(info.tmp)
     if info.published:              # the person's way in ends with the step
         info.published.close()
-    escapes, tool_files = escape_routes_written(info, summary, sess.project.root, sess.scan)
+    escapes, tool_files, back = escape_routes_written(info, summary, sess.project.root, sess.scan)
     # the session's own notices, taken before the next await lets another step's settle add one
     notices = sess.tracked_denied_notice(info) + sess.outside_notices + ([relinked] if relinked else [])
     sess.outside_notices = []
@@ -321,13 +321,12 @@ async def end(sess, msg):
         denied=sorted({shown(p) for p in marks.mentioned(info.argv, info.masked, sess.project.root, info.home)}
                       | set(info.denied_reads)),     # as the placeholders name them (masks.py)
         escapes=escapes, tool_files=tool_files, vm_after=vm_after, memory=memory,
-        taken_back=takeback.to_take_back(info.policy, sess.project.root, escapes, sess.scan) if escapes else [],
+        taken_back=back,
         unreached=unreached_notices(sess, info, dns := dns_summary(msg.get("dns"))),
         policy_files=marks.policy_files_written(summary),
         stripped=await special_bits.after_step(sess.project.root, summary))
     said, told = marks.after_step(found)
     notices += told + ([learn.end_notice(info, step)] if info.learn else [])
-    back = found.taken_back
     # What the client says is checked here: a value of the wrong type is left out rather
     # than refused, so the step always ends (journal/rows.py would refuse the whole entry).
     entry = {
@@ -394,14 +393,13 @@ async def interrupted(sess, step, reason):
         drop_tmp(info.tmp)
         # An interrupted step's escape routes are taken back as an ended one's: what it wrote
         # before its client went away is as much the host's to run later.
-        escapes, _ = escape_routes_written(info, summary, sess.project.root, sess.scan)
-        back = takeback.to_take_back(info.policy, sess.project.root, escapes, sess.scan) if escapes else []
+        escapes, _, back = escape_routes_written(info, summary, sess.project.root, sess.scan)
         sess.record(step, "interrupted", {"reason": reason, "snapshot": summary, **listed("escape_routes", escapes),
                                           **listed("taken_back", back)})
         if back:
             await takeback.take_back(sess, step, info, back)
-        for line in [relinked] if relinked else []:
-            log_line(f"envgit daemon: step {step}: {line}")
+        if relinked:
+            log_line(f"envgit daemon: step {step}: {relinked}")
 
 
 def event(sess, msg):
@@ -504,13 +502,15 @@ def escape_routes_written(info, summary, project, scan):
     .envrc, an .npmrc… An existing protected one is read-only, so this is one created where
     none was, or (should the mounts ever be got round) one modified or deleted, or a `mark`
     route (a .pth file): any of them is said, with its path; and of those, the ones package
-    managers write on every install (a venv's programs), said quietly."""
+    managers write on every install (a venv's programs), said quietly; and those to take back
+    (takeback.py). An ended step's and an interrupted one's alike: (escapes, tool files, back)."""
     try:
         escapes = routes.written(info.policy, project, info.home or "", scan,
                                  info.routes or {}, summary)
-        return escapes, routes.tools_own(info.policy, project, info.home or "", scan, escapes)
+        tools = routes.tools_own(info.policy, project, info.home or "", scan, escapes)
     except Exception as e:              # never lose the step's end over it; say so
-        return [f"(escape routes could not be checked: {type(e).__name__}: {e})"], []
+        return [f"(escape routes could not be checked: {type(e).__name__}: {e})"], [], []
+    return escapes, tools, takeback.to_take_back(info.policy, project, escapes, scan) if escapes else []
 
 
 
