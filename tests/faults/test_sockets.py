@@ -207,6 +207,34 @@ def test_a_daemon_that_never_answers_is_said_with_a_timeout(bare_proj, tmp_path)
     assert timed_run(proj)[0].returncode == 0
 
 
+def test_a_command_run_while_the_daemon_starts_waits_for_its_start_only(bare_proj, tmp_path):
+    """A daemon holds the project's lock from its first instant but binds its socket only after
+    opening the journal and closing what a killed one left open. A command run in that window
+    (here held open with ENVGIT_FAULT=daemon-locked:pause) connects as soon as the socket is
+    there; it once took the held lock for a daemon still stopping and waited 60 s."""
+    proj = bare_proj
+    proj.stop()
+    held = {**proj.env, "ENVGIT_FAULT": "daemon-locked:pause", "ENVGIT_FAULT_DIR": str(tmp_path)}
+    starter = subprocess.Popen([ENVGIT, "daemon", "status"], cwd=proj.root, env=held,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    flag = tmp_path / "daemon-locked.paused"
+    deadline = time.monotonic() + 30
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert flag.exists(), "the daemon never reached its lock"
+    t = time.monotonic()
+    waiting = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "echo started > s"], cwd=proj.root,
+                               env=proj.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    assert waiting.poll() is None           # it waits for the start: it does not start its own
+    flag.unlink()
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0 and (proj.root / "s").read_text() == "started\n", err
+    assert time.monotonic() - t < 15, f"waited {time.monotonic() - t:.1f} s for a daemon's start"
+    starter.communicate(timeout=30)
+    assert starter.returncode == 0 and "Traceback" not in err
+
+
 def _inner_socket(proj):
     from envgit.daemon.client import connect
     from envgit.paths import Project

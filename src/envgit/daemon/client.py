@@ -174,14 +174,39 @@ def _other_build(conn, project, theirs, start) -> Conn:
 def lock_held(project) -> bool:
     """Does a daemon hold daemon.lock? Read from /proc/locks, never by taking the lock: a
     client holding it for an instant would make a daemon starting meanwhile give up."""
+    return lock_holder(project) is not None
+
+
+def lock_holder(project) -> int | None:
+    """The pid that took the flock on daemon.lock (as /proc/locks says), or None."""
     try:
         st = os.stat(project.state_path("daemon.lock"))
         with open("/proc/locks") as f:
             locks = f.read()
     except OSError:
-        return False
+        return None
     me = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
-    return any(" FLOCK " in line and me in line for line in locks.splitlines())
+    for line in locks.splitlines():
+        if " FLOCK " in line and me in line:
+            fields = line.split()
+            pid = fields[fields.index(me.strip()) - 1]
+            return int(pid) if pid.isdigit() else 0
+    return None
+
+
+def exiting(pid) -> bool:
+    """Is this process dying (PF_EXITING in its stat flags, or a zombie)? A daemon killed with
+    -9 holds its lock until its last thread has closed every file; closing an inotify
+    descriptor waits for the kernel's grace period, so that can be long after its clients
+    saw their connections close."""
+    if not pid or pid < 0:
+        return False                     # not in this pid namespace: nothing to wait on
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[-1].split()
+    except (OSError, TypeError):
+        return True                      # gone meanwhile
+    return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & 0x4)    # 0x4: PF_EXITING
 
 
 def _alive(pid) -> bool:
@@ -197,13 +222,20 @@ def _alive(pid) -> bool:
 def _connect(project, start) -> Conn:
     s = _try(project.socket)
     if s is None and start and lock_held(project):
-        # a daemon that no longer answers but still holds the project: stopping (a VM's last
-        # memory snapshot being written); a new one could not take the project before it ends
-        sys.stderr.write("envgit: the session daemon of this project is still stopping; waiting for it\n")
-        deadline = time.monotonic() + STOPPING_WAIT_S
-        while lock_held(project) and time.monotonic() < deadline:
+        # A daemon holds the project but does not answer: starting (its socket is not bound
+        # yet: it answers within a moment), or stopping (a VM's last memory snapshot being
+        # written; a new one could not take the project before it ends). Wait for either.
+        began = time.monotonic()
+        said = False
+        while s is None and lock_held(project) and time.monotonic() - began < STOPPING_WAIT_S:
             time.sleep(0.05)
-        s = _try(project.socket)
+            s = _try(project.socket)
+            if s is None and not said and time.monotonic() - began > 1:     # not a start, then
+                sys.stderr.write("envgit: the session daemon of this project is still stopping; "
+                                 "waiting for it\n")
+                said = True
+        if s is None:
+            s = _try(project.socket)
     if s is None and start:
         proc = _spawn(project)
         deadline = time.monotonic() + START_TIMEOUT_S

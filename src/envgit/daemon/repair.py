@@ -28,9 +28,7 @@ def repair_if_no_daemon(project) -> list[int]:
     if not os.path.exists(project.journal):
         return []
     with open(project.state_path("daemon.lock"), "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not _take(lock, project):
             return []                   # a daemon is running: it owns the journal
         try:
             j = Journal(project.journal)
@@ -55,6 +53,28 @@ def repair_if_no_daemon(project) -> list[int]:
         except DaemonError:
             pass        # the reader goes on; the open rewind shows as running, daemon.log says why
     return done
+
+
+def _take(lock, project) -> bool:
+    """The daemon lock, if no live daemon holds it. A daemon that is still exiting (killed, its
+    last files being closed) is waited for, a few seconds at most: the steps it left open are
+    closed now, not shown as running by a read made the instant after it died."""
+    import time
+
+    from .client import exiting, lock_holder
+    deadline = time.monotonic() + EXITING_WAIT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            pid = lock_holder(project)
+            if pid is not None and not exiting(pid) or time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+
+EXITING_WAIT_S = 5
 
 
 def _said_disk_full(e) -> bool:

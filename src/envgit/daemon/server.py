@@ -18,7 +18,7 @@ import sqlite3
 import sys
 import time
 
-from .. import steporder
+from .. import faults, steporder
 from ..inert import inert
 from ..journal import Journal, disk_full
 from ..paths import Project, UnixAddress
@@ -250,6 +250,7 @@ async def serve(project: Project):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0                         # another daemon serves this project
+    faults.point("daemon-locked")       # holds the project, not answering yet: a start
     raise_fd_limit()
     try:
         sess = Session(project)
