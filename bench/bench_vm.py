@@ -113,10 +113,10 @@ def snapshot_series(m, work, runs, tag):
     for _ in range(runs):
         for kind in restores:
             t0 = time.monotonic()
-            got = m.restore(os.path.join(work, f"{tag}-{kind.split('-')[0]}-{runs - 1}"),
-                            lazy=kind != "bg-stream")
+            back = m.restore(os.path.join(work, f"{tag}-{kind.split('-')[0]}-{runs - 1}"),
+                             lazy=kind != "bg-stream")
             m.join_background()             # a postcopy restore's pages all sent
-            restores[kind].append({**got, "all_in_ms": (time.monotonic() - t0) * 1000})
+            restores[kind].append({**back, "all_in_ms": (time.monotonic() - t0) * 1000})
     for d in os.listdir(work):
         if d.startswith(f"{tag}-"):
             shutil.rmtree(os.path.join(work, d), ignore_errors=True)

@@ -42,13 +42,12 @@ def can_feed(src: str, meta: dict) -> bool:
     return bool(meta.get("pages_hash")) and os.path.isfile(os.path.join(src, memchunks.PAGES))
 
 
-def start(qmp, src: str, croot: str, meta: dict) -> "Feed":
-    """Begin a postcopy restore of snapshot `src` into the QEMU behind `qmp` (started with
-    `-incoming defer`): its capabilities set, a socket handed to it, and the Feed running on a
-    thread of its own. Every chunk is checked against its name, on two threads, while QEMU
-    takes the header and the block list: the device state and "run" are sent only once all are
-    whole, so a guest never resumes from a damaged snapshot (the Feed's `error` names the chunk
-    and QEMU is left waiting, to be ended by the caller)."""
+def prepare(src: str, croot: str, meta: dict) -> "Feed":
+    """The Feed of snapshot `src`, its index and lists read and every chunk being checked
+    against its name on two threads, started before QEMU is (its start takes as long): the
+    device state and "run" are sent only once all are whole, so a guest never resumes from a
+    damaged snapshot (the Feed's `error` names the chunk, and QEMU, left waiting, is ended by
+    the caller)."""
     list_path, pages_path = os.path.join(src, memchunks.LIST), os.path.join(src, memchunks.PAGES)
     if not memchunks.list_matches(list_path, meta.get("list_hash")) or \
             not memchunks.list_matches(pages_path, meta.get("pages_hash")):
@@ -63,23 +62,32 @@ def start(qmp, src: str, croot: str, meta: dict) -> "Feed":
         device = reader.read(lay.device[0], lay.device[1] - lay.device[0])
     except (OSError, ValueError) as e:
         raise VMError(str(e)) from None
-    qmp.cmd("migrate-set-capabilities", capabilities=capabilities())
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        qmp.getfd(FD_NAME, theirs.fileno())
-    finally:
-        theirs.close()
-    ready = threading.Event()
     feed = Feed(ours, lay, head, setup, device,
-                lambda name, addr: reader.read(lay.pages[name][addr], ms.PAGE), ready)
+                lambda name, addr: reader.read(lay.pages[name][addr], ms.PAGE), threading.Event())
+    feed.theirs = theirs
 
     def check():
         damaged = memchunks.first_damaged(croot, listed)
         if damaged is not None:
             feed.fail(f"memory chunk {damaged} is damaged (its bytes do not hash to its name); "
                       "`envgit fsck` lists the snapshots that use it")
-        ready.set()
+        feed.ready.set()
     threading.Thread(target=check, name="vm-restore-check", daemon=True).start()
+    return feed
+
+
+def start(qmp, feed: "Feed") -> "Feed":
+    """Begin the restore `feed` into the QEMU behind `qmp` (started with `-incoming defer`):
+    its capabilities set, the socket's other end handed to it, the Feed on a thread."""
+    qmp.cmd("migrate-set-capabilities", capabilities=capabilities())
+    theirs, feed.theirs = feed.theirs, None
+    if theirs is None:
+        raise VMError("a restore's feed started twice")
+    try:
+        qmp.getfd(FD_NAME, theirs.fileno())
+    finally:
+        theirs.close()
     threading.Thread(target=feed.run, name="vm-postcopy", daemon=True).start()
     qmp.cmd("migrate-incoming", uri="fd:" + FD_NAME)
     return feed
@@ -103,6 +111,7 @@ class Feed:
                  device: bytes, page, ready=None):
         self.sock = sock
         self.ready = ready          # an Event: the device state and "run" wait for it (a check)
+        self.theirs: socket.socket | None = None    # QEMU's end, until handed to it
         self.lay = lay
         self.head, self.setup, self.device = head, setup, device
         self.page = page
@@ -169,6 +178,15 @@ class Feed:
         name = self.lay.blocks[0][0].encode()
         return _cmd(CMD_POSTCOPY_RAM_DISCARD, bytes([0, len(name)]) + name + b"\x00"
                     + struct.pack(">QQ", 0, ms.PAGE))
+
+    def close(self):
+        """Its sockets closed (a restore given up before or after it started)."""
+        for sock in (self.theirs, self.sock):
+            if sock is not None:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
 
     def fail(self, why: str):
         """Stop before the device state is sent (the check found a damaged chunk)."""

@@ -486,6 +486,11 @@ class QemuMachine(Machine):
             how.append("postcopy" if lazy and postcopy.can_feed(src, meta) else "stream")
         else:
             memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20, how=how)
+        if how == ["postcopy"]:         # its chunks checked while QEMU starts
+            try:
+                self.feeding = postcopy.prepare(src, memchunks.root(self.state), meta)
+            except VMError as e:
+                raise VMError(f"the memory snapshot {src} could not be restored: {e}") from None
         cloned_ms = round((time.monotonic() - t0) * 1000, 1)
         self.proc = self._spawn(self._args(accel, incoming=True))
         stream_errors: list[str] = []
@@ -512,6 +517,8 @@ class QemuMachine(Machine):
         except (VMError, OSError, ValueError) as e:
             feed, self.feeding = self.feeding, None     # its check's finding is the cause
             self._kill()
+            if feed is not None:
+                feed.close()
             cause = stream_errors[0] if stream_errors else (feed and feed.error) or str(e)
             raise VMError(f"the memory snapshot {src} could not be restored: {cause}") from None
         running_ms = round((time.monotonic() - t0) * 1000, 1)
@@ -529,8 +536,7 @@ class QemuMachine(Machine):
         "postcopy": the Feed returned), the whole stream through a pipe ("stream"), or the
         device state file (None: the RAM file was cloned)."""
         if how == "postcopy":           # pages as the guest asks for them, the rest meanwhile
-            self.feeding = postcopy.start(self.qmp, src, memchunks.root(self.state), meta)
-            return self.feeding
+            return postcopy.start(self.qmp, self.feeding)
         self.qmp.cmd("migrate-set-capabilities", capabilities=[
             {"capability": "x-ignore-shared", "state": how is None}])
         if how == "stream":             # the chunks in order into a pipe QEMU reads
