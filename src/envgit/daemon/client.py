@@ -201,22 +201,26 @@ def exiting(pid) -> bool:
     saw their connections close."""
     if not pid or pid < 0:
         return False                     # not in this pid namespace: nothing to wait on
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[-1].split()
-    except (OSError, TypeError):
+    fields = _stat(pid)
+    if fields is None:
         return True                      # gone meanwhile
     return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & 0x4)    # 0x4: PF_EXITING
 
 
 def _alive(pid) -> bool:
-    if not isinstance(pid, int):
-        return False
+    fields = _stat(pid) if isinstance(pid, int) else None
+    return fields is not None and fields[0] != b"Z"
+
+
+def _stat(pid) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the command name (state first, flags seventh), or None
+    when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
+            fields = f.read().rsplit(b")", 1)[-1].split()
+    except OSError:
+        return None
+    return fields if len(fields) > 6 else None
 
 
 def _connect(project, start) -> Conn:

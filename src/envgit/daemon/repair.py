@@ -5,6 +5,8 @@ finished by the daemon (rewind.finish_interrupted), which has the store. Standar
 import fcntl
 import os
 
+EXITING_WAIT_S = 5          # how long a read waits for a killed daemon to let go of the lock
+
 
 def mark_interrupted(journal, reason) -> list[int]:
     """Close every open step but rewinds. Call only as the journal's single writer: the
@@ -69,12 +71,9 @@ def _take(lock, project) -> bool:
             return True
         except OSError:
             pid = lock_holder(project)
-            if pid is not None and not exiting(pid) or time.monotonic() > deadline:
+            if (pid is not None and not exiting(pid)) or time.monotonic() > deadline:
                 return False
             time.sleep(0.02)
-
-
-EXITING_WAIT_S = 5
 
 
 def _said_disk_full(e) -> bool:
