@@ -221,8 +221,10 @@ def test_a_snapshot_failing_for_a_full_disk_leaves_the_guest_running(vm):
 
 
 def test_a_disk_filling_during_the_write_does_not_hang_the_step_running(vm_big):
-    """HOLE (open at 5377991/92d25d9 and at 9d0db0d; 60ffd16 ends a guest whose agent does not
-    answer within 5 s after a failed snapshot). The room check (9d0db0d: no background snapshot
+    """HOLE (open at 5377991/92d25d9 and at 9d0db0d; 60ffd16 ended a guest whose agent did not
+    answer within 5 s after a failed snapshot, which a guest idle in `sleep` still did, its vCPU
+    asleep only at its next write to a page QEMU had not copied: B hung in a loaded CI run; QEMU
+    is now ended whenever its background snapshot fails). The room check (9d0db0d: no background snapshot
     without twice the guest's memory free) is taken once, before the write; the disk then fills
     while QEMU writes step A's stream (here: a file allocated on that disk right after A
     returned; in life the running step's write-back, a build, another project). QEMU's

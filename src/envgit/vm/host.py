@@ -61,9 +61,9 @@ class VMHost:
             if self.snapshot_failed and self.machine is not None:
                 why, self.snapshot_failed = self.snapshot_failed, None
                 if not self.machine.alive(answer_within=3.0):
-                    # QEMU 7.2 can leave a guest write-protected after a failed background
-                    # snapshot (a full disk): said, and the machine replaced
-                    notices.append(f"the VM did not run on after its last memory snapshot failed "
+                    # ended by qemu.py when the snapshot failed (QEMU 7.2 leaves the guest's
+                    # memory write-protected): said, and the machine replaced
+                    notices.append(f"the VM was ended when its last memory snapshot failed "
                                    f"({why}): it resumes from the newest snapshot kept, and what "
                                    "ran in it since is gone")
                     self.machine.stop()
