@@ -238,6 +238,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """ENVGIT_TEST_TIMELINE=FILE: each test's worker, start and end (setup to teardown), one
+    line each, for finding the run's critical path (which worker finished last, and on what)."""
+    path = os.environ.get("ENVGIT_TEST_TIMELINE")
+    t0 = time.time()
+    try:
+        return (yield)
+    finally:
+        if path:
+            with open(path, "a") as f:
+                f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}\t{t0:.2f}\t"
+                        f"{time.time():.2f}\t{item.nodeid}\n")
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     _GUARD.active = item.nodeid if item.get_closest_marker("quick") else None
     try:
