@@ -177,6 +177,53 @@ def test_rewind_brings_back_the_process_with_its_memory_and_undo_goes_forward(vm
     assert rewinds and all(s["memory"]["restored"] for s in rewinds[-2:])
 
 
+HOLDER = r'''
+import hashlib, http.server, os
+buf = bytearray(os.urandom(1 << 20) * 48)             # 48 MiB, each MiB the same random bytes
+for i in range(0, len(buf), 4096):
+    buf[i:i + 8] = i.to_bytes(8, "little")             # and every page its own
+kept = hashlib.sha256(buf).hexdigest()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"{kept} {hashlib.sha256(buf).hexdigest()}\n".encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", 8001), H).serve_forever()
+'''
+
+
+def test_a_rewind_runs_the_guest_before_its_memory_is_read_and_every_page_comes_back(vm):
+    """A step's snapshot keeps where each page is in its stream (memory.pages): a rewind starts
+    the guest once its device state is loaded and sends the pages it asks for first, the rest
+    meanwhile (postcopy.py). A process holding 48 MiB it checksummed when it filled them finds
+    them whole after the rewind, and the rewind says which way its memory came back."""
+    (vm.root / "holder.py").write_text(HOLDER)
+    r = vm.run("python3 holder.py >/dev/null 2>&1 & "
+               "for i in $(seq 1 150); do wget -qO- http://127.0.0.1:8001/ >/dev/null 2>&1 && exit 0; "
+               "sleep 0.2; done; exit 1", timeout=180)
+    assert r.returncode == 0, r.stderr
+    before = vm.envgit("run", "--", "wget", "-qO-", "http://127.0.0.1:8001/", timeout=120).stdout.split()
+    assert len(before) == 2 and before[0] == before[1], before
+    at = _steps(vm)[-1]["id"]
+    for _ in range(600):                    # its memory snapshot whole, with its page index
+        if (vm.root / ".envgit" / "vm" / "mem" / str(at) / "ok").exists():
+            break
+        time.sleep(0.1)
+    assert (vm.root / ".envgit" / "vm" / "mem" / str(at) / "memory.pages").stat().st_size > 0
+    assert vm.run("pkill -f '[h]older.py'; echo gone").returncode == 0
+    r = vm.envgit("rewind", str(at), "--yes", timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "memory and processes are back" in r.stdout, r.stdout
+    after = vm.envgit("run", "--", "wget", "-qO-", "http://127.0.0.1:8001/", timeout=120).stdout.split()
+    assert after == before, (before, after)         # the same process, every page as it was
+    memory = [s for s in _steps(vm) if "rewind" in s["marks"]][-1]["memory"]
+    assert memory["restored"] is True and memory["ram"] == "postcopy", memory
+    assert vm.envgit("fsck").returncode == 0
+
+
 def test_a_rewind_to_a_step_whose_memory_is_being_written_waits_for_it(vm, tmp_path):
     """The step's end waits only for the guest's pause; its memory is written while the next
     command runs. Held at the point where the stream is whole (ENVGIT_FAULT pause), a rewind to

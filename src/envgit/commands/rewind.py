@@ -9,6 +9,7 @@ from ..paths import find_project
 from ..view.errors import Refused
 from ..view.requests import rewind_message as message
 from . import STEP_HELP, Usage, ask_daemon, command, json_flag, open_journal, out, resolve_step, step_ref
+from .timeline import pages_way
 
 TOPS_SHOWN = 15             # top-level names in a plan's summary; the rest in one line
 
@@ -61,7 +62,7 @@ def cmd_rewind(args):
     mem = done.get("memory")
     if mem:
         print(f"the VM's memory and processes are back as at the end of step {mem['from_step']} "
-              f"({mem['restore_ms']:.0f} ms to running)" if mem.get("restored")
+              f"({mem['restore_ms']:.0f} ms to running{pages_way(mem)})" if mem.get("restored")
               else f"the VM's memory was not restored: {inert(str(mem.get('reason')))}")
     return 0
 

@@ -199,7 +199,8 @@ def cmd_show(args):
     if isinstance(up, dict):            # the step the machine came up for
         print(f"  machine   {_came_up(up)}")
     elif mem.get("restored"):
-        print(f"  memory    restored from step {mem.get('from_step')}, {mem.get('restore_ms', 0):.0f} ms to running")
+        print(f"  memory    restored from step {mem.get('from_step')}, {mem.get('restore_ms', 0):.0f} ms "
+              f"to running{pages_way(mem)}")
     elif mem.get("error") or mem.get("reason"):
         print(f"  memory    {inert(str(mem.get('error') or mem.get('reason')))}")
     return 0
@@ -220,13 +221,20 @@ def _background_memory(project, step) -> str:
             f"state), written in {meta.get('write_ms', 0) / 1000:.1f} s while the guest ran")
 
 
+def pages_way(mem) -> str:
+    """Which way a restore's pages came (qemu.py `restore`'s "ram")."""
+    return {"postcopy": "; pages sent as the guest asked for them (postcopy)",
+            "stream": "; the whole stream read first", "reflink": "; RAM file reflinked",
+            "copy": "; RAM file copied"}.get(str(mem.get("ram") or ""), "")
+
+
 def _came_up(up) -> str:
     how, ms = up.get("how"), (up.get("ms") or 0) / 1000
     accel = inert(str(up.get("accel") or "?").upper())
     if how == "restored":
         text = f"restored from the booted guest kept in the cache in {ms:.1f} s (no boot, {accel})"
     elif how == "resumed":
-        text = f"resumed from step {up.get('from_step')}'s memory snapshot in {ms:.1f} s ({accel})"
+        text = f"resumed from step {up.get('from_step')}'s memory snapshot in {ms:.1f} s ({accel}){pages_way(up)}"
     else:
         why = f": {inert(str(up['accel_why']))}" if up.get("accel_why") else ""
         text = f"booted in {ms:.1f} s ({accel}{why})"

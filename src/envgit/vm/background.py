@@ -34,8 +34,10 @@ class Refused(VMError):
 
 def capabilities(background: bool) -> list[dict]:
     """The migration capabilities of either method: device state alone with the RAM file cloned
-    (x-ignore-shared), or everything in one stream while the guest runs."""
+    (x-ignore-shared), or everything in one stream while the guest runs. QEMU refuses a
+    background snapshot while postcopy-ram is set, as a restore fed page by page leaves it."""
     return [{"capability": "x-ignore-shared", "state": not background},
+            {"capability": "postcopy-ram", "state": False},     # left set by a postcopy restore
             {"capability": "background-snapshot", "state": background}]
 
 

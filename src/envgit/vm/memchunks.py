@@ -22,13 +22,16 @@ chunks no kept snapshot lists (`sweep`); fsck re-hashes each listed chunk (`veri
 import fcntl
 import mmap
 import os
+import struct
+from bisect import bisect_right
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from itertools import islice
+from itertools import accumulate, islice
 
 import blake3
 
 LIST = "memory.chunks"
+PAGES = "memory.pages"      # where each RAM page is in the stream (migstream.index): postcopy.py
 HEADER = "envgit memory chunks 1"
 MIN, MAX, GROUP_PAGES = 16 << 10, 128 << 10, 8
 PAGE = 4096
@@ -139,6 +142,7 @@ def store(croot, stream_path, list_path) -> dict:
                         stored += b - a
                 lines.append(f"{h} {b - a}")
                 total += b - a
+        pages = _page_index(buf)
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
@@ -146,9 +150,28 @@ def store(croot, stream_path, list_path) -> dict:
     with open(list_path + ".part", "wb") as f:
         f.write(text)
     os.replace(list_path + ".part", list_path)
-    _sync(croot)            # the chunks and the list on disk before meta.json and `ok` are
+    got = {"bytes": total, "chunks": len(lines) - 1, "stored": stored, "list_hash": digest(text)}
+    if isinstance(pages, str):
+        got["pages_unread"] = pages     # why the stream has no page index: restored whole
+    else:
+        pages_path = os.path.join(os.path.dirname(list_path), PAGES)
+        with open(pages_path + ".part", "wb") as f:
+            f.write(pages)
+        os.replace(pages_path + ".part", pages_path)
+        got["pages_hash"] = digest(pages)
+    _sync(croot)            # the chunks and the lists on disk before meta.json and `ok` are
     os.remove(stream_path)
-    return {"bytes": total, "chunks": len(lines) - 1, "stored": stored, "list_hash": digest(text)}
+    return got
+
+
+def _page_index(buf) -> bytes | str:
+    """The stream's page index (migstream.py), or why there is none (a stream it does not take
+    apart: a restore of it then reads the whole stream)."""
+    from . import migstream
+    try:
+        return migstream.index(migstream.parse(buf))
+    except (migstream.NotReadable, struct.error, IndexError, UnicodeDecodeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"[:300]
 
 
 def _holds(path, piece) -> bool:
@@ -245,6 +268,60 @@ def _load(croot, group) -> tuple[bytes, str | None]:
             return b"".join(parts), h
         parts.append(data)
     return b"".join(parts), None
+
+
+def first_damaged(croot, listed) -> str | None:
+    """The first listed chunk (in list order) that is missing or not its hash, else None: every
+    chunk read and hashed, 64 to a task on two threads (both release the GIL)."""
+    groups = [listed[i:i + GROUP] for i in range(0, len(listed), GROUP)]
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="vm-restore-check") as pool:
+        for _, damaged in pool.map(lambda g: _load_checked(croot, g), groups):
+            if damaged is not None:
+                return damaged
+    return None
+
+
+def _load_checked(croot, group) -> tuple[bytes, str | None]:
+    try:
+        return b"", _load(croot, group)[1]
+    except OSError:
+        return b"", next((h for h, _ in group if not os.path.exists(chunk_path(croot, h))), group[0][0])
+
+
+class Reader:
+    """Bytes of a stream by their offset in it, read from its chunks, each chunk hashed when
+    read (ValueError naming a damaged one). Keeps the chunk read last: a restore reads mostly
+    in order."""
+
+    def __init__(self, croot, listed):
+        self.croot = croot
+        self.listed = listed
+        self.starts = list(accumulate((n for _, n in listed), initial=0))
+        self.cached: tuple[int, bytes] | None = None
+
+    def read(self, off: int, n: int) -> bytes:
+        out = []
+        while n > 0:
+            i = bisect_right(self.starts, off) - 1
+            if i < 0 or i >= len(self.listed):
+                raise ValueError(f"stream offset {off} is past the snapshot's chunks")
+            data = self._chunk(i)
+            piece = data[off - self.starts[i]:off - self.starts[i] + n]
+            out.append(piece)
+            off, n = off + len(piece), n - len(piece)
+        return b"".join(out)
+
+    def _chunk(self, i: int) -> bytes:
+        if self.cached is not None and self.cached[0] == i:
+            return self.cached[1]
+        h, length = self.listed[i]
+        with open(chunk_path(self.croot, h), "rb") as f:
+            data = f.read()
+        if len(data) != length or digest(data) != h:
+            raise ValueError(f"memory chunk {h} is damaged (its bytes do not hash to its name); "
+                             "`envgit fsck` lists the snapshots that use it")
+        self.cached = (i, data)
+        return data
 
 
 def _write_all(fd, data):

@@ -151,7 +151,9 @@ def link_copy(project, src_step, dst_step):
 
 
 def _files(meta) -> tuple[str, ...]:
-    return (memchunks.LIST,) if meta.get("format") == CHUNKS_FORMAT else (RAM, DEVICE_STATE)
+    if meta.get("format") != CHUNKS_FORMAT:
+        return (RAM, DEVICE_STATE)
+    return (memchunks.LIST, memchunks.PAGES) if meta.get("pages_hash") else (memchunks.LIST,)
 
 
 def read_meta(d) -> dict:
@@ -235,6 +237,10 @@ def check(project, steps_known=None) -> tuple[list[str], list[str]]:
             if not memchunks.list_matches(listed, meta.get("list_hash")):
                 problems.append(f"memory snapshot of step {s} is damaged: its list of chunks is not "
                                 "the one written with it")
+            if meta.get("pages_hash") and not memchunks.list_matches(os.path.join(d, memchunks.PAGES),
+                                                                     meta["pages_hash"]):
+                problems.append(f"memory snapshot of step {s} is damaged: its page index is not "
+                                "the one written with it")
             problems += [f"memory snapshot of step {s} is damaged: {p}"
                          for p in memchunks.verify(chunks_root(project), listed)]
         elif sizes[0] < int(meta.get("memory_mb", 0)) << 20 or sizes[1] == 0:
@@ -242,3 +248,29 @@ def check(project, steps_known=None) -> tuple[list[str], list[str]]:
         if steps_known is not None and s not in steps_known:
             problems.append(f"memory snapshot of step {s} belongs to no step in the journal")
     return problems, notes
+
+
+def ram_place(project_root, run_dir, memory_mb) -> str:
+    """Where the running guest's RAM file lives: a directory of this project's in /dev/shm
+    when it has room for the RAM twice over (a snapshot clones it there during the pause:
+    at memory speed, the copy to the project's disk made once the guest runs again), else
+    the project's .envgit/vm/run. Named by the project, so a daemon killed -9 leaves nothing
+    the next one does not reuse."""
+    import hashlib
+    shm = "/dev/shm"
+    try:
+        st = os.statvfs(shm)
+        room = st.f_bavail * st.f_frsize
+    except OSError:
+        return run_dir
+    if room < (2 * memory_mb + 256) << 20 or os.environ.get("ENVGIT_VM_RAM_ON_DISK"):
+        return run_dir
+    d = os.path.join(shm, f"envgit-vm-{os.getuid()}-"
+                     + hashlib.sha256(os.path.realpath(project_root).encode()).hexdigest()[:16])
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        own = os.lstat(d)
+        if not os.path.isdir(d) or os.path.islink(d) or own.st_uid != os.getuid() or own.st_mode & 0o077:
+            return run_dir              # not ours: never use it
+    return d

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import faults
 from . import image as image_mod
-from . import kept, memchunks, memstore, wire
+from . import kept, memchunks, memstore, postcopy, wire
 from .background import Background, Refused, capabilities
 from .machine import Link, Machine, VMError, connect_unix, remove
 from .qmp import QMP
@@ -92,32 +92,6 @@ def _remember_accel(accel, why):
         f.write(f"{accel}\n{why}\n")
 
 
-def _ram_place(project_root, run_dir, memory_mb) -> str:
-    """Where the running guest's RAM file lives: a directory of this project's in /dev/shm
-    when it has room for the RAM twice over (a snapshot clones it there during the pause:
-    at memory speed, the copy to the project's disk made once the guest runs again), else
-    the project's .envgit/vm/run. Named by the project, so a daemon killed -9 leaves nothing
-    the next one does not reuse."""
-    import hashlib
-    shm = "/dev/shm"
-    try:
-        st = os.statvfs(shm)
-        room = st.f_bavail * st.f_frsize
-    except OSError:
-        return run_dir
-    if room < (2 * memory_mb + 256) << 20 or os.environ.get("ENVGIT_VM_RAM_ON_DISK"):
-        return run_dir
-    d = os.path.join(shm, f"envgit-vm-{os.getuid()}-"
-                     + hashlib.sha256(os.path.realpath(project_root).encode()).hexdigest()[:16])
-    try:
-        os.mkdir(d, 0o700)
-    except FileExistsError:
-        own = os.lstat(d)
-        if not os.path.isdir(d) or os.path.islink(d) or own.st_uid != os.getuid() or own.st_mode & 0o077:
-            return run_dir              # not ours: never use it
-    return d
-
-
 class QemuMachine(Machine):
     keep_boot = True            # a booted guest kept and restored (kept.py); False: always boot
     def __init__(self, project_root, state_dir, memory_mb=512, cpus=1, image=None, progress=None,
@@ -135,7 +109,7 @@ class QemuMachine(Machine):
         self.qmp = None
         self.link = None
         self.run_dir = os.path.join(state_dir, "run")
-        self.ram_dir = None                     # where the running RAM file is (_ram_place)
+        self.ram_dir = None                     # where the running RAM file is (memstore.ram_place)
         self.ram_fd = None                      # the running RAM file, once unlinked (_hold_ram)
         self.ram = os.path.join(self.run_dir, "ram")
         self.sock_dir = None
@@ -152,6 +126,7 @@ class QemuMachine(Machine):
         # method (kept.py) clones
         self.anon_ram = False
         self.background = None                  # the background snapshot being written, if any
+        self.feeding = None                     # the postcopy restore still sending pages, if any
         self.background_refused = None          # why QEMU refused the method (then: stopped)
 
     # --- the command line ---------------------------------------------------------------
@@ -212,7 +187,7 @@ class QemuMachine(Machine):
             self.image = image_mod.ensure(self.progress)
         os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
         if self.ram_dir is None:
-            self.ram_dir = _ram_place(self.root, self.run_dir, self.memory_mb)
+            self.ram_dir = memstore.ram_place(self.root, self.run_dir, self.memory_mb)
             self.ram = os.path.join(self.ram_dir, "ram")
         if self.sock_dir is None:
             self.sock_dir = tempfile.mkdtemp(prefix="envgit-vm-")
@@ -424,9 +399,16 @@ class QemuMachine(Machine):
     def join_background(self, timeout=None):
         """Wait for a background snapshot being written (a restore, gc and stop need QEMU's
         migration, or the files, as it leaves them)."""
-        job = self.background
+        job, feed = self.background, self.feeding
         if job is not None and not job.join(timeout):
             raise VMError("a background memory snapshot did not finish")
+        if feed is not None:            # QEMU migrates once at a time: the restore's end first
+            feed.done.wait(timeout)
+            self.feeding = None
+            deadline = time.monotonic() + 10
+            while self.qmp is not None and time.monotonic() < deadline and \
+                    self.qmp.cmd("query-migrate").get("status") == "postcopy-active":
+                time.sleep(0.005)
 
     def _snapshot_stopped(self, dest) -> dict:
         """Pause, migrate the device state alone, clone the RAM file, resume: into `dest`."""
@@ -475,10 +457,12 @@ class QemuMachine(Machine):
             time.sleep(0.002)
         raise VMError("QEMU's migration did not finish")
 
-    def restore(self, src, check=None) -> dict:
-        """The guest as snapshot `src` left it, running: a new QEMU fed the device state, its
-        RAM file a clone of the snapshot's. `check()` (raises when `src` is damaged) runs
-        meanwhile on another thread, and the guest only runs once it has passed."""
+    def restore(self, src, check=None, lazy=True) -> dict:
+        """The guest as snapshot `src` left it, running: a new QEMU fed the snapshot's pages as
+        the guest asks for them (postcopy.py; `lazy`, a snapshot with a page index), or the
+        whole stream first, or the device state with its RAM file a clone of the snapshot's.
+        `check()` (raises when `src` is damaged) runs meanwhile on another thread, and the
+        guest only runs once it has passed."""
         self.join_background()          # the snapshot asked for may be the one being written
         t0 = time.monotonic()
         checked = _spawner_check.submit(check) if check else None
@@ -499,32 +483,21 @@ class QemuMachine(Machine):
         how: list[str] = []
         self.anon_ram = stream
         if stream:                      # RAM comes in the stream, into anonymous memory
-            how.append("stream")
+            how.append("postcopy" if lazy and postcopy.can_feed(src, meta) else "stream")
         else:
             memstore.clone(os.path.join(src, memstore.RAM), self.ram, size=self.memory_mb << 20, how=how)
+        if how == ["postcopy"]:         # its chunks checked while QEMU starts
+            try:
+                self.feeding = postcopy.prepare(src, memchunks.root(self.state), meta)
+            except VMError as e:
+                raise VMError(f"the memory snapshot {src} could not be restored: {e}") from None
         cloned_ms = round((time.monotonic() - t0) * 1000, 1)
         self.proc = self._spawn(self._args(accel, incoming=True))
         stream_errors: list[str] = []
         try:
             self._connect(30)
             self._hold_ram()
-            self.qmp.cmd("migrate-set-capabilities", capabilities=[
-                {"capability": "x-ignore-shared", "state": not stream}])
-            if stream:                  # the chunks in order into a pipe QEMU reads
-                if not memchunks.list_matches(os.path.join(src, memchunks.LIST), meta.get("list_hash")):
-                    raise VMError("its list of memory chunks is not the one written with it "
-                                  "(changed or torn since): `envgit fsck` says so too")
-                fd, w = os.pipe2(os.O_CLOEXEC)
-                threading.Thread(target=memchunks.stream_into, name="vm-restore-stream", daemon=True,
-                                 args=(memchunks.root(self.state), os.path.join(src, memchunks.LIST), w,
-                                       stream_errors)).start()
-            else:                       # QEMU reads the file itself
-                fd = os.open(os.path.join(src, memstore.DEVICE_STATE), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                self.qmp.getfd("envgit-restore", fd)
-            finally:
-                os.close(fd)
-            self.qmp.cmd("migrate-incoming", uri="fd:envgit-restore")
+            feed = self._incoming(src, meta, how[0] if stream else None, stream_errors)
             deadline = time.monotonic() + 60
             while True:
                 st = self.qmp.cmd("query-status").get("status")
@@ -533,16 +506,21 @@ class QemuMachine(Machine):
                     break
                 if st == "running":
                     break
-                if time.monotonic() > deadline or self.proc.poll() is not None:
+                if feed is not None and feed.error:
+                    stream_errors.append(feed.error)
+                if stream_errors or time.monotonic() > deadline or self.proc.poll() is not None:
                     raise VMError(f"QEMU did not take the snapshot back ({st}): {self._log_tail()}")
                 time.sleep(0.002)
             if checked is not None:
                 checked.result()
             self.qmp.cmd("cont")
         except (VMError, OSError, ValueError) as e:
+            feed, self.feeding = self.feeding, None     # its check's finding is the cause
             self._kill()
-            raise VMError(f"the memory snapshot {src} could not be restored: "
-                          f"{stream_errors[0] if stream_errors else e}") from None
+            if feed is not None:
+                feed.close()
+            cause = stream_errors[0] if stream_errors else (feed and feed.error) or str(e)
+            raise VMError(f"the memory snapshot {src} could not be restored: {cause}") from None
         running_ms = round((time.monotonic() - t0) * 1000, 1)
         if not self.link.ping(30):
             raise VMError("the restored guest's agent does not answer")
@@ -552,6 +530,31 @@ class QemuMachine(Machine):
         # its agent has answered (what a step waits for); clone_ms: of those, the RAM copy
         return {"restore_ms": running_ms, "clone_ms": cloned_ms, "ram": how[0] if how else None,
                 "answering_ms": round((time.monotonic() - t0) * 1000, 1)}
+
+    def _incoming(self, src, meta, how, stream_errors):
+        """Start QEMU's incoming migration from snapshot `src`: fed page by page (how
+        "postcopy": the Feed returned), the whole stream through a pipe ("stream"), or the
+        device state file (None: the RAM file was cloned)."""
+        if how == "postcopy":           # pages as the guest asks for them, the rest meanwhile
+            return postcopy.start(self.qmp, self.feeding)
+        self.qmp.cmd("migrate-set-capabilities", capabilities=[
+            {"capability": "x-ignore-shared", "state": how is None}])
+        if how == "stream":             # the chunks in order into a pipe QEMU reads
+            if not memchunks.list_matches(os.path.join(src, memchunks.LIST), meta.get("list_hash")):
+                raise VMError("its list of memory chunks is not the one written with it "
+                              "(changed or torn since): `envgit fsck` says so too")
+            fd, w = os.pipe2(os.O_CLOEXEC)
+            threading.Thread(target=memchunks.stream_into, name="vm-restore-stream", daemon=True,
+                             args=(memchunks.root(self.state), os.path.join(src, memchunks.LIST), w,
+                                   stream_errors)).start()
+        else:                           # QEMU reads the file itself
+            fd = os.open(os.path.join(src, memstore.DEVICE_STATE), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self.qmp.getfd("envgit-restore", fd)
+        finally:
+            os.close(fd)
+        self.qmp.cmd("migrate-incoming", uri="fd:envgit-restore")
+        return None
 
     # --- stop ------------------------------------------------------------------------------
 
