@@ -68,11 +68,16 @@ def prepare(src: str, croot: str, meta: dict) -> "Feed":
     feed.theirs = theirs
 
     def check():
-        damaged = memchunks.first_damaged(croot, listed)
-        if damaged is not None:
-            feed.fail(f"memory chunk {damaged} is damaged (its bytes do not hash to its name); "
-                      "`envgit fsck` lists the snapshots that use it")
-        feed.ready.set()
+        try:
+            damaged = memchunks.first_damaged(croot, listed)
+        except Exception as e:          # noqa: BLE001 - whatever it is, the guest never runs
+            feed.fail(f"its memory chunks could not be checked: {e}")
+        else:
+            if damaged is not None:
+                feed.fail(f"memory chunk {damaged} is damaged (its bytes do not hash to its "
+                          "name); `envgit fsck` lists the snapshots that use it")
+        finally:
+            feed.ready.set()            # the feed waits for it: set whatever happened
     threading.Thread(target=check, name="vm-restore-check", daemon=True).start()
     return feed
 

@@ -36,6 +36,7 @@ from .qmp import QMP
 
 BOOT_TIMEOUT_S = float(os.environ.get("ENVGIT_VM_BOOT_TIMEOUT", "120"))
 POWERED_OFF = ("shutdown", "guest-panicked")    # QEMU's status of a guest paused by -action
+FEED_WAIT_S = 120.0     # a postcopy restore's every page sent (a 1 GiB guest's take 1.4 s)
 STOP_WAIT_S = 20.0      # a stopping daemon waits this long for a memory snapshot being written
 BOOT_TRIES = 2          # about 1 boot in 8 hangs silently under TCG here: one retry
 CMDLINE = ("console=ttyS0 quiet rdinit=/init panic=-1 tsc=reliable tsc_early_khz=2000000 "
@@ -386,12 +387,10 @@ class QemuMachine(Machine):
         return self._snapshot_stopped(dest)
 
     def _end_after_failed(self, error):
-        """A background snapshot that failed (a disk filled while QEMU wrote it) leaves QEMU
-        7.2's guest RAM write-protected where QEMU had not copied it yet: the first vCPU write
-        to such a page sleeps in the kernel's userfault for ever, and the step running in it
-        with it. That write may come seconds later (a guest idle in `sleep` answers a ping
-        meanwhile, so asking the agent proves nothing): QEMU is ended at once, that step ends,
-        and the next resumes from the newest snapshot kept (host.py says so)."""
+        """A failed background snapshot (a disk filled) leaves QEMU 7.2's guest RAM write-
+        protected where not copied yet: the vCPU's next write there, maybe seconds later (a
+        ping answers meanwhile), sleeps for ever, and the step in it with it. So QEMU is ended:
+        the step ends, the next resumes from the newest snapshot kept (host.py says so)."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -403,7 +402,13 @@ class QemuMachine(Machine):
         if job is not None and not job.join(timeout):
             raise VMError("a background memory snapshot did not finish")
         if feed is not None:            # QEMU migrates once at a time: the restore's end first
-            feed.done.wait(timeout)
+            if not feed.done.wait(FEED_WAIT_S if timeout is None else timeout):
+                # a QEMU that stopped reading (or asking) leaves the feed blocked in a send:
+                # ended, which ends the send; its guest is gone, and the caller says so
+                self._kill()
+                feed.done.wait(5)
+                self.feeding = None
+                raise VMError(f"QEMU took not all of a restore's pages in {FEED_WAIT_S:.0f} s: ended")
             self.feeding = None
             deadline = time.monotonic() + 10
             while self.qmp is not None and time.monotonic() < deadline and \
