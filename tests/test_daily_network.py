@@ -7,7 +7,6 @@ files.pythonhosted.org and registry.npmjs.org. The daemon maps those names to th
 server's port with ENVGIT_RESOLVE=name=127.0.0.1:PORT (test-only, the daemon's environment)
 and trusts its CA with ENVGIT_UPSTREAM_CA; the step and its policy name the real hosts."""
 
-import base64
 import hashlib
 import io
 import json
@@ -17,13 +16,13 @@ import socket
 import subprocess
 import tarfile
 import threading
-import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from conftest import ENVGIT, Env, make_home
 from gitserver import HTTPSServer
+from kit.registries import WHEEL, npm_app, npm_tarball, pypi_app, wheel
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -97,53 +96,13 @@ def test_presets_are_listed_by_policy_show_the_schema_and_the_template(tmp_path)
 # --- real clients through presets, and caches that outlive the session ---------------------------
 
 
-def _wheel():
-    """A pure-Python wheel, envgit_tiny 1.0.0, built by hand (zip + dist-info)."""
-    files = {"envgit_tiny.py": b"VALUE = 42\n",
-             "envgit_tiny-1.0.0.dist-info/METADATA":
-                 b"Metadata-Version: 2.1\nName: envgit-tiny\nVersion: 1.0.0\n",
-             "envgit_tiny-1.0.0.dist-info/WHEEL":
-                 b"Wheel-Version: 1.0\nGenerator: envgit-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = ""
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record += f"{name},sha256={digest},{len(data)}\n"
-    record += "envgit_tiny-1.0.0.dist-info/RECORD,,\n"
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-        z.writestr("envgit_tiny-1.0.0.dist-info/RECORD", record)
-    return out.getvalue()
-
-
-WHEEL = "envgit_tiny-1.0.0-py3-none-any.whl"
-
-
-def pypi_app(wheel):
-    """pypi.org's simple index and files.pythonhosted.org's files, as pip reads them."""
-    sha = hashlib.sha256(wheel).hexdigest()
-    href = f"https://files.pythonhosted.org/packages/ab/cd/{WHEEL}#sha256={sha}"
-
-    def app(method, path, headers, body):
-        host = headers.get("host", "").split(":")[0]
-        if host == "pypi.org" and path.rstrip("/") in ("/simple/envgit-tiny", "/simple/envgit_tiny"):
-            page = f'<!DOCTYPE html><html><body><a href="{href}">{WHEEL}</a></body></html>'
-            return 200, {"Content-Type": "text/html", "Cache-Control": "max-age=0"}, page.encode()
-        if host == "files.pythonhosted.org" and path == f"/packages/ab/cd/{WHEEL}":
-            return 200, {"Content-Type": "application/octet-stream",
-                         "Cache-Control": "max-age=365000000, immutable, public"}, wheel
-        return 404, {"Content-Type": "text/plain"}, b"not here\n"
-    return app
-
-
 def _resolve(srv):
     return ",".join(f"{n}=127.0.0.1:{srv.port}" for n in srv.names)
 
 
 def test_pip_install_through_preset_pypi_and_the_second_session_uses_the_cache(tmp_path):
-    wheel = _wheel()
-    with HTTPSServer(pypi_app(wheel), ("pypi.org", "files.pythonhosted.org"), root=tmp_path / "srv") as srv:
+    whl = wheel()
+    with HTTPSServer(pypi_app(whl), ("pypi.org", "files.pythonhosted.org"), root=tmp_path / "srv") as srv:
         env = project(tmp_path, {"ENVGIT_RESOLVE": _resolve(srv), "ENVGIT_UPSTREAM_CA": str(srv.ca.cert_path)},
                       "version: 1\nnetwork:\n  allow: [preset:pypi]\n")
         # the machine's own pip.conf (extra indexes, find-links) is not the test's
@@ -175,39 +134,9 @@ def test_pip_install_through_preset_pypi_and_the_second_session_uses_the_cache(t
             env.stop()
 
 
-def _npm_tarball():
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as t:
-        for name, data in (("package/package.json",
-                            b'{"name": "envgit-tiny", "version": "1.0.0", "main": "index.js"}\n'),
-                           ("package/index.js", b"module.exports = 42;\n")):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            t.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
-def npm_app(tarball):
-    url = "https://registry.npmjs.org/envgit-tiny/-/envgit-tiny-1.0.0.tgz"
-    integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
-    doc = {"name": "envgit-tiny", "dist-tags": {"latest": "1.0.0"},
-           "versions": {"1.0.0": {"name": "envgit-tiny", "version": "1.0.0", "main": "index.js",
-                                  "dist": {"tarball": url, "integrity": integrity,
-                                           "shasum": hashlib.sha1(tarball).hexdigest()}}}}
-
-    def app(method, path, headers, body):
-        if path == "/envgit-tiny":
-            return 200, {"Content-Type": "application/json", "Cache-Control": "max-age=300"}, \
-                json.dumps(doc).encode()
-        if path == "/envgit-tiny/-/envgit-tiny-1.0.0.tgz":
-            return 200, {"Content-Type": "application/octet-stream"}, tarball
-        return 404, {"Content-Type": "application/json"}, b'{"error": "not found"}'
-    return app
-
-
 @pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")
 def test_npm_install_through_preset_npm_and_the_second_session_uses_the_cache(tmp_path):
-    with HTTPSServer(npm_app(_npm_tarball()), ("registry.npmjs.org",), root=tmp_path / "srv") as srv:
+    with HTTPSServer(npm_app(npm_tarball()), ("registry.npmjs.org",), root=tmp_path / "srv") as srv:
         env = project(tmp_path, {"ENVGIT_RESOLVE": _resolve(srv), "ENVGIT_UPSTREAM_CA": str(srv.ca.cert_path)},
                       "version: 1\nnetwork:\n  allow: [preset:npm]\n")
         (env.root / "package.json").write_text('{"name": "app", "version": "0.0.0", "private": true}\n')

@@ -1,7 +1,10 @@
 """The VM tier's guest as a place to work: its tools (bash, coreutils, git, curl, make, python3
-with pip, from the read-only tool image laid over /usr, vm/toolimage.py) in real steps, git
-through the same gate as the default tier, and a server started with nohup in one step still
-serving in the next and after a rewind.
+with pip and venv, from the read-only tool image laid over /usr, vm/toolimage.py; pytest, node
+and npm added by `vm.packages` as a person would) in real steps, git through the same gate as
+the default tier, a Python project installed with pip and tested with pytest, a Node project
+installed with `npm ci` and tested with `npm test` (both from local registries standing in for
+pypi.org and registry.npmjs.org, behind the gate), and a server started with nohup in one step
+still serving in the next and after a rewind.
 
 Real QEMU (TCG here), one project and one booted guest for the module, the tests in file
 order; a local HTTPS git server (tests/gitserver.py) behind the gate. The tool image is built
@@ -14,7 +17,8 @@ import shutil
 import pytest
 
 from conftest import Env, make_home
-from gitserver import GitServer
+from gitserver import GitServer, HTTPSServer
+from kit.registries import NPM_NAMES, PYPI_NAMES, both_app, npm_lock
 from kit.vmproject import VM_CACHE
 
 needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
@@ -29,20 +33,59 @@ def remote(tmp_path_factory):
         yield srv
 
 
+PYPROJECT = """[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "pyapp"
+version = "0.1.0"
+dependencies = ["envgit-tiny"]
+
+[tool.setuptools]
+py-modules = ["pyapp"]
+"""
+PYAPP = "import envgit_tiny\n\n\ndef answer():\n    return envgit_tiny.VALUE\n"
+PYTEST = "from pyapp import answer\n\n\ndef test_answer():\n    assert answer() == 42\n"
+PACKAGE_JSON = {"name": "jsapp", "version": "0.0.0", "private": True,
+                "dependencies": {"envgit-tiny": "^1.0.0"}, "scripts": {"test": "node test.js"}}
+JSTEST = ('const v = require("envgit-tiny");\n'
+          'if (v !== 42) { console.error("got " + v); process.exit(1); }\n'
+          'console.log("jsapp: 1 test passed");\n')
+
+
 @pytest.fixture(scope="module")
-def vm(tmp_path_factory, remote):
+def registries(tmp_path_factory, remote):
+    """pypi.org, files.pythonhosted.org and registry.npmjs.org on 127.0.0.1, under the git
+    server's CA (the daemon trusts one test CA)."""
+    with HTTPSServer(both_app(), PYPI_NAMES + NPM_NAMES, root=tmp_path_factory.mktemp("reg"),
+                     ca=remote.ca) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def vm(tmp_path_factory, remote, registries):
     base = tmp_path_factory.mktemp("vmtools")
     home = make_home(base)
     root = home / "proj"
     root.mkdir()
+    resolve = ",".join([remote.resolve, *(f"{n}=127.0.0.1:{registries.port}" for n in registries.names)])
     e = Env(home, root, {"ENVGIT_VM_CACHE": VM_CACHE, "ENVGIT_DAEMON_IDLE": "600",
-                         "ENVGIT_RESOLVE": remote.resolve, "ENVGIT_UPSTREAM_CA": str(remote.ca.cert_path)})
+                         "ENVGIT_RESOLVE": resolve, "ENVGIT_UPSTREAM_CA": str(remote.ca.cert_path)})
     e.envgit("init", check=True)
     host = remote.url.split("/")[2]
-    e.write_policy(f'version: 1\nnetwork:\n  allow: ["{host}"]\nirreversible:\n  - preset: default\n'
-                   "shell: []\nbackend: vm\nvm: { memory: 384MiB, cpus: 1, packages: [jq] }\n")
+    e.write_policy(f'version: 1\nnetwork:\n  allow: ["{host}", preset:pypi, preset:npm]\n'
+                   "irreversible:\n  - preset: default\nshell: []\nbackend: vm\n"
+                   "vm: { memory: 384MiB, cpus: 1, packages: [jq, python3-pytest, nodejs, npm] }\n")
     (root / "Makefile").write_text(MAKEFILE)
     (root / "in.txt").write_text("built by make\n")
+    (root / "pyapp").mkdir()
+    for name, text in (("pyproject.toml", PYPROJECT), ("pyapp.py", PYAPP), ("test_pyapp.py", PYTEST)):
+        (root / "pyapp" / name).write_text(text)
+    (root / "jsapp").mkdir()
+    (root / "jsapp" / "package.json").write_text(json.dumps(PACKAGE_JSON, indent=2) + "\n")
+    (root / "jsapp" / "package-lock.json").write_text(json.dumps(npm_lock("jsapp"), indent=2) + "\n")
+    (root / "jsapp" / "test.js").write_text(JSTEST)
     yield e
     e.stop()
 
@@ -101,6 +144,35 @@ def test_git_clone_through_the_gate_and_a_hidden_push_is_refused(vm, remote):
     assert r.stdout == "200", r.stdout + r.stderr
 
 
+@needs_qemu
+def test_a_python_project_installs_with_pip_and_its_tests_pass_with_pytest(vm, registries):
+    # the index has envgit-tiny alone: the build backend is Debian's setuptools in the guest
+    # (--no-build-isolation), as a person with a private index does
+    r = vm.run("cd pyapp && python3 -m venv --system-site-packages .venv && "
+               ".venv/bin/pip install -q --disable-pip-version-check --no-build-isolation -e . && "
+               ".venv/bin/python -m pytest -q -p no:cacheprovider", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passed" in r.stdout, r.stdout + r.stderr
+    assert any(p.endswith(".whl") for m, p, s in registries.log), registries.log
+    reqs = _steps(vm)[-1]["requests"]
+    assert {q["host"] for q in reqs if q["decision"] == "allow"} >= set(PYPI_NAMES), reqs
+    # the editable install points at the project's own file, written back to the host
+    assert list((vm.root / "pyapp" / ".venv").glob("lib/python3*/site-packages/__editable__*pyapp*"))
+
+
+@needs_qemu
+def test_a_node_project_installs_with_npm_ci_and_its_tests_pass_with_npm_test(vm, registries):
+    r = vm.run("cd jsapp && npm ci --no-audit --no-fund --no-update-notifier && npm test",
+               timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "jsapp: 1 test passed" in r.stdout, r.stdout + r.stderr
+    assert any(p.endswith("envgit-tiny-1.0.0.tgz") for m, p, s in registries.log), registries.log
+    reqs = _steps(vm)[-1]["requests"]
+    assert any(q["host"] == "registry.npmjs.org" and q["decision"] == "allow" for q in reqs), reqs
+    assert (vm.root / "jsapp" / "node_modules" / "envgit-tiny" / "index.js").read_text() == \
+        "module.exports = 42;\n"
+
+
 def _serving(vm):
     return vm.run("curl -s --noproxy '*' -m 20 http://127.0.0.1:8001/in.txt", timeout=300)
 
@@ -125,7 +197,7 @@ def test_a_nohup_server_serves_in_the_next_step_and_after_a_rewind(vm):
 @needs_qemu
 def test_a_changed_vm_packages_boots_the_guest_with_the_new_tools(vm):
     policy = (vm.root / "envgit.yaml").read_text()
-    vm.write_policy(policy.replace(", packages: [jq]", ""))
+    vm.write_policy(policy.replace(", packages: [jq, python3-pytest, nodejs, npm]", ""))
     r = vm.run("command -v jq || echo no-jq; git --version", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "vm.packages changed: the VM boots afresh" in r.stderr, r.stderr

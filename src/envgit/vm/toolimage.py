@@ -26,7 +26,7 @@ from .image import ImageError, _apt, merge_usr, read_cpio_names
 TOOLS_FORMAT = 1
 # what an agent types first; their libraries come with them (resolve)
 DEFAULT_PACKAGES = ("bash", "coreutils", "git", "curl", "ca-certificates", "make", "procps",
-                    "findutils", "grep", "sed", "tar", "gzip", "python3", "python3-pip")
+                    "findutils", "grep", "sed", "tar", "gzip", "python3", "python3-pip", "python3-venv")
 # pulled in by a dependency but only of use to a package manager converting a system
 SKIP = ("usrmerge",)
 PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian",
