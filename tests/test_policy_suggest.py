@@ -15,8 +15,9 @@ import pytest
 
 from conftest import BIN, Env, make_home
 from gitserver import GitServer, HTTPSServer
+from kit.registries import pypi_app, wheel
 from modelserver import clone_for_push
-from test_daily_network import PIP, _wheel, pypi_app
+from test_daily_network import PIP
 from test_policy_replay import _Api
 from uikit import UI
 
@@ -64,7 +65,7 @@ def world(tmp_path):
     api.hits = []
     threading.Thread(target=api.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
     with GitServer(root=tmp_path / "git") as remote, \
-            HTTPSServer(pypi_app(_wheel()), ("pypi.org", "files.pythonhosted.org"), root=tmp_path / "pypi",
+            HTTPSServer(pypi_app(wheel()), ("pypi.org", "files.pythonhosted.org"), root=tmp_path / "pypi",
                         ca=remote.ca) as pypi:
         resolve = ",".join([remote.resolve, "api.example.test=127.0.0.1",
                             *(f"{n}=127.0.0.1:{pypi.port}" for n in pypi.names)])
