@@ -26,15 +26,9 @@ from typing import TYPE_CHECKING
 from ..paths import UnixAddress
 from ..policy import hostnames, network
 from . import bodies, ca
-from .credentials import CredentialSwap
 from .credvalues import CredentialValues
-from .echoguard import EchoGuard
-from .flows import as_texts
 from .flowstate import Conn
-from .judge import Judge
-from .record import Record
 from .sshgit import SSHGit
-from .steps import Steps
 
 if TYPE_CHECKING:
     from mitmproxy.master import Master
@@ -134,6 +128,9 @@ def _import_mitmproxy() -> None:
     import mitmproxy.options  # noqa: F401
     import mitmproxy.proxy.mode_servers  # noqa: F401
 
+    # the gate's own addons import mitmproxy.http (~90 ms): here too, not on the first step's path
+    from . import credentials, echoguard, flows, judge, record, steps  # noqa: F401
+
 
 class Counted:
     """The client side of one connection, counting bytes each way: a tunnel has no
@@ -193,9 +190,7 @@ class Gate:
         self._record, self._ask = record, ask
         self.upstream_ca, self.ask_timeout = upstream_ca, ask_timeout
         self.credentials = CredentialValues()    # the placeholders and real values the addons share
-        # In this order: each event runs on each in turn (flowstate.py); the swap after the
-        # judge swaps only what it allowed.
-        self.addons = [Steps(self), Judge(self), Record(self), CredentialSwap(self), EchoGuard(self)]
+        self.addons: list = []          # made by start(), once their modules are imported
         self.tcp_address: tuple[str, int] | None = None
         self._creds: dict[str, tuple[str, int]] = {}      # user -> (password, step)
         self._pidns: dict[int, int] = {}                  # step -> its sandbox's pid namespace
@@ -271,6 +266,14 @@ class Gate:
         from mitmproxy.master import Master
         from mitmproxy.proxy.mode_servers import ServerInstance
 
+        from .credentials import CredentialSwap
+        from .echoguard import EchoGuard
+        from .judge import Judge
+        from .record import Record
+        from .steps import Steps
+        # In this order: each event runs on each in turn (flowstate.py); the swap after the
+        # judge swaps only what it allowed.
+        self.addons = [Steps(self), Judge(self), Record(self), CredentialSwap(self), EchoGuard(self)]
         bodies.install()
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -455,6 +458,7 @@ class Gate:
                 self.credentials.scrub(self.policy(), rec)
             # every text as UTF-8 holds it (a path's byte that is not UTF-8 as %XX): a record
             # the journal refused would leave the request on no record at all
+            from .flows import as_texts  # imported by start(), before any flow
             self._record(step_id, as_texts(rec))
         except Exception:                         # a broken journal must not break the proxy
             log.exception("recording a request of step %s failed", step_id)
