@@ -143,3 +143,27 @@ def test_the_cut_is_the_formats_rule(tmp_path):
 
 KNOWN_SIZES = [33144, 32832, 32832, 32832]
 KNOWN_NAMES = ["c6ba0a0de3550ae1", "4c8e3d0b88bd4f22"]
+
+
+def test_a_meta_json_of_the_wrong_kinds_or_without_its_lists_hash_is_refused(tmp_path):
+    """meta.json is read whole or refused with what is wrong: not an object, a number as a
+    string, a chunk snapshot that names no list hash (one flipped bit in the key's name must
+    not turn the list's check off)."""
+    import json
+
+    import pytest
+
+    from envgit.vm import memstore
+    good = {"format": memstore.CHUNKS_FORMAT, "memory_mb": 384, "cpus": 1, "list_hash": "ab" * 32}
+    for meta, said in (([1], "not a JSON object"), ({**good, "memory_mb": "384"}, "memory_mb is not"),
+                       ({**good, "cpus": True}, "cpus is not"), ({**good, "memory_mb": 0}, "out of range"),
+                       ({k: v for k, v in good.items() if k != "list_hash"}, "names no list_hash"),
+                       ({**good, "list_hash": None}, "names no list_hash")):
+        (tmp_path / "meta.json").write_text(json.dumps(meta))
+        with pytest.raises(ValueError, match=said):
+            memstore.read_meta(tmp_path)
+    (tmp_path / "meta.json").write_text(json.dumps(good))
+    assert memstore.read_meta(tmp_path) == good
+    (tmp_path / "list").write_bytes(b"x")
+    assert not memchunks.list_matches(tmp_path / "list", None)
+    assert memchunks.list_matches(tmp_path / "list", memchunks.digest(b"x"))

@@ -200,6 +200,8 @@ def execute_vm(conn, reply) -> tuple[int, int]:
                               "signal": SIGNAL_NAMES.get(sig) if sig else None, "duration_ms": ms})
         for line in reply.get("notices") or ():
             print(f"envgit: step {step}: {line}", file=sys.stderr)
+        if reply.get("error"):
+            print(f"envgit: step {step}: {reply['error']}", file=sys.stderr)
     except (DaemonError, OSError) as e:
         _unclosed(step, e, code)
     return code, sig

@@ -306,7 +306,10 @@ async def end(sess, msg):
             vm_after = {"error": f"the guest's changes were not all taken: {e}"}
     summary = await take_after(sess, info.policy)
     if info.vm and sess.vm is not None:     # memory beside the files (vm/memstore.py)
-        memory = await asyncio.to_thread(sess.vm.snapshot, step)
+        try:                                # whatever it meets, the step still ends
+            memory = await asyncio.to_thread(sess.vm.snapshot, step)
+        except Exception as e:
+            memory = {"error": f"memory snapshot failed: {e}"}
     faults.point("step-snapshotted")        # objects sealed, the end entry not yet written
     del sess.live[step]
     drop_tmp(info.tmp)

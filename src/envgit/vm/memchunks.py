@@ -199,10 +199,11 @@ def _sync(path):
 
 
 def list_matches(list_path, expected: str | None) -> bool:
-    """Is the list at `list_path` the one its snapshot recorded (meta.json's list_hash)?
-    Snapshots written before the hash was kept (None) are taken as they are."""
-    if expected is None:
-        return True
+    """Is the list at `list_path` the one its snapshot recorded (meta.json's list_hash)? No
+    hash recorded is no match: a meta.json that lost its key (one flipped bit in its name)
+    must not turn the check off."""
+    if not isinstance(expected, str) or not expected:
+        return False
     with open(list_path, "rb") as f:
         return digest(f.read()) == expected
 

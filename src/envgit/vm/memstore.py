@@ -156,9 +156,28 @@ def _files(meta) -> tuple[str, ...]:
     return (memchunks.LIST, memchunks.PAGES) if meta.get("pages_hash") else (memchunks.LIST,)
 
 
+# what a restore reads of meta.json, and its type: anything else is a damaged snapshot
+_META_KINDS = {"memory_mb": int, "cpus": int, "format": str, "list_hash": str, "pages_hash": str,
+               "accel": str, "packages": list, "host_manifest": dict}
+
+
 def read_meta(d) -> dict:
+    """Snapshot `d`'s meta.json, its kinds checked: ValueError says what is wrong (a damaged
+    or hand-edited file is refused, never half used). A snapshot in chunks must name its
+    list's hash: without it the list could not be checked."""
     with open(os.path.join(d, META)) as f:
-        return json.load(f)
+        meta = json.load(f)
+    if not isinstance(meta, dict):
+        raise ValueError("its meta.json is not a JSON object")
+    for key, kind in _META_KINDS.items():
+        v = meta.get(key)
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+            raise ValueError(f"its meta.json's {key} is not a {kind.__name__}")
+    if not 0 < meta.get("memory_mb", 1) <= 1 << 20 or not 0 < meta.get("cpus", 1) <= 64:
+        raise ValueError("its meta.json's memory_mb or cpus is out of range")
+    if meta.get("format") == CHUNKS_FORMAT and not meta.get("list_hash"):
+        raise ValueError("its meta.json names no list_hash: its list of chunks cannot be checked")
+    return meta
 
 
 def complete(d) -> bool:
