@@ -193,3 +193,27 @@ def test_a_damaged_chunk_found_by_the_check_sends_no_device_state():
     assert feed.error == "memory chunk abc is damaged" and feed.done.is_set()
     assert data[lay.device[0]:lay.device[1]] not in got
     assert struct.pack(">BH", ms.COMMAND, postcopy.CMD_PACKAGED) not in got
+
+
+def test_a_page_unreadable_after_run_ends_the_stream_and_calls_on_error():
+    """A chunk changed on disk after the check (its page read fails once "run" is sent): the
+    stream ends and `on_error` is called with why, so the caller ends QEMU, which would
+    otherwise pause the guest and wait for a source that never comes back."""
+    data, _ = _stream(PARTS)
+    lay = ms.parse(data)
+    ours, qemu = socket.socketpair()
+
+    def page(name, addr):
+        raise ValueError("memory chunk abc is damaged")
+    feed = postcopy.Feed(ours, lay, data[:lay.header_end], data[lay.setup[0]:lay.setup[1]],
+                         data[lay.device[0]:lay.device[1]], page)
+    called = []
+    feed.on_error = called.append
+    t = threading.Thread(target=feed.run, daemon=True)
+    t.start()
+    got = qemu.makefile("rb").read()          # until the feed shuts its socket
+    t.join(10)
+    assert feed.running.is_set() and feed.done.is_set()
+    assert called == ["memory chunk abc is damaged"] and feed.error == called[0]
+    assert data[lay.device[0]:lay.device[1]] in got          # it had run: the failure came after
+    assert got.endswith(postcopy._cmd(postcopy.CMD_POSTCOPY_RUN))    # nothing after: no end

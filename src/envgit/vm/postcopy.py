@@ -13,8 +13,9 @@ listening, and a page never sent reads as zero.
 
 Where the bytes come from is the caller's (`page(block, offset) -> bytes`): the restore reads
 them from the chunk store, each chunk re-hashed before any of its pages is sent. A page that
-cannot be read (a damaged chunk) ends the stream: QEMU then exits rather than run a guest with
-a page missing, and `error` says why.
+cannot be read (a damaged chunk) ends the stream, and `error` says why; QEMU 7.2 does not exit
+then but pauses the guest and waits for a source that never comes back ("postcopy-paused"),
+so `on_error` (the caller's) ends it: a guest never runs on with a page missing.
 
 Commands and return-path messages as QEMU 7.2 defines them (migration/savevm.c, migration.c).
 """
@@ -127,6 +128,7 @@ class Feed:
         self.done = threading.Event()
         self.error: str | None = None
         self.asked_count = 0
+        self.on_error = None        # called (on this thread) when the stream fails after "run"
         self.last_block = None
 
     def run(self):
@@ -166,6 +168,8 @@ class Feed:
                     break
         except (OSError, ValueError) as e:
             self.error = self.error or str(e)
+            if self.running.is_set() and self.on_error is not None:
+                self.on_error(self.error)
             self.running.set()
         finally:
             try:

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import faults
 from . import image as image_mod
-from . import kept, memchunks, memstore, postcopy, wire
+from . import incoming, kept, memchunks, memstore, postcopy, wire
 from .background import Background, Refused, capabilities
 from .machine import Link, Machine, VMError, connect_unix, remove
 from .qmp import QMP
@@ -128,6 +128,7 @@ class QemuMachine(Machine):
         self.anon_ram = False
         self.background = None                  # the background snapshot being written, if any
         self.feeding = None                     # the postcopy restore still sending pages, if any
+        self.ended_why: str | None = None       # why envgit ended QEMU itself, said by host.py
         self.background_refused = None          # why QEMU refused the method (then: stopped)
 
     # --- the command line ---------------------------------------------------------------
@@ -411,9 +412,12 @@ class QemuMachine(Machine):
                 raise VMError(f"QEMU took not all of a restore's pages in {FEED_WAIT_S:.0f} s: ended")
             self.feeding = None
             deadline = time.monotonic() + 10
-            while self.qmp is not None and time.monotonic() < deadline and \
-                    self.qmp.cmd("query-migrate").get("status") == "postcopy-active":
-                time.sleep(0.005)
+            try:
+                while self.qmp is not None and time.monotonic() < deadline and \
+                        self.qmp.cmd("query-migrate").get("status") == "postcopy-active":
+                    time.sleep(0.005)
+            except (VMError, OSError, ValueError):
+                pass                    # QEMU ended (its feed failed): alive() says so
 
     def _snapshot_stopped(self, dest) -> dict:
         """Pause, migrate the device state alone, clone the RAM file, resume: into `dest`."""
@@ -528,7 +532,10 @@ class QemuMachine(Machine):
             raise VMError(f"the memory snapshot {src} could not be restored: {cause}") from None
         running_ms = round((time.monotonic() - t0) * 1000, 1)
         if not self.link.ping(30):
-            raise VMError("the restored guest's agent does not answer")
+            feed, self.feeding = self.feeding, None
+            self._kill()
+            raise VMError("the restored guest's agent does not answer"
+                          + (f" ({feed.error})" if feed is not None and feed.error else ""))
         if meta.get("setup"):           # an agent that knows SETUP (older snapshots' do not)
             self._setup()
         # restore_ms: until the guest runs again (its vCPU continued); answering_ms: until
@@ -541,24 +548,15 @@ class QemuMachine(Machine):
         "postcopy": the Feed returned), the whole stream through a pipe ("stream"), or the
         device state file (None: the RAM file was cloned)."""
         if how == "postcopy":           # pages as the guest asks for them, the rest meanwhile
+            proc = self.proc
+
+            def ended(why):             # pages failed after "run": QEMU would wait, paused
+                self.ended_why = f"a restore's page could not be sent ({why})"
+                if proc.poll() is None:
+                    proc.kill()
+            self.feeding.on_error = ended
             return postcopy.start(self.qmp, self.feeding)
-        self.qmp.cmd("migrate-set-capabilities", capabilities=[
-            {"capability": "x-ignore-shared", "state": how is None}])
-        if how == "stream":             # the chunks in order into a pipe QEMU reads
-            if not memchunks.list_matches(os.path.join(src, memchunks.LIST), meta.get("list_hash")):
-                raise VMError("its list of memory chunks is not the one written with it "
-                              "(changed or torn since): `envgit fsck` says so too")
-            fd, w = os.pipe2(os.O_CLOEXEC)
-            threading.Thread(target=memchunks.stream_into, name="vm-restore-stream", daemon=True,
-                             args=(memchunks.root(self.state), os.path.join(src, memchunks.LIST), w,
-                                   stream_errors)).start()
-        else:                           # QEMU reads the file itself
-            fd = os.open(os.path.join(src, memstore.DEVICE_STATE), os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            self.qmp.getfd("envgit-restore", fd)
-        finally:
-            os.close(fd)
-        self.qmp.cmd("migrate-incoming", uri="fd:envgit-restore")
+        incoming.start(self.qmp, src, meta, memchunks.root(self.state), how == "stream", stream_errors)
         return None
 
     # --- stop ------------------------------------------------------------------------------
