@@ -20,6 +20,7 @@ attacked commits 5377991/92d25d9, and 9d0db0d, which fixed them while the attack
 """
 
 import ctypes
+import json
 import os
 import shutil
 from pathlib import Path
@@ -199,12 +200,57 @@ def _torn_meta(vm, a):
         clean(vm.envgit(*cmd))
 
 
+def _meta_without_hashes_and_a_list_missing_a_line(vm, a):
+    """HOLE at 464c456 (a blind attack on the postcopy restore): a meta.json that lost its
+    list_hash and pages_hash (one flipped bit in a key's name does it), with a line taken out
+    of the list: the missing hash was taken as "written before hashes were kept", the whole
+    stream was restored with eight pages of a process as zeros, "memory and processes are
+    back", and fsck said ok. Expected: no hash, no restore; fsck names the step."""
+    meta = mem(vm, a) / "meta.json"
+    got = json.loads(meta.read_text())
+    for key in ("list_hash", "pages_hash"):
+        got.pop(key, None)
+    meta.write_text(json.dumps(got))
+    _drop_a_line(mem(vm, a) / "memory.chunks")
+    r = vm.envgit("fsck")
+    clean(r)
+    assert r.returncode != 0 and f"memory snapshot of step {a} is damaged" in r.stdout, r.stdout
+    r = vm.envgit("rewind", str(a), "--yes", timeout=180)
+    clean(r)
+    assert "memory was not restored" in r.stdout and "memory and processes are back" not in r.stdout, \
+        r.stdout + r.stderr
+
+
+def _meta_of_wrong_kinds(text):
+    """HOLE at 464c456 (the same attack): a meta.json that parses but holds a list, or a
+    number as a string: fsck printed a traceback, and a rewind to it succeeded and copied the
+    meta into the rewind step, after which every step's end failed with a bare TypeError and
+    `envgit run` said nothing. Expected: fsck names it, the rewind says not restored."""
+    def case(vm, a):
+        meta = mem(vm, a) / "meta.json"
+        meta.write_text(text(meta.read_text()))
+        r = vm.envgit("fsck")
+        clean(r)
+        assert r.returncode != 0 and f"memory snapshot of step {a} is damaged" in r.stdout, r.stdout
+        r = vm.envgit("rewind", str(a), "--yes", timeout=180)
+        clean(r)
+        assert "memory was not restored" in r.stdout, r.stdout + r.stderr
+        r = vm.run("echo next-step-ends", timeout=300)
+        clean(r)
+        assert r.returncode == 0 and "next-step-ends" in r.stdout, r.stdout + r.stderr
+    return case
+
+
 DAMAGED = {
     "a flipped byte in a chunk list: a hash": _flipped_list_case("hash"),
     "a flipped byte in a chunk list: a length": _flipped_list_case("length"),
     "a flipped byte in a chunk list: the header": _flipped_list_case("header"),
     "a chunk list missing a line": _list_missing_a_line,
     "a torn meta.json": _torn_meta,
+    "a meta.json without its hashes, and a list missing a line": _meta_without_hashes_and_a_list_missing_a_line,
+    "a meta.json that is a list": _meta_of_wrong_kinds(lambda text: "[1]"),
+    "a meta.json with memory_mb a string": _meta_of_wrong_kinds(
+        lambda text: json.dumps({**json.loads(text), "memory_mb": str(json.loads(text)["memory_mb"])})),
 }
 
 
@@ -240,6 +286,46 @@ def test_a_damaged_list_or_meta_of_the_step_rewound_to_is_said_and_never_resumed
         if "memory and processes are back" not in r.stdout or sleepers(vm, 4444) != 1:
             failed["the rewind to A whole"] = r.stdout + r.stderr
     assert not failed, "\n\n".join(f"{name}: {why}" for name, why in failed.items())
+
+
+POWER_OFF_ON_TRIGGER = """import os, time
+while not os.path.exists("power-off-now"):
+    time.sleep(0.1)
+open("/proc/sysrq-trigger", "w").write("o")
+"""
+
+
+@qemu
+def test_memory_that_powers_its_guest_off_once_restored_does_not_stop_every_later_step(vm):
+    """HOLE at 464c456 (the blind attack). A step leaves a process that powers the guest off
+    (the attack waited for the clock's jump after a restore; here, for a file, to be certain
+    when); a later step stops it, and the person rewinds to the first, which brings it back.
+    It powers the guest off in the next step; every step after resumed the same memory from
+    the rewind step's snapshot and failed, "the VM is not running", exit 125, until the person
+    rewound to an earlier step. Expected: memory that stopped its guest before a step ended in
+    it is not resumed again; the VM boots afresh, said, and the steps run."""
+    (vm.root / "power_off.py").write_text(POWER_OFF_ON_TRIGGER)
+    r = vm.run("setsid python3 power_off.py >/dev/null 2>&1 < /dev/null & echo planted", timeout=300)
+    assert "planted" in r.stdout, r.stdout + r.stderr
+    a = last(vm)
+    assert settled(vm, a)
+    vm.run("pkill -f '[p]ower_off.py'; true", timeout=300)
+    rw = vm.envgit("rewind", str(a), "--yes", timeout=180)
+    clean(rw)
+    assert "memory and processes are back" in rw.stdout, rw.stdout + rw.stderr
+    (vm.root / "power-off-now").write_text("")
+    try:
+        clean(vm.run("sleep 3; echo powered-off-meanwhile", timeout=300))
+        ran = [vm.run("echo still-runs", timeout=300) for _ in range(2)]
+        for r in ran:
+            clean(r)
+        assert all(r.returncode == 0 and "still-runs" in r.stdout for r in ran), \
+            "\n".join(r.stdout + r.stderr for r in ran) + vm.envgit("log").stdout
+        said = "".join(r.stderr for r in ran)
+        assert f"brought back from step {a}'s memory stopped before a step ended in it" in said, said
+    finally:
+        (vm.root / "power-off-now").unlink()
+        (vm.root / "power_off.py").unlink()
 
 
 # --- what else may be found in the chunk store ----------------------------------------------------

@@ -48,6 +48,7 @@ class VMHost:
         # `came_up`): {"how": "booted" | "restored" | "resumed", ...}; said once
         self.came_up: dict | None = None
         self.snapshot_failed: str | None = None     # why the last background snapshot failed
+        self.fresh_from: int | None = None  # the step whose memory the guest came from, until a step ends in it
 
     # --- the machine --------------------------------------------------------------------
 
@@ -56,6 +57,7 @@ class VMHost:
         cost, the boot or resume time)."""
         with self.lock:
             notices: list[str] = []
+            afresh = False                      # boot, never resume the newest snapshot
             wanted = list(pol.vm_packages)
             asked_before, self.packages_asked = self.packages_asked, wanted
             if self.snapshot_failed and self.machine is not None:
@@ -78,10 +80,21 @@ class VMHost:
                                "rewind` brings back an earlier step's memory with its own tools)")
                 self.machine.stop()
                 self.machine = None
+                afresh = True
+            if self.machine is not None and self.machine.ended_why:     # not running: said why
+                notices.append(f"the VM was ended: {self.machine.ended_why}")
+            if self.fresh_from is not None and not afresh:
+                # memory that stops its guest before a step ends in it (a process a step left
+                # to power it off once restored) would otherwise be resumed at every step
+                notices.append(f"the VM brought back from step {self.fresh_from}'s memory "
+                               "stopped before a step ended in it: it boots afresh "
+                               f"(`envgit rewind {self.fresh_from}` tries that memory again)")
+                afresh = True
+            self.fresh_from = None
             m = self._new_machine(pol, progress)
             latest = memstore.latest_complete(self.project)
             meta: dict = {}
-            if latest is not None and not notices:
+            if latest is not None and not afresh:
                 try:
                     meta = memstore.read_meta(memstore.path(self.project, latest))
                 except (OSError, ValueError) as e:
@@ -93,7 +106,7 @@ class VMHost:
                                    "other tools than vm.packages asks for (`envgit rewind "
                                    f"{latest}` brings it back with its own)")
                     latest = None
-            elif notices:
+            elif afresh:
                 latest = None
             t0 = time.monotonic()
             if latest is not None:
@@ -204,8 +217,11 @@ class VMHost:
             for t, req in list(self.pending.items()):
                 if req["step"] == step:            # a client that never connected
                     del self.pending[t]
+            ran = self.results.pop(step, None) is not None
             if self.machine is None or not self.machine.alive():
                 return {"error": "the VM is not running"}
+            if ran:                             # a step ran to its end, the guest alive after
+                self.fresh_from = None
             view = sync.View(pol, self.project.root, masked, protected)
             self.manifest, left, written = sync.collect(self.machine.link, self.project.root, view,
                                                         self.manifest)
@@ -283,6 +299,7 @@ class VMHost:
             raise VMError(f"step {step} has no memory snapshot")
         meta = memstore.read_meta(d)
         out = self.machine.restore(d)
+        self.fresh_from = step
         self.manifest = {k: tuple(v) for k, v in (meta.get("host_manifest") or {}).items()}
         return {**out, "from_step": step}
 
