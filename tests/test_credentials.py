@@ -7,17 +7,16 @@ host only."""
 
 import base64
 import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
-import tarfile
 
 import pytest
 
 from conftest import Env, make_home
 from gitserver import GitServer, HTTPSServer
+from kit.registries import tgz
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -189,15 +188,8 @@ def test_env_pass_of_a_credential_source_is_refused(world):
 
 
 def _npm_tarball():
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as t:
-        for name, data in (("package/package.json",
-                            b'{"name": "private-tiny", "version": "1.0.0", "main": "index.js"}\n'),
-                           ("package/index.js", b"module.exports = 'private';\n")):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            t.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+    return tgz((("package/package.json", b'{"name": "private-tiny", "version": "1.0.0", "main": "index.js"}\n'),
+                ("package/index.js", b"module.exports = 'private';\n")))
 
 
 @pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")

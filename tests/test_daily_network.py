@@ -8,13 +8,11 @@ server's port with ENVGIT_RESOLVE=name=127.0.0.1:PORT (test-only, the daemon's e
 and trusts its CA with ENVGIT_UPSTREAM_CA; the step and its policy name the real hosts."""
 
 import hashlib
-import io
 import json
 import os
 import shutil
 import socket
 import subprocess
-import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -22,7 +20,7 @@ import pytest
 
 from conftest import ENVGIT, Env, make_home
 from gitserver import HTTPSServer
-from kit.registries import WHEEL, npm_app, npm_tarball, pypi_app, wheel
+from kit.registries import WHEEL, npm_app, npm_tarball, pypi_app, tgz, wheel
 
 pytestmark = pytest.mark.skipif(shutil.which("socat") is None, reason="socat is not installed")
 
@@ -167,15 +165,9 @@ def test_npm_install_through_preset_npm_and_the_second_session_uses_the_cache(tm
 
 
 def _crate():
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as t:
-        for name, data in (("envgit-tiny-1.0.0/Cargo.toml",
-                            b'[package]\nname = "envgit-tiny"\nversion = "1.0.0"\nedition = "2021"\n'),
-                           ("envgit-tiny-1.0.0/src/lib.rs", b"pub const VALUE: u32 = 42;\n")):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            t.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+    return tgz((("envgit-tiny-1.0.0/Cargo.toml",
+                 b'[package]\nname = "envgit-tiny"\nversion = "1.0.0"\nedition = "2021"\n'),
+                ("envgit-tiny-1.0.0/src/lib.rs", b"pub const VALUE: u32 = 42;\n")))
 
 
 def crates_app(crate):

@@ -55,17 +55,21 @@ def pypi_app(wheel):
     return app
 
 
-def npm_tarball():
-    """The same bytes every call (gzip's header time 0): a lockfile's integrity names them."""
+def tgz(files) -> bytes:
+    """A gzip'd tar of `files` ((name, bytes) pairs), the same bytes every call (gzip's header
+    time 0, each member's time 0): a lockfile's integrity or an index's checksum names them."""
     out = io.BytesIO()
     with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as z, tarfile.open(fileobj=z, mode="w") as t:
-        for name, data in (("package/package.json",
-                            b'{"name": "envgit-tiny", "version": "1.0.0", "main": "index.js"}\n'),
-                           ("package/index.js", b"module.exports = 42;\n")):
+        for name, data in files:
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             t.addfile(info, io.BytesIO(data))
     return out.getvalue()
+
+
+def npm_tarball():
+    return tgz((("package/package.json", b'{"name": "envgit-tiny", "version": "1.0.0", "main": "index.js"}\n'),
+                ("package/index.js", b"module.exports = 42;\n")))
 
 
 def npm_app(tarball):
