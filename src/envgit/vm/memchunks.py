@@ -258,14 +258,21 @@ def stream_into(croot, list_path, fd: int, errors: list) -> None:
         os.close(fd)
 
 
+def _whole(croot, h, length) -> bytes | None:
+    """Chunk `h`'s bytes, or None when they are not what its name and list say (OSError when
+    it cannot be read)."""
+    with open(chunk_path(croot, h), "rb") as f:
+        data = f.read()
+    return data if len(data) == length and digest(data) == h else None
+
+
 def _load(croot, group) -> tuple[bytes, str | None]:
     """A group of chunks' bytes joined, up to the first whose bytes are not what its name and
     list say (named second, else None)."""
     parts: list[bytes] = []
     for h, length in group:
-        with open(chunk_path(croot, h), "rb") as f:
-            data = f.read()
-        if len(data) != length or digest(data) != h:
+        data = _whole(croot, h, length)
+        if data is None:
             return b"".join(parts), h
         parts.append(data)
     return b"".join(parts), None
@@ -276,17 +283,20 @@ def first_damaged(croot, listed) -> str | None:
     chunk read and hashed, 64 to a task on two threads (both release the GIL)."""
     groups = [listed[i:i + GROUP] for i in range(0, len(listed), GROUP)]
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="vm-restore-check") as pool:
-        for _, damaged in pool.map(lambda g: _load_checked(croot, g), groups):
+        for damaged in pool.map(lambda g: _first_damaged_in(croot, g), groups):
             if damaged is not None:
                 return damaged
     return None
 
 
-def _load_checked(croot, group) -> tuple[bytes, str | None]:
-    try:
-        return b"", _load(croot, group)[1]
-    except OSError:
-        return b"", next((h for h, _ in group if not os.path.exists(chunk_path(croot, h))), group[0][0])
+def _first_damaged_in(croot, group) -> str | None:
+    for h, length in group:
+        try:
+            if _whole(croot, h, length) is None:
+                return h
+        except OSError:
+            return h                    # missing or unreadable
+    return None
 
 
 class Reader:
@@ -316,9 +326,8 @@ class Reader:
         if self.cached is not None and self.cached[0] == i:
             return self.cached[1]
         h, length = self.listed[i]
-        with open(chunk_path(self.croot, h), "rb") as f:
-            data = f.read()
-        if len(data) != length or digest(data) != h:
+        data = _whole(self.croot, h, length)
+        if data is None:
             raise ValueError(f"memory chunk {h} is damaged (its bytes do not hash to its name); "
                              "`envgit fsck` lists the snapshots that use it")
         self.cached = (i, data)
@@ -340,12 +349,11 @@ def verify(croot, list_path) -> list[str]:
     problems = []
     for h, length in listed:
         try:
-            with open(chunk_path(croot, h), "rb") as f:
-                data = f.read()
+            data = _whole(croot, h, length)
         except OSError as e:
             problems.append(f"memory chunk {h} is missing ({e.strerror})")
             continue
-        if len(data) != length or digest(data) != h:
+        if data is None:
             problems.append(f"memory chunk {h} is damaged (its bytes do not hash to its name)")
     return problems
 
