@@ -47,7 +47,6 @@ class VMHost:
         # how the machine came up, for the next step's journal entry (its `memory`, then
         # `came_up`): {"how": "booted" | "restored" | "resumed", ...}; said once
         self.came_up: dict | None = None
-        self.snapshot_failed: str | None = None     # why the last background snapshot failed
         self.fresh_from: int | None = None  # the step whose memory the guest came from, until a step ends in it
 
     # --- the machine --------------------------------------------------------------------
@@ -60,16 +59,6 @@ class VMHost:
             afresh = False                      # boot, never resume the newest snapshot
             wanted = list(pol.vm_packages)
             asked_before, self.packages_asked = self.packages_asked, wanted
-            if self.snapshot_failed and self.machine is not None:
-                why, self.snapshot_failed = self.snapshot_failed, None
-                if not self.machine.alive(answer_within=3.0):
-                    # ended by qemu.py when the snapshot failed (QEMU 7.2 leaves the guest's
-                    # memory write-protected): said, and the machine replaced
-                    notices.append(f"the VM was ended when its last memory snapshot failed "
-                                   f"({why}): it resumes from the newest snapshot kept, and what "
-                                   "ran in it since is gone")
-                    self.machine.stop()
-                    self.machine = None
             if self.machine is not None and self.machine.alive():
                 # a rewind may have brought back a guest with other tools: kept until the
                 # policy's list itself changes
@@ -81,7 +70,8 @@ class VMHost:
                 self.machine.stop()
                 self.machine = None
                 afresh = True
-            if self.machine is not None and self.machine.ended_why:     # not running: said why
+            # not running, ended by qemu.py (a failed snapshot, a restore's pages): said why
+            if self.machine is not None and self.machine.ended_why:
                 notices.append(f"the VM was ended: {self.machine.ended_why}")
             if self.fresh_from is not None and not afresh:
                 # memory that stops its guest before a step ends in it (a process a step left
@@ -249,8 +239,7 @@ class VMHost:
                 self.log(f"envgit daemon: the memory snapshot of step {step} was not kept: {why}")
 
             def finished(meta, error):          # a background snapshot's end, on its thread
-                if error is not None:
-                    self.snapshot_failed = f"step {step}: {error}"
+                if error is not None:           # qemu.py ended the guest, and says why
                     return dropped(error)
                 faults.point("vm-memory-written")   # the stream whole, `ok` not yet
                 try:

@@ -394,6 +394,8 @@ class QemuMachine(Machine):
         the step ends, the next resumes from the newest snapshot kept (host.py says so)."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
+            self.ended_why = (f"its last memory snapshot failed ({error}): it resumes from the "
+                              "newest snapshot kept, and what ran in it since is gone")
             proc.kill()
 
     def join_background(self, timeout=None):
