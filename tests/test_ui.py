@@ -394,7 +394,8 @@ def test_the_browser_is_opened_without_the_token_on_its_command_line(proj, tmp_p
     seen = tmp_path / "argv.txt"
     fake = tmp_path / "fake-browser"
     fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {seen}\n"
-                    f"for a; do cat \"${{a#file://}}\" >> {seen}.page; done\n")
+                    f"for a; do cat \"${{a#file://}}\" >> {seen}.page; done\n"
+                    "sleep 3\n")      # still running when the page is stopped: webbrowser waits for it
     fake.chmod(0o755)
     with UI(proj, open_browser=True, extra_env={"BROWSER": str(fake), "DISPLAY": ""}) as ui:
         wait_for(lambda: seen.exists() and seen.read_text().strip(), what="the browser's start")

@@ -60,27 +60,32 @@ def cmd_ui(args):
     else:
         print(f"envgit ui: {url}\n(the token in it is the key to this page; Ctrl-C stops it)")
     sys.stdout.flush()
-    opener = None if args.no_open else _open_browser(url)
-    # No access log: every request line carries the token.
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=2, server_header=False)
+    import shutil
+    import tempfile
+    # The redirect page's directory is made here and removed in the finally, so a Ctrl-C that
+    # lands while the browser starts (webbrowser waits for a command-line browser) leaves nothing.
+    page_dir = None if args.no_open else tempfile.mkdtemp(prefix="envgit-ui-")   # mode 0700
     try:
+        if page_dir:
+            _open_browser(url, page_dir)
+        # No access log: every request line carries the token.
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2, server_header=False)
         uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:       # before uvicorn took SIGINT over: a stop like any other
+        pass
     finally:
-        if opener:
-            import shutil
-            shutil.rmtree(opener, ignore_errors=True)
+        if page_dir:
+            shutil.rmtree(page_dir, ignore_errors=True)
     return 0
 
 
-def _open_browser(url: str) -> str | None:
+def _open_browser(url: str, d: str) -> None:
     """Open the page in the person's browser without the token on its command line (which
-    every local user can read in /proc): the browser is handed a file, readable by the person
-    only, that redirects to the URL. Returns the directory to remove when the page stops."""
+    every local user can read in /proc): the browser is handed a file in `d` (a directory of
+    the person's only) that redirects to the URL."""
     import html
-    import tempfile
     import webbrowser
-    d = tempfile.mkdtemp(prefix="envgit-ui-")           # mode 0700
     path = os.path.join(d, "open.html")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -90,4 +95,3 @@ def _open_browser(url: str) -> str | None:
         webbrowser.open("file://" + path)
     except Exception:               # no browser here: the URL printed above is the way in
         pass
-    return d
