@@ -9,6 +9,7 @@ import json
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -152,6 +153,13 @@ def test_the_postcopy_source_sends_asked_pages_first_and_each_page_once():
     for start in (63 << 12, 9 << 12):       # asked, as QEMU does once it listens
         body = struct.pack(">QIB", start, 4096, 3) + b"mem"
         qemu.sendall(struct.pack(">HH", postcopy.RP_REQ_PAGES_ID, len(body)) + body)
+    # The feed is blocked on the full socket within its first batch until this side reads on:
+    # once its return-path thread has taken both requests (a loaded machine may run it late),
+    # they go in the next batch, whatever the threads' timing.
+    deadline = time.monotonic() + 30
+    while feed.asked_count < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert feed.asked_count == 2
     sent, block = [], None
     while True:
         t = _read_stream(f, 1)[0]
