@@ -111,7 +111,8 @@ class Snapshotter:
             self._watch_key = flt.key()
         return self._watcher
 
-    def take(self, policy, prev_tree: str | None, counters: dict | None = None, newest=None) -> dict:
+    def take(self, policy, prev_tree: str | None, counters: dict | None = None, newest=None,
+             diff: bool = True) -> dict:
         """Snapshot the project now; the summary of its changes since `prev_tree`, or with
         `newest` (the session) since `newest.last_tree`, read and replaced by the new tree
         under the lock: steps that end at once are snapshotted one after another, and each is
@@ -124,12 +125,14 @@ class Snapshotter:
         quarantined objects stored again). If the fresh tree is sound but the previous one is
         not, the summary says the changes cannot be listed (`diff_error`). If the fresh
         snapshot fails too, SnapshotFailed says why; the caller records it on the step.
-        `counters`: kept current during the walk (Store.snapshot), for progress."""
+        `counters`: kept current during the walk (Store.snapshot), for progress. `diff=False`:
+        the changes are not listed (a baseline's would be every file of the project)."""
         flt = self.filter(policy)
         with self.lock:
             self.counters = counters
             try:
-                snap, changes, problem = self._take_checked(flt, newest.last_tree if newest else prev_tree)
+                snap, changes, problem = self._take_checked(flt, newest.last_tree if newest else prev_tree,
+                                                            diff)
             finally:
                 self.counters = None
             taken_at = time.time_ns()
@@ -145,17 +148,17 @@ class Snapshotter:
             summary["diff_error"] = problem
         return summary
 
-    def _take_checked(self, flt, prev_tree):
+    def _take_checked(self, flt, prev_tree, diff=True):
         """_take, retried afresh once past a damaged object (see take); the lock is held."""
         try:
-            snap, changes, problem = self._take(flt, prev_tree)
+            snap, changes, problem = self._take(flt, prev_tree, diff)
         except OSError:                 # disk full, permissions: the next one starts afresh
             self._start_afresh()
             raise
         except (StoreError, CorruptObject):
             self._start_afresh()
             try:
-                snap, changes, problem = self._take(flt, prev_tree)
+                snap, changes, problem = self._take(flt, prev_tree, diff)
             except (StoreError, CorruptObject) as e:
                 self._start_afresh()
                 raise SnapshotFailed(f"the snapshot could not be taken: {e}") from None
@@ -163,10 +166,10 @@ class Snapshotter:
             self.save()
         return snap, changes, problem
 
-    def _take(self, flt, prev_tree):
+    def _take(self, flt, prev_tree, diff=True):
         """(snapshot, changes since prev_tree, why the changes are unknown or None)."""
         snap = self._capture(flt)
-        if prev_tree == snap.tree_id:
+        if prev_tree == snap.tree_id or not diff:
             return snap, [], None
         try:
             return snap, self.store.diff(prev_tree, snap.tree_id), None

@@ -275,7 +275,7 @@ def ensure_baseline(sess, pol, counters=None):
     """Before the project's first step: the tree it starts from (an agent's adapter asks
     for it at launch, before the agent's first edit, with op `baseline`)."""
     if sess.last_tree is None:
-        base = sess.snapshotter.take(pol, None, counters)
+        base = sess.snapshotter.take(pol, None, counters, diff=False)   # only its tree is kept
         sess.last_tree = base["tree"]
         sess.pending_baseline = {"tree": base["tree"], "ms": base["ms"]}
 
