@@ -42,9 +42,10 @@ class Env:
         """`envgit run -- sh -c SCRIPT`."""
         return self.envgit("run", "--", "sh", "-c", script, cwd=cwd, env=env, **kw)
 
-    def pty_run(self, argv, send=None, when=b"", timeout=20):
+    def pty_run(self, argv, send=None, when=b"", timeout=60):
         """`envgit run -- argv` on a real terminal; `send` is typed once `when` has been
-        printed. Returns (wait status, everything the terminal showed)."""
+        printed. Returns (wait status, everything the terminal showed). `timeout` bounds a
+        hang only: a project's first step starts its daemon, seconds on a loaded machine."""
         pid, fd = pty.fork()
         if pid == 0:
             os.chdir(self.root)

@@ -11,14 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+from kit.ports import free_port
+
 RCLONE = str(Path(sys.executable).parent / "rclone")
 ACCESS_KEY, SECRET_KEY = "envgit-test-access", "envgit-test-secret-key-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class S3Server:

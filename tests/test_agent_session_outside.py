@@ -45,7 +45,7 @@ class AgentSession:
         self.tmp = proj.root / ".envgit" / "sessions" / session / "tmp"    # its /tmp
 
     def wait_for(self, path, what):
-        for _ in range(200):
+        for _ in range(600):                # 30 s: a sandbox's start on a loaded machine
             if path.exists():
                 return
             assert self.proc.poll() is None, self.proc.stderr.read().decode()

@@ -16,7 +16,7 @@ from conftest import ENVGIT, Env
 from envgit.agents.claude import settings
 from envgit.agents.claude_shim import envgit_mcp
 from envgit.daemon.inner import BadRequest, check_request
-from kit.mcpservers import servers_left
+from kit.mcpservers import servers_left, settled
 from modelserver import Call, ModelServer, agent_bin, agent_command, claude_env
 
 MODEL_HOST = "model.example.test"
@@ -124,6 +124,8 @@ def test_in_the_tui_envgits_mcp_json_server_asks_no_approval_and_answers(proj, c
             deadline = time.monotonic() + 60
             while not servers_left(proj.root, 0) and time.monotonic() < deadline:
                 time.sleep(0.5)
+            for pid in servers_left(proj.root, 0):
+                settled(pid)            # its start done (seconds of imports on a loaded machine)
             time.sleep(8)
             ask(t)
             shown = t.text()

@@ -155,7 +155,7 @@ def test_branch_rm_refuses_while_a_step_runs_there(forked):
     p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "touch started; sleep 30"], cwd=d, env=one.env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(200):
+        for _ in range(600):                # the branch's first step: seconds, on a loaded machine
             if (d / "started").exists():
                 break
             threading.Event().wait(0.05)

@@ -52,7 +52,7 @@ def test_kill_9_of_envgit_run_marks_the_step_interrupted(proj):
     assert p.stdout.readline().strip() == "ready"
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=10)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60      # the daemon's snapshot of the step, on a loaded machine
     while time.monotonic() < deadline:
         s = json.loads(proj.envgit("show", "1", "--json", check=True).stdout)
         if s["status"] != "running":
@@ -66,12 +66,16 @@ def test_kill_9_of_envgit_run_marks_the_step_interrupted(proj):
 
 
 def test_kill_9_of_the_daemon_mid_step(proj):
-    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "echo ready; sleep 2"], cwd=proj.root,
-                         env=proj.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the step ends when the test closes its stdin, after the kill: a `sleep 2` ended first
+    # whenever `envgit daemon status` took 2 s to start on a loaded machine (the step: done)
+    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "echo ready; read x"], cwd=proj.root,
+                         env=proj.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     st = json.loads(proj.envgit("daemon", "status", check=True).stdout)
     os.kill(st["pid"], signal.SIGKILL)
-    p.wait(timeout=20)
+    p.stdin.close()
+    p.wait(timeout=60)
     s = json.loads(proj.envgit("show", "1", "--json", check=True).stdout)
     assert s["status"] == "interrupted"
     assert proj.envgit("fsck").returncode == 0

@@ -85,8 +85,11 @@ def test_a_new_command_stops_an_idle_daemon_of_the_older_build_and_goes_on(proj,
 
 def test_a_daemon_of_the_older_build_running_a_step_is_left_alone_and_said(proj, old_build):
     marker = proj.root / "old-step-done"
+    # the old step runs until the test makes `go`: a `sleep 4` could end before the newer
+    # build's `envgit run` below reached the daemon on a loaded machine (idle: replaced)
     old = subprocess.Popen([sys.executable, "-c", "import sys; from envgit.cli import main; sys.exit(main())",
-                            "run", "--", "sh", "-c", f"sleep 4; echo done > {marker.name}"],
+                            "run", "--", "sh", "-c", "i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; "
+                            f"i=$((i+1)); done; echo done > {marker.name}"],
                            cwd=proj.root, env={**proj.env, "PYTHONPATH": str(old_build)},
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
@@ -103,6 +106,7 @@ def test_a_daemon_of_the_older_build_running_a_step_is_left_alone_and_said(proj,
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("envgit: "), r.stderr
     assert "another build" in r.stderr and "still run" in r.stderr and "envgit daemon stop" in r.stderr
+    (proj.root / "go").touch()
     _, err = old.communicate(timeout=60)
     assert old.returncode == 0, err                   # the old build's step ran to its end
     assert marker.read_text() == "done\n"

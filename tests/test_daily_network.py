@@ -296,9 +296,10 @@ def test_a_loopback_host_in_network_allow_is_reached_at_its_own_address(tmp_path
             denied = [q for q in steps(env)[-1]["requests"] if q["decision"] == "deny"]
             assert {(q["host"], q["port"]) for q in denied} == {("127.0.0.1", other.port),
                                                                 ("localhost", dev.port)}, denied
-            # a server a step starts inside, on another port, is still its own (NO_PROXY)
+            # a server a step starts inside, on another port, is still its own (NO_PROXY); given
+            # 30 s to listen, not 5: a Python start on a loaded machine
             r = env.run(f"{PIP} -m http.server 18999 --bind 127.0.0.1 >/dev/null 2>&1 & "
-                        "for i in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18999/ && break; "
+                        "for i in $(seq 300); do curl -s -o /dev/null http://127.0.0.1:18999/ && break; "
                         "sleep 0.1; done; "
                         "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18999/; kill %1")
             assert r.stdout.endswith("200"), r.stdout + r.stderr

@@ -306,7 +306,18 @@ def test_a_question_ends_with_its_step_and_cannot_be_answered_or_remembered_afte
     answer (and a remember) sent then is refused with why, no grant is made, nothing reached
     the server."""
     w = world
-    r = w.env.run(f"{CURL} -X POST --data-binary late {w.url()} & sleep 2; echo gone")
+    go = w.env.root / "go"
+
+    def once_asked():       # the step ends once its request asks (a fixed `sleep 2` could end it
+        end = time.monotonic() + 60     # first on a loaded machine, the gate still starting)
+        while time.monotonic() < end and not json.loads(w.env.envgit("pending", "--json").stdout or "[]"):
+            time.sleep(0.1)
+        go.touch()
+    t = threading.Thread(target=once_asked)
+    t.start()
+    r = w.env.run(f"{CURL} -X POST --data-binary late {w.url()} & "
+                  "i=0; while [ ! -e go ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; echo gone")
+    t.join(90)
     assert "gone" in r.stdout, r.stdout + r.stderr
     assert json.loads(w.env.envgit("pending", "--json", check=True).stdout or "[]") == []
     step = json.loads(w.env.envgit("show", "last", "--json", check=True).stdout)

@@ -17,6 +17,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from conftest import CANARY, ENVGIT
+from kit.ports import free_port
 from mcp_fixture_server import TEMPLATE_FILE, make_corpus
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture_server.py"))
@@ -433,12 +434,6 @@ def test_a_bad_mcp_section_is_a_usage_error_with_its_line(proj):
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 2
     assert "envgit.yaml:" in r.stderr and "mcp.rules[0].action is 'maybe'" in r.stderr
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port, proc, timeout=30):

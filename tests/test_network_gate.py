@@ -68,7 +68,13 @@ class GateRunner:
 
     def recs(self, step=None, settle=0.3):
         # A record is written when mitmproxy has finished the flow, which may be a moment
-        # after the client has its answer: wait until no new record arrived for `settle` s.
+        # after the client has its answer (a tunnel's once the client has gone): wait until
+        # the gate holds no client connection (it lets one go only after its records are
+        # written; `settle` alone was a guess a loaded machine could beat), then until no new
+        # record arrived for `settle` s.
+        deadline = time.monotonic() + 15
+        while self.gate._conns and time.monotonic() < deadline:
+            time.sleep(0.02)
         deadline, n = time.monotonic() + 5, -1
         while n != len(self.records) and time.monotonic() < deadline:
             n = len(self.records)
@@ -273,7 +279,7 @@ def test_unix_socket_through_a_socat_bridge(gate_for, git_server):
                                f"UNIX-CONNECT:{sock}"], stderr=subprocess.PIPE)
     try:
         port = None
-        for _ in range(50):
+        for _ in range(300):
             out = run(["ss", "-Hltnp"], os.environ).stdout
             port = next((ln.split()[3].rsplit(":", 1)[1] for ln in out.splitlines()
                          if f"pid={bridge.pid}," in ln), None)

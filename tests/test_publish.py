@@ -11,15 +11,10 @@ import urllib.error
 import urllib.request
 
 from conftest import ENVGIT
+from kit.ports import free_port as _free_port
 from test_daily_network import DevServer, project
 
 PY = "python3"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _start(env, argv):
@@ -28,16 +23,22 @@ def _start(env, argv):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _get(port, path="/hello.txt", tries=100):
-    """The body at http://127.0.0.1:PORT/PATH, retried while the server inside starts; None
-    if it never answers."""
-    for _ in range(tries):
+def _get(port, path="/hello.txt", tries=None, within_s=60):
+    """The body at http://127.0.0.1:PORT/PATH, retried while the server inside starts (for a
+    minute, or `tries` times); None if it never answers. A minute: the step starts a new
+    project's daemon, its gate and a Python server, which the ten seconds of 100 tries did not
+    always see through on a loaded machine."""
+    deadline = time.monotonic() + within_s
+    n = 0
+    while True:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
                 return r.read().decode()
         except (urllib.error.URLError, ConnectionError, OSError):
+            n += 1
+            if (tries is not None and n >= tries) or time.monotonic() > deadline:
+                return None
             time.sleep(0.1)
-    return None
 
 
 def _steps(env):

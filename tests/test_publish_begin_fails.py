@@ -14,17 +14,12 @@ from envgit.daemon.learn import LearnState
 from envgit.paths import Project
 from envgit.policy.load import load_policy
 from envgit.sandbox import backend
+from kit.ports import free_port as _free_port
 
 
 class FullJournal:
     def begin_step(self, head):
         raise OSError(28, "No space left on device")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_step_whose_begin_cannot_be_written_leaves_no_port_listened_on(tmp_path, monkeypatch):

@@ -96,8 +96,10 @@ def test_rewind_preview_and_refusals(proj):
     assert r.returncode == 2 and "--yes" in r.stderr and (proj.root / "b").exists()
     r = proj.envgit("rewind", "9", "--yes")
     assert r.returncode == 2 and "no step 9" in r.stderr
-    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "echo ready; sleep 5"], cwd=proj.root,
-                         env=proj.env, stdout=subprocess.PIPE, text=True)
+    # running until killed (it waits on its stdin): a `sleep 5` could end before the rewind
+    # below reached the daemon on a loaded machine
+    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "echo ready; read x"], cwd=proj.root,
+                         env=proj.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     r = proj.envgit("rewind", "1", "--yes")
     assert r.returncode == 1 and "is running" in r.stderr

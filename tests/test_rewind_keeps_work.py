@@ -255,10 +255,12 @@ def test_a_sandbox_alive_between_steps_is_said_on_the_outside_entry(bare_proj):
         launch.ready()
         launch.release()
         launch.close()
+        late = proj.root / "late.txt"
         deadline = time.monotonic() + 20
-        while not (proj.root / "late.txt").exists() and time.monotonic() < deadline:
+        # its content, not its name: the shell makes the file, then writes to it
+        while not (late.exists() and late.read_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert (proj.root / "late.txt").read_text() == "late\n"
+        assert late.read_text() == "late\n"
         assert proj.run("true").returncode == 0
         entry = log(proj)[1]
         assert entry["marks"] == ["outside", "sandbox-alive"], entry

@@ -16,6 +16,9 @@ from harness import every_case, steps_of
 from kit import nouserns
 from landlockkit import kill_client, py, remove, start, stop_pid_in, wait_for
 
+# what a case's step runs once it has done its work: its pid in ll-started (killed_midway)
+STARTED = "echo $$ > ll-started"
+
 pytestmark = [pytest.mark.sandbox, pytest.mark.xdist_group("landlock"),
               pytest.mark.skipif(not nouserns.available(), reason="making a host without user "
                                  "namespaces needs root and user namespaces (kit/nouserns.py)")]
@@ -54,16 +57,33 @@ def test_what_a_landlock_step_leaves_behind(ll):
             remove(p)
 
     def killed_midway(script):
-        """`script` runs as a step that writes its pid to ll-started first; once it has, the
-        client is killed."""
+        """`script` runs as a step that writes its pid to ll-started (STARTED) once it has done
+        what the case needs; once it has, the client is killed, and the daemon's end of the
+        interrupted step (and the take-back it records) is waited for: a fixed two seconds was
+        not always enough on a loaded machine, nor was a marker written before the case's work."""
         remove(started, late)
         with tempfile.TemporaryFile() as out:
-            p = start(a, f"echo $$ > ll-started; {script}", out)
+            p = start(a, script, out)
             try:
                 assert wait_for(started), "the step never started"
             finally:
                 kill_client(p)
-        time.sleep(2)               # the daemon sees its client gone: the step is interrupted
+        t0 = time.monotonic()
+        while not interrupted_end_done(script) and time.monotonic() - t0 < 60:
+            time.sleep(0.2)
+
+    def interrupted_end_done(script):
+        try:
+            steps = steps_of(a)
+        except AssertionError:      # no `.envgit` link (yet): no command finds the project
+            return False
+        mine = [s for s in steps if s["argv"] == ["sh", "-c", script]]
+        if not mine or mine[-1]["status"] == "running":
+            return False
+        if not mine[-1].get("taken_back"):
+            return True
+        back = [s for s in steps if s["argv"] == ["envgit", "take-back", str(mine[-1]["id"])]]
+        return bool(back) and back[-1]["status"] != "running"
 
     def thread_child():
         """A process forked by a thread of a background process is not in
@@ -90,7 +110,7 @@ def test_what_a_landlock_step_leaves_behind(ll):
         parent-death signal), and the command is left running, unsandboxed by nothing but its
         Landlock domain, and recorded by nothing."""
         try:
-            killed_midway("sleep 4; echo late > ll-late")
+            killed_midway(f"{STARTED}; sleep 4; echo late > ll-late")
             time.sleep(4)
             assert not late.exists(), "the step's command ran on after its `envgit run` was killed"
         finally:
@@ -102,7 +122,7 @@ def test_what_a_landlock_step_leaves_behind(ll):
         interrupted step does not restore it, and with no `.envgit` no envgit command finds
         the project (not even `envgit run`, whose step's end would)."""
         try:
-            killed_midway("rm -f .envgit; exec sleep 20")
+            killed_midway(f"rm -f .envgit; {STARTED}; exec sleep 20")
             r = a.envgit("log")
             assert r.returncode == 0, f"after the step, envgit log: {r.stderr.strip()}"
             r = a.envgit("fsck")
@@ -129,7 +149,7 @@ def test_what_a_landlock_step_leaves_behind(ll):
         remove(hook, hook_ran)
         try:
             killed_midway(f"printf '#!/bin/sh\\ntouch {hook_ran}\\n' > .git/hooks/pre-commit; "
-                          "chmod +x .git/hooks/pre-commit; exec sleep 20")
+                          f"chmod +x .git/hooks/pre-commit; {STARTED}; exec sleep 20")
             a.host("git -c user.email=a@b -c user.name=a commit -q --allow-empty -m ll")
             assert not hook_ran.exists(), "the person's git commit ran a hook a step wrote"
         finally:

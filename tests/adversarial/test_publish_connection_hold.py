@@ -15,6 +15,7 @@ import pytest
 from conftest import ENVGIT
 from envgit.daemon.client import connect
 from envgit.paths import Project
+from kit.ports import free_port as _free_port
 
 pytestmark = pytest.mark.both_uids("the step's server and the socket file are the step's uid's")
 
@@ -40,12 +41,6 @@ while not os.path.exists("done"):
     except (TimeoutError, OSError):
         pass
 """
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _fds(pid):

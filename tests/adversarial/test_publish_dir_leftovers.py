@@ -5,7 +5,6 @@ host past its end), and its removal must not hold up the daemon: another client'
 are answered meanwhile. Oracles: .envgit/publish/ on the host after the step, and how long the
 daemon takes to answer a status request while the step ends."""
 
-import socket
 import threading
 import time
 
@@ -13,16 +12,11 @@ import pytest
 
 from envgit.daemon.client import connect
 from envgit.paths import Project
+from kit.ports import free_port as _free_port
 
 pytestmark = pytest.mark.both_uids("a directory made unreadable by the step's uid is removed by the daemon's")
 
 MANY = 4000
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_what_a_step_leaves_in_its_publish_directory_goes_without_holding_the_daemon(attacker):

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import ENVGIT
+from kit.ports import free_port as _free_port
 
 pytestmark = pytest.mark.both_uids("the socket files are written by the step's uid and opened by the daemon's")
 
@@ -63,12 +64,6 @@ def _ask(port):
             return data
     except OSError:
         return b""
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_step_cannot_point_its_published_socket_at_the_hosts(attacker):

@@ -187,10 +187,10 @@ def test_ctrl_z_stops_the_job_and_fg_continues_it(attacker):
         os.execvpe(argv[0], argv, {**attacker.env, "PS1": "PROMPT$ "})
     out = b""
 
-    def pump(until, timeout=20):
+    def pump(until, timeout=20, since=0):
         nonlocal out
         end = time.monotonic() + timeout
-        while until not in out and time.monotonic() < end:
+        while until not in out[since:] and time.monotonic() < end:
             ready, _, _ = select.select([fd], [], [], 0.1)
             if ready:
                 try:
@@ -201,16 +201,20 @@ def test_ctrl_z_stops_the_job_and_fg_continues_it(attacker):
     try:
         pump(b"PROMPT$ ")
         # (what the terminal shows is checked for strings the typed lines do not contain)
-        os.write(fd, f"{ENVGIT} run -- sh -c 'echo go-$((1+1)); trap \"echo got-\\$((2+2)); exit 9\" INT; "
-                     f"while :; do sleep 0.2; done'\n".encode())
+        # The trap is set before go-2 is said, and the loop says t-10 as it runs: the Ctrl-C
+        # after `fg` is typed once the step runs again (a fixed second was not always enough
+        # for bash to read `fg` on a loaded machine; a Ctrl-C before it flushed the line).
+        os.write(fd, f"{ENVGIT} run -- sh -c 'trap \"echo got-\\$((2+2)); exit 9\" INT; echo go-$((1+1)); "
+                     f"while :; do sleep 0.2; echo t-$((5+5)); done'\n".encode())
         pump(b"go-2\r\n")
         time.sleep(0.3)
         os.write(fd, b"\x1a")
         pump(b"Stopped")
         os.write(fd, b"echo back-$((3+3))\n")
         pump(b"back-6\r\n")
+        mark = len(out)
         os.write(fd, b"fg\n")
-        time.sleep(1.0)
+        pump(b"t-10", since=mark)
         os.write(fd, b"\x03")
         pump(b"PROMPT$ ")
         os.write(fd, b"echo rc=$((100+$?))\n")

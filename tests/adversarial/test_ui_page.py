@@ -203,13 +203,10 @@ def test_a_policy_that_opens_the_pages_port_still_gives_a_step_nothing(attacker)
     """A person's policy may name a host loopback port for a dev server; if the page happens to
     be on it, a step reaches the page through the loopback forwarder, with the right Host even,
     and still gets a 403 and no data: the token is the key, and the step does not have it."""
-    import socket
+    from kit.ports import free_port
     a = attacker
     _step_with_marker(a)
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     a.write_policy(f"version: 1\nnetwork:\n  allow: [\"127.0.0.1:{port}\"]\n")
     with UI(a, "--port", str(port)) as ui:
         assert ui.port == port and MARK in ui.get("/")[2]

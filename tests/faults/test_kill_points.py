@@ -82,9 +82,11 @@ def test_a_daemon_killed_while_a_step_runs_is_one_line_and_the_exit_code_is_kept
     proj = bare_proj
     assert proj.run("true").returncode == 0
     pid = json.loads(proj.envgit("daemon", "status", check=True).stdout)["pid"]
-    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "sleep 1.5; echo hi > x; exit 7"],
-                         cwd=proj.root, env=proj.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    # the command ends when communicate() closes its stdin, after the kill: a `sleep 1.5`
+    # could end first while `daemon status` started on a loaded machine (the step: done)
+    p = subprocess.Popen([ENVGIT, "run", "--", "sh", "-c", "read line; echo hi > x; exit 7"],
+                         cwd=proj.root, env=proj.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:                # until the daemon holds the step
         if json.loads(proj.envgit("daemon", "status", check=True).stdout)["live"]:

@@ -6,8 +6,10 @@ import threading
 import time
 
 
-def answer_when_asked(env, answer: str, deadline_s: float = 30) -> threading.Thread:
-    """Started at once; join it after the step. `answer`: "approve" or "deny"."""
+def answer_when_asked(env, answer: str, deadline_s: float = 100) -> threading.Thread:
+    """Started at once; join it after the step. `answer`: "approve" or "deny". It looks for
+    `deadline_s` (below the default ask_timeout, 120 s): the step's start, a new daemon and its
+    gate included, takes seconds on a loaded machine before anything is asked."""
     def run():
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:

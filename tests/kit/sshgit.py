@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANARY, Env, make_home
+from kit.ports import free_port as _free_port
 
 SSHD = "/usr/sbin/sshd"
 HOST = "gitserver"
@@ -29,12 +30,6 @@ network:
 irreversible:
   - preset: default
 {extra}"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _git(*args, cwd=None, env=None):
@@ -105,7 +100,7 @@ def ssh_world(tmp_path):
         f"  IdentityFile {key}\n  IdentitiesOnly yes\n  StrictHostKeyChecking yes\n"
         f"  UserKnownHostsFile {ssh_dir}/known_hosts_gitserver\n")
     (ssh_dir / "known_hosts_gitserver").write_text(f"[127.0.0.1]:{port} {hostpub[0]} {hostpub[1]}\n")
-    for _ in range(100):                          # sshd listening
+    for _ in range(600):                          # sshd listening (seconds, on a loaded machine)
         try:
             socket.create_connection(("127.0.0.1", port), 0.1).close()
             break
