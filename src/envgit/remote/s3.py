@@ -8,6 +8,7 @@ side rate limiter that slows down on throttling) and its managed transfers (mult
 threshold, parts in parallel) are the ones every AWS tool uses, and it is kept by AWS."""
 
 import io
+import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,13 @@ WORKERS = 16                    # many small objects (indexes, segments) go in p
 READ_ATTEMPTS = 4               # a body cut off mid-read is read again (botocore retries requests only)
 
 
+# One client per endpoint, region and credentials named in the environment, kept for the
+# process: making one is ~70 ms (botocore loads its service model), most of a small push's own
+# time, which the daemon's resident push worker (remote/auto.py) would pay at every push. A
+# client is thread-safe and keeps its connections; the worker is let go when idle.
+_clients: dict[tuple, object] = {}
+
+
 class Bucket:
     def __init__(self, remote):
         import boto3
@@ -34,12 +42,16 @@ class Bucket:
         from botocore.config import Config
         self._errors = botocore.exceptions
         self.remote, self.bucket, self.prefix = remote, remote.bucket, remote.prefix
-        session = boto3.session.Session()
-        self.client = session.client(
-            "s3", endpoint_url=remote.endpoint, region_name=remote.region or "us-east-1",
-            config=Config(retries={"mode": "adaptive", "max_attempts": 10},
-                          max_pool_connections=WORKERS * 2, connect_timeout=10, read_timeout=60,
-                          s3={"addressing_style": "path"} if remote.endpoint else {}))
+        where = (remote.endpoint, remote.region or "us-east-1", os.environ.get("AWS_ACCESS_KEY_ID"),
+                 os.environ.get("AWS_PROFILE"))
+        self.client = _clients.get(where)
+        if self.client is None:
+            session = boto3.session.Session()
+            self.client = _clients[where] = session.client(
+                "s3", endpoint_url=remote.endpoint, region_name=where[1],
+                config=Config(retries={"mode": "adaptive", "max_attempts": 10},
+                              max_pool_connections=WORKERS * 2, connect_timeout=10, read_timeout=60,
+                              s3={"addressing_style": "path"} if remote.endpoint else {}))
         self.transfer = TransferConfig(multipart_threshold=MULTIPART_AT, multipart_chunksize=PART_SIZE,
                                        max_concurrency=4, use_threads=True)
 
