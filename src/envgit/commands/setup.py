@@ -166,14 +166,58 @@ def cmd_init(args):
         said.append(f"added {entry} to {gi}")
     if fd is not None:
         os.close(fd)
+    warming = _warm_if_large(root)
+    if warming:
+        said.append(f"reading the project's files (over {WARM_AT:,}) for its first snapshot in the "
+                    "background: the first step waits only for what is left")
     if args.json:
         out({"root": root, "policy": policy, "wrote_policy": wrote, "state": state,
-             "gitignore": gi, "added_to_gitignore": ignored})
+             "gitignore": gi, "added_to_gitignore": ignored, "warming": warming})
         return 0
     for line in said:
         print(line)
     print(f"initialised envgit in {root}; next: envgit run -- CMD")
     return 0
+
+
+WARM_AT = 10_000     # entries: below this a project's first snapshot is a fraction of a second
+
+
+def _warm_if_large(root: str) -> bool:
+    """A project of over WARM_AT entries: its first snapshot (every file read and stored) is
+    begun now by the session daemon (op `warm`), which init starts and does not wait for; the
+    first step's baseline then re-reads only what changed since. Whether it was begun: a
+    daemon that cannot start now is said by the first step, as without this."""
+    if not _at_least(root, WARM_AT):
+        return False
+    from ..daemon.client import DaemonError, connect
+    try:
+        conn = connect(find_project())
+        try:
+            conn.send({"op": "warm"})
+        finally:
+            conn.close()
+    except (DaemonError, OSError):
+        return False
+    return True
+
+
+def _at_least(root: str, n: int) -> bool:
+    """Does the tree under `root` hold at least `n` entries? (Stops counting there; never
+    follows a symlink; a directory it cannot read counts as empty.)"""
+    seen, stack = 0, [root]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    seen += 1
+                    if seen >= n:
+                        return True
+                    if e.is_dir(follow_symlinks=False) and e.name != ".envgit":
+                        stack.append(e.path)
+        except OSError:
+            continue
+    return False
 
 
 def _open_regular(path, flags):

@@ -30,6 +30,9 @@ A long-lived sandboxed helper (the MCP REPL) gets its command line without being
       in at /run/envgit/control.sock, through which a shim inside asks for steps; "read" and
       "write" add host paths (an agent's own binary and config dir), "set_env" variables
   {"op": "baseline"}  -> {"tree"}: snapshot the project now if no step has yet (agents' launch)
+  {"op": "warm"}  -> {"ok", "warmed", "ms"?}: read and store a large project's files before its
+      first step (`envgit init`, which does not wait for the reply): no step, no journal row;
+      step 1's baseline is still taken at step 1, and re-reads only what changed since
   {"op": "ask", "step", "question": {method, host, path, kind, rule, …}}
       -> {"answer", "who", "how"}: hold a recorded step's action (an MCP tool call whose
       client cannot elicit) for `envgit approve`; no answer in network.ask_timeout is a deny
@@ -91,7 +94,7 @@ from . import adopt, gcop, heldends, learn, steps
 from .client import PROTOCOL
 
 WRITE_OPS = frozenset(("begin", "event", "rewind", "adopt", "gc", "baseline"))
-POLICY_OPS = frozenset(("begin", "spec", "baseline", "ask", "rewind", "adopt", "snapshot", "gc"))
+POLICY_OPS = frozenset(("begin", "spec", "baseline", "warm", "ask", "rewind", "adopt", "snapshot", "gc"))
 
 # An op's handler: (session, request, connection) -> the reply
 Handler = Callable[[Any, dict, Any], Awaitable[dict]]
@@ -193,6 +196,11 @@ async def _baseline(sess, msg, conn):
     return {"tree": sess.last_tree}
 
 
+async def _warm(sess, msg, conn):
+    """`envgit init` of a large project: its first snapshot's reading, ahead of step 1."""
+    return await steps.warm(sess, sess.policy())
+
+
 async def _sandbox(sess, msg, conn):
     """The client saw the step's sandbox start."""
     if msg.get("step") in sess.live and sess.gate is not None and isinstance(msg.get("pidns"), int):
@@ -255,7 +263,7 @@ async def _stop(sess, msg, conn):
 
 
 OPS: dict[str, Handler] = {
-    "begin": _begin, "end": _end, "event": _event, "spec": _spec, "baseline": _baseline,
+    "begin": _begin, "end": _end, "event": _event, "spec": _spec, "baseline": _baseline, "warm": _warm,
     "sandbox": _sandbox, "ask": _ask, "answer": _answer, "pending": _pending,
     "grants": _grants, "grant-revoke": _grant_revoke, "rewind": _rewind, "adopt": _adopt, "snapshot": _snapshot,
     "gc": _gc, "hello": _hello, "status": _status, "stop": _stop, "learn": learn.op,

@@ -72,6 +72,7 @@ class Session:
         # was killed before one, the journal lost its entries): then it is not called outside.
         self.tree_unknown = bool(self.journal.lost_now) or steporder.newest_untreed(self.journal)
         self.pending_baseline = None   # taken, not yet written on a step
+        self.warming: dict | None = None   # a warm-up's walk counters while it runs (steps.warm)
         self.outside_notices: list[str] = []   # said after the next step ends (outside.py: bits stripped)
         # Held while the directory is compared with last_tree (outside changes) and by a
         # rewind while it writes: no step begins halfway through either.

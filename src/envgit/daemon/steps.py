@@ -244,7 +244,9 @@ async def settle(sess, pol, look_outside=True, before="step", conn=None):
     while: `conn`'s client is shown its progress."""
     async with sess.tree_lock:
         if sess.last_tree is None:
-            counters = {}
+            # While a warm-up still reads the project, its counters are the progress shown (the
+            # baseline waits for it, then re-reads only what changed since it read it).
+            counters = sess.warming if sess.warming is not None else {}
             await with_progress(sess, asyncio.to_thread(ensure_baseline, sess, pol, counters),
                                      counters, conn)
         elif look_outside and not sess.live and not sess.tree_unknown:
@@ -269,6 +271,22 @@ async def with_progress(sess, work, counters, conn, after_s=None, every_s=0.5):
         done, _ = await asyncio.wait({task}, timeout=every_s)
         if done:
             return task.result()
+
+
+async def warm(sess, pol) -> dict:
+    """Before a large project's first step (`envgit init` asks, and does not wait): its files
+    read and stored, and the stat cache filled, by a snapshot that is nobody's tree. The
+    baseline is still taken when step 1 begins (what the directory is then), but finds every
+    file unchanged since this read in the cache. Nothing once a step has been taken."""
+    if sess.last_tree is not None or sess.warming is not None:
+        return {"ok": True, "warmed": False}
+    counters: dict = {}
+    sess.warming = counters
+    try:
+        summary = await asyncio.to_thread(sess.snapshotter.take, pol, None, counters, diff=False)
+    finally:
+        sess.warming = None
+    return {"ok": True, "warmed": True, "ms": summary["ms"]}
 
 
 def ensure_baseline(sess, pol, counters=None):
