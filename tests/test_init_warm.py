@@ -8,7 +8,6 @@ import subprocess
 import time
 
 from conftest import Env, make_home
-
 from envgit.commands.setup import WARM_AT
 
 

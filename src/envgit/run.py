@@ -25,7 +25,7 @@ import time
 
 from .daemon.client import DaemonError, connect
 from .paths import NoProject, find_project
-from .sandbox.launch import Foreground, Launch, LaunchError, bwrap_path, trusted_binary
+from .sandbox.launch import Foreground, Launch, LaunchError, bwrap_path, trusted_binary, without_gone_masks
 from .sandbox.resolver import Resolver
 
 SIGNAL_NAMES = {getattr(signal, n): n for n in dir(signal)
@@ -154,14 +154,24 @@ def execute(conn, step, args, env, bind=False, project_root=None, hold_notices=F
     back, not drawn over its screen."""
     term = Terminal(hold_notices)
     conn.on_push = lambda frame: term.push(frame, conn)
-    dns = Resolver()              # the step's 127.0.0.1:53, answered here (sandbox/resolver.py)
-    try:
-        code, sig, ms = _spawn_and_wait(args, env, conn, term, step if bind else None, project_root, dns)
-    except (LaunchError, OSError) as e:
-        print(f"envgit: the sandbox could not start: {e}", file=sys.stderr)
-        code, sig, ms = FAILED, 0, 0
-    finally:
-        dns.close()
+    for attempt in (1, 2):
+        dns = Resolver()          # the step's 127.0.0.1:53, answered here (sandbox/resolver.py)
+        try:
+            code, sig, ms, started = _spawn_and_wait(args, env, conn, term, step if bind else None,
+                                                     project_root, dns)
+        except (LaunchError, OSError) as e:
+            print(f"envgit: the sandbox could not start: {e}", file=sys.stderr)
+            code, sig, ms, started = FAILED, 0, 0, None
+        finally:
+            dns.close()
+        # bwrap failed before the command ran because a masked host file went away meanwhile
+        # (sandbox/launch.py: without_gone_masks): once more without that mask. Only when the
+        # command surely never ran: a command's own exit 125 is never run twice.
+        if attempt == 1 and started is False and (args := without_gone_masks(args)) is not None:
+            print("envgit: a masked system file was removed while the sandbox was built; "
+                  "starting it again", file=sys.stderr)
+            continue
+        break
     for text in term.held or ():
         term.say(text)
     try:
@@ -215,7 +225,8 @@ FORWARDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
 def _spawn_and_wait(args, env, conn, term, bind_step, project_root, dns):
     """Start the step's sandbox in a process group of its own (launch.py), give it the terminal
     when this process holds it, tie its credentials when asked, plant its resolver (`dns`),
-    and wait: (exit code, signal number or 0, ms)."""
+    and wait: (exit code, signal number or 0, ms, whether the command started: False when
+    bwrap failed before it)."""
     dns.prepare()                 # its planter forks now, beside bwrap's own start
     launch = Launch(args, project_root, report=True)
     fg = Foreground()
@@ -253,7 +264,7 @@ def _spawn_and_wait(args, env, conn, term, bind_step, project_root, dns):
         if launch.started is False:
             print("envgit: the sandbox did not start (bwrap's reason is above); "
                   "`envgit doctor` checks the set-up", file=sys.stderr)
-        return code, sig, ms
+        return code, sig, ms, launch.started
     finally:
         fg.close()                  # the terminal back, in the modes it had before the step
         for s, h in old.items():

@@ -339,6 +339,35 @@ class Launch:
         self._mine, self._child, self.block_w = [], [], None
 
 
+def without_gone_masks(argv: list[str]) -> list[str] | None:
+    """bwrap's command line without the masks over paths gone from the host since the daemon
+    built it, or None when no mask's path is gone. A mask is an empty mode-000 file or
+    directory bound read-only over a path (sandbox/kernel.py, masks.py); bwrap must create a
+    missing mount point, and cannot in a read-only /etc: a root-only lock or temporary file
+    (useradd's, passwd's) removed in those milliseconds failed the step before its command
+    ran. What is gone has nothing to hide; a file made there later is not in the view's
+    masks either way (they are current at a step's start)."""
+    out, dropped, i = [], False, 0
+    while i < len(argv):
+        if argv[i] == "--ro-bind" and i + 2 < len(argv) and _is_cover(argv[i + 1]):
+            try:
+                os.lstat(argv[i + 2])
+            except FileNotFoundError:
+                dropped, i = True, i + 3
+                continue
+        out.append(argv[i])
+        i += 1
+    return out if dropped else None
+
+
+def _is_cover(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return st.st_mode & 0o7777 == 0 and st.st_size in (0, 4096) and st.st_mode & 0o170000 in (0o040000, 0o100000)
+
+
 def _children(pid) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
