@@ -341,8 +341,8 @@ class Launch:
 
 def without_gone_masks(argv: list[str]) -> list[str] | None:
     """bwrap's command line without the masks over paths gone from the host since the daemon
-    built it, or None when no mask's path is gone. A mask is an empty mode-000 file or
-    directory bound read-only over a path (sandbox/kernel.py, masks.py); bwrap must create a
+    built it, or None when no mask's path is gone. A mask is a mode-000 file or directory bound
+    read-only over a path (sandbox/kernel.py's, over root-only host files); bwrap must create a
     missing mount point, and cannot in a read-only /etc: a root-only lock or temporary file
     (useradd's, passwd's) removed in those milliseconds failed the step before its command
     ran. What is gone has nothing to hide; a file made there later is not in the view's
@@ -361,11 +361,13 @@ def without_gone_masks(argv: list[str]) -> list[str] | None:
 
 
 def _is_cover(path: str) -> bool:
+    """A mode-000 regular file or directory: what only a mask binds over a path. (Not its size:
+    an empty directory's differs from one filesystem to the next.)"""
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    return st.st_mode & 0o7777 == 0 and st.st_size in (0, 4096) and st.st_mode & 0o170000 in (0o040000, 0o100000)
+    return st.st_mode & 0o7777 == 0 and st.st_mode & 0o170000 in (0o040000, 0o100000)
 
 
 def _children(pid) -> list[int]:
