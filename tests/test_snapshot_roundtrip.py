@@ -4,6 +4,7 @@ files, dedup, racy timestamps, and what the filter leaves out."""
 import os
 import shutil
 import stat
+import time
 
 import pytest
 
@@ -179,11 +180,16 @@ def test_racy_entry_is_rehashed_even_with_identical_stat(store, work):
     """The racy rule itself: an entry recorded in the same granule it was written is not trusted."""
     f = work / "fresh"
     f.write_text("x")
+    # an mtime not older than the snapshot's fence (its start less 100 ms); set ahead, not
+    # left to the write's own, so that a stall of the machine between the write and the
+    # snapshot cannot make it old enough to be trusted
+    soon = time.time_ns() + 60 * 10**9
+    os.utime(f, ns=(soon, soon))
     cache = StatCache()
     store.snapshot(work, Filter(), cache)            # f's mtime is newer than the fence: racy
     again = store.snapshot(work, Filter(), cache)
     assert again.stats["files_hashed"] == 1
-    old = os.stat(f).st_mtime_ns - 10**9
+    old = time.time_ns() - 10 * 10**9                # well before any fence: trusted once read
     os.utime(f, ns=(old, old))
     store.snapshot(work, Filter(), cache)
     assert store.snapshot(work, Filter(), cache).stats["files_hashed"] == 0
