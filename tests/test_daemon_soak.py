@@ -20,10 +20,14 @@ from envgit.paths import Project
 SOAK_STEPS = int(os.environ.get("ENVGIT_SOAK_STEPS", "5000"))
 CHECK = 500
 WARM = 1000                     # the curve's reference point: caches full, the journal warm
-# What the daemon may keep per step: the object index holds every object ever stored (a step
-# that writes new content adds a blob and a tree, ~250 bytes each in the index); nothing else
-# may grow with the number of steps.
-BYTES_PER_STEP = 1536
+# What the daemon may keep per step: the store keeps every object ever stored in memory (a step
+# that writes new content adds a blob, a tree and a pack). tracemalloc over 2,000 such steps
+# (2026-12-06): 930 bytes of Python heap a step, all of it the store's: the index entry and id
+# of each object, its entry in the pack's list (pack_entries: what repack, heal and scrub
+# walk), the pack's id. Resident memory adds malloc's own (a soak here: 1,250-1,500 bytes a
+# step), and grows by whole arenas, so the bound leaves room; nothing else may grow with
+# the number of steps.
+BYTES_PER_STEP = 2048
 
 
 def _sample(pid):
