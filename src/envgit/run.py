@@ -24,7 +24,7 @@ import sys
 import time
 
 from .daemon.client import DaemonError, connect
-from .paths import NoProject, find_project
+from .paths import NoProject, Project, find_project
 from .sandbox.launch import Foreground, Launch, LaunchError, bwrap_path, trusted_binary, without_gone_masks
 from .sandbox.resolver import Resolver
 
@@ -154,11 +154,12 @@ def execute(conn, step, args, env, bind=False, project_root=None, hold_notices=F
     back, not drawn over its screen."""
     term = Terminal(hold_notices)
     conn.on_push = lambda frame: term.push(frame, conn)
+    gone: list[str] = []
     for attempt in (1, 2):
         dns = Resolver()          # the step's 127.0.0.1:53, answered here (sandbox/resolver.py)
         try:
             code, sig, ms, started = _spawn_and_wait(args, env, conn, term, step if bind else None,
-                                                     project_root, dns)
+                                                     project_root, dns, gone)
         except (LaunchError, OSError) as e:
             print(f"envgit: the sandbox could not start: {e}", file=sys.stderr)
             code, sig, ms, started = FAILED, 0, 0, None
@@ -167,7 +168,9 @@ def execute(conn, step, args, env, bind=False, project_root=None, hold_notices=F
         # bwrap failed before the command ran because a masked host file went away meanwhile
         # (sandbox/launch.py: without_gone_masks): once more without that mask. Only when the
         # command surely never ran: a command's own exit 125 is never run twice.
-        if attempt == 1 and started is False and (args := without_gone_masks(args)) is not None:
+        if attempt == 1 and started is False and project_root and \
+                (again := without_gone_masks(args, Project(project_root).state)) is not None:
+            args, gone = again
             print("envgit: a masked system file was removed while the sandbox was built; "
                   "starting it again", file=sys.stderr)
             continue
@@ -222,11 +225,12 @@ def execute_vm(conn, reply) -> tuple[int, int]:
 FORWARDED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _spawn_and_wait(args, env, conn, term, bind_step, project_root, dns):
+def _spawn_and_wait(args, env, conn, term, bind_step, project_root, dns, gone=()):
     """Start the step's sandbox in a process group of its own (launch.py), give it the terminal
     when this process holds it, tie its credentials when asked, plant its resolver (`dns`),
     and wait: (exit code, signal number or 0, ms, whether the command started: False when
-    bwrap failed before it)."""
+    bwrap failed before it). `gone`: masked paths this start leaves out because they were gone
+    from the host; if one is back once the sandbox is made, the command is never released."""
     dns.prepare()                 # its planter forks now, beside bwrap's own start
     launch = Launch(args, project_root, report=True)
     fg = Foreground()
@@ -255,6 +259,13 @@ def _spawn_and_wait(args, env, conn, term, bind_step, project_root, dns):
                     conn.request({"op": "sandbox", "step": bind_step, "pidns": info.get("pid-namespace")})
             except (OSError, ValueError, DaemonError):
                 pass                # bwrap failed to start (its status says so), or no gate: no network
+            if any(os.path.lexists(p) for p in gone):
+                # a mask left out and its file back: the view may show it, so fail closed
+                _kill_group(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                print("envgit: a masked system file came back while the sandbox was started again; "
+                      "the command was not run (run it again)", file=sys.stderr)
+                return FAILED, 0, 0, None
             launch.release()
             status = _wait(pid, conn, term, fg, wake_r, dns)
         finally:

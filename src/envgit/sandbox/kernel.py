@@ -46,6 +46,7 @@ import time
 
 from ..paths import inside as _inside
 from ..policy.decide import SYSTEM_DIRS
+from .launch import cover_paths
 
 # runc's and Docker's lists (moby oci/defaults.go), kept for what the rules below do not cover
 # by themselves: entries any user may read that list keys, leak timing or act on devices.
@@ -148,8 +149,7 @@ def mounts(view_args: list[str], state_dir: str, keep: list[str], allowed: list[
 
 def _sentinels(state_dir):
     """The empty mode-000 file and directory that cover masked paths."""
-    d = os.path.join(state_dir, "sandbox")
-    f, dd = os.path.join(d, "kernel-hidden"), os.path.join(d, "kernel-hidden-dir")
+    f, dd = cover_paths(state_dir)        # their names: launch.py's (its second start looks for them)
     if not (os.path.isfile(f) and os.path.isdir(dd)):
         os.makedirs(dd, exist_ok=True)
         open(f, "a").close()

@@ -339,30 +339,42 @@ class Launch:
         self._mine, self._child, self.block_w = [], [], None
 
 
-def without_gone_masks(argv: list[str]) -> list[str] | None:
+# The placeholders sandbox/kernel.py binds over the paths it masks, in the state directory's
+# sandbox/ (its _sentinels makes them): the only binds the client may leave out on a second start.
+COVERS = ("kernel-hidden", "kernel-hidden-dir")
+
+
+def cover_paths(state_dir: str) -> tuple[str, ...]:
+    return tuple(os.path.join(state_dir, "sandbox", name) for name in COVERS)
+
+
+def without_gone_masks(argv: list[str], state_dir: str) -> tuple[list[str], list[str]] | None:
     """bwrap's command line without the masks over paths gone from the host since the daemon
-    built it, or None when no mask's path is gone. A mask is a mode-000 file or directory bound
-    read-only over a path (sandbox/kernel.py's, over root-only host files); bwrap must create a
-    missing mount point, and cannot in a read-only /etc: a root-only lock or temporary file
-    (useradd's, passwd's) removed in those milliseconds failed the step before its command
-    ran. What is gone has nothing to hide; a file made there later is not in the view's
-    masks either way (they are current at a step's start)."""
-    out, dropped, i = [], False, 0
+    built it, and those paths; None when no mask's path is gone. A mask here is kernel.py's:
+    one of its placeholders (`cover_paths`, mode 000) bound read-only over a root-only host
+    path. bwrap must create a missing mount point, and cannot in a read-only /etc: a root-only
+    lock or temporary file (useradd's, passwd's) removed in those milliseconds failed the step
+    before its command ran. What is gone has nothing to hide; the caller checks that it is
+    still gone once the second sandbox is made (run.py), and fails closed if it is back.
+    Any other bind (a protected path bound over itself, whatever its mode) is never left out."""
+    covers = cover_paths(state_dir)
+    out, dropped, i = [], [], 0
     while i < len(argv):
-        if argv[i] == "--ro-bind" and i + 2 < len(argv) and _is_cover(argv[i + 1]):
+        if argv[i] == "--ro-bind" and i + 2 < len(argv) and argv[i + 1] in covers and _is_cover(argv[i + 1]):
             try:
                 os.lstat(argv[i + 2])
             except FileNotFoundError:
-                dropped, i = True, i + 3
+                dropped.append(argv[i + 2])
+                i += 3
                 continue
         out.append(argv[i])
         i += 1
-    return out if dropped else None
+    return (out, dropped) if dropped else None
 
 
 def _is_cover(path: str) -> bool:
-    """A mode-000 regular file or directory: what only a mask binds over a path. (Not its size:
-    an empty directory's differs from one filesystem to the next.)"""
+    """A mode-000 regular file or directory, as kernel.py keeps its placeholders. (Not its
+    size: an empty directory's differs from one filesystem to the next.)"""
     try:
         st = os.lstat(path)
     except OSError:
