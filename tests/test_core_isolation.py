@@ -15,11 +15,15 @@ PY = "/usr/bin/python3"
 
 
 def test_tokens_never_reach_the_sandbox(proj):
+    # values no path or name of the test's own can hold by chance (the test's directories
+    # are in the output: "t5" was once in a temporary directory's random name)
     env = {"GITHUB_TOKEN": "ghp_secret1", "AWS_SECRET_ACCESS_KEY": "aws_secret2",
-           "MY_API_KEY": "k3", "DB_PASSWORD": "p4", "LC_TOKEN": "t5", "HARMLESS": "h"}
+           "MY_API_KEY": "secret-api-key-3", "DB_PASSWORD": "secret-password-4",
+           "LC_TOKEN": "secret-lc-token-5", "HARMLESS": "h"}
     r = proj.run("env", env=env)
     assert r.returncode == 0
-    for v in ("ghp_secret1", "aws_secret2", "k3", "p4", "t5", "HARMLESS"):
+    for v in ("ghp_secret1", "aws_secret2", "secret-api-key-3", "secret-password-4",
+              "secret-lc-token-5", "HARMLESS"):
         assert v not in r.stdout
     assert "HOME=" in r.stdout and "PATH=" in r.stdout
 
