@@ -2,7 +2,7 @@
 measured from the moment the parent starts the client (CLOCK_MONOTONIC is one clock for every
 process on the machine). docs/PERFORMANCE.md has the table this prints and how to read it.
 
-    .venv/bin/python bench/timeline_step.py [--runs N] [--files N]
+    .venv/bin/python bench/timeline_step.py [--runs N] [--files N] [--gate]
 
 The client here is envgit's own `run`, with its functions wrapped to note the time (a
 microsecond each); the marks are the medians over N steps (default 40), each beside the bare
@@ -34,7 +34,6 @@ def mark(name):
 from envgit.cli import _exit_now      # the client's entry, as `envgit run` starts
 import envgit.run as r
 from envgit.sandbox import launch as L
-from envgit.daemon import client as C
 mark("imports (envgit.run)")
 _connect = r.connect
 def connect(project):
